@@ -1,0 +1,64 @@
+/* The online dispatch policy: given what is waiting, dispatch a rectangle now
+ * (which shape, which items where) or wait, and until when. No I/O, no clock:
+ * the caller passes the time. */
+#ifndef LANEPACK_SCHED_H
+#define LANEPACK_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lanepack/bucket.h"
+#include "lanepack/packer.h"
+
+typedef struct lp_sched_item_s {
+  uint32_t len;
+  uint32_t bypassed;     /* dispatches that passed over it; lp_sched_decide updates it */
+  uint64_t enqueued_ns;
+  uint64_t deadline_ns;  /* 0 = none */
+} lp_sched_item_t;
+
+typedef struct lp_sched_config_s {
+  lp_algo_t algo;
+  double fill_target;     /* dispatch at once when a plan fills this fraction (0..1] */
+  uint64_t max_wait_ns;   /* the oldest item waits at most this long */
+  uint32_t max_bypass;    /* an item passed over this many times is placed first */
+  uint32_t max_segments;  /* per lane; 0 = no limit */
+  uint32_t max_window;    /* items considered per decision; 0 = 4096 */
+} lp_sched_config_t;
+
+typedef enum {
+  LP_SCHED_IDLE = 0,   /* nothing waiting */
+  LP_SCHED_WAIT,       /* decide again at wake_ns (or when items arrive) */
+  LP_SCHED_DISPATCH,   /* send the plan */
+  LP_SCHED_NO_SHAPE    /* no shape is compiled: nothing can be dispatched */
+} lp_sched_action_t;
+
+typedef struct lp_sched_plan_s {
+  lp_sched_action_t action;
+  uint64_t wake_ns;         /* WAIT: the next time a rule can fire */
+  int shape;                /* DISPATCH: index into the bucket set */
+  size_t n;                 /* DISPATCH: items considered (a prefix of the queue) */
+  const lp_place_t *place;  /* DISPATCH: n placements, bin -1 = stays queued;
+                               owned by the scheduler, valid until the next call */
+  uint32_t placed;
+  uint64_t real_tokens;
+  double fill;
+  const char *reason;       /* DISPATCH: "fill", "max_wait", "deadline", "bypass" */
+} lp_sched_plan_t;
+
+typedef struct lp_sched_s lp_sched_t;
+
+/* Returns NULL on allocation failure or a config out of range. */
+lp_sched_t *lp_sched_new(const lp_sched_config_t *cfg);
+void lp_sched_free(lp_sched_t *s);
+const lp_sched_config_t *lp_sched_config(const lp_sched_t *s);
+
+/* Decides for items[0..n) given in queue order (priority first, then arrival).
+ * Due items (waited max_wait, deadline within the shape's cost, or bypassed
+ * max_bypass times) are placed before any other. On DISPATCH, every item left
+ * out that precedes a placed one has its bypassed count raised.
+ * Returns 0, or a negative errno. */
+int lp_sched_decide(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_item_t *items,
+                    size_t n, uint64_t now_ns, lp_sched_plan_t *plan);
+
+#endif

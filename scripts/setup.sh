@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs lanepack's build dependencies from Debian 12 packages and configures the
+# build directories. Safe to run again: apt skips what is there, meson reconfigures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
+      libuv1-dev node-llhttp libjansson-dev libcurl4-openssl-dev check curl
+      python3)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+configure() { # dir, extra meson options...
+  local dir=$1; shift
+  if [ -f "$dir/build.ninja" ]; then
+    meson setup --reconfigure "$dir" "$@" >/dev/null
+  else
+    meson setup "$dir" "$@" >/dev/null
+  fi
+}
+configure build --buildtype=release
+# The sanitizer build runs the unit tests with address and undefined-behaviour
+# checks; undefined behaviour aborts instead of printing and going on.
+if [ "${LP_SETUP_ASAN:-0}" = 1 ]; then
+  configure build-asan --buildtype=debug -Db_sanitize=address,undefined \
+    -Db_lundef=false -Dc_args=-fno-sanitize-recover=all
+fi

@@ -1,0 +1,165 @@
+/* Scatter: index a backend answer's elements by byte offset, checking that its
+ * sizes match the batch, so each request's slice is one copy of its own bytes. */
+#include "lanepack/scatter.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lanepack/jscan.h"
+
+void lp_scatter_init(lp_scatter_t *s) { memset(s, 0, sizeof(*s)); }
+
+void lp_scatter_free(lp_scatter_t *s) {
+  free(s->span);
+  free(s->lane_start);
+  memset(s, 0, sizeof(*s));
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -EPROTO;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t c = *cap ? *cap : 64;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, c * elem);
+  if (q == NULL) return -ENOMEM;
+  *p = q;
+  *cap = c;
+  return 0;
+}
+
+/* Reads a flat array of values at p, recording each value's span from index
+ * *at on; `want` values are expected. Returns the byte after the array or NULL. */
+static const char *index_array(lp_scatter_t *s, const char *base, const char *p,
+                               const char *end, size_t want, size_t *at, size_t *got) {
+  *got = 0;
+  if (p >= end || *p != '[') return NULL;
+  p = lp_jscan_ws(p + 1, end);
+  if (p < end && *p == ']') return p + 1;
+  for (;;) {
+    const char *v = p;
+    p = lp_jscan_skip(p, end, LP_JSCAN_MAX_DEPTH - 2);
+    if (p == NULL) return NULL;
+    if (*got < want) {
+      s->span[2 * *at] = (uint32_t)(v - base);
+      s->span[2 * *at + 1] = (uint32_t)(p - base);
+      (*at)++;
+    }
+    (*got)++;
+    p = lp_jscan_ws(p, end);
+    if (p >= end) return NULL;
+    if (*p == ']') return p + 1;
+    if (*p != ',') return NULL;
+    p = lp_jscan_ws(p + 1, end);
+  }
+}
+
+int lp_scatter_index(lp_scatter_t *s, const char *body, size_t len, const lp_layout_t *lay,
+                     char *err, size_t errlen) {
+  const char *p = body, *end = body + len;
+  if (len > UINT32_MAX) return fail(err, errlen, "answer larger than 4 GiB");
+  s->body = body;
+  s->lanes = lay->lanes;
+  if (grow((void **)&s->lane_start, &s->lane_cap, (size_t)lay->lanes + 1, sizeof(uint32_t)))
+    return -ENOMEM;
+
+  p = lp_jscan_ws(p, end);
+  if (p >= end || *p != '{') return fail(err, errlen, "answer is not a JSON object");
+  p = lp_jscan_ws(p + 1, end);
+  int found = 0;
+  while (p < end && *p != '}') {
+    int is_out = 0, is_seg = 0;
+    const char *k = p;
+    if (*p != '"' || (p = lp_jscan_key(k, end, "outputs", &is_out)) == NULL)
+      return fail(err, errlen, "answer is not valid JSON (bad member name)");
+    lp_jscan_key(k, end, "segment_outputs", &is_seg);
+    p = lp_jscan_ws(p, end);
+    if (p >= end || *p != ':') return fail(err, errlen, "answer is not valid JSON (missing ':')");
+    p = lp_jscan_ws(p + 1, end);
+    if ((is_out || is_seg) && !found) {
+      found = 1;
+      s->per_segment = is_seg;
+      /* element counts per lane */
+      size_t total = is_seg ? lay->nsegs : (size_t)lay->lanes * lay->bucket;
+      if (grow((void **)&s->span, &s->span_cap, 2 * total + 2, sizeof(uint32_t))) return -ENOMEM;
+      const char *name = is_seg ? "segment_outputs" : "outputs";
+      size_t at = 0, got;
+      if (lay->ragged) {
+        s->lane_start[0] = 0;
+        p = index_array(s, body, p, end, total, &at, &got);
+        if (p == NULL) return fail(err, errlen, "'%s' is not a valid JSON array", name);
+        if (got != total)
+          return fail(err, errlen, "'%s' has %zu values, the batch has %zu %s", name, got, total,
+                      is_seg ? "sequences" : "tokens");
+      } else {
+        if (*p != '[') return fail(err, errlen, "'%s' is not an array of lanes", name);
+        p = lp_jscan_ws(p + 1, end);
+        size_t seg = 0;
+        for (uint32_t lane = 0; lane < lay->lanes; lane++) {
+          size_t want = lay->bucket;
+          if (is_seg) {
+            want = 0;
+            while (seg + want < lay->nsegs && lay->segs[seg + want].lane == lane) want++;
+            seg += want;
+          }
+          s->lane_start[lane] = (uint32_t)at;
+          if (lane > 0) {
+            if (p >= end || *p != ',')
+              return fail(err, errlen, "'%s' has %u lanes, the batch has %u", name, lane,
+                          lay->lanes);
+            p = lp_jscan_ws(p + 1, end);
+          }
+          p = index_array(s, body, p, end, want, &at, &got);
+          if (p == NULL)
+            return fail(err, errlen, "'%s' lane %u is not a valid JSON array", name, lane);
+          if (got != want)
+            return fail(err, errlen, "'%s' lane %u has %zu values, expected %zu", name, lane, got,
+                        want);
+          p = lp_jscan_ws(p, end);
+        }
+        if (p >= end || *p != ']')
+          return fail(err, errlen, "'%s' has more lanes than the batch's %u", name, lay->lanes);
+        p++;
+      }
+      s->lane_start[lay->lanes] = (uint32_t)at;
+    } else {
+      p = lp_jscan_skip(p, end, LP_JSCAN_MAX_DEPTH);
+      if (p == NULL) return fail(err, errlen, "answer is not valid JSON");
+    }
+    p = lp_jscan_ws(p, end);
+    if (p < end && *p == ',') {
+      p = lp_jscan_ws(p + 1, end);
+      if (p < end && *p == '}') return fail(err, errlen, "answer is not valid JSON (trailing ',')");
+    } else if (p < end && *p != '}') return fail(err, errlen, "answer is not valid JSON");
+  }
+  if (p >= end) return fail(err, errlen, "answer is not valid JSON (truncated)");
+  p = lp_jscan_ws(p + 1, end);
+  if (p != end) return fail(err, errlen, "answer has bytes after the JSON object");
+  if (!found) return fail(err, errlen, "answer has neither 'outputs' nor 'segment_outputs'");
+  return 0;
+}
+
+void lp_scatter_slice(const lp_scatter_t *s, const lp_segment_t *seg, const char **start,
+                      size_t *len) {
+  size_t first, last;
+  uint32_t lane = s->lanes ? seg->lane : 0;
+  if (s->per_segment) {
+    first = last = s->lane_start[lane] + (seg->segment - 1);
+  } else {
+    first = s->lane_start[lane] + seg->offset;
+    last = first + seg->length - 1;
+  }
+  *start = s->body + s->span[2 * first];
+  *len = s->span[2 * last + 1] - s->span[2 * first];
+}

@@ -1,0 +1,108 @@
+/* Tests of the JSON scanner, against jansson as the reference on the same bytes. */
+#include <check.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "require.h"
+#include "lanepack/jscan.h"
+#include "lanepack/rng.h"
+
+static int scan_ok(const char *s) {
+  const char *end = s + strlen(s);
+  const char *p = lp_jscan_ws(s, end);
+  p = lp_jscan_skip(p, end, LP_JSCAN_MAX_DEPTH);
+  if (p == NULL) return 0;
+  return lp_jscan_ws(p, end) == end;
+}
+
+static int jansson_ok(const char *s) {
+  json_error_t e;
+  json_t *j = json_loads(s, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
+  if (j) json_decref(j);
+  return j != NULL;
+}
+
+START_TEST(fixed_cases) {
+  static const char *good[] = {"0", "-1", "1.5e3", "\"a\\n\\u00e9\"", "[]", "{}", "[1, [2, {}]]",
+                               "{\"a\": [true, false, null]}", " [ 1 , 2 ] ", "-0.0E+1"};
+  static const char *bad[] = {"", "01", "1.", "-", "[1,]", "{\"a\"}", "{\"a\":}", "[1 2]",
+                              "tru", "\"abc", "\"\\x\"", "{1: 2}", "[", "]", "1e", "+1",
+                              "\"a\tb\"", "{\"a\":1,}", "nul"};
+  for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+    ck_assert_msg(scan_ok(good[i]), "rejected %s", good[i]);
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    ck_assert_msg(!scan_ok(bad[i]), "accepted %s", bad[i]);
+}
+END_TEST
+
+START_TEST(depth_limit) {
+  char buf[300];
+  memset(buf, '[', 100);
+  memset(buf + 100, ']', 100);
+  buf[200] = 0;
+  ck_assert(!scan_ok(buf)); /* 100 deep > 64 */
+  memset(buf, 0, sizeof(buf));
+  memset(buf, '[', 60);
+  memset(buf + 60, ']', 60);
+  ck_assert(scan_ok(buf));
+}
+END_TEST
+
+START_TEST(key_compare) {
+  int eq;
+  const char *s = "\"outputs\": 1";
+  const char *p = lp_jscan_key(s, s + strlen(s), "outputs", &eq);
+  ck_assert(eq);
+  ck_assert_ptr_eq(p, s + 9);
+  lp_jscan_key(s, s + strlen(s), "output", &eq);
+  ck_assert(!eq);
+}
+END_TEST
+
+/* Random mutations of valid documents: the scanner and jansson agree on
+ * validity (numbers kept small: jansson rejects integers beyond 64 bits). */
+START_TEST(differential) {
+  static const char *seeds[] = {"{\"outputs\": [[1, 2, 3], [4, 5, 6]], \"x\": \"y\"}",
+                                "[1.5, -2e3, true, false, null, \"s\\\"q\"]",
+                                "{\"a\": {\"b\": [{}, []]}}"};
+  static const char alphabet[] = "[]{}\",:0123456789.-eE tfnrul\\ab";
+  lp_rng_t rng;
+  lp_rng_seed(&rng, 42);
+  char buf[128];
+  int agree = 0;
+  for (int round = 0; round < 20000; round++) {
+    const char *seed = seeds[round % 3];
+    size_t n = strlen(seed);
+    memcpy(buf, seed, n + 1);
+    int muts = 1 + (int)lp_rng_below(&rng, 3);
+    for (int m = 0; m < muts; m++) {
+      size_t at = (size_t)lp_rng_below(&rng, n);
+      int op = (int)lp_rng_below(&rng, 3);
+      char c = alphabet[lp_rng_below(&rng, sizeof(alphabet) - 1)];
+      if (op == 0) buf[at] = c;
+      else if (op == 1 && n > 1) { memmove(buf + at, buf + at + 1, n - at); n--; }
+      else if (n + 2 < sizeof(buf)) { memmove(buf + at + 1, buf + at, n - at + 1); buf[at] = c; n++; }
+    }
+    int a = scan_ok(buf), b = jansson_ok(buf);
+    if (a != b) ck_abort_msg("scanner %d jansson %d on: %s", a, b, buf);
+    agree++;
+  }
+  ck_assert_int_eq(agree, 20000);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("jscan");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, fixed_cases);
+  tcase_add_test(tc, depth_limit);
+  tcase_add_test(tc, key_compare);
+  tcase_add_test(tc, differential);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

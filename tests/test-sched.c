@@ -1,0 +1,179 @@
+/* Unit tests of the online dispatch policy: fill target, max wait, deadlines,
+ * bounded bypass, shape choice, and the empty and no-shape cases. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lanepack/sched.h"
+
+#define MS 1000000ull
+
+static lp_sched_config_t config(void) {
+  lp_sched_config_t c = {.algo = LP_ALGO_BFD, .fill_target = 0.9, .max_wait_ns = 5 * MS,
+                         .max_bypass = 3};
+  return c;
+}
+
+static lp_bucket_set_t shapes(const char *spec) {
+  lp_bucket_set_t s;
+  lp_bucket_set_init(&s);
+  ck_assert_int_eq(lp_bucket_set_parse(&s, spec, NULL, 0), 0);
+  return s;
+}
+
+START_TEST(idle_and_no_shape) {
+  lp_sched_config_t c = config();
+  lp_sched_t *s = lp_sched_new(&c);
+  lp_bucket_set_t set = shapes("4x1024");
+  lp_sched_plan_t plan;
+  ck_assert_int_eq(lp_sched_decide(s, &set, NULL, 0, 0, &plan), 0);
+  ck_assert_int_eq(plan.action, LP_SCHED_IDLE);
+  lp_sched_item_t it = {.len = 10};
+  set.shapes[0].state = LP_SHAPE_UNAVAILABLE;
+  ck_assert_int_eq(lp_sched_decide(s, &set, &it, 1, 0, &plan), 0);
+  ck_assert_int_eq(plan.action, LP_SCHED_NO_SHAPE);
+  lp_sched_free(s);
+  c.fill_target = 1.5;
+  ck_assert_ptr_null(lp_sched_new(&c));
+}
+END_TEST
+
+START_TEST(wait_then_max_wait) {
+  lp_sched_config_t c = config();
+  lp_sched_t *s = lp_sched_new(&c);
+  lp_bucket_set_t set = shapes("4x1024");
+  lp_sched_item_t it[2] = {{.len = 100, .enqueued_ns = 10 * MS}, {.len = 50, .enqueued_ns = 11 * MS}};
+  lp_sched_plan_t plan;
+  ck_assert_int_eq(lp_sched_decide(s, &set, it, 2, 12 * MS, &plan), 0);
+  ck_assert_int_eq(plan.action, LP_SCHED_WAIT);
+  ck_assert_uint_eq(plan.wake_ns, 15 * MS); /* oldest + max_wait */
+  ck_assert_int_eq(lp_sched_decide(s, &set, it, 2, 15 * MS, &plan), 0);
+  ck_assert_int_eq(plan.action, LP_SCHED_DISPATCH);
+  ck_assert_str_eq(plan.reason, "max_wait");
+  ck_assert_uint_eq(plan.placed, 2);
+  ck_assert_uint_eq(plan.real_tokens, 150);
+  ck_assert_int_ge(plan.place[0].bin, 0);
+  ck_assert_int_ge(plan.place[1].bin, 0);
+  lp_sched_free(s);
+}
+END_TEST
+
+START_TEST(fill_target) {
+  lp_sched_config_t c = config();
+  lp_sched_t *s = lp_sched_new(&c);
+  lp_bucket_set_t set = shapes("2x1000");
+  lp_sched_item_t it[4] = {{.len = 600}, {.len = 400}, {.len = 500}, {.len = 450}};
+  lp_sched_plan_t plan;
+  ck_assert_int_eq(lp_sched_decide(s, &set, it, 4, 0, &plan), 0);
+  ck_assert_int_eq(plan.action, LP_SCHED_DISPATCH);
+  ck_assert_str_eq(plan.reason, "fill");
+  ck_assert_uint_eq(plan.real_tokens, 1950);
+  ck_assert(plan.fill >= 0.9);
+  lp_sched_free(s);
+}
+END_TEST
+
+START_TEST(deadline) {
+  lp_sched_config_t c = config();
+  c.max_wait_ns = 1000 * MS;
+  lp_sched_t *s = lp_sched_new(&c);
+  lp_bucket_set_t set = shapes("4x1024");
+  set.shapes[0].cost_ns = 20 * MS;
+  lp_sched_item_t it = {.len = 10, .enqueued_ns = 0, .deadline_ns = 100 * MS};
+  lp_sched_plan_t plan;
+  ck_assert_int_eq(lp_sched_decide(s, &set, &it, 1, 50 * MS, &plan), 0);
+  ck_assert_int_eq(plan.action, LP_SCHED_WAIT);
+  ck_assert_uint_eq(plan.wake_ns, 80 * MS); /* deadline - cost */
+  ck_assert_int_eq(lp_sched_decide(s, &set, &it, 1, 80 * MS, &plan), 0);
+  ck_assert_int_eq(plan.action, LP_SCHED_DISPATCH);
+  ck_assert_str_eq(plan.reason, "deadline");
+  lp_sched_free(s);
+}
+END_TEST
+
+START_TEST(shape_choice) {
+  lp_sched_config_t c = config();
+  c.fill_target = 0.0;
+  lp_sched_t *s = lp_sched_new(&c);
+  lp_bucket_set_t set = shapes("4x8192,8x512");
+  lp_sched_item_t it[8];
+  for (int i = 0; i < 8; i++) it[i] = (lp_sched_item_t){.len = 500};
+  lp_sched_plan_t plan;
+  ck_assert_int_eq(lp_sched_decide(s, &set, it, 8, 0, &plan), 0);
+  ck_assert_int_eq(plan.action, LP_SCHED_DISPATCH);
+  ck_assert_int_eq(plan.shape, 1); /* 8x512 wastes 12 per 500, 4x8192 far more */
+  ck_assert_uint_eq(plan.placed, 8);
+  /* a long item only the big shape holds, and it does best there */
+  it[0].len = 6000;
+  ck_assert_int_eq(lp_sched_decide(s, &set, it, 8, 0, &plan), 0);
+  ck_assert_int_eq(plan.shape, 1);
+  ck_assert_int_eq(plan.place[0].bin, -1);
+  ck_assert_uint_eq(it[0].bypassed, 1); /* passed over once */
+  /* unavailable shapes are never chosen */
+  set.shapes[1].state = LP_SHAPE_UNAVAILABLE;
+  ck_assert_int_eq(lp_sched_decide(s, &set, it, 8, 0, &plan), 0);
+  ck_assert_int_eq(plan.shape, 0);
+  ck_assert_uint_eq(plan.placed, 8);
+  lp_sched_free(s);
+}
+END_TEST
+
+START_TEST(bounded_bypass) {
+  /* A long old item and a stream of short ones that fit the small shape better:
+   * after max_bypass dispatches without it, it goes first. */
+  lp_sched_config_t c = config();
+  c.fill_target = 0.0;
+  c.max_wait_ns = 1000 * MS;
+  lp_sched_t *s = lp_sched_new(&c);
+  lp_bucket_set_t set = shapes("4x8192,8x512");
+  lp_sched_item_t q[9];
+  q[0] = (lp_sched_item_t){.len = 6000};
+  int rounds = 0, served = 0;
+  for (rounds = 1; rounds <= 10 && !served; rounds++) {
+    for (int i = 1; i < 9; i++) q[i] = (lp_sched_item_t){.len = 500};
+    lp_sched_plan_t plan;
+    ck_assert_int_eq(lp_sched_decide(s, &set, q, 9, 0, &plan), 0);
+    ck_assert_int_eq(plan.action, LP_SCHED_DISPATCH);
+    if (plan.place[0].bin >= 0) {
+      served = 1;
+      ck_assert_str_eq(plan.reason, "bypass");
+      ck_assert_int_eq(plan.shape, 0);
+    }
+  }
+  ck_assert(served);
+  ck_assert_int_eq(rounds - 1, (int)c.max_bypass + 1);
+  lp_sched_free(s);
+}
+END_TEST
+
+START_TEST(only_compiling_fits) {
+  lp_sched_config_t c = config();
+  lp_sched_t *s = lp_sched_new(&c);
+  lp_bucket_set_t set = shapes("4x8192,8x512");
+  set.shapes[0].state = LP_SHAPE_COMPILING;
+  lp_sched_item_t it = {.len = 6000};
+  lp_sched_plan_t plan;
+  ck_assert_int_eq(lp_sched_decide(s, &set, &it, 1, 10 * MS, &plan), 0);
+  ck_assert_int_eq(plan.action, LP_SCHED_WAIT);
+  ck_assert_uint_gt(plan.wake_ns, 10 * MS);
+  lp_sched_free(s);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("sched");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, idle_and_no_shape);
+  tcase_add_test(tc, wait_then_max_wait);
+  tcase_add_test(tc, fill_target);
+  tcase_add_test(tc, deadline);
+  tcase_add_test(tc, shape_choice);
+  tcase_add_test(tc, bounded_bypass);
+  tcase_add_test(tc, only_compiling_fits);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
