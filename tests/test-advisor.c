@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "testutil.h"
 #include "lanepack/advisor.h"
 
 START_TEST(two_modes) {
@@ -104,16 +105,4 @@ START_TEST(dp_is_optimal) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("advisor");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, two_modes);
-  tcase_add_test(tc, errors);
-  tcase_add_test(tc, dp_is_optimal);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+LP_TEST_MAIN("advisor", two_modes, errors, dp_is_optimal)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "testutil.h"
 #include "lanepack/bucket.h"
 
 START_TEST(parse_good) {
@@ -95,18 +96,4 @@ START_TEST(counters) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("bucket");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, parse_good);
-  tcase_add_test(tc, parse_bad);
-  tcase_add_test(tc, parse_too_many);
-  tcase_add_test(tc, admit_edges);
-  tcase_add_test(tc, counters);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+LP_TEST_MAIN("bucket", parse_good, parse_bad, parse_too_many, admit_edges, counters)

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "require.h"
+#include "testutil.h"
 #include "lanepack/jscan.h"
 #include "lanepack/rng.h"
 
@@ -92,17 +92,4 @@ START_TEST(differential) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("jscan");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, fixed_cases);
-  tcase_add_test(tc, depth_limit);
-  tcase_add_test(tc, key_compare);
-  tcase_add_test(tc, differential);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+LP_TEST_MAIN("jscan", fixed_cases, depth_limit, key_compare, differential)

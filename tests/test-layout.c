@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "require.h"
+#include "testutil.h"
 #include "lanepack/layout.h"
 #include "lanepack/packer.h"
 #include "lanepack/rng.h"
@@ -145,17 +145,4 @@ START_TEST(random_from_packer) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("layout");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, small_rectangle);
-  tcase_add_test(tc, bad_placements);
-  tcase_add_test(tc, ragged);
-  tcase_add_test(tc, random_from_packer);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+LP_TEST_MAIN("layout", small_rectangle, bad_placements, ragged, random_from_packer)

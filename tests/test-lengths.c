@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "require.h"
+#include "testutil.h"
 #include "lanepack/lengths.h"
 
 static char *write_tmp(const char *text) {
@@ -107,17 +107,4 @@ START_TEST(bad_mixes) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("lengths");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, file_good);
-  tcase_add_test(tc, file_bad);
-  tcase_add_test(tc, mixes);
-  tcase_add_test(tc, bad_mixes);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+LP_TEST_MAIN("lengths", file_good, file_bad, mixes, bad_mixes)

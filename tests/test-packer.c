@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "require.h"
+#include "testutil.h"
 #include "lanepack/packer.h"
 #include "lanepack/rng.h"
 
@@ -239,22 +239,4 @@ START_TEST(names) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("packer");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, empty_input);
-  tcase_add_test(tc, exact_and_overflow);
-  tcase_add_test(tc, many_one_token);
-  tcase_add_test(tc, pinned_first);
-  tcase_add_test(tc, best_fit_differs);
-  tcase_add_test(tc, random_properties);
-  tcase_add_test(tc, spfhp_histogram);
-  tcase_add_test(tc, names);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+LP_TEST_MAIN("packer", empty_input, exact_and_overflow, many_one_token, pinned_first, best_fit_differs, random_properties, spfhp_histogram, names)

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "require.h"
+#include "testutil.h"
 #include "lanepack/layout.h"
 #include "lanepack/packer.h"
 #include "lanepack/rng.h"
@@ -175,16 +175,4 @@ START_TEST(wrong_answers) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("scatter");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, random_per_token);
-  tcase_add_test(tc, per_segment);
-  tcase_add_test(tc, wrong_answers);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+LP_TEST_MAIN("scatter", random_per_token, per_segment, wrong_answers)

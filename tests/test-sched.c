@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "testutil.h"
 #include "lanepack/sched.h"
 
 #define MS 1000000ull
@@ -160,20 +161,4 @@ START_TEST(only_compiling_fits) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("sched");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, idle_and_no_shape);
-  tcase_add_test(tc, wait_then_max_wait);
-  tcase_add_test(tc, fill_target);
-  tcase_add_test(tc, deadline);
-  tcase_add_test(tc, shape_choice);
-  tcase_add_test(tc, bounded_bypass);
-  tcase_add_test(tc, only_compiling_fits);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+LP_TEST_MAIN("sched", idle_and_no_shape, wait_then_max_wait, fill_target, deadline, shape_choice, bounded_bypass, only_compiling_fits)

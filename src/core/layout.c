@@ -2,6 +2,8 @@
  * batch to batch, so a steady stream of batches allocates nothing. */
 #include "lanepack/layout.h"
 
+#include "internal.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,24 +16,13 @@ void lp_layout_free(lp_layout_t *l) {
   memset(l, 0, sizeof(*l));
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 64;
-  while (c < need) c *= 2;
-  void *q = realloc(*p, c * elem);
-  if (q == NULL) return -ENOMEM;
-  *p = q;
-  *cap = c;
-  return 0;
-}
-
 static int reserve_slots(lp_layout_t *l, size_t slots) {
   if (slots <= l->slots_cap) return 0;
   size_t c = l->slots_cap;
   size_t c1 = c, c2 = c;
-  if (grow((void **)&l->input_ids, &c, slots, sizeof(int32_t)) ||
-      grow((void **)&l->segment_ids, &c1, slots, sizeof(int32_t)) ||
-      grow((void **)&l->position_ids, &c2, slots, sizeof(int32_t)))
+  if (lp__grow((void **)&l->input_ids, &c, slots, sizeof(int32_t)) ||
+      lp__grow((void **)&l->segment_ids, &c1, slots, sizeof(int32_t)) ||
+      lp__grow((void **)&l->position_ids, &c2, slots, sizeof(int32_t)))
     return -ENOMEM;
   l->slots_cap = c;
   return 0;
@@ -47,7 +38,7 @@ int lp_layout_build(lp_layout_t *l, uint32_t lanes, uint32_t bucket, int32_t pad
                     const lp_place_t *place, const lp_seq_ref_t *seqs, size_t n) {
   if (lanes == 0 || bucket == 0) return -EINVAL;
   size_t slots = (size_t)lanes * bucket;
-  if (reserve_slots(l, slots) || grow((void **)&l->segs, &l->segs_cap, n + 1, sizeof(lp_segment_t)))
+  if (reserve_slots(l, slots) || lp__grow((void **)&l->segs, &l->segs_cap, n + 1, sizeof(lp_segment_t)))
     return -ENOMEM;
   l->ragged = 0;
   l->lanes = lanes;
@@ -105,8 +96,8 @@ int lp_layout_build_ragged(lp_layout_t *l, const lp_place_t *place, const lp_seq
   }
   if (total > INT32_MAX) return -EINVAL;
   if (reserve_slots(l, total ? total : 1) ||
-      grow((void **)&l->segs, &l->segs_cap, count + 1, sizeof(lp_segment_t)) ||
-      grow((void **)&l->cu_seqlens, &l->cu_cap, count + 1, sizeof(int32_t)))
+      lp__grow((void **)&l->segs, &l->segs_cap, count + 1, sizeof(lp_segment_t)) ||
+      lp__grow((void **)&l->cu_seqlens, &l->cu_cap, count + 1, sizeof(int32_t)))
     return -ENOMEM;
   l->ragged = 1;
   l->lanes = 1;

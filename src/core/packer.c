@@ -2,6 +2,8 @@
  * no I/O, and no allocation once the scratch arrays have grown to the input size. */
 #include "lanepack/packer.h"
 
+#include "internal.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -33,19 +35,8 @@ struct lp_packer_s {
   uint32_t *chain; size_t chain_cap;
 };
 
-#define GROW(p, field, capfield, need)                                          \
-  (((need) <= (p)->capfield) ? 0 : grow_array((void **)&(p)->field, &(p)->capfield, \
-                                              (need), sizeof(*(p)->field)))
-
-static int grow_array(void **arr, size_t *cap, size_t need, size_t elem) {
-  size_t n = *cap ? *cap : 16;
-  while (n < need) n *= 2;
-  void *a = realloc(*arr, n * elem);
-  if (a == NULL) return -ENOMEM;
-  *arr = a;
-  *cap = n;
-  return 0;
-}
+#define GROW(p, field, capfield, need) \
+  lp__grow((void **)&(p)->field, &(p)->capfield, (need), sizeof(*(p)->field))
 
 lp_packer_t *lp_packer_new(void) { return calloc(1, sizeof(lp_packer_t)); }
 
@@ -127,47 +118,6 @@ static int seg_full(const lp_pack_params_t *prm, uint32_t segs) {
   return prm->max_segments && segs >= prm->max_segments;
 }
 
-/* ---- first fit: a max-tree over bins of their remaining capacity ---- */
-
-static long pack_ffd(lp_packer_t *p, const lp_pack_params_t *prm, const uint32_t *lens,
-                     size_t n, lp_place_t *out, uint32_t *bins_used) {
-  uint32_t nb = bin_limit(prm, n);
-  size_t size = pow2_at_least(nb);
-  if (GROW(p, tree, tree_cap, 2 * size) || GROW(p, fill, fill_cap, nb) ||
-      GROW(p, segs, segs_cap, nb))
-    return -ENOMEM;
-  memset(p->tree, 0, 2 * size * sizeof(uint32_t));
-  for (uint32_t b = 0; b < nb; b++) p->tree[size + b] = prm->capacity;
-  for (size_t k = size - 1; k >= 1; k--)
-    p->tree[k] = p->tree[2 * k] > p->tree[2 * k + 1] ? p->tree[2 * k] : p->tree[2 * k + 1];
-  memset(p->fill, 0, nb * sizeof(uint32_t));
-  memset(p->segs, 0, nb * sizeof(uint32_t));
-
-  size_t pinned = prm->n_pinned < n ? prm->n_pinned : n, nk;
-  if (sort_unpinned(p, lens, n, pinned, &nk)) return -ENOMEM;
-  long placed = 0;
-  uint32_t used = 0;
-  for (size_t k = 0; k < pinned + nk; k++) {
-    size_t i = k < pinned ? k : (size_t)(p->keys[k - pinned] & 0xffffffffu);
-    out[i].bin = -1;
-    out[i].offset = 0;
-    uint32_t len = lens[i];
-    if (len == 0 || len > prm->capacity) continue;
-    long b = tree_first(p->tree, 1, 0, size, 0, len);
-    if (b < 0) continue;
-    out[i].bin = (int32_t)b;
-    out[i].offset = p->fill[b];
-    p->fill[b] += len;
-    p->segs[b]++;
-    tree_set(p->tree, size, (size_t)b,
-             seg_full(prm, p->segs[b]) ? 0 : prm->capacity - p->fill[b]);
-    if ((uint32_t)b + 1 > used) used = (uint32_t)b + 1;
-    placed++;
-  }
-  if (bins_used) *bins_used = used;
-  return placed;
-}
-
 /* ---- best fit: bins indexed by remaining capacity; a max-tree over capacity
  * values marks which have a bin, so "smallest capacity >= len" is O(log C) ---- */
 
@@ -193,13 +143,27 @@ static void capidx_pop(lp_packer_t *p, size_t size, uint32_t rem) {
   if (p->heads[rem] < 0) tree_set(p->tree, size, rem, 0);
 }
 
-static long pack_bfd(lp_packer_t *p, const lp_pack_params_t *prm, const uint32_t *lens,
-                     size_t n, lp_place_t *out, uint32_t *bins_used) {
+/* ---- any fit: first fit keeps a max-tree over bins of their remaining
+ * capacity ("leftmost bin with room" is O(log B)); best fit the capacity index
+ * ("tightest room" is O(log C)). Pinned items go first, then decreasing. ---- */
+
+static long pack_any_fit(lp_packer_t *p, const lp_pack_params_t *prm, const uint32_t *lens,
+                         size_t n, lp_place_t *out, uint32_t *bins_used, int best) {
   uint32_t nb = bin_limit(prm, n);
   size_t size;
-  if (capidx_init(p, prm->capacity, nb, &size) || GROW(p, fill, fill_cap, nb) ||
-      GROW(p, segs, segs_cap, nb))
-    return -ENOMEM;
+  if (GROW(p, fill, fill_cap, nb) || GROW(p, segs, segs_cap, nb)) return -ENOMEM;
+  if (best) {
+    if (capidx_init(p, prm->capacity, nb, &size)) return -ENOMEM;
+  } else {
+    size = pow2_at_least(nb);
+    if (GROW(p, tree, tree_cap, 2 * size)) return -ENOMEM;
+    memset(p->tree, 0, 2 * size * sizeof(uint32_t));
+    for (uint32_t b = 0; b < nb; b++) p->tree[size + b] = prm->capacity;
+    for (size_t k = size - 1; k >= 1; k--)
+      p->tree[k] = p->tree[2 * k] > p->tree[2 * k + 1] ? p->tree[2 * k] : p->tree[2 * k + 1];
+    memset(p->fill, 0, nb * sizeof(uint32_t));
+    memset(p->segs, 0, nb * sizeof(uint32_t));
+  }
 
   size_t pinned = prm->n_pinned < n ? prm->n_pinned : n, nk;
   if (sort_unpinned(p, lens, n, pinned, &nk)) return -ENOMEM;
@@ -211,24 +175,31 @@ static long pack_bfd(lp_packer_t *p, const lp_pack_params_t *prm, const uint32_t
     out[i].offset = 0;
     uint32_t len = lens[i];
     if (len == 0 || len > prm->capacity) continue;
-    long r = tree_first(p->tree, 1, 0, size, len, 1);
-    int32_t b;
-    if (r >= 0) {
-      b = p->heads[r];
-      capidx_pop(p, size, (uint32_t)r);
-    } else if (used < nb) {
-      b = (int32_t)used++;
-      p->fill[b] = 0;
-      p->segs[b] = 0;
+    long b;
+    if (!best) {
+      b = tree_first(p->tree, 1, 0, size, 0, len);
     } else {
-      continue;
+      long r = tree_first(p->tree, 1, 0, size, len, 1);
+      if (r >= 0) {
+        b = p->heads[r];
+        capidx_pop(p, size, (uint32_t)r);
+      } else if (used < nb) {
+        b = used;
+        p->fill[b] = 0;
+        p->segs[b] = 0;
+      } else {
+        b = -1;
+      }
     }
-    out[i].bin = b;
+    if (b < 0) continue;
+    out[i].bin = (int32_t)b;
     out[i].offset = p->fill[b];
     p->fill[b] += len;
     p->segs[b]++;
-    if (!seg_full(prm, p->segs[b]) && p->fill[b] < prm->capacity)
-      capidx_push(p, size, prm->capacity - p->fill[b], b);
+    uint32_t room = seg_full(prm, p->segs[b]) ? 0 : prm->capacity - p->fill[b];
+    if (!best) tree_set(p->tree, size, (size_t)b, room);
+    else if (room > 0) capidx_push(p, size, room, (int32_t)b);
+    if ((uint32_t)b + 1 > used) used = (uint32_t)b + 1;
     placed++;
   }
   if (bins_used) *bins_used = used;
@@ -418,8 +389,8 @@ long lp_packer_pack(lp_packer_t *p, lp_algo_t algo, const lp_pack_params_t *prm,
       n > UINT32_MAX)
     return -EINVAL;
   switch (algo) {
-    case LP_ALGO_FFD: return pack_ffd(p, prm, lens, n, out, bins_used);
-    case LP_ALGO_BFD: return pack_bfd(p, prm, lens, n, out, bins_used);
+    case LP_ALGO_FFD: return pack_any_fit(p, prm, lens, n, out, bins_used, 0);
+    case LP_ALGO_BFD: return pack_any_fit(p, prm, lens, n, out, bins_used, 1);
     case LP_ALGO_SPFHP: return pack_spfhp(p, prm, lens, n, out, bins_used);
     default: return -EINVAL;
   }

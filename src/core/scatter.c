@@ -2,6 +2,8 @@
  * sizes match the batch, so each request's slice is one copy of its own bytes. */
 #include "lanepack/scatter.h"
 
+#include "internal.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,17 +28,6 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
     va_end(ap);
   }
   return -EPROTO;
-}
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 64;
-  while (c < need) c *= 2;
-  void *q = realloc(*p, c * elem);
-  if (q == NULL) return -ENOMEM;
-  *p = q;
-  *cap = c;
-  return 0;
 }
 
 /* Reads a flat array of values at p, recording each value's span from index
@@ -71,7 +62,7 @@ int lp_scatter_index(lp_scatter_t *s, const char *body, size_t len, const lp_lay
   if (len > UINT32_MAX) return fail(err, errlen, "answer larger than 4 GiB");
   s->body = body;
   s->lanes = lay->lanes;
-  if (grow((void **)&s->lane_start, &s->lane_cap, (size_t)lay->lanes + 1, sizeof(uint32_t)))
+  if (lp__grow((void **)&s->lane_start, &s->lane_cap, (size_t)lay->lanes + 1, sizeof(uint32_t)))
     return -ENOMEM;
 
   p = lp_jscan_ws(p, end);
@@ -92,7 +83,7 @@ int lp_scatter_index(lp_scatter_t *s, const char *body, size_t len, const lp_lay
       s->per_segment = is_seg;
       /* element counts per lane */
       size_t total = is_seg ? lay->nsegs : (size_t)lay->lanes * lay->bucket;
-      if (grow((void **)&s->span, &s->span_cap, 2 * total + 2, sizeof(uint32_t))) return -ENOMEM;
+      if (lp__grow((void **)&s->span, &s->span_cap, 2 * total + 2, sizeof(uint32_t))) return -ENOMEM;
       const char *name = is_seg ? "segment_outputs" : "outputs";
       size_t at = 0, got;
       if (lay->ragged) {
