@@ -1,6 +1,7 @@
 /* Tests of the JSON scanner, against jansson as the reference on the same bytes. */
 #include <check.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,4 +93,81 @@ START_TEST(differential) {
 }
 END_TEST
 
-LP_TEST_MAIN("jscan", fixed_cases, depth_limit, key_compare, differential)
+/* The token reader against jansson: on random arrays, valid or mutated, both
+ * accept the same inputs and read the same integers. */
+START_TEST(int_array_vs_jansson) {
+  static const char alphabet[] = "0123456789-,.eE []\"a";
+  lp_rng_t rng;
+  lp_rng_seed(&rng, 7);
+  char buf[256];
+  int32_t out[64];
+  int both_ok = 0;
+  for (int round = 0; round < 30000; round++) {
+    size_t k = 0, cnt = (size_t)lp_rng_below(&rng, 12);
+    buf[k++] = '[';
+    for (size_t i = 0; i < cnt; i++) {
+      k += (size_t)snprintf(buf + k, sizeof(buf) - k, "%s%s%lld", i ? "," : "",
+                            lp_rng_below(&rng, 4) ? "" : " ",
+                            (long long)lp_rng_below(&rng, 201500) - 1200);
+    }
+    buf[k++] = ']';
+    buf[k] = 0;
+    if (round % 2) { /* mutate */
+      size_t at = (size_t)lp_rng_below(&rng, k);
+      buf[at] = alphabet[lp_rng_below(&rng, sizeof(alphabet) - 1)];
+    }
+    size_t len = strlen(buf), n;
+    int err;
+    const char *end = lp_jscan_int_array(buf, buf + len, out, 64, -1000, 200000, &n, &err);
+    int ours = end && lp_jscan_ws(end, buf + len) == buf + len;
+    /* jansson's view: an array of integers within range */
+    json_error_t e;
+    json_t *j = json_loadb(buf, len, 0, &e);
+    int theirs = j && json_is_array(j);
+    for (size_t i = 0; theirs && i < json_array_size(j); i++) {
+      json_t *v = json_array_get(j, i);
+      theirs = json_is_integer(v) && json_integer_value(v) >= -1000 &&
+               json_integer_value(v) <= 200000;
+    }
+    if (ours != theirs) ck_abort_msg("reader %d jansson %d on %s (err %d)", ours, theirs, buf, err);
+    if (ours) {
+      REQUIRE(n == json_array_size(j));
+      for (size_t i = 0; i < n; i++) REQUIRE(out[i] == json_integer_value(json_array_get(j, i)));
+      both_ok++;
+    }
+    json_decref(j);
+  }
+  ck_assert_int_gt(both_ok, 7000);
+}
+END_TEST
+
+START_TEST(int_array_errors) {
+  int32_t out[4];
+  size_t n;
+  int err;
+  const char *s = "[1, \"2\"]";
+  ck_assert_ptr_null(lp_jscan_int_array(s, s + strlen(s), out, 4, 0, 10, &n, &err));
+  ck_assert_int_eq(err, LP_JSCAN_E_NOT_INT);
+  s = "[1, 2.5]";
+  ck_assert_ptr_null(lp_jscan_int_array(s, s + strlen(s), out, 4, 0, 10, &n, &err));
+  ck_assert_int_eq(err, LP_JSCAN_E_NOT_INT);
+  s = "[1, -1]";
+  ck_assert_ptr_null(lp_jscan_int_array(s, s + strlen(s), out, 4, 0, 10, &n, &err));
+  ck_assert_int_eq(err, LP_JSCAN_E_RANGE);
+  s = "[99999999999999999999999]";
+  ck_assert_ptr_null(lp_jscan_int_array(s, s + strlen(s), out, 4, 0, 10, &n, &err));
+  ck_assert_int_eq(err, LP_JSCAN_E_RANGE);
+  s = "[1,2,3,4,5]";
+  ck_assert_ptr_null(lp_jscan_int_array(s, s + strlen(s), out, 4, 0, 10, &n, &err));
+  ck_assert_int_eq(err, LP_JSCAN_E_TOO_MANY);
+  s = "[1,,2]";
+  ck_assert_ptr_null(lp_jscan_int_array(s, s + strlen(s), out, 4, 0, 10, &n, &err));
+  ck_assert_int_eq(err, LP_JSCAN_E_SYNTAX);
+  s = "[ 3 , 4 ]";
+  ck_assert_ptr_eq(lp_jscan_int_array(s, s + strlen(s), out, 4, 0, 10, &n, &err), s + strlen(s));
+  ck_assert_uint_eq(n, 2);
+  ck_assert_int_eq(out[1], 4);
+}
+END_TEST
+
+LP_TEST_MAIN("jscan", fixed_cases, depth_limit, key_compare, differential, int_array_vs_jansson, int_array_errors)

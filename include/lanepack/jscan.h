@@ -20,4 +20,15 @@ const char *lp_jscan_skip(const char *p, const char *end, int max_depth);
  * are compared decoded only for plain ASCII keys). Returns the byte after it or NULL. */
 const char *lp_jscan_key(const char *p, const char *end, const char *key, int *eq);
 
+/* Reads a JSON array of integers at p (no leading whitespace) into out[0..cap),
+ * without allocating: each value must be an integer in [min, max] (no fraction,
+ * no exponent). Returns the byte after the array and sets *n, or NULL and sets
+ * *err to LP_JSCAN_E_*; *n then counts the values read before the error. */
+#define LP_JSCAN_E_SYNTAX (-1)   /* not an array of numbers, or malformed */
+#define LP_JSCAN_E_NOT_INT (-2)  /* a value is not an integer (string, 1.5, 1e3, ...) */
+#define LP_JSCAN_E_RANGE (-3)    /* a value is outside [min, max] */
+#define LP_JSCAN_E_TOO_MANY (-4) /* more than cap values */
+const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, size_t cap,
+                               int64_t min, int64_t max, size_t *n, int *err);
+
 #endif

@@ -107,3 +107,71 @@ const char *lp_jscan_key(const char *p, const char *end, const char *key, int *e
   *eq = (size_t)(after - p - 2) == n && memcmp(p + 1, key, n) == 0;
   return after;
 }
+
+const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, size_t cap,
+                               int64_t min, int64_t max, size_t *n, int *err) {
+  *n = 0;
+  *err = LP_JSCAN_E_SYNTAX;
+  if (max > INT32_MAX) max = INT32_MAX;
+  if (min < INT32_MIN) min = INT32_MIN;
+  if (p >= end || *p != '[') return NULL;
+  p = lp_jscan_ws(p + 1, end);
+  if (p < end && *p == ']') {
+    *err = 0;
+    return p + 1;
+  }
+  for (;;) {
+    /* one integer: -?(0|[1-9][0-9]*), then not '.', 'e' or 'E' */
+    const char *start = p;
+    int neg = 0;
+    if (p < end && *p == '-') {
+      neg = 1;
+      p++;
+    }
+    if (p >= end || *p < '0' || *p > '9') {
+      /* a value, but not a number: tell "not an integer" from garbage */
+      const char *q = lp_jscan_skip(start, end, 8);
+      *err = q ? LP_JSCAN_E_NOT_INT : LP_JSCAN_E_SYNTAX;
+      return NULL;
+    }
+    uint64_t v = 0;
+    int big = 0;
+    if (*p == '0') {
+      p++;
+    } else {
+      while (p < end && *p >= '0' && *p <= '9') {
+        if (v > (UINT64_MAX - 9) / 10) big = 1;
+        else v = v * 10 + (uint64_t)(*p - '0');
+        p++;
+      }
+    }
+    if (p < end && (*p == '.' || *p == 'e' || *p == 'E')) {
+      *err = skip_number(start, end) ? LP_JSCAN_E_NOT_INT : LP_JSCAN_E_SYNTAX;
+      return NULL;
+    }
+    if (p < end && *p >= '0' && *p <= '9') return NULL; /* leading zero: 012 */
+    int64_t sv;
+    if (big || v > (uint64_t)INT64_MAX) {
+      *err = LP_JSCAN_E_RANGE;
+      return NULL;
+    }
+    sv = neg ? -(int64_t)v : (int64_t)v;
+    if (sv < min || sv > max) {
+      *err = LP_JSCAN_E_RANGE;
+      return NULL;
+    }
+    if (*n == cap) {
+      *err = LP_JSCAN_E_TOO_MANY;
+      return NULL;
+    }
+    out[(*n)++] = (int32_t)sv;
+    p = lp_jscan_ws(p, end);
+    if (p >= end) return NULL;
+    if (*p == ']') {
+      *err = 0;
+      return p + 1;
+    }
+    if (*p != ',') return NULL;
+    p = lp_jscan_ws(p + 1, end);
+  }
+}

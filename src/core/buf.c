@@ -1,0 +1,136 @@
+/* The growable byte buffer and the fast integer writer. */
+#include "lanepack/buf.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void lp_buf_init(lp_buf_t *b) { memset(b, 0, sizeof(*b)); }
+
+void lp_buf_free(lp_buf_t *b) {
+  free(b->data);
+  memset(b, 0, sizeof(*b));
+}
+
+int lp_buf_reserve(lp_buf_t *b, size_t n) {
+  if (b->oom) return -ENOMEM;
+  if (b->cap - b->len > n) return 0; /* keeps one byte for lp_buf_cstr */
+  size_t c = b->cap ? b->cap : 256;
+  while (c - b->len <= n) c *= 2;
+  char *d = realloc(b->data, c);
+  if (d == NULL) {
+    b->oom = 1;
+    return -ENOMEM;
+  }
+  b->data = d;
+  b->cap = c;
+  return 0;
+}
+
+void lp_buf_append(lp_buf_t *b, const void *p, size_t n) {
+  if (n == 0 || lp_buf_reserve(b, n)) return;
+  memcpy(b->data + b->len, p, n);
+  b->len += n;
+}
+
+void lp_buf_puts(lp_buf_t *b, const char *s) { lp_buf_append(b, s, strlen(s)); }
+
+void lp_buf_printf(lp_buf_t *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0 || lp_buf_reserve(b, (size_t)n + 1)) return;
+  va_start(ap, fmt);
+  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+}
+
+/* Two digits at a time from a table: the usual trick of fast integer writers. */
+static const char digits2[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+static size_t fmt_u64(char *out, uint64_t v) {
+  char tmp[20];
+  size_t i = sizeof(tmp);
+  while (v >= 100) {
+    unsigned r = (unsigned)(v % 100);
+    v /= 100;
+    tmp[--i] = digits2[2 * r + 1];
+    tmp[--i] = digits2[2 * r];
+  }
+  if (v >= 10) {
+    tmp[--i] = digits2[2 * v + 1];
+    tmp[--i] = digits2[2 * v];
+  } else {
+    tmp[--i] = (char)('0' + v);
+  }
+  size_t n = sizeof(tmp) - i;
+  memcpy(out, tmp + i, n);
+  return n;
+}
+
+size_t lp_fmt_i64(char *out, int64_t v) {
+  if (v < 0) {
+    out[0] = '-';
+    return 1 + fmt_u64(out + 1, (uint64_t)0 - (uint64_t)v);
+  }
+  return fmt_u64(out, (uint64_t)v);
+}
+
+void lp_buf_i64(lp_buf_t *b, int64_t v) {
+  if (lp_buf_reserve(b, 21)) return;
+  b->len += lp_fmt_i64(b->data + b->len, v);
+}
+
+void lp_buf_u64(lp_buf_t *b, uint64_t v) {
+  if (lp_buf_reserve(b, 21)) return;
+  b->len += fmt_u64(b->data + b->len, v);
+}
+
+void lp_buf_i32_array(lp_buf_t *b, const int32_t *v, size_t n) {
+  /* at most 11 digits and sign, plus a comma, per value */
+  if (lp_buf_reserve(b, n * 12 + 2)) return;
+  char *o = b->data + b->len;
+  *o++ = '[';
+  for (size_t i = 0; i < n; i++) {
+    if (i) *o++ = ',';
+    o += lp_fmt_i64(o, v[i]);
+  }
+  *o++ = ']';
+  b->len = (size_t)(o - b->data);
+}
+
+void lp_buf_json_str(lp_buf_t *b, const char *s, size_t n) {
+  if (lp_buf_reserve(b, n * 6 + 2)) return;
+  char *o = b->data + b->len;
+  *o++ = '"';
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '"' || c == '\\') {
+      *o++ = '\\';
+      *o++ = (char)c;
+    } else if (c < 0x20) {
+      static const char hex[] = "0123456789abcdef";
+      memcpy(o, "\\u00", 4);
+      o[4] = hex[c >> 4];
+      o[5] = hex[c & 15];
+      o += 6;
+    } else {
+      *o++ = (char)c;
+    }
+  }
+  *o++ = '"';
+  b->len = (size_t)(o - b->data);
+}
+
+const char *lp_buf_cstr(lp_buf_t *b) {
+  if (lp_buf_reserve(b, 1)) return NULL;
+  b->data[b->len] = '\0';
+  return b->data;
+}
