@@ -1,0 +1,108 @@
+/* A small HTTP/1.1 server on libuv and llhttp, shared by the proxy and the
+ * emulator: keep-alive, pipelining with answers in request order, chunked and
+ * Content-Length bodies, Expect: 100-continue, and limits on header size, body
+ * size, connections, pipelined requests and idle or slow clients. */
+#ifndef LANEPACK_HTTPD_H
+#define LANEPACK_HTTPD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "lanepack/buf.h"
+
+/* Request methods, as llhttp numbers them. */
+#define LP_HTTP_DELETE 0
+#define LP_HTTP_GET 1
+#define LP_HTTP_HEAD 2
+#define LP_HTTP_POST 3
+#define LP_HTTP_PUT 4
+
+typedef struct lp_httpd_s lp_httpd_t;
+typedef struct lp_http_conn_s lp_http_conn_t;
+
+typedef struct lp_http_req_s {
+  int method;             /* llhttp_method_t: HTTP_GET, HTTP_POST, ... */
+  char *url;              /* NUL-terminated, owned */
+  size_t url_len;
+  size_t path_len;        /* url[0..path_len) is the path, before any '?' */
+  char content_type[96];  /* "" when absent; truncated if longer */
+  char authorization[256];/* "" when absent */
+  int has_body_length;    /* Content-Length given or chunked */
+  char *body;             /* owned; NUL-terminated (not counted in body_len) */
+  size_t body_len;
+  uint64_t start_ns;      /* when the request's first byte was parsed (uv_hrtime) */
+  void *app;              /* the handler's own state for this request */
+  /* private */
+  lp_http_conn_t *_conn;
+  struct lp_http_req_s *_next;
+  size_t _body_cap;
+  int _answered;
+  int _close_after;
+  lp_buf_t _resp;
+  uv_write_t _write;
+} lp_http_req_t;
+
+typedef struct lp_httpd_config_s {
+  /* A request is complete: answer it with lp_http_respond, now or later. */
+  void (*on_request)(lp_http_req_t *req, void *ud);
+  /* The client went away before its answer: drop every reference to req,
+   * which is freed when this returns. May be NULL if requests are answered
+   * before on_request returns. */
+  void (*on_cancel)(lp_http_req_t *req, void *ud);
+  void *ud;
+  size_t max_header_bytes;   /* request line and headers; over it: 431 */
+  size_t max_body_bytes;     /* over it: 413 */
+  size_t max_connections;    /* over it: 503 and close */
+  size_t max_pipeline;       /* unanswered requests per connection before reading pauses */
+  uint64_t idle_timeout_ms;  /* a connection with nothing in progress is closed */
+  uint64_t request_timeout_ms; /* a request must arrive whole within this: else 408 */
+} lp_httpd_config_t;
+
+/* Fills cfg with defaults (handlers left NULL). */
+void lp_httpd_config_default(lp_httpd_config_t *cfg);
+
+/* Returns NULL on allocation failure. The server owns itself until
+ * lp_httpd_close's callback. */
+lp_httpd_t *lp_httpd_new(uv_loop_t *loop, const lp_httpd_config_t *cfg);
+
+/* Listens on "HOST:PORT" ("[::1]:0" picks a free port); *port gets the port
+ * bound. Returns 0 or a negative libuv error (UV_EINVAL for a bad address). */
+int lp_httpd_listen(lp_httpd_t *s, const char *addr, int *port);
+
+/* Stops accepting; connections close once their answers are written (idle ones
+ * at once). done(arg) runs when every handle is closed and s is freed. */
+void lp_httpd_close(lp_httpd_t *s, void (*done)(void *arg), void *arg);
+
+size_t lp_httpd_connections(const lp_httpd_t *s);
+
+/* Answers req: status, extra header lines (each ending "\r\n", may be NULL), a
+ * content type and the body (copied). The answer goes out when every earlier
+ * request on the connection has been answered. */
+void lp_http_respond(lp_http_req_t *req, int status, const char *headers,
+                     const char *content_type, const void *body, size_t len);
+
+/* Answers with {"error": {"code": code, "message": message<extra>}}; extra (may
+ * be NULL) is more members of the error object, starting with ", ". */
+void lp_http_respond_error(lp_http_req_t *req, int status, const char *headers,
+                           const char *code, const char *message, const char *extra);
+
+/* Appends the status line and headers for a body of len bytes to out; the
+ * caller then appends the body and hands it over with lp_http_respond_raw. */
+void lp_http_head(lp_http_req_t *req, lp_buf_t *out, int status, const char *headers,
+                  const char *content_type, size_t len);
+/* Answers with a complete response built by lp_http_head + body; takes the
+ * buffer's contents (out is left empty and reusable). */
+void lp_http_respond_raw(lp_http_req_t *req, lp_buf_t *out);
+
+/* Drops req's connection now: `partial` bytes (may be 0) are written first if
+ * the socket takes them at once, then it closes; every request still queued on
+ * the connection is cancelled. For fault injection and hopeless clients. */
+void lp_http_abort(lp_http_req_t *req, const char *partial, size_t n);
+
+const char *lp_http_reason(int status);
+
+/* Parses "HOST:PORT" / "[V6]:PORT" into a sockaddr. Returns 0 or UV_EINVAL. */
+int lp_parse_hostport(const char *addr, struct sockaddr_storage *ss);
+
+#endif

@@ -1,0 +1,658 @@
+/* lanepack-emulator: a static-shape accelerator on loopback. It accepts only
+ * its compiled shapes, costs a fixed time per batch whatever the fill, runs one
+ * batch at a time per device, checks every batch's layout and answers with a
+ * function of each token's own segment (lanepack/emu.h). Fault switches make
+ * it fail, reset, stall or garble at seeded rates. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lanepack/bucket.h"
+#include "lanepack/buf.h"
+#include "lanepack/emu.h"
+#include "lanepack/httpd.h"
+#include "lanepack/jscan.h"
+#include "lanepack/rng.h"
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+typedef struct emu_s emu_t;
+
+/* One batch from parse to answer; owns its arrays. */
+typedef struct job_s {
+  emu_t *emu;
+  lp_http_req_t *req;     /* NULL once the client went away */
+  uv_timer_t timer;
+  struct job_s *next;     /* device queue */
+  int64_t batch_id;
+  int shape;              /* index in the shape set, -1 for ragged */
+  uint32_t lanes, bucket;
+  int32_t *ids, *sids, *pos;  /* lanes * bucket each */
+  int32_t *cu;            /* ragged: nsegs + 1 */
+  size_t ncu;
+  int fault;              /* 0 none, else which fault to act out */
+  int stalled;            /* held without an answer until the client leaves */
+} job_t;
+
+struct emu_s {
+  uv_loop_t *loop;
+  lp_httpd_t *httpd;
+  lp_bucket_set_t shapes;
+  uint64_t cost_ms[LP_BUCKET_MAX_SHAPES];
+  int used[LP_BUCKET_MAX_SHAPES];  /* compiled on first use when compile_ms > 0 */
+  uint64_t default_cost_ms;
+  uint64_t compile_ms;
+  int per_segment;
+  int ragged_ok;
+  unsigned devices, busy;
+  job_t *qhead, *qtail;
+  /* faults */
+  double fail_rate, reset_rate, stall_rate, garbage_rate;
+  uint64_t delay_ms;
+  lp_rng_t rng;
+  uint64_t batches, rejected;
+  uv_signal_t sigterm, sigint;
+};
+
+enum { FAULT_NONE, FAULT_FAIL, FAULT_RESET, FAULT_STALL, FAULT_GARBAGE };
+
+static void job_free(job_t *j) {
+  free(j->ids);
+  free(j->sids);
+  free(j->pos);
+  free(j->cu);
+  free(j);
+}
+
+static void on_job_timer_closed(uv_handle_t *h) { job_free(container_of(h, job_t, timer)); }
+
+/* ---- parsing and checking a batch ---- */
+
+typedef struct {
+  char msg[256];
+} perr_t;
+
+static int bad(perr_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int bad(perr_t *e, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* Reads rows x cols integers from an array of arrays (or a flat array when
+ * rows == 0: then *cols gets its length, at most max). */
+static const char *read_matrix(const char *p, const char *end, int32_t *out, uint32_t rows,
+                               uint32_t *cols, size_t max, const char *name, perr_t *e) {
+  size_t n;
+  int err;
+  if (rows == 0) {
+    const char *q = lp_jscan_int_array(p, end, out, max, INT32_MIN, INT32_MAX, &n, &err);
+    if (!q) return bad(e, "'%s' is not a flat array of integers", name), NULL;
+    *cols = (uint32_t)n;
+    return q;
+  }
+  if (p >= end || *p != '[') return bad(e, "'%s' is not an array of lanes", name), NULL;
+  p = lp_jscan_ws(p + 1, end);
+  for (uint32_t r = 0; r < rows; r++) {
+    if (r) {
+      if (p >= end || *p != ',')
+        return bad(e, "'%s' has %ld lanes, the shape says %ld", name, (long)r, (long)rows), NULL;
+      p = lp_jscan_ws(p + 1, end);
+    }
+    const char *q = lp_jscan_int_array(p, end, out + (size_t)r * *cols, *cols, INT32_MIN,
+                                       INT32_MAX, &n, &err);
+    if (!q && err == LP_JSCAN_E_TOO_MANY)
+      return bad(e, "'%s' lane %ld is longer than the bucket %ld", name, (long)r, (long)*cols), NULL;
+    if (!q) return bad(e, "'%s' lane %ld is not an array of integers", name, (long)r), NULL;
+    if (n != *cols)
+      return bad(e, "'%s' lane has %ld values, the bucket is %ld", name, (long)n, (long)*cols), NULL;
+    p = lp_jscan_ws(q, end);
+  }
+  if (p >= end || *p != ']')
+    return bad(e, "'%s' has more lanes than the shape's %ld", name, (long)rows), NULL;
+  return p + 1;
+}
+
+/* Checks segment and position ids against the segments list. Returns 0 or -1. */
+static int check_segments(job_t *j, json_t *segs, perr_t *e) {
+  size_t slots = (size_t)j->lanes * j->bucket;
+  uint8_t *covered = calloc(slots ? slots : 1, 1);
+  if (!covered) return bad(e, "%s", "out of memory");
+  int rc = 0;
+  uint32_t *last_seg = calloc(j->lanes, sizeof(uint32_t));
+  size_t i;
+  json_t *s;
+  json_array_foreach(segs, i, s) {
+    json_int_t lane = json_integer_value(json_object_get(s, "lane"));
+    json_int_t seg = json_integer_value(json_object_get(s, "segment"));
+    json_int_t off = json_integer_value(json_object_get(s, "offset"));
+    json_int_t len = json_integer_value(json_object_get(s, "length"));
+    if (!json_is_object(s) || lane < 0 || lane >= j->lanes || len <= 0 || off < 0 ||
+        off + len > j->bucket) {
+      rc = bad(e, "segments[%ld] is out of the rectangle (lane %ld)", (long)i, (long)lane);
+      break;
+    }
+    if ((uint32_t)seg != last_seg[lane] + 1) {
+      rc = bad(e, "segments[%ld]: segment ids must count 1, 2, ... per lane, got %ld", (long)i, (long)seg);
+      break;
+    }
+    last_seg[lane] = (uint32_t)seg;
+    size_t base = (size_t)lane * j->bucket + (size_t)off;
+    for (json_int_t k = 0; k < len && rc == 0; k++) {
+      if (covered[base + k]) rc = bad(e, "segments[%ld] overlaps another", (long)i);
+      covered[base + k] = 1;
+      if (j->sids[base + k] != seg)
+        rc = bad(e, "segment_ids at lane %ld slot %ld disagree with segments", (long)lane, (long)(off + k));
+      else if (j->pos[base + k] != k)
+        rc = bad(e, "position_ids at lane %ld slot %ld should restart at 0 per segment", (long)lane, (long)(off + k));
+    }
+    if (rc) break;
+  }
+  for (size_t k = 0; rc == 0 && k < slots; k++)
+    if (!covered[k] && (j->sids[k] != 0 || j->pos[k] != 0))
+      rc = bad(e, "padding at lane %ld slot %ld must have segment and position id 0", (long)(k / j->bucket), (long)(k % j->bucket));
+  free(covered);
+  free(last_seg);
+  return rc;
+}
+
+/* Parses and checks a batch. Returns 0, or an HTTP status with e->msg set. */
+static int parse_batch(emu_t *emu, job_t *j, const char *body, size_t len, perr_t *e) {
+  const char *p = lp_jscan_ws(body, body + len), *end = body + len;
+  const char *ids_at = NULL, *sids_at = NULL, *pos_at = NULL;
+  json_t *segs = NULL;
+  int64_t lanes = -1, bucket = -1;
+  j->shape = -1;
+  int have_cu = 0;
+  if (p >= end || *p != '{') return bad(e, "batch is not a JSON object"), 400;
+  p = lp_jscan_ws(p + 1, end);
+  while (p < end && *p != '}') {
+    int k_ids, k_sids, k_pos, k_shape, k_segs, k_id, k_cu;
+    const char *key = p;
+    if (*p != '"' || !(p = lp_jscan_key(key, end, "input_ids", &k_ids)))
+      return bad(e, "batch is not valid JSON"), 400;
+    lp_jscan_key(key, end, "segment_ids", &k_sids);
+    lp_jscan_key(key, end, "position_ids", &k_pos);
+    lp_jscan_key(key, end, "shape", &k_shape);
+    lp_jscan_key(key, end, "segments", &k_segs);
+    lp_jscan_key(key, end, "batch_id", &k_id);
+    lp_jscan_key(key, end, "cu_seqlens", &k_cu);
+    p = lp_jscan_ws(p, end);
+    if (p >= end || *p != ':') return bad(e, "batch is not valid JSON"), 400;
+    p = lp_jscan_ws(p + 1, end);
+    const char *v = p;
+    p = lp_jscan_skip(p, end, 8);
+    if (!p) return bad(e, "batch is not valid JSON"), 400;
+    if (k_ids) ids_at = v;
+    else if (k_sids) sids_at = v;
+    else if (k_pos) pos_at = v;
+    else if (k_shape || k_segs || k_id || k_cu) {
+      json_error_t je;
+      json_t *x = json_loadb(v, (size_t)(p - v), JSON_DECODE_ANY, &je);
+      if (!x) return bad(e, "batch is not valid JSON"), 400;
+      if (k_shape) {
+        if (!json_is_array(x) || json_array_size(x) != 2 ||
+            !json_is_integer(json_array_get(x, 0)) || !json_is_integer(json_array_get(x, 1))) {
+          json_decref(x);
+          return bad(e, "'shape' must be [lanes, bucket]"), 400;
+        }
+        lanes = json_integer_value(json_array_get(x, 0));
+        bucket = json_integer_value(json_array_get(x, 1));
+        json_decref(x);
+      } else if (k_segs) {
+        if (!json_is_array(x)) {
+          json_decref(x);
+          return bad(e, "'segments' must be an array"), 400;
+        }
+        json_decref(segs);
+        segs = x;
+      } else if (k_id) {
+        j->batch_id = json_integer_value(x);
+        json_decref(x);
+      } else {
+        json_decref(x);
+        have_cu = 1;
+        /* cu_seqlens is read with the fast reader below */
+        size_t n;
+        int err;
+        free(j->cu);
+        j->cu = malloc(((size_t)(p - v) / 2 + 2) * sizeof(int32_t));
+        if (!j->cu || !lp_jscan_int_array(v, p, j->cu, (size_t)(p - v) / 2 + 1, 0, INT32_MAX,
+                                          &n, &err)) {
+          json_decref(segs);
+          return bad(e, "'cu_seqlens' must be an array of non-negative integers"), 400;
+        }
+        j->ncu = n;
+      }
+    }
+    p = lp_jscan_ws(p, end);
+    if (p < end && *p == ',') p = lp_jscan_ws(p + 1, end);
+  }
+  if (!ids_at) {
+    json_decref(segs);
+    return bad(e, "batch has no 'input_ids'"), 400;
+  }
+  if (have_cu) {
+    /* ragged form: a flat token list cut by cu_seqlens */
+    if (!emu->ragged_ok) {
+      json_decref(segs);
+      return bad(e, "shape mismatch: this device takes rectangles only"), 500;
+    }
+    size_t max = (size_t)(end - ids_at) / 2 + 1;
+    j->ids = malloc(max * sizeof(int32_t));
+    uint32_t n = 0;
+    if (!j->ids || !read_matrix(ids_at, end, j->ids, 0, &n, max, "input_ids", e)) {
+      json_decref(segs);
+      return 400;
+    }
+    if (j->ncu < 2 || j->cu[0] != 0 || (uint32_t)j->cu[j->ncu - 1] != n) {
+      json_decref(segs);
+      return bad(e, "'cu_seqlens' must run from 0 to the token count %ld", (long)n), 400;
+    }
+    for (size_t i = 1; i < j->ncu; i++)
+      if (j->cu[i] <= j->cu[i - 1]) {
+        json_decref(segs);
+        return bad(e, "'cu_seqlens' must increase (at %ld)", (long)i), 400;
+      }
+    j->lanes = 1;
+    j->bucket = n;
+    json_decref(segs);
+    return 0;
+  }
+  if (lanes <= 0 || bucket <= 0 || lanes > 65536 || bucket > (1 << 24)) {
+    json_decref(segs);
+    return bad(e, "batch has no valid 'shape'"), 400;
+  }
+  int si = lp_bucket_set_find(&emu->shapes, (uint32_t)lanes, (uint32_t)bucket);
+  if (si < 0) {
+    json_decref(segs);
+    return bad(e, "shape mismatch: [%ld, %ld] is not compiled", (long)lanes, (long)bucket),
+           500;
+  }
+  j->shape = si;
+  j->lanes = (uint32_t)lanes;
+  j->bucket = (uint32_t)bucket;
+  size_t slots = (size_t)lanes * (size_t)bucket;
+  j->ids = malloc(slots * sizeof(int32_t));
+  j->sids = malloc(slots * sizeof(int32_t));
+  j->pos = malloc(slots * sizeof(int32_t));
+  if (!j->ids || !j->sids || !j->pos) {
+    json_decref(segs);
+    return bad(e, "out of memory"), 500;
+  }
+  if (!sids_at || !pos_at || !segs) {
+    json_decref(segs);
+    return bad(e, "batch needs 'segment_ids', 'position_ids' and 'segments'"), 400;
+  }
+  uint32_t b = j->bucket;
+  if (!read_matrix(ids_at, end, j->ids, j->lanes, &b, 0, "input_ids", e) ||
+      !read_matrix(sids_at, end, j->sids, j->lanes, &b, 0, "segment_ids", e) ||
+      !read_matrix(pos_at, end, j->pos, j->lanes, &b, 0, "position_ids", e)) {
+    json_decref(segs);
+    return 400;
+  }
+  int rc = check_segments(j, segs, e);
+  json_decref(segs);
+  return rc ? 400 : 0;
+}
+
+/* ---- computing and answering ---- */
+
+static void answer(job_t *j) {
+  emu_t *emu = j->emu;
+  lp_buf_t out;
+  lp_buf_init(&out);
+  lp_buf_t body;
+  lp_buf_init(&body);
+  lp_buf_puts(&body, "{\"batch_id\": ");
+  lp_buf_i64(&body, j->batch_id);
+  int32_t *h = malloc(((size_t)j->bucket + 1) * sizeof(int32_t));
+  int32_t *segv = malloc(((size_t)j->bucket + 1) * sizeof(int32_t));
+  if (!h || !segv) {
+    lp_http_respond_error(j->req, 500, NULL, "out_of_memory", "emulator out of memory", NULL);
+    free(h);
+    free(segv);
+    lp_buf_free(&body);
+    return;
+  }
+  lp_buf_puts(&body, emu->per_segment ? ", \"segment_outputs\": " : ", \"outputs\": ");
+  if (j->cu) {
+    /* ragged: flat outputs over the whole token list */
+    int32_t *all = malloc(((size_t)j->bucket + 1) * sizeof(int32_t));
+    size_t nseg = 0;
+    for (size_t s = 0; all && s + 1 < j->ncu; s++) {
+      size_t a = (size_t)j->cu[s], n = (size_t)(j->cu[s + 1] - j->cu[s]);
+      lp_emu_outputs(j->ids + a, n, all + a);
+      segv[nseg++] = all[a + n - 1];
+    }
+    if (emu->per_segment) lp_buf_i32_array(&body, segv, nseg);
+    else lp_buf_i32_array(&body, all, j->bucket);
+    free(all);
+  } else {
+    lp_buf_puts(&body, "[");
+    for (uint32_t lane = 0; lane < j->lanes; lane++) {
+      const int32_t *ids = j->ids + (size_t)lane * j->bucket;
+      const int32_t *sid = j->sids + (size_t)lane * j->bucket;
+      size_t nseg = 0;
+      uint32_t k = 0;
+      while (k < j->bucket) {
+        if (sid[k] == 0) {
+          h[k++] = 0;
+          continue;
+        }
+        uint32_t e = k;
+        while (e < j->bucket && sid[e] == sid[k]) e++;
+        lp_emu_outputs(ids + k, e - k, h + k);
+        segv[nseg++] = h[e - 1];
+        k = e;
+      }
+      if (lane) lp_buf_puts(&body, ",");
+      if (emu->per_segment) lp_buf_i32_array(&body, segv, nseg);
+      else lp_buf_i32_array(&body, h, j->bucket);
+    }
+    lp_buf_puts(&body, "]");
+  }
+  lp_buf_puts(&body, "}\n");
+  free(h);
+  free(segv);
+  if (j->fault == FAULT_GARBAGE) {
+    /* a wrong-sized answer: one value short in the first lane, or cut short */
+    if (lp_rng_below(&emu->rng, 2) && body.len > 8) body.len /= 2;
+    else {
+      char *c = memchr(body.data, ',', body.len);
+      if (c) memmove(c, c + 1, body.len - (size_t)(c - body.data) - 1), body.len--;
+    }
+  }
+  lp_http_head(j->req, &out, 200, NULL, "application/json", body.len);
+  lp_buf_append(&out, body.data, body.len);
+  lp_buf_free(&body);
+  lp_http_respond_raw(j->req, &out);
+  lp_buf_free(&out);
+}
+
+static void start_next(emu_t *emu);
+
+static void on_job_done(uv_timer_t *t) {
+  job_t *j = container_of(t, job_t, timer);
+  emu_t *emu = j->emu;
+  emu->busy--;
+  if (j->req) {
+    j->req->app = NULL;
+    if (j->fault == FAULT_FAIL)
+      lp_http_respond_error(j->req, 500, NULL, "injected_failure", "injected failure", NULL);
+    else if (j->fault == FAULT_RESET) {
+      static const char part[] =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+          "{\"outputs\": [[";
+      /* half the resets come before any byte, half mid-answer */
+      size_t n = lp_rng_below(&emu->rng, 2) ? sizeof(part) - 1 : 0;
+      lp_http_abort(j->req, part, n);
+    } else {
+      answer(j);
+    }
+  }
+  emu->batches++;
+  uv_close((uv_handle_t *)&j->timer, on_job_timer_closed);
+  start_next(emu);
+}
+
+static void start_next(emu_t *emu) {
+  while (emu->busy < emu->devices && emu->qhead) {
+    job_t *j = emu->qhead;
+    emu->qhead = j->next;
+    if (!emu->qhead) emu->qtail = NULL;
+    if (j->req == NULL) { /* cancelled while queued */
+      uv_close((uv_handle_t *)&j->timer, on_job_timer_closed);
+      continue;
+    }
+    uint64_t ms = emu->delay_ms;
+    if (j->shape >= 0) {
+      ms += emu->cost_ms[j->shape] ? emu->cost_ms[j->shape] : emu->default_cost_ms;
+      if (emu->compile_ms && !emu->used[j->shape]) {
+        ms += emu->compile_ms;
+        emu->used[j->shape] = 1;
+      }
+    } else {
+      ms += emu->default_cost_ms;
+    }
+    emu->busy++;
+    if (j->fault == FAULT_STALL) { /* never answers; freed when the client leaves */
+      emu->busy--;
+      j->stalled = 1;
+      continue;
+    }
+    uv_timer_start(&j->timer, on_job_done, ms, 0);
+  }
+}
+
+static void handle_batch(emu_t *emu, lp_http_req_t *req) {
+  job_t *j = calloc(1, sizeof(*j));
+  if (!j) {
+    lp_http_respond_error(req, 500, NULL, "out_of_memory", "emulator out of memory", NULL);
+    return;
+  }
+  j->emu = emu;
+  perr_t e = {{0}};
+  int status = parse_batch(emu, j, req->body, req->body_len, &e);
+  if (status) {
+    emu->rejected++;
+    lp_http_respond_error(req, status, NULL, status == 500 ? "shape_mismatch" : "bad_batch", e.msg,
+                          NULL);
+    job_free(j);
+    return;
+  }
+  double u = lp_rng_double(&emu->rng);
+  if ((u -= emu->fail_rate) < 0) j->fault = FAULT_FAIL;
+  else if ((u -= emu->reset_rate) < 0) j->fault = FAULT_RESET;
+  else if ((u -= emu->stall_rate) < 0) j->fault = FAULT_STALL;
+  else if ((u -= emu->garbage_rate) < 0) j->fault = FAULT_GARBAGE;
+  uv_timer_init(emu->loop, &j->timer);
+  j->req = req;
+  req->app = j;
+  if (emu->qtail) emu->qtail->next = j;
+  else emu->qhead = j;
+  emu->qtail = j;
+  start_next(emu);
+}
+
+static int path_is(const lp_http_req_t *r, const char *p) {
+  return r->path_len == strlen(p) && memcmp(r->url, p, r->path_len) == 0;
+}
+
+static void on_request(lp_http_req_t *req, void *ud) {
+  emu_t *emu = ud;
+  if (path_is(req, "/v1/batch")) {
+    if (req->method != LP_HTTP_POST) {
+      lp_http_respond_error(req, 405, "Allow: POST\r\n", "method_not_allowed", "use POST", NULL);
+      return;
+    }
+    handle_batch(emu, req);
+  } else if (path_is(req, "/healthz")) {
+    lp_http_respond(req, 200, NULL, "application/json", "{\"status\": \"ok\"}\n", 17);
+  } else if (path_is(req, "/v1/shapes")) {
+    lp_buf_t b;
+    lp_buf_init(&b);
+    lp_buf_puts(&b, "{\"shapes\": [");
+    for (size_t i = 0; i < emu->shapes.count; i++)
+      lp_buf_printf(&b, "%s[%u, %u]", i ? ", " : "", emu->shapes.shapes[i].lanes,
+                    emu->shapes.shapes[i].bucket);
+    lp_buf_puts(&b, "]}\n");
+    lp_http_respond(req, 200, NULL, "application/json", b.data, b.len);
+    lp_buf_free(&b);
+  } else {
+    lp_http_respond_error(req, 404, NULL, "not_found", "no such route", NULL);
+  }
+}
+
+static void on_cancel(lp_http_req_t *req, void *ud) {
+  (void)ud;
+  job_t *j = req->app;
+  if (!j) return;
+  j->req = NULL; /* freed when its turn comes or its timer ends */
+  if (j->stalled) uv_close((uv_handle_t *)&j->timer, on_job_timer_closed);
+}
+
+static void on_closed(void *arg) {
+  emu_t *emu = arg;
+  uv_close((uv_handle_t *)&emu->sigterm, NULL);
+  uv_close((uv_handle_t *)&emu->sigint, NULL);
+}
+
+static void on_signal(uv_signal_t *s, int signum) {
+  emu_t *emu = s->data;
+  (void)signum;
+  uv_signal_stop(&emu->sigterm);
+  uv_signal_stop(&emu->sigint);
+  /* drop queued and stalled work: their clients see the connection close */
+  lp_httpd_close(emu->httpd, on_closed, emu);
+  uv_stop(emu->loop);
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: lanepack-emulator --listen HOST:PORT --shapes 4x8192,8x2048\n"
+          "         [--cost-ms SHAPE=MS]... [--cost-ms MS] [--compile-ms MS] [--devices N]\n"
+          "         [--per-segment] [--ragged] [--fail-rate P] [--reset-rate P]\n"
+          "         [--stall-rate P] [--garbage-rate P] [--delay-ms MS] [--seed S]\n");
+}
+
+static int parse_rate(const char *s, double *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || *end || !(v >= 0 && v <= 1)) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+  char *end;
+  if (*s < '0' || *s > '9') return -1;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (*end || errno) return -1;
+  *out = v;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  static emu_t emu;
+  const char *listen = NULL, *shapes = NULL;
+  const char *costs[LP_BUCKET_MAX_SHAPES * 2];
+  size_t ncost = 0;
+  uint64_t devices = 1, seed = 1;
+  emu.default_cost_ms = 5;
+  static const struct option opts[] = {
+      {"listen", required_argument, 0, 'l'},       {"shapes", required_argument, 0, 's'},
+      {"cost-ms", required_argument, 0, 'c'},      {"compile-ms", required_argument, 0, 'C'},
+      {"devices", required_argument, 0, 'd'},      {"per-segment", no_argument, 0, 'p'},
+      {"ragged", no_argument, 0, 'r'},             {"fail-rate", required_argument, 0, 'F'},
+      {"reset-rate", required_argument, 0, 'R'},   {"stall-rate", required_argument, 0, 'S'},
+      {"garbage-rate", required_argument, 0, 'G'}, {"delay-ms", required_argument, 0, 'D'},
+      {"seed", required_argument, 0, 'e'},         {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int c, idx = 0;
+  while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+    int bad_arg = 0;
+    switch (c) {
+      case 'l': listen = optarg; break;
+      case 's': shapes = optarg; break;
+      case 'c':
+        if (ncost < sizeof(costs) / sizeof(costs[0])) costs[ncost++] = optarg;
+        break;
+      case 'C': bad_arg = parse_u64(optarg, &emu.compile_ms); break;
+      case 'd': bad_arg = parse_u64(optarg, &devices) || devices == 0 || devices > 1024; break;
+      case 'p': emu.per_segment = 1; break;
+      case 'r': emu.ragged_ok = 1; break;
+      case 'F': bad_arg = parse_rate(optarg, &emu.fail_rate); break;
+      case 'R': bad_arg = parse_rate(optarg, &emu.reset_rate); break;
+      case 'S': bad_arg = parse_rate(optarg, &emu.stall_rate); break;
+      case 'G': bad_arg = parse_rate(optarg, &emu.garbage_rate); break;
+      case 'D': bad_arg = parse_u64(optarg, &emu.delay_ms); break;
+      case 'e': bad_arg = parse_u64(optarg, &seed); break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+    if (bad_arg) {
+      fprintf(stderr, "lanepack-emulator: bad value '%s' for --%s\n", optarg, opts[idx].name);
+      return 2;
+    }
+  }
+  if (!listen || !shapes || optind < argc) {
+    usage(stderr);
+    return 2;
+  }
+  char err[200];
+  lp_bucket_set_init(&emu.shapes);
+  if (lp_bucket_set_parse(&emu.shapes, shapes, err, sizeof(err))) {
+    fprintf(stderr, "lanepack-emulator: --shapes: %s\n", err);
+    return 2;
+  }
+  for (size_t i = 0; i < ncost; i++) {
+    const char *eq = strchr(costs[i], '=');
+    uint64_t ms;
+    if (!eq) {
+      if (parse_u64(costs[i], &ms)) goto bad_cost;
+      emu.default_cost_ms = ms;
+      continue;
+    }
+    char spec[64];
+    if ((size_t)(eq - costs[i]) >= sizeof(spec)) goto bad_cost;
+    memcpy(spec, costs[i], (size_t)(eq - costs[i]));
+    spec[eq - costs[i]] = 0;
+    lp_bucket_set_t one;
+    lp_bucket_set_init(&one);
+    if (lp_bucket_set_parse(&one, spec, NULL, 0) || one.count != 1 || parse_u64(eq + 1, &ms))
+      goto bad_cost;
+    int si = lp_bucket_set_find(&emu.shapes, one.shapes[0].lanes, one.shapes[0].bucket);
+    if (si < 0) {
+      fprintf(stderr, "lanepack-emulator: --cost-ms %s: shape not in --shapes\n", costs[i]);
+      return 2;
+    }
+    emu.cost_ms[si] = ms;
+    continue;
+  bad_cost:
+    fprintf(stderr, "lanepack-emulator: bad --cost-ms '%s': want LANESxBUCKET=MS or MS\n",
+            costs[i]);
+    return 2;
+  }
+  if (emu.fail_rate + emu.reset_rate + emu.stall_rate + emu.garbage_rate > 1) {
+    fprintf(stderr, "lanepack-emulator: fault rates add up to more than 1\n");
+    return 2;
+  }
+  emu.devices = (unsigned)devices;
+  lp_rng_seed(&emu.rng, seed);
+  signal(SIGPIPE, SIG_IGN);
+  emu.loop = uv_default_loop();
+  lp_httpd_config_t hc;
+  lp_httpd_config_default(&hc);
+  hc.on_request = on_request;
+  hc.on_cancel = on_cancel;
+  hc.ud = &emu;
+  hc.max_body_bytes = 1024u * 1024 * 1024;
+  hc.max_pipeline = 1024;
+  emu.httpd = lp_httpd_new(emu.loop, &hc);
+  int port = 0;
+  int rc = emu.httpd ? lp_httpd_listen(emu.httpd, listen, &port) : UV_ENOMEM;
+  if (rc) {
+    fprintf(stderr, "lanepack-emulator: cannot listen on %s: %s\n", listen, uv_strerror(rc));
+    return 1;
+  }
+  uv_signal_init(emu.loop, &emu.sigterm);
+  uv_signal_init(emu.loop, &emu.sigint);
+  emu.sigterm.data = emu.sigint.data = &emu;
+  uv_signal_start(&emu.sigterm, on_signal, SIGTERM);
+  uv_signal_start(&emu.sigint, on_signal, SIGINT);
+  fprintf(stderr, "{\"msg\": \"emulator listening\", \"port\": %d, \"shapes\": \"%s\"}\n", port,
+          shapes);
+  uv_run(emu.loop, UV_RUN_DEFAULT);
+  fprintf(stderr, "{\"msg\": \"emulator stopped\", \"batches\": %llu, \"rejected\": %llu}\n",
+          (unsigned long long)emu.batches, (unsigned long long)emu.rejected);
+  return 0;
+}

@@ -1,0 +1,660 @@
+/* The HTTP/1.1 server: connections on libuv, parsing by llhttp, answers in
+ * request order. Requests are owned by their connection until written. */
+#include "lanepack/httpd.h"
+
+#include <errno.h>
+#include <llhttp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+struct lp_httpd_s {
+  uv_loop_t *loop;
+  uv_tcp_t listener;
+  int listening;
+  int closing;
+  lp_httpd_config_t cfg;
+  llhttp_settings_t settings;  /* outlives every parser */
+  lp_http_conn_t *conns;       /* open connections, doubly linked */
+  size_t nconns;               /* in the list: what the connection limit counts */
+  size_t alive;                /* allocated, handles maybe closing: free s at 0 */
+  char *rbuf;                  /* one read buffer for the loop: every read is parsed
+                                  before the next, so idle connections hold none */
+  size_t rbuf_cap;
+  void (*done)(void *);
+  void *done_arg;
+};
+
+struct lp_http_conn_s {
+  lp_httpd_t *srv;
+  uv_tcp_t tcp;
+  uv_timer_t timer;
+  llhttp_t parser;
+  lp_http_conn_t *prev, *next;
+  lp_http_req_t *head, *tail;  /* requests in arrival order, head answered first */
+  lp_http_req_t *cur;          /* being parsed (also in the list) */
+  size_t unanswered;
+  size_t header_bytes;
+  char field[64];              /* current header name (truncated) */
+  char expect[32];             /* the Expect header of the request being parsed */
+  size_t field_len;
+  int field_done;
+  char *pending;               /* bytes not yet parsed while paused; owned */
+  size_t pending_len;
+  int paused;                  /* parser paused: too many unanswered requests */
+  int reading;
+  int closing;                 /* close once the queued answers are written */
+  int closed;                  /* uv_close called */
+  int handles;                 /* open handles: free at 0 */
+  int err_status;              /* set by a callback that rejects the request */
+  const char *err_code;
+  const char *err_msg;
+};
+
+static void conn_close(lp_http_conn_t *c);
+static void conn_flush(lp_http_conn_t *c);
+static void conn_parse(lp_http_conn_t *c, const char *data, size_t len);
+static void conn_start_reading(lp_http_conn_t *c);
+static void conn_arm_timer(lp_http_conn_t *c);
+static void server_maybe_finish(lp_httpd_t *s);
+
+const char *lp_http_reason(int status) {
+  switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 415: return "Unsupported Media Type";
+    case 417: return "Expectation Failed";
+    case 422: return "Unprocessable Content";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+  }
+  return "Unknown";
+}
+
+void lp_httpd_config_default(lp_httpd_config_t *cfg) {
+  memset(cfg, 0, sizeof(*cfg));
+  cfg->max_header_bytes = 16 * 1024;
+  cfg->max_body_bytes = 8 * 1024 * 1024;
+  cfg->max_connections = 10000;
+  cfg->max_pipeline = 64;
+  cfg->idle_timeout_ms = 60000;
+  cfg->request_timeout_ms = 30000;
+}
+
+/* ---- requests ---- */
+
+static void req_free(lp_http_req_t *r) {
+  free(r->url);
+  free(r->body);
+  lp_buf_free(&r->_resp);
+  free(r);
+}
+
+static lp_http_req_t *req_new(lp_http_conn_t *c) {
+  lp_http_req_t *r = calloc(1, sizeof(*r));
+  if (r == NULL) return NULL;
+  r->_conn = c;
+  r->start_ns = uv_hrtime();
+  lp_buf_init(&r->_resp);
+  if (c->tail) c->tail->_next = r;
+  else c->head = r;
+  c->tail = r;
+  c->unanswered++;
+  return r;
+}
+
+void lp_http_head(lp_http_req_t *req, lp_buf_t *out, int status, const char *headers,
+                  const char *content_type, size_t len) {
+  lp_http_conn_t *c = req->_conn;
+  /* shutting down: the last request queued on a connection closes it */
+  int close = req->_close_after ||
+              (c->srv->closing && req->_next == NULL && c->cur == NULL);
+  lp_buf_printf(out,
+                "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s\r\n",
+                status, lp_http_reason(status), content_type, len, headers ? headers : "",
+                close ? "Connection: close\r\n" : "");
+  if (close) req->_close_after = 1;
+}
+
+void lp_http_respond_raw(lp_http_req_t *req, lp_buf_t *out) {
+  if (req->_answered) return;
+  lp_buf_t t = req->_resp;
+  req->_resp = *out;
+  *out = t;
+  lp_buf_reset(out);
+  req->_answered = 1;
+  lp_http_conn_t *c = req->_conn;
+  c->unanswered--;
+  conn_flush(c);
+  /* room again in the pipeline: parse what was held back */
+  if (c->paused && !c->closed && c->unanswered < c->srv->cfg.max_pipeline) {
+    c->paused = 0;
+    llhttp_resume(&c->parser);
+    char *p = c->pending;
+    size_t n = c->pending_len;
+    c->pending = NULL;
+    c->pending_len = 0;
+    if (n) conn_parse(c, p, n);
+    free(p);
+    if (!c->paused && !c->closing && !c->closed && !c->reading) conn_start_reading(c);
+  }
+}
+
+void lp_http_respond(lp_http_req_t *req, int status, const char *headers,
+                     const char *content_type, const void *body, size_t len) {
+  lp_buf_t out;
+  lp_buf_init(&out);
+  lp_http_head(req, &out, status, headers, content_type, len);
+  lp_buf_append(&out, body, len);
+  if (out.oom) {
+    /* no memory for the answer: the connection cannot stay consistent */
+    lp_buf_free(&out);
+    req->_close_after = 1;
+    lp_buf_init(&out);
+    lp_buf_puts(&out, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                      "Connection: close\r\n\r\n");
+  }
+  lp_http_respond_raw(req, &out);
+  lp_buf_free(&out);
+}
+
+void lp_http_respond_error(lp_http_req_t *req, int status, const char *headers,
+                           const char *code, const char *message, const char *extra) {
+  lp_buf_t b;
+  lp_buf_init(&b);
+  lp_buf_puts(&b, "{\"error\": {\"code\": ");
+  lp_buf_json_str(&b, code, strlen(code));
+  lp_buf_puts(&b, ", \"message\": ");
+  lp_buf_json_str(&b, message, strlen(message));
+  if (extra) lp_buf_puts(&b, extra);
+  lp_buf_puts(&b, "}}\n");
+  lp_http_respond(req, status, headers, "application/json", b.data, b.len);
+  lp_buf_free(&b);
+}
+
+void lp_http_abort(lp_http_req_t *req, const char *partial, size_t n) {
+  lp_http_conn_t *c = req->_conn;
+  if (c->closed) return;
+  if (n) {
+    uv_buf_t b = uv_buf_init((char *)partial, (unsigned)n);
+    uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+  }
+  req->app = NULL; /* the caller knows: no cancel callback for this one */
+  conn_close(c);
+}
+
+/* ---- writing answers in order ---- */
+
+static void on_written(uv_write_t *w, int status) {
+  lp_http_req_t *r = container_of(w, lp_http_req_t, _write);
+  lp_http_conn_t *c = r->_conn;
+  int close = r->_close_after;
+  req_free(r);
+  if (status < 0 || close) conn_close(c);
+}
+
+static void conn_flush(lp_http_conn_t *c) {
+  while (c->head && c->head->_answered && !c->closed) {
+    lp_http_req_t *r = c->head;
+    c->head = r->_next;
+    if (c->head == NULL) c->tail = NULL;
+    if (c->cur == r) c->cur = NULL;
+    uv_buf_t buf = uv_buf_init(r->_resp.data, (unsigned)r->_resp.len);
+    if (r->_close_after) c->closing = 1;
+    if (uv_write(&r->_write, (uv_stream_t *)&c->tcp, &buf, 1, on_written) < 0) {
+      req_free(r);
+      conn_close(c);
+      return;
+    }
+    if (c->closing) break; /* nothing after a closing answer is sent */
+  }
+}
+
+/* A request the server itself rejects (limits, bad framing): the answer joins
+ * the queue behind earlier ones, and the connection closes after it. */
+static void conn_reject(lp_http_conn_t *c, int status, const char *code, const char *msg) {
+  lp_http_req_t *r = c->cur;
+  if (r == NULL || r->_answered) r = req_new(c);
+  if (r == NULL) {
+    conn_close(c);
+    return;
+  }
+  c->cur = NULL;
+  r->_close_after = 1;
+  c->closing = 1;
+  if (c->reading) {
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = 0;
+  }
+  lp_http_respond_error(r, status, NULL, code, msg, NULL);
+}
+
+/* ---- parser callbacks ---- */
+
+#define CONN(p) ((lp_http_conn_t *)(p)->data)
+
+static int fail_cb(lp_http_conn_t *c, int status, const char *code, const char *msg) {
+  c->err_status = status;
+  c->err_code = code;
+  c->err_msg = msg;
+  return -1;
+}
+
+static int count_header(lp_http_conn_t *c, size_t n) {
+  c->header_bytes += n;
+  if (c->header_bytes > c->srv->cfg.max_header_bytes)
+    return fail_cb(c, 431, "headers_too_large", "request line and headers exceed the limit");
+  return 0;
+}
+
+static int on_message_begin(llhttp_t *p) {
+  lp_http_conn_t *c = CONN(p);
+  c->header_bytes = 0;
+  c->field_len = 0;
+  c->field_done = 0;
+  c->expect[0] = '\0';
+  c->cur = req_new(c);
+  if (c->cur == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
+  conn_arm_timer(c); /* a request has begun: it must now arrive whole in time */
+  return 0;
+}
+
+static int append(char **dst, size_t *len, size_t *cap, const char *at, size_t n) {
+  if (*len + n + 1 > *cap) {
+    size_t nc = *cap ? *cap : 128;
+    while (nc < *len + n + 1) nc *= 2;
+    char *d = realloc(*dst, nc);
+    if (d == NULL) return -1;
+    *dst = d;
+    *cap = nc;
+  }
+  memcpy(*dst + *len, at, n);
+  *len += n;
+  (*dst)[*len] = '\0';
+  return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t n) {
+  lp_http_conn_t *c = CONN(p);
+  if (count_header(c, n)) return -1;
+  /* the url is bounded by the header limit and usually arrives whole */
+  char *u = realloc(c->cur->url, c->cur->url_len + n + 1);
+  if (u == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
+  memcpy(u + c->cur->url_len, at, n);
+  c->cur->url = u;
+  c->cur->url_len += n;
+  u[c->cur->url_len] = '\0';
+  return 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t n) {
+  lp_http_conn_t *c = CONN(p);
+  if (count_header(c, n)) return -1;
+  if (c->field_done) {
+    c->field_len = 0;
+    c->field_done = 0;
+  }
+  size_t k = n < sizeof(c->field) - 1 - c->field_len ? n : sizeof(c->field) - 1 - c->field_len;
+  memcpy(c->field + c->field_len, at, k);
+  c->field_len += k;
+  c->field[c->field_len] = '\0';
+  return 0;
+}
+
+/* Appends a header value piece into a fixed field, truncating. */
+static void put_value(char *dst, size_t cap, const char *at, size_t n) {
+  size_t have = strlen(dst);
+  size_t k = n < cap - 1 - have ? n : cap - 1 - have;
+  memcpy(dst + have, at, k);
+  dst[have + k] = '\0';
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t n) {
+  lp_http_conn_t *c = CONN(p);
+  if (count_header(c, n)) return -1;
+  c->field_done = 1;
+  lp_http_req_t *r = c->cur;
+  if (strcasecmp(c->field, "content-type") == 0)
+    put_value(r->content_type, sizeof(r->content_type), at, n);
+  else if (strcasecmp(c->field, "authorization") == 0)
+    put_value(r->authorization, sizeof(r->authorization), at, n);
+  else if (strcasecmp(c->field, "expect") == 0)
+    put_value(c->expect, sizeof(c->expect), at, n);
+  return 0;
+}
+
+static int on_header_value_complete(llhttp_t *p) {
+  lp_http_conn_t *c = CONN(p);
+  c->field_done = 1;
+  return 0;
+}
+
+static int on_headers_complete(llhttp_t *p) {
+  lp_http_conn_t *c = CONN(p);
+  lp_http_req_t *r = c->cur;
+  const char *q = memchr(r->url ? r->url : "", '?', r->url_len);
+  r->path_len = q ? (size_t)(q - r->url) : r->url_len;
+  if (r->url == NULL) {
+    r->url = strdup("");
+    if (r->url == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
+  }
+  r->method = p->method;
+  r->has_body_length = (p->flags & (F_CONTENT_LENGTH | F_CHUNKED)) != 0;
+  if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->srv->cfg.max_body_bytes)
+    return fail_cb(c, 413, "body_too_large", "request body exceeds the limit");
+  if ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0) {
+    r->body = malloc(p->content_length + 1);
+    if (r->body == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
+    r->_body_cap = p->content_length + 1;
+  }
+  if (c->expect[0]) {
+    if (strcasecmp(c->expect, "100-continue") != 0)
+      return fail_cb(c, 417, "expectation_failed", "only 'Expect: 100-continue' is supported");
+    /* The interim answer may only go out when no earlier answer is owed; a
+     * client that pipelines behind an Expect sends its body after a pause. */
+    if (c->head == r && r->has_body_length) {
+      static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      uv_buf_t b = uv_buf_init((char *)cont, sizeof(cont) - 1);
+      uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    }
+  }
+  return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n) {
+  lp_http_conn_t *c = CONN(p);
+  lp_http_req_t *r = c->cur;
+  if (r->body_len + n > c->srv->cfg.max_body_bytes)
+    return fail_cb(c, 413, "body_too_large", "request body exceeds the limit");
+  if (append(&r->body, &r->body_len, &r->_body_cap, at, n))
+    return fail_cb(c, 503, "out_of_memory", "server out of memory");
+  return 0;
+}
+
+static int on_message_complete(llhttp_t *p) {
+  lp_http_conn_t *c = CONN(p);
+  lp_http_req_t *r = c->cur;
+  c->cur = NULL;
+  if (r->body == NULL) {
+    r->body = calloc(1, 1);
+    if (r->body == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
+  }
+  if (!llhttp_should_keep_alive(p)) {
+    r->_close_after = 1;
+    c->closing = 1;
+  }
+  conn_arm_timer(c); /* between requests only the idle timeout runs */
+  c->srv->cfg.on_request(r, c->srv->cfg.ud);
+  if (c->closed) return HPE_PAUSED;
+  if (c->closing) return HPE_PAUSED; /* nothing after a closing request is read */
+  if (c->unanswered >= c->srv->cfg.max_pipeline) {
+    c->paused = 1;
+    return HPE_PAUSED;
+  }
+  return 0;
+}
+
+/* ---- connections ---- */
+
+static void on_conn_handle_closed(uv_handle_t *h) {
+  lp_http_conn_t *c = h->data;
+  if (--c->handles > 0) return;
+  lp_httpd_t *s = c->srv;
+  free(c->pending);
+  free(c);
+  s->alive--;
+  server_maybe_finish(s);
+}
+
+static void conn_close(lp_http_conn_t *c) {
+  if (c->closed) return;
+  c->closed = 1;
+  lp_httpd_t *s = c->srv;
+  /* unlink first: the app's cancel handlers may look at the server */
+  if (c->prev) c->prev->next = c->next;
+  else s->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  s->nconns--;
+  /* requests not yet handed to writing: cancel and free them */
+  lp_http_req_t *r = c->head;
+  c->head = c->tail = c->cur = NULL;
+  while (r) {
+    lp_http_req_t *n = r->_next;
+    if (!r->_answered && r->app && s->cfg.on_cancel) s->cfg.on_cancel(r, s->cfg.ud);
+    req_free(r);
+    r = n;
+  }
+  uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
+  uv_close((uv_handle_t *)&c->timer, on_conn_handle_closed);
+}
+
+static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
+  llhttp_errno_t e = llhttp_execute(&c->parser, data, len);
+  if (e == HPE_OK || c->closed) return;
+  if (e == HPE_PAUSED) {
+    if (c->closing) { /* the rest after a closing request is dropped */
+      if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = 0;
+      }
+      return;
+    }
+    const char *pos = llhttp_get_error_pos(&c->parser);
+    size_t rest = pos ? len - (size_t)(pos - data) : 0;
+    if (rest) {
+      char *keep = malloc(rest);
+      if (keep == NULL) {
+        conn_close(c);
+        return;
+      }
+      memcpy(keep, pos, rest);
+      c->pending = keep;
+      c->pending_len = rest;
+    }
+    if (c->reading) {
+      uv_read_stop((uv_stream_t *)&c->tcp);
+      c->reading = 0;
+    }
+    return;
+  }
+  if (c->err_status) {
+    conn_reject(c, c->err_status, c->err_code, c->err_msg);
+  } else {
+    char msg[160];
+    snprintf(msg, sizeof(msg), "malformed HTTP request: %s", llhttp_get_error_reason(&c->parser));
+    conn_reject(c, e == HPE_INVALID_VERSION ? 505 : 400, "bad_http", msg);
+  }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  lp_http_conn_t *c = h->data;
+  (void)suggested;
+  buf->base = c->srv->rbuf;
+  buf->len = c->srv->rbuf_cap;
+}
+
+/* EOF counts as the client going away (as nginx does): its queued requests are
+ * cancelled, not sent upstream. */
+static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
+  lp_http_conn_t *c = st->data;
+  if (n < 0) {
+    conn_close(c);
+    return;
+  }
+  if (n == 0) return;
+  conn_parse(c, buf->base, (size_t)n);
+}
+
+static void conn_start_reading(lp_http_conn_t *c) {
+  if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) c->reading = 1;
+  else conn_close(c);
+}
+
+/* The connection timer: idle between requests, or the whole-request deadline
+ * while one is being received. Requests waiting on the app do not time out here. */
+static void on_conn_timer(uv_timer_t *t) {
+  lp_http_conn_t *c = container_of(t, lp_http_conn_t, timer);
+  if (c->closed) return;
+  if (c->cur) {
+    conn_reject(c, 408, "request_timeout", "the request did not arrive in time");
+    return;
+  }
+  if (c->unanswered == 0 && c->head == NULL) conn_close(c);
+}
+
+static void conn_arm_timer(lp_http_conn_t *c) {
+  uint64_t ms = c->cur ? c->srv->cfg.request_timeout_ms : c->srv->cfg.idle_timeout_ms;
+  if (ms) uv_timer_start(&c->timer, on_conn_timer, ms, ms);
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  lp_httpd_t *s = container_of(server, lp_httpd_t, listener);
+  if (status < 0) return;
+  lp_http_conn_t *c = calloc(1, sizeof(*c));
+  if (c == NULL) return;
+  c->srv = s;
+  if (uv_tcp_init(s->loop, &c->tcp) < 0) {
+    free(c);
+    return;
+  }
+  s->alive++;
+  c->tcp.data = c;
+  c->handles = 1;
+  if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 || uv_timer_init(s->loop, &c->timer) < 0) {
+    uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
+    return;
+  }
+  c->timer.data = c;
+  c->handles = 2;
+  uv_tcp_nodelay(&c->tcp, 1);
+  llhttp_init(&c->parser, HTTP_REQUEST, &s->settings);
+  c->parser.data = c;
+  c->next = s->conns;
+  if (s->conns) s->conns->prev = c;
+  s->conns = c;
+  s->nconns++;
+  if (s->nconns > s->cfg.max_connections) {
+    conn_reject(c, 503, "too_many_connections", "connection limit reached");
+    return;
+  }
+  conn_arm_timer(c);
+  conn_start_reading(c);
+}
+
+/* ---- the server ---- */
+
+lp_httpd_t *lp_httpd_new(uv_loop_t *loop, const lp_httpd_config_t *cfg) {
+  lp_httpd_t *s = calloc(1, sizeof(*s));
+  if (s == NULL) return NULL;
+  s->loop = loop;
+  s->cfg = *cfg;
+  if (s->cfg.max_pipeline == 0) s->cfg.max_pipeline = 1;
+  s->rbuf_cap = 64 * 1024;
+  s->rbuf = malloc(s->rbuf_cap);
+  if (s->rbuf == NULL) {
+    free(s);
+    return NULL;
+  }
+  llhttp_settings_init(&s->settings);
+  s->settings.on_message_begin = on_message_begin;
+  s->settings.on_url = on_url;
+  s->settings.on_header_field = on_header_field;
+  s->settings.on_header_value = on_header_value;
+  s->settings.on_header_value_complete = on_header_value_complete;
+  s->settings.on_headers_complete = on_headers_complete;
+  s->settings.on_body = on_body;
+  s->settings.on_message_complete = on_message_complete;
+  return s;
+}
+
+int lp_parse_hostport(const char *addr, struct sockaddr_storage *ss) {
+  char host[256];
+  const char *colon;
+  if (addr[0] == '[') {
+    const char *rb = strchr(addr, ']');
+    if (!rb || rb[1] != ':' || (size_t)(rb - addr - 1) >= sizeof(host)) return UV_EINVAL;
+    memcpy(host, addr + 1, (size_t)(rb - addr - 1));
+    host[rb - addr - 1] = '\0';
+    colon = rb + 1;
+  } else {
+    colon = strrchr(addr, ':');
+    if (!colon || (size_t)(colon - addr) >= sizeof(host)) return UV_EINVAL;
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+  }
+  char *end;
+  long port = strtol(colon + 1, &end, 10);
+  if (colon[1] == '\0' || *end || port < 0 || port > 65535) return UV_EINVAL;
+  if (strcmp(host, "localhost") == 0) strcpy(host, "127.0.0.1");
+  if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss) == 0) return 0;
+  if (uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)ss) == 0) return 0;
+  return UV_EINVAL;
+}
+
+int lp_httpd_listen(lp_httpd_t *s, const char *addr, int *port) {
+  struct sockaddr_storage ss;
+  int rc = lp_parse_hostport(addr, &ss);
+  if (rc) return rc;
+  if ((rc = uv_tcp_init(s->loop, &s->listener)) < 0) return rc;
+  s->listening = 1;
+  if ((rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0)) < 0 ||
+      (rc = uv_listen((uv_stream_t *)&s->listener, 1024, on_connection)) < 0)
+    return rc;
+  struct sockaddr_storage got;
+  int len = sizeof(got);
+  if (port && uv_tcp_getsockname(&s->listener, (struct sockaddr *)&got, &len) == 0)
+    *port = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
+                                            : ((struct sockaddr_in *)&got)->sin_port);
+  return 0;
+}
+
+size_t lp_httpd_connections(const lp_httpd_t *s) { return s->nconns; }
+
+/* Frees the server once it is closing, its listener is closed and every
+ * connection's handles are closed. */
+static void server_maybe_finish(lp_httpd_t *s) {
+  if (!s->closing || s->listening || s->alive > 0) return;
+  void (*done)(void *) = s->done;
+  void *arg = s->done_arg;
+  free(s->rbuf);
+  free(s);
+  if (done) done(arg);
+}
+
+static void on_listener_closed(uv_handle_t *h) {
+  lp_httpd_t *s = container_of(h, lp_httpd_t, listener);
+  s->listening = 0;
+  server_maybe_finish(s);
+}
+
+void lp_httpd_close(lp_httpd_t *s, void (*done)(void *), void *arg) {
+  s->closing = 1;
+  s->done = done;
+  s->done_arg = arg;
+  /* idle connections go now; busy ones after their last answer */
+  for (lp_http_conn_t *c = s->conns, *n; c; c = n) {
+    n = c->next;
+    if (c->head == NULL && c->cur == NULL) conn_close(c);
+    else c->closing = 1;
+  }
+  if (s->listening) uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+  else server_maybe_finish(s);
+}
