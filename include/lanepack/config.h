@@ -1,0 +1,78 @@
+/* The proxy's configuration: loaded from a JSON file, overridden by flags,
+ * validated with errors that name the key, printed back as JSON. */
+#ifndef LANEPACK_CONFIG_H
+#define LANEPACK_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lanepack/bucket.h"
+#include "lanepack/packer.h"
+
+#define LP_MAX_MODELS 16
+#define LP_MAX_BACKENDS 16
+#define LP_URL_MAX 256
+#define LP_NAME_MAX 64
+
+typedef enum { LP_BALANCE_LEAST_INFLIGHT = 0, LP_BALANCE_ROUND_ROBIN } lp_balance_t;
+
+typedef struct lp_model_config_s {
+  char name[LP_NAME_MAX];
+  lp_bucket_set_t shapes;
+  char backends[LP_MAX_BACKENDS][LP_URL_MAX];
+  size_t nbackends;
+  int32_t pad_id;
+  int64_t vocab_size;           /* token ids must be in [0, vocab_size); 0 = [0, 2^31) */
+  lp_algo_t packer;
+  uint32_t max_segments_per_lane;
+  double fill_target;
+  uint64_t max_wait_ms;
+  uint32_t max_bypass;
+  size_t max_queue_requests;
+  uint64_t max_queue_tokens;
+  uint32_t max_inflight;        /* batches in flight per backend */
+  uint64_t backend_timeout_ms;
+  lp_balance_t balance;
+  int ragged;                   /* GPU backend: flat token budget, cu_seqlens */
+  uint32_t ragged_max_tokens;
+  uint64_t default_deadline_ms; /* 0 = none */
+} lp_model_config_t;
+
+typedef struct lp_config_s {
+  char listen[LP_URL_MAX];
+  int log_level;                /* LP_LOG_* */
+  size_t max_header_bytes;
+  size_t max_body_bytes;
+  size_t max_connections;
+  size_t max_pipeline;
+  uint64_t idle_timeout_ms;
+  uint64_t request_timeout_ms;
+  uint32_t max_sequences_per_request;
+  uint64_t drain_timeout_ms;
+  uint64_t health_interval_ms;
+  uint32_t unhealthy_after;     /* consecutive failures */
+  lp_model_config_t models[LP_MAX_MODELS];
+  size_t nmodels;
+} lp_config_t;
+
+/* Defaults: listen 127.0.0.1:8080, no models. */
+void lp_config_default(lp_config_t *c);
+/* Fills m with the defaults for a model named name. */
+void lp_model_config_default(lp_model_config_t *m, const char *name);
+
+/* Loads a JSON file on top of c. Returns 0 or -EINVAL with a message naming the
+ * file and the key (e.g. "models.default.max_wait_ms: must be an integer >= 0"). */
+int lp_config_load_file(lp_config_t *c, const char *path, char *err, size_t errlen);
+/* Loads from a JSON text (same rules); name is used in messages. */
+int lp_config_load_text(lp_config_t *c, const char *text, size_t len, const char *name, char *err,
+                        size_t errlen);
+
+/* Final checks (a model, a backend per model, shapes, ranges). */
+int lp_config_validate(const lp_config_t *c, char *err, size_t errlen);
+
+/* The effective configuration as JSON text (malloc'd, caller frees). */
+char *lp_config_dump(const lp_config_t *c);
+
+const lp_model_config_t *lp_config_model(const lp_config_t *c, const char *name);
+
+#endif

@@ -1,0 +1,32 @@
+/* Prometheus text exposition: counters, gauges and histograms written into a
+ * buffer. Debian packages no C client, so this small writer is ours. */
+#ifndef LANEPACK_METRICS_H
+#define LANEPACK_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lanepack/buf.h"
+
+#define LP_HIST_MAX_BUCKETS 24
+
+typedef struct lp_hist_s {
+  const double *bounds;  /* upper bounds, increasing; borrowed (static) */
+  size_t n;
+  uint64_t counts[LP_HIST_MAX_BUCKETS + 1];  /* per bucket, not cumulative; last is +Inf */
+  double sum;
+  uint64_t count;
+} lp_hist_t;
+
+void lp_hist_init(lp_hist_t *h, const double *bounds, size_t n);
+void lp_hist_observe(lp_hist_t *h, double v);
+
+/* "# HELP" and "# TYPE" lines for a metric family. */
+void lp_metric_family(lp_buf_t *b, const char *name, const char *type, const char *help);
+/* One sample: name{labels} value. labels may be NULL or "" for none. */
+void lp_metric_sample(lp_buf_t *b, const char *name, const char *labels, double v);
+void lp_metric_sample_u64(lp_buf_t *b, const char *name, const char *labels, uint64_t v);
+/* The _bucket (cumulative, ending with le="+Inf"), _sum and _count lines. */
+void lp_metric_hist(lp_buf_t *b, const char *name, const char *labels, const lp_hist_t *h);
+
+#endif

@@ -1,0 +1,61 @@
+/* Upstream HTTP calls with libcurl's multi interface driven by the libuv loop:
+ * one CURLM, one timer, one uv_poll per curl socket; connections are kept alive
+ * and easy handles reused. */
+#ifndef LANEPACK_UPSTREAM_H
+#define LANEPACK_UPSTREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "lanepack/buf.h"
+
+typedef struct lp_upstream_s lp_upstream_t;
+typedef struct lp_xfer_s lp_xfer_t;
+
+typedef enum {
+  LP_XFER_OK = 0,        /* an HTTP answer arrived (any status) */
+  LP_XFER_CONNECT,       /* could not connect (refused, unreachable) */
+  LP_XFER_TIMEOUT,       /* no complete answer within the timeout */
+  LP_XFER_BROKEN,        /* connection reset or closed mid-answer, bad HTTP */
+  LP_XFER_TOO_LARGE,     /* answer over the size limit */
+  LP_XFER_CANCELLED      /* lp_upstream_cancel was called */
+} lp_xfer_result_t;
+
+/* Called once per transfer, from the loop, never from inside a curl call. The
+ * transfer is released when the callback returns. */
+typedef void (*lp_xfer_cb)(lp_xfer_t *x, void *ud);
+
+struct lp_xfer_s {
+  lp_xfer_result_t result;
+  long status;           /* HTTP status when result is LP_XFER_OK */
+  lp_buf_t body;         /* the answer's body, owned by the transfer */
+  char error[256];       /* curl's message for failures */
+  uint64_t start_ns, end_ns;
+  /* private */
+  lp_upstream_t *_up;
+  void *_easy;
+  lp_xfer_cb _cb;
+  void *_ud;
+  lp_xfer_t *_next;      /* free list, or the active list */
+  lp_xfer_t *_prev;
+  int _active;
+};
+
+/* Returns NULL on failure (curl could not start, out of memory). */
+lp_upstream_t *lp_upstream_new(uv_loop_t *loop, size_t max_answer_bytes);
+/* Cancels what is in flight (callbacks run with LP_XFER_CANCELLED) and frees
+ * everything, up included, once the loop has run the handles' close callbacks. */
+void lp_upstream_close(lp_upstream_t *up);
+
+/* Starts a POST of body[0..len) (borrowed: it must live until the callback) or
+ * a GET when body is NULL. Returns the transfer, or NULL on failure. */
+lp_xfer_t *lp_upstream_request(lp_upstream_t *up, const char *url, const char *body,
+                               size_t len, uint64_t timeout_ms, lp_xfer_cb cb, void *ud);
+
+/* Stops a transfer: its callback runs at once with LP_XFER_CANCELLED. */
+void lp_upstream_cancel(lp_xfer_t *x);
+
+const char *lp_xfer_result_name(lp_xfer_result_t r);
+
+#endif

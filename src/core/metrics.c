@@ -1,0 +1,66 @@
+/* The Prometheus text format writer (version 0.0.4). */
+#include "lanepack/metrics.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+void lp_hist_init(lp_hist_t *h, const double *bounds, size_t n) {
+  memset(h, 0, sizeof(*h));
+  h->bounds = bounds;
+  h->n = n > LP_HIST_MAX_BUCKETS ? LP_HIST_MAX_BUCKETS : n;
+}
+
+void lp_hist_observe(lp_hist_t *h, double v) {
+  size_t i = 0;
+  while (i < h->n && v > h->bounds[i]) i++;
+  h->counts[i]++;
+  h->sum += v;
+  h->count++;
+}
+
+void lp_metric_family(lp_buf_t *b, const char *name, const char *type, const char *help) {
+  lp_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void put_value(lp_buf_t *b, double v) {
+  if (isinf(v)) lp_buf_puts(b, v > 0 ? "+Inf" : "-Inf");
+  else if (isnan(v)) lp_buf_puts(b, "NaN");
+  else if (v == (double)(int64_t)v && fabs(v) < 9e15) lp_buf_i64(b, (int64_t)v);
+  else lp_buf_printf(b, "%.9g", v);
+}
+
+void lp_metric_sample(lp_buf_t *b, const char *name, const char *labels, double v) {
+  lp_buf_puts(b, name);
+  if (labels && *labels) lp_buf_printf(b, "{%s}", labels);
+  lp_buf_puts(b, " ");
+  put_value(b, v);
+  lp_buf_puts(b, "\n");
+}
+
+void lp_metric_sample_u64(lp_buf_t *b, const char *name, const char *labels, uint64_t v) {
+  lp_buf_puts(b, name);
+  if (labels && *labels) lp_buf_printf(b, "{%s}", labels);
+  lp_buf_puts(b, " ");
+  lp_buf_u64(b, v);
+  lp_buf_puts(b, "\n");
+}
+
+void lp_metric_hist(lp_buf_t *b, const char *name, const char *labels, const lp_hist_t *h) {
+  uint64_t cum = 0;
+  const char *sep = labels && *labels ? "," : "";
+  for (size_t i = 0; i <= h->n; i++) {
+    cum += h->counts[i];
+    lp_buf_printf(b, "%s_bucket{%s%sle=\"", name, labels ? labels : "", sep);
+    if (i == h->n) lp_buf_puts(b, "+Inf");
+    else lp_buf_printf(b, "%.9g", h->bounds[i]);
+    lp_buf_puts(b, "\"} ");
+    lp_buf_u64(b, cum);
+    lp_buf_puts(b, "\n");
+  }
+  char n2[128];
+  snprintf(n2, sizeof(n2), "%s_sum", name);
+  lp_metric_sample(b, n2, labels, h->sum);
+  snprintf(n2, sizeof(n2), "%s_count", name);
+  lp_metric_sample_u64(b, n2, labels, h->count);
+}

@@ -1,0 +1,363 @@
+/* Configuration: JSON file + flags, every key checked, errors naming the key. */
+#include "lanepack/config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lanepack/buf.h"
+#include "lanepack/log.h"
+
+void lp_model_config_default(lp_model_config_t *m, const char *name) {
+  memset(m, 0, sizeof(*m));
+  snprintf(m->name, sizeof(m->name), "%s", name);
+  lp_bucket_set_init(&m->shapes);
+  m->pad_id = 0;
+  m->packer = LP_ALGO_BFD;
+  m->fill_target = 0.95;
+  m->max_wait_ms = 5;
+  m->max_bypass = 8;
+  m->max_queue_requests = 10000;
+  m->max_queue_tokens = 16u * 1024 * 1024;
+  m->max_inflight = 2;
+  m->backend_timeout_ms = 30000;
+  m->ragged_max_tokens = 32768;
+}
+
+void lp_config_default(lp_config_t *c) {
+  memset(c, 0, sizeof(*c));
+  snprintf(c->listen, sizeof(c->listen), "127.0.0.1:8080");
+  c->log_level = LP_LOG_INFO;
+  c->max_header_bytes = 16 * 1024;
+  c->max_body_bytes = 8 * 1024 * 1024;
+  c->max_connections = 10000;
+  c->max_pipeline = 64;
+  c->idle_timeout_ms = 60000;
+  c->request_timeout_ms = 30000;
+  c->max_sequences_per_request = 1024;
+  c->drain_timeout_ms = 10000;
+  c->health_interval_ms = 1000;
+  c->unhealthy_after = 3;
+}
+
+typedef struct {
+  char *err;
+  size_t errlen;
+  const char *file;
+} ctx_t;
+
+static int fail(ctx_t *x, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(ctx_t *x, const char *path, const char *fmt, ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (x->err) snprintf(x->err, x->errlen, "%s: %s: %s", x->file, path, msg);
+  return -EINVAL;
+}
+
+static int get_u64(ctx_t *x, json_t *v, const char *path, uint64_t min, uint64_t max,
+                   uint64_t *out) {
+  if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+      (uint64_t)json_integer_value(v) < min || (uint64_t)json_integer_value(v) > max)
+    return fail(x, path, "must be an integer in [%llu, %llu]", (unsigned long long)min,
+                (unsigned long long)max);
+  *out = (uint64_t)json_integer_value(v);
+  return 0;
+}
+
+#define U64_FIELD(x, v, path, min, max, dst)                      \
+  do {                                                            \
+    uint64_t t_ = 0;                                                \
+    if (get_u64(x, v, path, min, max, &t_)) return -EINVAL;       \
+    dst = t_;                                                     \
+  } while (0)
+
+static int get_str(ctx_t *x, json_t *v, const char *path, char *out, size_t cap) {
+  if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= cap)
+    return fail(x, path, "must be a non-empty string of at most %zu bytes", cap - 1);
+  memcpy(out, json_string_value(v), json_string_length(v) + 1);
+  return 0;
+}
+
+static int load_model(ctx_t *x, lp_model_config_t *m, json_t *o, const char *mpath) {
+  char path[256];
+  const char *key;
+  json_t *v;
+  if (!json_is_object(o)) return fail(x, mpath, "must be an object");
+  json_object_foreach(o, key, v) {
+    snprintf(path, sizeof(path), "%s.%s", mpath, key);
+    if (strcmp(key, "shapes") == 0) {
+      char err[160];
+      lp_bucket_set_init(&m->shapes);
+      if (json_is_string(v)) {
+        if (lp_bucket_set_parse(&m->shapes, json_string_value(v), err, sizeof(err)))
+          return fail(x, path, "%s", err);
+      } else if (json_is_array(v) && json_array_size(v) > 0) {
+        size_t i;
+        json_t *s;
+        json_array_foreach(v, i, s) {
+          if (json_is_string(s)) {
+            if (lp_bucket_set_parse(&m->shapes, json_string_value(s), err, sizeof(err)))
+              return fail(x, path, "%s", err);
+          } else if (json_is_array(s) && json_array_size(s) == 2 &&
+                     json_is_integer(json_array_get(s, 0)) && json_is_integer(json_array_get(s, 1))) {
+            json_int_t l = json_integer_value(json_array_get(s, 0));
+            json_int_t b = json_integer_value(json_array_get(s, 1));
+            if (l < 1 || l > 65536 || b < 1 || b > (1 << 24) ||
+                lp_bucket_set_add(&m->shapes, (uint32_t)l, (uint32_t)b) < 0)
+              return fail(x, path, "bad shape [%lld, %lld]", (long long)l, (long long)b);
+          } else {
+            return fail(x, path, "each shape is \"LANESxBUCKET\" or [lanes, bucket]");
+          }
+        }
+      } else {
+        return fail(x, path, "must be \"4x8192,8x2048\" or a non-empty list of shapes");
+      }
+    } else if (strcmp(key, "backends") == 0) {
+      if (json_is_string(v)) v = json_pack("[O]", v);
+      else json_incref(v);
+      if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > LP_MAX_BACKENDS) {
+        json_decref(v);
+        return fail(x, path, "must be a list of 1 to %d backend URLs", LP_MAX_BACKENDS);
+      }
+      m->nbackends = 0;
+      size_t i;
+      json_t *s;
+      json_array_foreach(v, i, s) {
+        char bp[300];
+        snprintf(bp, sizeof(bp), "%s[%zu]", path, i);
+        if (get_str(x, s, bp, m->backends[m->nbackends], LP_URL_MAX)) {
+          json_decref(v);
+          return -EINVAL;
+        }
+        const char *u = m->backends[m->nbackends];
+        if (strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0) {
+          json_decref(v);
+          return fail(x, bp, "must start with http:// or https://");
+        }
+        /* no trailing slash: paths are appended */
+        size_t n = strlen(m->backends[m->nbackends]);
+        while (n > 8 && m->backends[m->nbackends][n - 1] == '/') m->backends[m->nbackends][--n] = 0;
+        m->nbackends++;
+      }
+      json_decref(v);
+    } else if (strcmp(key, "pad_id") == 0) {
+      if (!json_is_integer(v) || json_integer_value(v) < INT32_MIN || json_integer_value(v) > INT32_MAX)
+        return fail(x, path, "must be a 32-bit integer");
+      m->pad_id = (int32_t)json_integer_value(v);
+    } else if (strcmp(key, "vocab_size") == 0) {
+      U64_FIELD(x, v, path, 0, 2147483648ull, m->vocab_size);
+    } else if (strcmp(key, "packer") == 0) {
+      int a = json_is_string(v) ? lp_algo_parse(json_string_value(v)) : -1;
+      if (a < 0) return fail(x, path, "must be \"ffd\", \"bfd\" or \"spfhp\"");
+      m->packer = (lp_algo_t)a;
+    } else if (strcmp(key, "max_segments_per_lane") == 0) {
+      U64_FIELD(x, v, path, 0, 1u << 24, m->max_segments_per_lane);
+    } else if (strcmp(key, "fill_target") == 0) {
+      if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1)
+        return fail(x, path, "must be a number in [0, 1]");
+      m->fill_target = json_number_value(v);
+    } else if (strcmp(key, "max_wait_ms") == 0) {
+      U64_FIELD(x, v, path, 0, 3600000, m->max_wait_ms);
+    } else if (strcmp(key, "max_bypass") == 0) {
+      U64_FIELD(x, v, path, 0, 1000000, m->max_bypass);
+    } else if (strcmp(key, "max_queue_requests") == 0) {
+      U64_FIELD(x, v, path, 1, 10000000, m->max_queue_requests);
+    } else if (strcmp(key, "max_queue_tokens") == 0) {
+      U64_FIELD(x, v, path, 1, 1ull << 40, m->max_queue_tokens);
+    } else if (strcmp(key, "max_inflight") == 0) {
+      U64_FIELD(x, v, path, 1, 1024, m->max_inflight);
+    } else if (strcmp(key, "backend_timeout_ms") == 0) {
+      U64_FIELD(x, v, path, 1, 3600000, m->backend_timeout_ms);
+    } else if (strcmp(key, "default_deadline_ms") == 0) {
+      U64_FIELD(x, v, path, 0, 3600000, m->default_deadline_ms);
+    } else if (strcmp(key, "balance") == 0) {
+      const char *s = json_is_string(v) ? json_string_value(v) : "";
+      if (strcmp(s, "least_inflight") == 0) m->balance = LP_BALANCE_LEAST_INFLIGHT;
+      else if (strcmp(s, "round_robin") == 0) m->balance = LP_BALANCE_ROUND_ROBIN;
+      else return fail(x, path, "must be \"least_inflight\" or \"round_robin\"");
+    } else if (strcmp(key, "ragged") == 0) {
+      if (!json_is_boolean(v)) return fail(x, path, "must be true or false");
+      m->ragged = json_is_true(v);
+    } else if (strcmp(key, "ragged_max_tokens") == 0) {
+      U64_FIELD(x, v, path, 1, 1u << 24, m->ragged_max_tokens);
+    } else {
+      return fail(x, path, "unknown key");
+    }
+  }
+  return 0;
+}
+
+int lp_config_load_text(lp_config_t *c, const char *text, size_t len, const char *name, char *err,
+                        size_t errlen) {
+  ctx_t x = {err, errlen, name};
+  json_error_t je;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  if (!root) {
+    if (err) snprintf(err, errlen, "%s:%d:%d: %s", name, je.line, je.column, je.text);
+    return -EINVAL;
+  }
+  int rc = 0;
+  const char *key;
+  json_t *v;
+  if (!json_is_object(root)) rc = fail(&x, "(top)", "must be a JSON object");
+  json_object_foreach(root, key, v) {
+    if (rc) break;
+    if (strcmp(key, "listen") == 0) rc = get_str(&x, v, key, c->listen, sizeof(c->listen));
+    else if (strcmp(key, "log_level") == 0) {
+      int l = json_is_string(v) ? lp_log_parse_level(json_string_value(v)) : -1;
+      if (l < 0) rc = fail(&x, key, "must be \"debug\", \"info\", \"warn\" or \"error\"");
+      else c->log_level = l;
+    } else if (strcmp(key, "max_header_bytes") == 0) {
+      uint64_t t = 0;
+      if (!(rc = get_u64(&x, v, key, 256, 1u << 20, &t))) c->max_header_bytes = t;
+    } else if (strcmp(key, "max_body_bytes") == 0) {
+      uint64_t t = 0;
+      if (!(rc = get_u64(&x, v, key, 64, 1ull << 32, &t))) c->max_body_bytes = t;
+    } else if (strcmp(key, "max_connections") == 0) {
+      uint64_t t = 0;
+      if (!(rc = get_u64(&x, v, key, 1, 1000000, &t))) c->max_connections = t;
+    } else if (strcmp(key, "max_pipeline") == 0) {
+      uint64_t t = 0;
+      if (!(rc = get_u64(&x, v, key, 1, 100000, &t))) c->max_pipeline = t;
+    } else if (strcmp(key, "idle_timeout_ms") == 0) {
+      rc = get_u64(&x, v, key, 0, 86400000, &c->idle_timeout_ms);
+    } else if (strcmp(key, "request_timeout_ms") == 0) {
+      rc = get_u64(&x, v, key, 0, 86400000, &c->request_timeout_ms);
+    } else if (strcmp(key, "max_sequences_per_request") == 0) {
+      uint64_t t = 0;
+      if (!(rc = get_u64(&x, v, key, 1, 1000000, &t))) c->max_sequences_per_request = (uint32_t)t;
+    } else if (strcmp(key, "drain_timeout_ms") == 0) {
+      rc = get_u64(&x, v, key, 0, 3600000, &c->drain_timeout_ms);
+    } else if (strcmp(key, "health_interval_ms") == 0) {
+      rc = get_u64(&x, v, key, 10, 3600000, &c->health_interval_ms);
+    } else if (strcmp(key, "unhealthy_after") == 0) {
+      uint64_t t = 0;
+      if (!(rc = get_u64(&x, v, key, 1, 1000, &t))) c->unhealthy_after = (uint32_t)t;
+    } else if (strcmp(key, "models") == 0) {
+      if (!json_is_object(v) || json_object_size(v) == 0) {
+        rc = fail(&x, key, "must be an object of models by name");
+        break;
+      }
+      const char *mname;
+      json_t *mo;
+      json_object_foreach(v, mname, mo) {
+        char mpath[128];
+        snprintf(mpath, sizeof(mpath), "models.%s", mname);
+        if (strlen(mname) == 0 || strlen(mname) >= LP_NAME_MAX || strchr(mname, '/')) {
+          rc = fail(&x, mpath, "a model name is 1 to %d bytes without '/'", LP_NAME_MAX - 1);
+          break;
+        }
+        lp_model_config_t *m = (lp_model_config_t *)lp_config_model(c, mname);
+        if (!m) {
+          if (c->nmodels == LP_MAX_MODELS) {
+            rc = fail(&x, mpath, "too many models (at most %d)", LP_MAX_MODELS);
+            break;
+          }
+          m = &c->models[c->nmodels++];
+          lp_model_config_default(m, mname);
+        }
+        if ((rc = load_model(&x, m, mo, mpath))) break;
+      }
+    } else {
+      rc = fail(&x, key, "unknown key");
+    }
+  }
+  json_decref(root);
+  return rc;
+}
+
+int lp_config_load_file(lp_config_t *c, const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    if (err) snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    return -EINVAL;
+  }
+  lp_buf_t b;
+  char chunk[4096];
+  size_t n;
+  lp_buf_init(&b);
+  while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) lp_buf_append(&b, chunk, n);
+  fclose(f);
+  int rc = lp_config_load_text(c, b.data ? b.data : "", b.len, path, err, errlen);
+  lp_buf_free(&b);
+  return rc;
+}
+
+const lp_model_config_t *lp_config_model(const lp_config_t *c, const char *name) {
+  for (size_t i = 0; i < c->nmodels; i++)
+    if (strcmp(c->models[i].name, name) == 0) return &c->models[i];
+  return NULL;
+}
+
+int lp_config_validate(const lp_config_t *c, char *err, size_t errlen) {
+  ctx_t x = {err, errlen, "config"};
+  if (c->nmodels == 0)
+    return fail(&x, "models", "no model: give --backend and --shapes, or a config file");
+  for (size_t i = 0; i < c->nmodels; i++) {
+    const lp_model_config_t *m = &c->models[i];
+    char path[128];
+    snprintf(path, sizeof(path), "models.%s", m->name);
+    if (m->nbackends == 0) return fail(&x, path, "needs at least one backend");
+    if (!m->ragged && m->shapes.count == 0) return fail(&x, path, "needs at least one shape");
+  }
+  return 0;
+}
+
+char *lp_config_dump(const lp_config_t *c) {
+  json_t *root = json_object();
+  json_object_set_new(root, "listen", json_string(c->listen));
+  json_object_set_new(root, "log_level", json_string(lp_log_level_name(c->log_level)));
+  json_object_set_new(root, "max_header_bytes", json_integer((json_int_t)c->max_header_bytes));
+  json_object_set_new(root, "max_body_bytes", json_integer((json_int_t)c->max_body_bytes));
+  json_object_set_new(root, "max_connections", json_integer((json_int_t)c->max_connections));
+  json_object_set_new(root, "max_pipeline", json_integer((json_int_t)c->max_pipeline));
+  json_object_set_new(root, "idle_timeout_ms", json_integer((json_int_t)c->idle_timeout_ms));
+  json_object_set_new(root, "request_timeout_ms", json_integer((json_int_t)c->request_timeout_ms));
+  json_object_set_new(root, "max_sequences_per_request",
+                      json_integer(c->max_sequences_per_request));
+  json_object_set_new(root, "drain_timeout_ms", json_integer((json_int_t)c->drain_timeout_ms));
+  json_object_set_new(root, "health_interval_ms", json_integer((json_int_t)c->health_interval_ms));
+  json_object_set_new(root, "unhealthy_after", json_integer(c->unhealthy_after));
+  json_t *models = json_object();
+  for (size_t i = 0; i < c->nmodels; i++) {
+    const lp_model_config_t *m = &c->models[i];
+    json_t *o = json_object();
+    json_t *shapes = json_array();
+    for (size_t s = 0; s < m->shapes.count; s++) {
+      char spec[40];
+      snprintf(spec, sizeof(spec), "%ux%u", m->shapes.shapes[s].lanes, m->shapes.shapes[s].bucket);
+      json_array_append_new(shapes, json_string(spec));
+    }
+    json_object_set_new(o, "shapes", shapes);
+    json_t *bk = json_array();
+    for (size_t b = 0; b < m->nbackends; b++) json_array_append_new(bk, json_string(m->backends[b]));
+    json_object_set_new(o, "backends", bk);
+    json_object_set_new(o, "pad_id", json_integer(m->pad_id));
+    json_object_set_new(o, "vocab_size", json_integer(m->vocab_size));
+    json_object_set_new(o, "packer", json_string(lp_algo_name(m->packer)));
+    json_object_set_new(o, "max_segments_per_lane", json_integer(m->max_segments_per_lane));
+    json_object_set_new(o, "fill_target", json_real(m->fill_target));
+    json_object_set_new(o, "max_wait_ms", json_integer((json_int_t)m->max_wait_ms));
+    json_object_set_new(o, "max_bypass", json_integer(m->max_bypass));
+    json_object_set_new(o, "max_queue_requests", json_integer((json_int_t)m->max_queue_requests));
+    json_object_set_new(o, "max_queue_tokens", json_integer((json_int_t)m->max_queue_tokens));
+    json_object_set_new(o, "max_inflight", json_integer(m->max_inflight));
+    json_object_set_new(o, "backend_timeout_ms", json_integer((json_int_t)m->backend_timeout_ms));
+    json_object_set_new(o, "default_deadline_ms", json_integer((json_int_t)m->default_deadline_ms));
+    json_object_set_new(o, "balance", json_string(m->balance == LP_BALANCE_ROUND_ROBIN
+                                                      ? "round_robin" : "least_inflight"));
+    json_object_set_new(o, "ragged", json_boolean(m->ragged));
+    json_object_set_new(o, "ragged_max_tokens", json_integer(m->ragged_max_tokens));
+    json_object_set_new(models, m->name, o);
+  }
+  json_object_set_new(root, "models", models);
+  char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  return s;
+}

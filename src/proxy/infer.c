@@ -1,0 +1,322 @@
+/* Reading an inference request. Token arrays go through the allocation-free
+ * reader straight into the job's token storage; the few envelope fields
+ * (model, id) are decoded by jansson from their own bytes only. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "lanepack/jscan.h"
+#include "proxy.h"
+
+typedef struct {
+  int status;
+  const char *code;
+  char msg[256];
+  char extra[96];
+} perr_t;
+
+static lp_job_t *fail(perr_t *e, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static lp_job_t *fail(perr_t *e, int status, const char *code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+  va_end(ap);
+  e->status = status;
+  e->code = code;
+  return NULL;
+}
+
+/* Token-array errors, with the index of the offending value. */
+static lp_job_t *token_error(perr_t *e, int err, const char *field, size_t index, int64_t vocab) {
+  switch (err) {
+    case LP_JSCAN_E_NOT_INT:
+      return fail(e, 400, "bad_token", "%s[%zu] is not an integer token id", field, index);
+    case LP_JSCAN_E_RANGE:
+      if (vocab)
+        return fail(e, 400, "token_out_of_range", "%s[%zu] is outside [0, %lld)", field, index,
+                    (long long)vocab);
+      return fail(e, 400, "token_out_of_range", "%s[%zu] is not in [0, 2147483647]", field, index);
+    case LP_JSCAN_E_TOO_MANY:
+      return fail(e, 413, "body_too_large", "%s has more tokens than the body can hold", field);
+    default:
+      return fail(e, 400, "malformed_json", "%s is not an array of integers", field);
+  }
+}
+
+static int is_json_type(const char *ct) {
+  if (!ct[0]) return 1; /* absent: accepted */
+  size_t n = strlen("application/json");
+  if (strncasecmp(ct, "application/json", n) != 0) return 0;
+  return ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ';
+}
+
+typedef struct {
+  uint32_t off, len;
+} span_t;
+
+static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model,
+                       size_t path_model_len, perr_t *e) {
+  const char *body = req->body, *end = req->body + req->body_len;
+  const char *pp = lp_jscan_ws(body, end);
+  if (pp >= end || *pp != '{')
+    return fail(e, 400, "malformed_json", "the body must be a JSON object");
+  const char *ids_at = NULL, *inputs_at = NULL, *model_at = NULL, *model_end = NULL;
+  const char *id_at = NULL, *id_end = NULL;
+  int64_t priority = 0;
+  double deadline_ms = -1;
+  int seen_prio = 0, seen_dead = 0;
+  pp = lp_jscan_ws(pp + 1, end);
+  while (pp < end && *pp != '}') {
+    if (*pp != '"') return fail(e, 400, "malformed_json", "the body is not valid JSON");
+    const char *k = pp;
+    int is_ids, is_inputs, is_model, is_prio, is_dead, is_id;
+    pp = lp_jscan_key(k, end, "input_ids", &is_ids);
+    if (!pp) return fail(e, 400, "malformed_json", "the body is not valid JSON");
+    lp_jscan_key(k, end, "inputs", &is_inputs);
+    lp_jscan_key(k, end, "model", &is_model);
+    lp_jscan_key(k, end, "priority", &is_prio);
+    lp_jscan_key(k, end, "deadline_ms", &is_dead);
+    lp_jscan_key(k, end, "id", &is_id);
+    size_t klen = (size_t)(pp - k);
+    pp = lp_jscan_ws(pp, end);
+    if (pp >= end || *pp != ':') return fail(e, 400, "malformed_json", "the body is not valid JSON");
+    pp = lp_jscan_ws(pp + 1, end);
+    const char *v = pp;
+    pp = lp_jscan_skip(pp, end, LP_JSCAN_MAX_DEPTH);
+    if (!pp) return fail(e, 400, "malformed_json", "the body is not valid JSON (or nests too deep)");
+    if ((is_ids && ids_at) || (is_inputs && inputs_at) || (is_model && model_at) ||
+        (is_prio && seen_prio) || (is_dead && seen_dead) || (is_id && id_at))
+      return fail(e, 400, "duplicate_field", "field %.*s appears twice", (int)klen, k);
+    if (is_ids) ids_at = v;
+    else if (is_inputs) inputs_at = v;
+    else if (is_model) {
+      model_at = v;
+      model_end = pp;
+      if (*v != '"') return fail(e, 400, "bad_field", "'model' must be a string");
+    } else if (is_id) {
+      if (*v != '"' && *v != '-' && (*v < '0' || *v > '9'))
+        return fail(e, 400, "bad_field", "'id' must be a string or a number");
+      if (pp - v > 256) return fail(e, 400, "bad_field", "'id' is longer than 256 bytes");
+      id_at = v;
+      id_end = pp;
+    } else if (is_prio) {
+      char num[32];
+      size_t n = (size_t)(pp - v);
+      char *ne;
+      seen_prio = 1;
+      if (n >= sizeof(num) || (*v != '-' && (*v < '0' || *v > '9')))
+        return fail(e, 400, "bad_field", "'priority' must be an integer in [-1000, 1000]");
+      memcpy(num, v, n);
+      num[n] = 0;
+      priority = strtoll(num, &ne, 10);
+      if (*ne || priority < -1000 || priority > 1000)
+        return fail(e, 400, "bad_field", "'priority' must be an integer in [-1000, 1000]");
+    } else if (is_dead) {
+      char num[32];
+      size_t n = (size_t)(pp - v);
+      char *ne;
+      seen_dead = 1;
+      if (n >= sizeof(num) || *v < '0' || *v > '9')
+        return fail(e, 400, "bad_field", "'deadline_ms' must be a number in [0, 3600000]");
+      memcpy(num, v, n);
+      num[n] = 0;
+      deadline_ms = strtod(num, &ne);
+      if (*ne || !(deadline_ms >= 0 && deadline_ms <= 3600000))
+        return fail(e, 400, "bad_field", "'deadline_ms' must be a number in [0, 3600000]");
+    } else {
+      return fail(e, 400, "unknown_field", "unknown field %.*s", (int)(klen > 64 ? 64 : klen), k);
+    }
+    pp = lp_jscan_ws(pp, end);
+    if (pp < end && *pp == ',') {
+      pp = lp_jscan_ws(pp + 1, end);
+      if (pp < end && *pp == '}') return fail(e, 400, "malformed_json", "the body is not valid JSON");
+    } else if (pp < end && *pp != '}') {
+      return fail(e, 400, "malformed_json", "the body is not valid JSON");
+    }
+  }
+  if (pp >= end) return fail(e, 400, "malformed_json", "the body is not valid JSON (truncated)");
+  if (lp_jscan_ws(pp + 1, end) != end)
+    return fail(e, 400, "malformed_json", "the body has bytes after the JSON object");
+  if (!ids_at == !inputs_at)
+    return fail(e, 400, "missing_input", "give exactly one of 'input_ids' or 'inputs'");
+
+  /* the model: the path's, else the body's, else the only or "default" one */
+  char mname[LP_NAME_MAX] = "";
+  if (model_at) {
+    json_error_t je;
+    json_t *s = json_loadb(model_at, (size_t)(model_end - model_at), JSON_DECODE_ANY, &je);
+    if (!s || json_string_length(s) == 0 || json_string_length(s) >= sizeof(mname)) {
+      json_decref(s);
+      return fail(e, 400, "bad_field", "'model' must be a model name");
+    }
+    memcpy(mname, json_string_value(s), json_string_length(s) + 1);
+    json_decref(s);
+  }
+  if (path_model) {
+    if (path_model_len >= sizeof(mname))
+      return fail(e, 404, "unknown_model", "no such model");
+    if (model_at && (strlen(mname) != path_model_len || memcmp(mname, path_model, path_model_len)))
+      return fail(e, 400, "model_mismatch", "'model' in the body differs from the path's");
+    memcpy(mname, path_model, path_model_len);
+    mname[path_model_len] = 0;
+  }
+  lp_model_t *m = NULL;
+  for (size_t i = 0; i < p->nmodels; i++) {
+    if (mname[0] ? strcmp(p->models[i].cfg->name, mname) == 0
+                 : (p->nmodels == 1 || strcmp(p->models[i].cfg->name, "default") == 0)) {
+      m = &p->models[i];
+      break;
+    }
+  }
+  if (!m) {
+    if (!mname[0]) return fail(e, 400, "missing_model", "several models are served: name one");
+    return fail(e, 404, "unknown_model", "no model named '%s'", mname);
+  }
+
+  /* tokens: at most one per two body bytes ("1," is the shortest) */
+  int64_t vocab = m->cfg->vocab_size;
+  int64_t maxid = vocab ? vocab - 1 : INT32_MAX;
+  size_t cap = req->body_len / 2 + 1;
+  lp_job_t *job = calloc(1, sizeof(*job));
+  if (!job) return fail(e, 503, "out_of_memory", "proxy out of memory");
+  job->tokens = malloc(cap * sizeof(int32_t));
+  span_t one, *spans = &one;
+  size_t nspans = 0, spans_cap = 1;
+  const char *err_field = ids_at ? "input_ids" : "inputs";
+  if (!job->tokens) goto oom;
+  if (ids_at) {
+    size_t n;
+    int err;
+    if (!lp_jscan_int_array(ids_at, end, job->tokens, cap, 0, maxid, &n, &err)) {
+      token_error(e, err, err_field, n, vocab);
+      goto failed;
+    }
+    one = (span_t){0, (uint32_t)n};
+    nspans = 1;
+  } else {
+    const char *q = inputs_at;
+    if (*q != '[') {
+      fail(e, 400, "bad_field", "'inputs' must be an array of token arrays");
+      goto failed;
+    }
+    q = lp_jscan_ws(q + 1, end);
+    size_t used = 0;
+    spans = NULL;
+    spans_cap = 0;
+    while (q < end && *q != ']') {
+      if (nspans == p->cfg.max_sequences_per_request) {
+        fail(e, 413, "too_many_sequences", "more than %u sequences in one request",
+             p->cfg.max_sequences_per_request);
+        goto failed;
+      }
+      if (nspans == spans_cap) {
+        spans_cap = spans_cap ? spans_cap * 2 : 8;
+        span_t *ns = realloc(spans, spans_cap * sizeof(span_t));
+        if (!ns) goto oom;
+        spans = ns;
+      }
+      size_t n;
+      int err;
+      const char *r = lp_jscan_int_array(q, end, job->tokens + used, cap - used, 0, maxid, &n, &err);
+      if (!r) {
+        char f[48];
+        snprintf(f, sizeof(f), "inputs[%zu]", nspans);
+        token_error(e, err, f, n, vocab);
+        goto failed;
+      }
+      spans[nspans++] = (span_t){(uint32_t)used, (uint32_t)n};
+      used += n;
+      q = lp_jscan_ws(r, end);
+      if (q < end && *q == ',') q = lp_jscan_ws(q + 1, end);
+      else if (q < end && *q != ']') {
+        fail(e, 400, "malformed_json", "'inputs' is not valid JSON");
+        goto failed;
+      }
+    }
+    if (nspans == 0) {
+      fail(e, 400, "empty_sequence", "'inputs' holds no sequence");
+      goto failed;
+    }
+  }
+  job->seqs = calloc(nspans, sizeof(lp_seq_t));
+  if (!job->seqs) goto oom;
+  job->nseq = (uint32_t)nspans;
+  job->multi = inputs_at != NULL;
+  job->model = m;
+  job->proxy = p;
+  for (size_t i = 0; i < nspans; i++) {
+    lp_seq_t *s = &job->seqs[i];
+    uint32_t maxlen;
+    int v = lp_bucket_set_admit(&m->shapes, spans[i].len, &maxlen);
+    if (v == LP_ADMIT_EMPTY) {
+      if (job->multi) fail(e, 400, "empty_sequence", "inputs[%zu] is empty", i);
+      else fail(e, 400, "empty_sequence", "'input_ids' is empty");
+      goto failed;
+    }
+    if (v == LP_ADMIT_TOO_LONG) {
+      if (job->multi)
+        fail(e, 413, "sequence_too_long", "inputs[%zu] has %u tokens, the largest bucket holds %u",
+             i, spans[i].len, maxlen);
+      else
+        fail(e, 413, "sequence_too_long", "'input_ids' has %u tokens, the largest bucket holds %u",
+             spans[i].len, maxlen);
+      snprintf(e->extra, sizeof(e->extra), ", \"max_len\": %u", maxlen);
+      goto failed;
+    }
+    if (v == LP_ADMIT_NO_SHAPE) {
+      fail(e, 503, "no_shape_available", "no shape of model '%s' is available", m->cfg->name);
+      goto failed;
+    }
+    s->job = job;
+    s->tokens = job->tokens + spans[i].off;
+    s->len = spans[i].len;
+    s->priority = (int)priority;
+  }
+  if (spans != &one) free(spans);
+  if (id_at) {
+    job->id_json = strndup(id_at, (size_t)(id_end - id_at));
+    if (!job->id_json) goto oom_nospans;
+  }
+  job->arrive_ns = uv_hrtime();
+  uint64_t dl = deadline_ms >= 0 ? (uint64_t)(deadline_ms * 1e6) : m->cfg->default_deadline_ms * 1000000ull;
+  job->deadline_ns = dl ? job->arrive_ns + dl : 0;
+  job->req = req;
+  return job;
+
+oom:
+  fail(e, 503, "out_of_memory", "proxy out of memory");
+failed:
+  if (spans != &one) free(spans);
+oom_nospans:
+  if (!e->status) fail(e, 503, "out_of_memory", "proxy out of memory");
+  free(job->tokens);
+  free(job->seqs);
+  free(job->id_json);
+  free(job);
+  return NULL;
+}
+
+lp_job_t *lp__infer_parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model,
+                          size_t path_model_len) {
+  perr_t e = {0};
+  if (!is_json_type(req->content_type)) {
+    lp_proxy_reject(p, req, LP_ROUTE_INFER, 415, NULL, "unsupported_media_type",
+                    "the body must be application/json", NULL);
+    return NULL;
+  }
+  if (!req->has_body_length) {
+    lp_proxy_reject(p, req, LP_ROUTE_INFER, 411, NULL, "length_required",
+                    "send the body with Content-Length or chunked encoding", NULL);
+    return NULL;
+  }
+  lp_job_t *job = parse(p, req, path_model, path_model_len, &e);
+  if (!job)
+    lp_proxy_reject(p, req, LP_ROUTE_INFER, e.status, NULL, e.code, e.msg,
+                    e.extra[0] ? e.extra : NULL);
+  return job;
+}

@@ -1,0 +1,245 @@
+/* The proxy: routes, the scheduler kick, counting, and a graceful shutdown
+ * that stops accepting, finishes what was accepted, then exits. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lanepack/log.h"
+#include "proxy.h"
+
+const int lp__status_codes[LP_STATUS_SLOTS] = {200, 400, 401, 404, 405, 408, 411, 413, 415,
+                                               417, 429, 431, 500, 502, 503, 504, 505, 0};
+
+static const double latency_bounds[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1,
+                                        0.2, 0.5, 1, 2, 5, 10, 30};
+
+void lp_proxy_count(lp_proxy_t *p, int route, int status) {
+  int s = 0;
+  while (lp__status_codes[s] && lp__status_codes[s] != status) s++;
+  p->requests[route][s]++;
+}
+
+static void count_rejection(lp_proxy_t *p, const char *code) {
+  for (size_t i = 0; i < p->nrejections; i++)
+    if (strcmp(p->rejections[i].code, code) == 0) {
+      p->rejections[i].n++;
+      return;
+    }
+  if (p->nrejections < sizeof(p->rejections) / sizeof(p->rejections[0])) {
+    /* codes are string literals or live in jobs: keep our own copy */
+    char *c = strdup(code);
+    if (!c) return;
+    p->rejections[p->nrejections].code = c;
+    p->rejections[p->nrejections++].n = 1;
+  }
+}
+
+void lp_proxy_reject(lp_proxy_t *p, lp_http_req_t *req, int route, int status, const char *headers,
+                     const char *code, const char *msg, const char *extra) {
+  lp_proxy_count(p, route, status);
+  count_rejection(p, code);
+  lp_http_respond_error(req, status, headers, code, msg, extra);
+}
+
+/* ---- the scheduler runs once per loop turn, however many arrivals ---- */
+
+static void on_kick(uv_idle_t *h) {
+  lp_proxy_t *p = container_of(h, lp_proxy_t, kick);
+  uv_idle_stop(&p->kick);
+  p->kicking = 0;
+  for (size_t i = 0; i < p->nmodels; i++) lp__model_schedule(&p->models[i]);
+  if (p->draining && p->batches == 0) {
+    int busy = 0;
+    for (size_t i = 0; i < p->nmodels; i++) busy |= p->models[i].qlen > 0;
+    if (!busy) uv_stop(p->loop);
+  }
+}
+
+void lp_proxy_kick(lp_proxy_t *p) {
+  if (p->kicking) return;
+  p->kicking = 1;
+  uv_idle_start(&p->kick, on_kick);
+}
+
+/* ---- routes ---- */
+
+static int path_is(const lp_http_req_t *r, const char *path) {
+  return r->path_len == strlen(path) && memcmp(r->url, path, r->path_len) == 0;
+}
+
+static void respond_json(lp_proxy_t *p, lp_http_req_t *req, int route, int status, lp_buf_t *b) {
+  lp_proxy_count(p, route, status);
+  lp_http_respond(req, status, NULL, "application/json", b->data, b->len);
+}
+
+static int method_ok(lp_proxy_t *p, lp_http_req_t *req, int route, int want) {
+  if (req->method == want || (want == LP_HTTP_GET && req->method == LP_HTTP_HEAD)) return 1;
+  lp_proxy_reject(p, req, route, 405, want == LP_HTTP_GET ? "Allow: GET\r\n" : "Allow: POST\r\n",
+                  "method_not_allowed", want == LP_HTTP_GET ? "use GET" : "use POST", NULL);
+  return 0;
+}
+
+static void handle_infer(lp_proxy_t *p, lp_http_req_t *req, const char *model, size_t mlen) {
+  if (!method_ok(p, req, LP_ROUTE_INFER, LP_HTTP_POST)) return;
+  lp_job_t *job = lp__infer_parse(p, req, model, mlen);
+  if (!job) return;
+  req->app = job;
+  lp__model_admit(job->model, job);
+}
+
+/* Query parameter value as an unsigned integer; def when absent. -1 if bad. */
+static long query_uint(const lp_http_req_t *r, const char *name, long def) {
+  const char *q = r->url + r->path_len;
+  size_t n = strlen(name);
+  while (*q) {
+    q++; /* '?' or '&' */
+    if (strncmp(q, name, n) == 0 && q[n] == '=') {
+      char *end;
+      long v = strtol(q + n + 1, &end, 10);
+      if (end == q + n + 1 || (*end && *end != '&') || v < 0) return -1;
+      return v;
+    }
+    q += strcspn(q, "&");
+  }
+  return def;
+}
+
+static void on_request(lp_http_req_t *req, void *ud) {
+  lp_proxy_t *p = ud;
+  lp_buf_t *b = &p->scratch;
+  lp_buf_reset(b);
+  static const char prefix[] = "/v1/models/";
+  if (path_is(req, "/v1/infer")) {
+    handle_infer(p, req, NULL, 0);
+  } else if (req->path_len > sizeof(prefix) - 1 && strncmp(req->url, prefix, sizeof(prefix) - 1) == 0) {
+    const char *name = req->url + sizeof(prefix) - 1;
+    size_t rest = req->path_len - (sizeof(prefix) - 1);
+    const char *slash = memchr(name, '/', rest);
+    if (slash && (size_t)(req->url + req->path_len - slash) == strlen("/infer") &&
+        strncmp(slash, "/infer", 6) == 0 && slash > name)
+      handle_infer(p, req, name, (size_t)(slash - name));
+    else
+      lp_proxy_reject(p, req, LP_ROUTE_OTHER, 404, NULL, "not_found", "no such route", NULL);
+  } else if (path_is(req, "/healthz")) {
+    if (!method_ok(p, req, LP_ROUTE_HEALTHZ, LP_HTTP_GET)) return;
+    lp_buf_puts(b, "{\"status\": \"ok\"}\n");
+    respond_json(p, req, LP_ROUTE_HEALTHZ, 200, b);
+  } else if (path_is(req, "/readyz")) {
+    if (!method_ok(p, req, LP_ROUTE_READYZ, LP_HTTP_GET)) return;
+    int ready = !p->draining;
+    for (size_t i = 0; i < p->nmodels && ready; i++) ready = lp__model_ready(&p->models[i]);
+    lp_buf_printf(b, "{\"ready\": %s%s}\n", ready ? "true" : "false",
+                  p->draining ? ", \"reason\": \"shutting down\"" : "");
+    respond_json(p, req, LP_ROUTE_READYZ, ready ? 200 : 503, b);
+  } else if (path_is(req, "/metrics")) {
+    if (!method_ok(p, req, LP_ROUTE_METRICS, LP_HTTP_GET)) return;
+    lp_proxy_count(p, LP_ROUTE_METRICS, 200);
+    lp__render_metrics(p, b);
+    lp_http_respond(req, 200, NULL, "text/plain; version=0.0.4; charset=utf-8", b->data, b->len);
+  } else if (path_is(req, "/v1/models")) {
+    if (!method_ok(p, req, LP_ROUTE_MODELS, LP_HTTP_GET)) return;
+    lp__render_models(p, b);
+    respond_json(p, req, LP_ROUTE_MODELS, 200, b);
+  } else if (path_is(req, "/v1/buckets/advice")) {
+    if (!method_ok(p, req, LP_ROUTE_ADVICE, LP_HTTP_GET)) return;
+    long k = query_uint(req, "k", 3);
+    if (k < 1 || k > LP_ADVISE_MAX_K) {
+      lp_proxy_reject(p, req, LP_ROUTE_ADVICE, 400, NULL, "bad_parameter", "k must be 1..8", NULL);
+      return;
+    }
+    lp_model_t *m = p->nmodels == 1 ? &p->models[0] : NULL;
+    const char *mq = strstr(req->url + req->path_len, "model=");
+    if (mq) {
+      size_t n = strcspn(mq + 6, "&");
+      m = NULL;
+      for (size_t i = 0; i < p->nmodels; i++)
+        if (strlen(p->models[i].cfg->name) == n && strncmp(p->models[i].cfg->name, mq + 6, n) == 0)
+          m = &p->models[i];
+    }
+    if (!m) {
+      lp_proxy_reject(p, req, LP_ROUTE_ADVICE, 404, NULL, "unknown_model", "name a model: ?model=NAME", NULL);
+      return;
+    }
+    char err[128];
+    if (lp__render_advice(p, m, (uint32_t)k, b, err, sizeof(err))) {
+      lp_proxy_reject(p, req, LP_ROUTE_ADVICE, 409, NULL, "no_data", err, NULL);
+      return;
+    }
+    respond_json(p, req, LP_ROUTE_ADVICE, 200, b);
+  } else {
+    lp_proxy_reject(p, req, LP_ROUTE_OTHER, 404, NULL, "not_found", "no such route", NULL);
+  }
+}
+
+static void on_cancel(lp_http_req_t *req, void *ud) {
+  (void)ud;
+  lp_job_t *job = req->app;
+  if (job) lp__job_cancel(job);
+}
+
+/* ---- shutdown ---- */
+
+static void on_drain_timeout(uv_timer_t *t) {
+  lp_proxy_t *p = t->data;
+  lp_log(LP_LOG_WARN, "drain timeout: failing what is left", "\"batches\": %zu", p->batches);
+  for (size_t i = 0; i < p->nmodels; i++)
+    lp__model_fail_all(&p->models[i], 503, "shutting_down", "the proxy is shutting down");
+  uv_stop(p->loop);
+}
+
+static void on_signal(uv_signal_t *s, int signum) {
+  lp_proxy_t *p = s->data;
+  if (p->draining) return;
+  p->draining = 1;
+  lp_log(LP_LOG_INFO, "draining", "\"signal\": %d", signum);
+  lp_httpd_close(p->httpd, NULL, NULL);
+  p->httpd = NULL;
+  uv_timer_start(&p->drain, on_drain_timeout, p->cfg.drain_timeout_ms, 0);
+  lp_proxy_kick(p);
+}
+
+int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *port) {
+  memset(p, 0, sizeof(*p));
+  p->loop = loop;
+  p->cfg = *cfg;
+  lp_log_level = cfg->log_level;
+  lp_buf_init(&p->scratch);
+  lp_hist_init(&p->t_queue, latency_bounds, sizeof(latency_bounds) / sizeof(latency_bounds[0]));
+  lp_hist_init(&p->t_backend, latency_bounds, sizeof(latency_bounds) / sizeof(latency_bounds[0]));
+  lp_hist_init(&p->t_total, latency_bounds, sizeof(latency_bounds) / sizeof(latency_bounds[0]));
+  p->up = lp_upstream_new(loop, 1ull << 30);
+  if (!p->up) return -ENOMEM;
+  for (size_t i = 0; i < p->cfg.nmodels; i++) {
+    int rc = lp__model_init(&p->models[i], p, &p->cfg.models[i]);
+    if (rc) return rc;
+    p->nmodels++;
+  }
+  uv_idle_init(loop, &p->kick);
+  uv_timer_init(loop, &p->health);
+  uv_timer_init(loop, &p->drain);
+  p->drain.data = p;
+  lp_httpd_config_t hc;
+  lp_httpd_config_default(&hc);
+  hc.on_request = on_request;
+  hc.on_cancel = on_cancel;
+  hc.ud = p;
+  hc.max_header_bytes = cfg->max_header_bytes;
+  hc.max_body_bytes = cfg->max_body_bytes;
+  hc.max_connections = cfg->max_connections;
+  hc.max_pipeline = cfg->max_pipeline;
+  hc.idle_timeout_ms = cfg->idle_timeout_ms;
+  hc.request_timeout_ms = cfg->request_timeout_ms;
+  p->httpd = lp_httpd_new(loop, &hc);
+  if (!p->httpd) return -ENOMEM;
+  int rc = lp_httpd_listen(p->httpd, cfg->listen, port);
+  if (rc) return rc;
+  uv_signal_init(loop, &p->sigterm);
+  uv_signal_init(loop, &p->sigint);
+  p->sigterm.data = p->sigint.data = p;
+  uv_signal_start(&p->sigterm, on_signal, SIGTERM);
+  uv_signal_start(&p->sigint, on_signal, SIGINT);
+  lp__backends_start(p);
+  return 0;
+}

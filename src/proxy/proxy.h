@@ -1,0 +1,183 @@
+/* The proxy's state, shared by its files only: jobs (client requests), their
+ * sequences, models with their queues and backends, batches in flight. */
+#ifndef LANEPACK_PROXY_H
+#define LANEPACK_PROXY_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "lanepack/advisor.h"
+#include "lanepack/bucket.h"
+#include "lanepack/buf.h"
+#include "lanepack/config.h"
+#include "lanepack/httpd.h"
+#include "lanepack/layout.h"
+#include "lanepack/metrics.h"
+#include "lanepack/scatter.h"
+#include "lanepack/sched.h"
+#include "lanepack/upstream.h"
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+typedef struct lp_proxy_s lp_proxy_t;
+typedef struct lp_model_s lp_model_t;
+typedef struct lp_job_s lp_job_t;
+typedef struct lp_batch_s lp_batch_t;
+
+enum { LP_SEQ_QUEUED = 0, LP_SEQ_INFLIGHT, LP_SEQ_DONE };
+
+/* One sequence of a job: waiting in its model's queue, in a batch, or done. */
+typedef struct lp_seq_s {
+  lp_job_t *job;
+  const int32_t *tokens;  /* into job->tokens */
+  uint32_t len;
+  int state;
+  int cancelled;          /* its client left: drop from the queue */
+  int priority;
+  uint64_t seqno;         /* arrival order within the model */
+  lp_sched_item_t sched;
+  /* where it ran */
+  uint64_t batch_id;
+  uint32_t lanes, bucket, lane, offset;
+  uint64_t dispatch_ns, done_ns;
+  char *out;              /* its slice of the answer (multi-sequence jobs); owned */
+  size_t out_len;
+} lp_seq_t;
+
+/* One client request. Owned by the proxy from admission until it is answered
+ * and no batch refers to it. */
+struct lp_job_s {
+  lp_proxy_t *proxy;
+  lp_model_t *model;
+  lp_http_req_t *req;     /* NULL once the client left */
+  char *id_json;          /* the client's id as JSON text, or NULL; owned */
+  int multi;              /* "inputs" form: answers "outputs" */
+  uint32_t nseq;
+  uint32_t unresolved;    /* sequences queued or in flight */
+  uint32_t queued;        /* sequences still in the model's queue */
+  int answered;           /* the client has had its one answer */
+  lp_seq_t *seqs;         /* owned */
+  int32_t *tokens;        /* owned */
+  uint64_t arrive_ns;
+  uint64_t deadline_ns;
+  int err_status;         /* first failure; 0 = none */
+  char err_code[48];
+  char err_msg[600];
+};
+
+typedef struct lp_backend_s {
+  lp_model_t *model;
+  char url[LP_URL_MAX];
+  char batch_url[LP_URL_MAX + 16];
+  char health_url[LP_URL_MAX + 16];
+  char shapes_url[LP_URL_MAX + 16];
+  int healthy;
+  int probed_ok;          /* a health probe has succeeded */
+  uint32_t failures_in_row;
+  uint32_t inflight;
+  lp_xfer_t *probe;       /* health probe in flight */
+  uint64_t batches, failures;
+} lp_backend_t;
+
+struct lp_batch_s {
+  lp_model_t *model;
+  lp_backend_t *backend;
+  uint64_t id;
+  int shape;              /* index in model->shapes, or -1 when ragged */
+  lp_seq_t **seqs;        /* layout item i is seqs[i]; owned array */
+  size_t nseqs;
+  lp_layout_t layout;     /* owned */
+  lp_buf_t body;          /* the request sent upstream; owned */
+  uint64_t dispatch_ns;
+  lp_xfer_t *xfer;
+};
+
+struct lp_model_s {
+  lp_proxy_t *proxy;
+  const lp_model_config_t *cfg;
+  lp_bucket_set_t shapes;  /* the live set: configured merged with what backends report */
+  lp_sched_t *sched;       /* owned */
+  lp_seq_t **queue;        /* priority desc, then arrival; owned array of borrowed seqs */
+  size_t qlen, qcap;
+  uint64_t queued_tokens;
+  size_t queued_requests;
+  uint64_t next_seqno;
+  lp_sched_item_t *items;  /* scratch for decisions; owned */
+  size_t items_cap;
+  uv_timer_t wake;         /* the scheduler's next rule */
+  lp_backend_t backends[LP_MAX_BACKENDS];
+  size_t nbackends;
+  size_t rr;               /* round-robin cursor */
+  uint32_t inflight;
+  lp_lenhist_t lengths;    /* observed lengths, for the bucket advisor */
+  /* metrics */
+  uint64_t batches_by_shape[LP_BUCKET_MAX_SHAPES];
+  uint64_t real_tokens, pad_tokens, sequences_done;
+  lp_hist_t fill;
+};
+
+#define LP_ROUTE_COUNT 8
+#define LP_STATUS_SLOTS 20
+
+struct lp_proxy_s {
+  uv_loop_t *loop;
+  lp_config_t cfg;
+  lp_httpd_t *httpd;
+  lp_upstream_t *up;
+  lp_model_t models[LP_MAX_MODELS];
+  size_t nmodels;
+  uv_idle_t kick;          /* run the schedulers once this loop turn */
+  int kicking;
+  uv_timer_t health;
+  uv_timer_t drain;
+  uv_signal_t sigterm, sigint;
+  int draining;
+  uint64_t next_batch_id;
+  size_t jobs;             /* jobs alive */
+  size_t batches;          /* batches in flight */
+  lp_buf_t scratch;        /* answers are built here, then handed to the server */
+  /* metrics */
+  uint64_t requests[LP_ROUTE_COUNT][LP_STATUS_SLOTS];
+  struct { const char *code; uint64_t n; } rejections[32];
+  size_t nrejections;
+  lp_hist_t t_queue, t_backend, t_total;
+  int exit_code;
+};
+
+/* proxy.c */
+int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *port);
+void lp_proxy_kick(lp_proxy_t *p);
+void lp_proxy_count(lp_proxy_t *p, int route, int status);
+void lp_proxy_reject(lp_proxy_t *p, lp_http_req_t *req, int route, int status,
+                     const char *headers, const char *code, const char *msg, const char *extra);
+
+/* infer.c: parses a body into a job; on failure answers the client itself. */
+lp_job_t *lp__infer_parse(lp_proxy_t *p, lp_http_req_t *req, const char *model_from_path,
+                          size_t model_len);
+
+/* model.c */
+int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg);
+void lp__model_close(lp_model_t *m);
+int lp__model_admit(lp_model_t *m, lp_job_t *job);
+void lp__model_schedule(lp_model_t *m);
+void lp__job_cancel(lp_job_t *job);
+void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg);
+void lp__job_free(lp_job_t *job);
+void lp__model_fail_all(lp_model_t *m, int status, const char *code, const char *msg);
+int lp__model_ready(const lp_model_t *m);
+
+/* backend.c */
+void lp__backends_start(lp_proxy_t *p);
+void lp__backend_result(lp_backend_t *b, int ok);
+lp_backend_t *lp__backend_pick(lp_model_t *m);
+
+/* status.c: /metrics, /v1/models, /v1/buckets/advice */
+void lp__render_metrics(lp_proxy_t *p, lp_buf_t *out);
+void lp__render_models(lp_proxy_t *p, lp_buf_t *out);
+int lp__render_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, lp_buf_t *out, char *err,
+                      size_t errlen);
+
+enum { LP_ROUTE_INFER = 0, LP_ROUTE_MODELS, LP_ROUTE_HEALTHZ, LP_ROUTE_READYZ, LP_ROUTE_METRICS,
+       LP_ROUTE_ADVICE, LP_ROUTE_OTHER };
+
+#endif

@@ -1,0 +1,172 @@
+/* What the proxy tells about itself: /metrics (Prometheus text), /v1/models
+ * and /v1/buckets/advice. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "proxy.h"
+
+static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", "readyz",
+                                                  "metrics", "advice", "other", "other"};
+extern const int lp__status_codes[LP_STATUS_SLOTS];
+
+void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
+  char labels[256];
+  lp_metric_family(b, "lanepack_requests_total", "counter", "HTTP requests answered, by route and status.");
+  for (int r = 0; r < LP_ROUTE_OTHER + 1; r++)
+    for (int s = 0; s < LP_STATUS_SLOTS; s++) {
+      if (!p->requests[r][s]) continue;
+      if (lp__status_codes[s])
+        snprintf(labels, sizeof(labels), "route=\"%s\",status=\"%d\"", route_names[r], lp__status_codes[s]);
+      else
+        snprintf(labels, sizeof(labels), "route=\"%s\",status=\"other\"", route_names[r]);
+      lp_metric_sample_u64(b, "lanepack_requests_total", labels, p->requests[r][s]);
+    }
+  lp_metric_family(b, "lanepack_rejections_total", "counter", "Requests refused or failed, by reason.");
+  for (size_t i = 0; i < p->nrejections; i++) {
+    snprintf(labels, sizeof(labels), "reason=\"%s\"", p->rejections[i].code);
+    lp_metric_sample_u64(b, "lanepack_rejections_total", labels, p->rejections[i].n);
+  }
+  lp_metric_family(b, "lanepack_connections", "gauge", "Open client connections.");
+  lp_metric_sample_u64(b, "lanepack_connections", NULL, p->httpd ? lp_httpd_connections(p->httpd) : 0);
+  lp_metric_family(b, "lanepack_inflight_batches", "gauge", "Batches sent and not yet answered.");
+  lp_metric_sample_u64(b, "lanepack_inflight_batches", NULL, p->batches);
+
+  lp_metric_family(b, "lanepack_queue_sequences", "gauge", "Sequences waiting, by model.");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
+    lp_metric_sample_u64(b, "lanepack_queue_sequences", labels, p->models[i].qlen);
+  }
+  lp_metric_family(b, "lanepack_queue_tokens", "gauge", "Tokens waiting, by model.");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
+    lp_metric_sample_u64(b, "lanepack_queue_tokens", labels, p->models[i].queued_tokens);
+  }
+  lp_metric_family(b, "lanepack_batches_total", "counter", "Batches dispatched, by model and shape.");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    lp_model_t *m = &p->models[i];
+    for (size_t s = 0; s < m->shapes.count; s++) {
+      snprintf(labels, sizeof(labels), "model=\"%s\",shape=\"%ux%u\"", m->cfg->name,
+               m->shapes.shapes[s].lanes, m->shapes.shapes[s].bucket);
+      lp_metric_sample_u64(b, "lanepack_batches_total", labels, m->batches_by_shape[s]);
+    }
+  }
+  lp_metric_family(b, "lanepack_tokens_total", "counter", "Token slots sent upstream: real tokens and padding.");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    lp_model_t *m = &p->models[i];
+    snprintf(labels, sizeof(labels), "model=\"%s\",kind=\"real\"", m->cfg->name);
+    lp_metric_sample_u64(b, "lanepack_tokens_total", labels, m->real_tokens);
+    snprintf(labels, sizeof(labels), "model=\"%s\",kind=\"pad\"", m->cfg->name);
+    lp_metric_sample_u64(b, "lanepack_tokens_total", labels, m->pad_tokens);
+  }
+  lp_metric_family(b, "lanepack_sequences_total", "counter", "Sequences answered by a backend, by model.");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
+    lp_metric_sample_u64(b, "lanepack_sequences_total", labels, p->models[i].sequences_done);
+  }
+  lp_metric_family(b, "lanepack_batch_fill_ratio", "histogram", "Real tokens over slots, per batch.");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
+    lp_metric_hist(b, "lanepack_batch_fill_ratio", labels, &p->models[i].fill);
+  }
+  lp_metric_family(b, "lanepack_request_duration_seconds", "histogram",
+                   "Time of answered inference requests: queued, at the backend, total.");
+  lp_metric_hist(b, "lanepack_request_duration_seconds", "phase=\"queue\"", &p->t_queue);
+  lp_metric_hist(b, "lanepack_request_duration_seconds", "phase=\"backend\"", &p->t_backend);
+  lp_metric_hist(b, "lanepack_request_duration_seconds", "phase=\"total\"", &p->t_total);
+  lp_metric_family(b, "lanepack_backend_up", "gauge", "1 if the backend is healthy.");
+  for (size_t i = 0; i < p->nmodels; i++)
+    for (size_t k = 0; k < p->models[i].nbackends; k++) {
+      lp_backend_t *be = &p->models[i].backends[k];
+      snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\"", p->models[i].cfg->name, be->url);
+      lp_metric_sample_u64(b, "lanepack_backend_up", labels, (uint64_t)be->healthy);
+    }
+  lp_metric_family(b, "lanepack_backend_inflight", "gauge", "Batches in flight, by backend.");
+  for (size_t i = 0; i < p->nmodels; i++)
+    for (size_t k = 0; k < p->models[i].nbackends; k++) {
+      lp_backend_t *be = &p->models[i].backends[k];
+      snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\"", p->models[i].cfg->name, be->url);
+      lp_metric_sample_u64(b, "lanepack_backend_inflight", labels, be->inflight);
+    }
+  lp_metric_family(b, "lanepack_backend_failures_total", "counter", "Batches a backend failed.");
+  for (size_t i = 0; i < p->nmodels; i++)
+    for (size_t k = 0; k < p->models[i].nbackends; k++) {
+      lp_backend_t *be = &p->models[i].backends[k];
+      snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\"", p->models[i].cfg->name, be->url);
+      lp_metric_sample_u64(b, "lanepack_backend_failures_total", labels, be->failures);
+    }
+}
+
+void lp__render_models(lp_proxy_t *p, lp_buf_t *b) {
+  lp_buf_puts(b, "{\"models\": [");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    lp_model_t *m = &p->models[i];
+    if (i) lp_buf_puts(b, ", ");
+    lp_buf_puts(b, "{\"name\": ");
+    lp_buf_json_str(b, m->cfg->name, strlen(m->cfg->name));
+    lp_buf_printf(b, ", \"ragged\": %s, \"ready\": %s, \"queue\": {\"sequences\": %zu, \"tokens\": %llu}, \"shapes\": [",
+                  m->cfg->ragged ? "true" : "false", lp__model_ready(m) ? "true" : "false", m->qlen,
+                  (unsigned long long)m->queued_tokens);
+    for (size_t s = 0; s < m->shapes.count; s++) {
+      const lp_shape_t *sh = &m->shapes.shapes[s];
+      double slots = (double)(sh->real_tokens + sh->pad_tokens);
+      lp_buf_printf(b, "%s{\"shape\": [%u, %u], \"state\": \"%s\", \"batches\": %llu, \"fill\": %.4f}",
+                    s ? ", " : "", sh->lanes, sh->bucket, lp_shape_state_name(sh->state),
+                    (unsigned long long)sh->batches, slots > 0 ? (double)sh->real_tokens / slots : 0.0);
+    }
+    lp_buf_puts(b, "], \"backends\": [");
+    for (size_t k = 0; k < m->nbackends; k++) {
+      const lp_backend_t *be = &m->backends[k];
+      lp_buf_printf(b, "%s{\"url\": ", k ? ", " : "");
+      lp_buf_json_str(b, be->url, strlen(be->url));
+      lp_buf_printf(b, ", \"healthy\": %s, \"inflight\": %u, \"batches\": %llu, \"failures\": %llu}",
+                    be->healthy ? "true" : "false", be->inflight, (unsigned long long)be->batches,
+                    (unsigned long long)be->failures);
+    }
+    lp_buf_puts(b, "]}");
+  }
+  lp_buf_puts(b, "]}\n");
+}
+
+int lp__render_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, lp_buf_t *b, char *err,
+                      size_t errlen) {
+  (void)p;
+  lp_packer_t *pk = lp_packer_new();
+  if (!pk) return snprintf(err, errlen, "out of memory"), -1;
+  uint64_t budget = 0;
+  for (size_t i = 0; i < m->shapes.count; i++) {
+    uint64_t c = (uint64_t)m->shapes.shapes[i].lanes * m->shapes.shapes[i].bucket;
+    if (c > budget) budget = c;
+  }
+  lp_advice_t a[2];
+  int rc = 0;
+  for (int o = 0; o < 2 && rc == 0; o++) {
+    lp_advise_params_t prm = {.objective = (lp_advise_objective_t)o, .k = k,
+                              .max_bucket = m->lengths.max, .token_budget = budget,
+                              .granule = 128, .max_segments = m->cfg->max_segments_per_lane};
+    rc = lp_advise(pk, &m->lengths, &prm, &m->shapes, &a[o]);
+  }
+  lp_packer_free(pk);
+  if (rc) {
+    snprintf(err, errlen, "%s", rc == -ENODATA ? "no lengths observed yet" : "advisor failed");
+    return rc;
+  }
+  lp_buf_puts(b, "{\"model\": ");
+  lp_buf_json_str(b, m->cfg->name, strlen(m->cfg->name));
+  lp_buf_printf(b, ", \"observed\": %llu, \"current\": {\"shapes\": [",
+                (unsigned long long)m->lengths.total);
+  for (size_t s = 0; s < m->shapes.count; s++)
+    lp_buf_printf(b, "%s[%u, %u]", s ? ", " : "", m->shapes.shapes[s].lanes, m->shapes.shapes[s].bucket);
+  lp_buf_printf(b, "], \"padded_fill\": %.4f, \"packed_fill\": %.4f}, \"proposals\": [",
+                a[0].current_padded_fill, a[0].current_packed_fill);
+  static const char *names[2] = {"padded", "packed"};
+  for (int o = 0; o < 2; o++) {
+    lp_buf_printf(b, "%s{\"objective\": \"%s\", \"shapes\": [", o ? ", " : "", names[o]);
+    for (size_t i = 0; i < a[o].k; i++)
+      lp_buf_printf(b, "%s[%u, %u]", i ? ", " : "", a[o].lanes[i], a[o].bucket[i]);
+    lp_buf_printf(b, "], \"padded_fill\": %.4f, \"packed_fill\": %.4f}", a[o].padded_fill,
+                  a[o].packed_fill);
+  }
+  lp_buf_printf(b, "], \"rejected\": %llu}\n", (unsigned long long)a[0].rejected);
+  return 0;
+}
