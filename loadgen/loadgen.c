@@ -1,0 +1,878 @@
+/* lanepack-loadgen: an open-loop (Poisson, latency from the intended send time)
+ * or closed-loop HTTP load generator for lanepack, on libuv with its own
+ * keep-alive client. It checks answers against the emulator's formula, reads the
+ * proxy's fill from /metrics, and reports like wrk2 and vegeta do. */
+#include <errno.h>
+#include <getopt.h>
+#include <llhttp.h>
+#include <math.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "lanepack/buf.h"
+#include "lanepack/emu.h"
+#include "lanepack/hdr.h"
+#include "lanepack/jscan.h"
+#include "lanepack/lengths.h"
+#include "lanepack/rng.h"
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define MAX_STATUS 600
+
+typedef struct lg_s lg_t;
+
+typedef struct req_s {
+  uint64_t intended_ns;
+  int32_t *tokens;        /* owned */
+  uint32_t lens[64];
+  uint32_t nseq;
+  uint64_t ntokens;
+  struct req_s *next;
+} req_t;
+
+typedef struct conn_s {
+  lg_t *lg;
+  uv_tcp_t tcp;
+  uv_connect_t creq;
+  uv_write_t wreq;
+  llhttp_t parser;
+  int connected, closing;
+  lp_buf_t out, body;
+  req_t *cur;
+  struct conn_s *next_free;
+} conn_t;
+
+typedef struct {
+  double rate;            /* 0: closed loop */
+  uint64_t duration_ns, warmup_ns;
+} phase_t;
+
+typedef struct {
+  uint64_t ok, failed, mismatches, by_status[MAX_STATUS], conn_errors, timeouts, tokens;
+  uint64_t sent, answered;
+  uint64_t last_ns;       /* when the last answer came */
+  lp_hdr_t lat;
+  double elapsed_s;
+  /* proxy side */
+  double fill, pad_per_real;
+  uint64_t batches;
+  int have_proxy;
+  uint64_t *per_second;   /* completions per second of the phase; owned */
+  size_t nseconds;
+} stats_t;
+
+struct lg_s {
+  uv_loop_t *loop;
+  struct sockaddr_storage addr;
+  char host[256];
+  int port;
+  char path[256];
+  char model[64];
+  lp_lengths_t lengths;
+  lp_rng_t rng;
+  uint32_t vocab, seqs_per_req;
+  int verify, per_segment;
+  size_t max_conns, nconns;
+  uint64_t max_requests, timeout_ns;
+  conn_t *free_conns;
+  req_t *pending_head, *pending_tail;
+  size_t npending, inflight;
+  uv_timer_t arrivals, ticker;
+  phase_t ph;
+  uint64_t t0, t_end, next_arrival, generated;
+  int stopping;
+  stats_t st;
+  int tty;
+  int printed_mismatch;
+};
+
+static uint64_t now_ns(void) { return uv_hrtime(); }
+
+/* ---- requests ---- */
+
+static req_t *make_req(lg_t *lg, uint64_t intended) {
+  req_t *r = calloc(1, sizeof(*r));
+  if (!r) return NULL;
+  r->intended_ns = intended;
+  r->nseq = lg->seqs_per_req;
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < r->nseq; i++) {
+    r->lens[i] = lp_lengths_next(&lg->lengths, &lg->rng);
+    total += r->lens[i];
+  }
+  r->ntokens = total;
+  r->tokens = malloc((total + 1) * sizeof(int32_t));
+  if (!r->tokens) {
+    free(r);
+    return NULL;
+  }
+  for (uint64_t k = 0; k < total; k++) r->tokens[k] = (int32_t)lp_rng_below(&lg->rng, lg->vocab);
+  return r;
+}
+
+static void free_req(req_t *r) {
+  free(r->tokens);
+  free(r);
+}
+
+static void write_request(lg_t *lg, conn_t *c, req_t *r) {
+  lp_buf_t body;
+  lp_buf_init(&body);
+  lp_buf_puts(&body, "{");
+  if (lg->model[0]) {
+    lp_buf_puts(&body, "\"model\": ");
+    lp_buf_json_str(&body, lg->model, strlen(lg->model));
+    lp_buf_puts(&body, ", ");
+  }
+  if (r->nseq == 1 && lg->seqs_per_req == 1) {
+    lp_buf_puts(&body, "\"input_ids\": ");
+    lp_buf_i32_array(&body, r->tokens, r->lens[0]);
+  } else {
+    lp_buf_puts(&body, "\"inputs\": [");
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < r->nseq; i++) {
+      if (i) lp_buf_puts(&body, ",");
+      lp_buf_i32_array(&body, r->tokens + off, r->lens[i]);
+      off += r->lens[i];
+    }
+    lp_buf_puts(&body, "]");
+  }
+  lp_buf_puts(&body, "}");
+  lp_buf_reset(&c->out);
+  lp_buf_printf(&c->out,
+                "POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+                "Content-Length: %zu\r\n\r\n",
+                lg->path, lg->host, lg->port, body.len);
+  lp_buf_append(&c->out, body.data, body.len);
+  lp_buf_free(&body);
+}
+
+/* ---- verification ---- */
+
+/* Finds member `key` of the top-level object; returns its value or NULL. */
+static const char *find_member(const char *p, const char *end, const char *key) {
+  p = lp_jscan_ws(p, end);
+  if (p >= end || *p != '{') return NULL;
+  p = lp_jscan_ws(p + 1, end);
+  while (p < end && *p == '"') {
+    int eq;
+    p = lp_jscan_key(p, end, key, &eq);
+    if (!p) return NULL;
+    p = lp_jscan_ws(p, end);
+    if (p >= end || *p != ':') return NULL;
+    p = lp_jscan_ws(p + 1, end);
+    if (eq) return p;
+    p = lp_jscan_skip(p, end, LP_JSCAN_MAX_DEPTH);
+    if (!p) return NULL;
+    p = lp_jscan_ws(p, end);
+    if (p < end && *p == ',') p = lp_jscan_ws(p + 1, end);
+  }
+  return NULL;
+}
+
+/* Checks one sequence's output at v; returns the byte after it or NULL. */
+static const char *check_one(lg_t *lg, const char *v, const char *end, const int32_t *tok,
+                             uint32_t len, int32_t *scratch, int32_t *want, int *ok) {
+  *ok = 0;
+  if (*v == '[') {
+    size_t n;
+    int err;
+    const char *q = lp_jscan_int_array(v, end, scratch, len + 1, INT32_MIN, INT32_MAX, &n, &err);
+    if (!q) return NULL;
+    lp_emu_outputs(tok, len, want);
+    *ok = n == len && memcmp(scratch, want, len * sizeof(int32_t)) == 0;
+    return q;
+  }
+  char *e;
+  long long x = strtoll(v, &e, 10);
+  (void)lg;
+  *ok = e != v && x == lp_emu_last(tok, len);
+  return e;
+}
+
+static int verify(lg_t *lg, req_t *r, const char *body, size_t len) {
+  const char *end = body + len;
+  int32_t *scratch = malloc((r->ntokens + 2) * sizeof(int32_t));
+  int32_t *want = malloc((r->ntokens + 2) * sizeof(int32_t));
+  int ok = 0;
+  if (!scratch || !want) goto out;
+  if (lg->seqs_per_req == 1) {
+    const char *v = find_member(body, end, "output");
+    if (v) check_one(lg, v, end, r->tokens, r->lens[0], scratch, want, &ok);
+  } else {
+    const char *v = find_member(body, end, "outputs");
+    if (!v || *v != '[') goto out;
+    v = lp_jscan_ws(v + 1, end);
+    uint64_t off = 0;
+    ok = 1;
+    for (uint32_t i = 0; i < r->nseq && ok; i++) {
+      int one;
+      v = check_one(lg, v, end, r->tokens + off, r->lens[i], scratch, want, &one);
+      ok = v && one;
+      off += r->lens[i];
+      if (v) {
+        v = lp_jscan_ws(v, end);
+        if (v < end && *v == ',') v = lp_jscan_ws(v + 1, end);
+      }
+    }
+  }
+out:
+  free(scratch);
+  free(want);
+  return ok;
+}
+
+/* ---- connections ---- */
+
+static void conn_send(conn_t *c, req_t *r);
+static void dispatch_pending(lg_t *lg);
+
+static void record(lg_t *lg, req_t *r, int status, const char *body, size_t len, int kind) {
+  uint64_t t = now_ns();
+  lg->inflight--;
+  stats_t *st = &lg->st;
+  int counted = r->intended_ns >= lg->t0 + lg->ph.warmup_ns;
+  if (t > st->last_ns) st->last_ns = t;
+  if (counted) {
+    st->answered++;
+    size_t sec = (size_t)((t - lg->t0) / 1000000000ull);
+    if (sec < st->nseconds) st->per_second[sec]++;
+    if (kind == 1) st->conn_errors++, st->failed++;
+    else if (kind == 2) st->timeouts++, st->failed++;
+    else {
+      st->by_status[status > 0 && status < MAX_STATUS ? status : 0]++;
+      int ok = status == 200;
+      if (ok && lg->verify && !verify(lg, r, body, len)) {
+        ok = 0;
+        st->mismatches++;
+        if (lg->printed_mismatch++ < 3)
+          fprintf(stderr, "lanepack-loadgen: mismatch: %.*s\n", (int)(len > 300 ? 300 : len), body);
+      }
+      if (ok) {
+        st->ok++;
+        st->tokens += r->ntokens;
+        lp_hdr_record(&st->lat, (t - r->intended_ns) / 1000);
+      } else {
+        st->failed++;
+      }
+    }
+  }
+  free_req(r);
+}
+
+static void on_conn_closed(uv_handle_t *h) {
+  conn_t *c = container_of(h, conn_t, tcp);
+  lg_t *lg = c->lg;
+  lp_buf_free(&c->out);
+  lp_buf_free(&c->body);
+  free(c);
+  lg->nconns--;
+  dispatch_pending(lg);
+}
+
+static void conn_fail(conn_t *c, int kind) {
+  if (c->closing) return;
+  c->closing = 1;
+  if (c->cur) {
+    req_t *r = c->cur;
+    c->cur = NULL;
+    record(c->lg, r, 0, NULL, 0, kind);
+  }
+  uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+static void conn_idle(conn_t *c) {
+  lg_t *lg = c->lg;
+  c->cur = NULL;
+  if (lg->pending_head) {
+    req_t *r = lg->pending_head;
+    lg->pending_head = r->next;
+    if (!lg->pending_head) lg->pending_tail = NULL;
+    lg->npending--;
+    conn_send(c, r);
+    return;
+  }
+  c->next_free = lg->free_conns;
+  lg->free_conns = c;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n) {
+  conn_t *c = p->data;
+  lp_buf_append(&c->body, at, n);
+  return 0;
+}
+
+static int on_message_complete(llhttp_t *p) {
+  conn_t *c = p->data;
+  req_t *r = c->cur;
+  c->cur = NULL;
+  if (r) record(c->lg, r, p->status_code, c->body.data ? c->body.data : "", c->body.len, 0);
+  lp_buf_reset(&c->body);
+  if (!llhttp_should_keep_alive(p)) {
+    conn_fail(c, 1);
+    return HPE_PAUSED;
+  }
+  conn_idle(c);
+  return 0;
+}
+
+static llhttp_settings_t settings;
+
+static void on_alloc(uv_handle_t *h, size_t sz, uv_buf_t *b) {
+  static char buf[65536];
+  (void)h;
+  (void)sz;
+  b->base = buf;
+  b->len = sizeof(buf);
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
+  conn_t *c = s->data;
+  if (n < 0) {
+    conn_fail(c, 1);
+    return;
+  }
+  if (n == 0) return;
+  llhttp_errno_t e = llhttp_execute(&c->parser, b->base, (size_t)n);
+  if (e != HPE_OK && e != HPE_PAUSED) conn_fail(c, 1);
+}
+
+static void on_written(uv_write_t *w, int status) {
+  conn_t *c = container_of(w, conn_t, wreq);
+  if (status < 0) conn_fail(c, 1);
+}
+
+static void conn_send(conn_t *c, req_t *r) {
+  lg_t *lg = c->lg;
+  c->cur = r;
+  lg->st.sent += r->intended_ns >= lg->t0 + lg->ph.warmup_ns;
+  write_request(lg, c, r);
+  uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
+  if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) conn_fail(c, 1);
+}
+
+static void on_connect(uv_connect_t *cr, int status) {
+  conn_t *c = container_of(cr, conn_t, creq);
+  if (status < 0) {
+    conn_fail(c, 1);
+    return;
+  }
+  c->connected = 1;
+  uv_tcp_nodelay(&c->tcp, 1);
+  uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+  conn_send(c, c->cur);
+}
+
+static void open_conn(lg_t *lg, req_t *r) {
+  conn_t *c = calloc(1, sizeof(*c));
+  if (!c) {
+    lg->inflight--;
+    free_req(r);
+    return;
+  }
+  c->lg = lg;
+  lp_buf_init(&c->out);
+  lp_buf_init(&c->body);
+  uv_tcp_init(lg->loop, &c->tcp);
+  c->tcp.data = c;
+  llhttp_init(&c->parser, HTTP_RESPONSE, &settings);
+  c->parser.data = c;
+  c->cur = r;
+  lg->nconns++;
+  if (uv_tcp_connect(&c->creq, &c->tcp, (struct sockaddr *)&lg->addr, on_connect) < 0) conn_fail(c, 1);
+}
+
+/* Sends r on a free connection, opens one if allowed, else queues it: queued
+ * time counts in its latency (the intended send time is its clock). */
+static void submit(lg_t *lg, req_t *r) {
+  lg->inflight++;
+  if (lg->free_conns) {
+    conn_t *c = lg->free_conns;
+    lg->free_conns = c->next_free;
+    conn_send(c, r);
+  } else if (lg->nconns < lg->max_conns) {
+    open_conn(lg, r);
+  } else {
+    r->next = NULL;
+    if (lg->pending_tail) lg->pending_tail->next = r;
+    else lg->pending_head = r;
+    lg->pending_tail = r;
+    lg->npending++;
+  }
+}
+
+static void dispatch_pending(lg_t *lg) {
+  while (lg->pending_head && lg->nconns < lg->max_conns && !lg->free_conns) {
+    req_t *r = lg->pending_head;
+    lg->pending_head = r->next;
+    if (!lg->pending_head) lg->pending_tail = NULL;
+    lg->npending--;
+    lg->inflight--; /* submit counts it again */
+    submit(lg, r);
+  }
+}
+
+/* ---- arrivals ---- */
+
+static void maybe_finish(lg_t *lg) {
+  if (lg->stopping && lg->inflight == 0) {
+    uv_timer_stop(&lg->arrivals);
+    uv_timer_stop(&lg->ticker);
+    for (conn_t *c = lg->free_conns; c; c = c->next_free) {
+      c->closing = 1;
+      uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    }
+    lg->free_conns = NULL;
+  }
+}
+
+static void on_arrivals(uv_timer_t *t) {
+  lg_t *lg = t->data;
+  uint64_t now = now_ns();
+  if (lg->ph.rate > 0) {
+    while (!lg->stopping && lg->next_arrival <= now) {
+      if (lg->next_arrival >= lg->t_end || (lg->max_requests && lg->generated >= lg->max_requests)) {
+        lg->stopping = 1;
+        break;
+      }
+      req_t *r = make_req(lg, lg->next_arrival);
+      if (r) submit(lg, r);
+      lg->generated++;
+      double u = lp_rng_double(&lg->rng);
+      lg->next_arrival += (uint64_t)(-log(1.0 - u) / lg->ph.rate * 1e9);
+    }
+    if (!lg->stopping) {
+      /* at least 1 ms: on libuv < 1.48 a 0 ms timer armed in a timer callback
+       * runs in the same pass and spins. Late sends still count from their
+       * intended time. */
+      uint64_t d = lg->next_arrival > now ? (lg->next_arrival - now + 999999) / 1000000 : 1;
+      uv_timer_start(&lg->arrivals, on_arrivals, d ? d : 1, 0);
+    }
+  }
+  if (now >= lg->t_end) lg->stopping = 1;
+  maybe_finish(lg);
+}
+
+/* Closed loop: each of the connections sends again as soon as it is free. */
+static void closed_loop_fill(lg_t *lg) {
+  uint64_t now = now_ns();
+  while (!lg->stopping && lg->inflight < lg->max_conns &&
+         !(lg->max_requests && lg->generated >= lg->max_requests)) {
+    req_t *r = make_req(lg, now);
+    if (!r) break;
+    lg->generated++;
+    submit(lg, r);
+  }
+}
+
+static void on_ticker(uv_timer_t *t) {
+  lg_t *lg = t->data;
+  uint64_t now = now_ns();
+  if (now >= lg->t_end || (lg->max_requests && lg->generated >= lg->max_requests &&
+                           lg->ph.rate == 0))
+    lg->stopping = 1;
+  if (lg->ph.rate == 0) closed_loop_fill(lg);
+  /* requests stuck past the timeout: their connections are dropped */
+  if (lg->stopping && now > lg->t_end + lg->timeout_ns) {
+    for (conn_t *c = lg->free_conns; c; c = c->next_free) c->closing = 1;
+    fprintf(stderr, "lanepack-loadgen: %zu requests unanswered after the timeout\n", lg->inflight);
+    lg->st.timeouts += lg->inflight;
+    lg->st.failed += lg->inflight;
+    uv_stop(lg->loop);
+    return;
+  }
+  if (lg->tty) {
+    double el = (double)(now - lg->t0) / 1e9;
+    fprintf(stderr, "\r  %5.1fs  sent %llu  answered %llu  ok %llu  errors %llu  %.0f req/s   ",
+            el, (unsigned long long)lg->st.sent, (unsigned long long)lg->st.answered,
+            (unsigned long long)lg->st.ok, (unsigned long long)lg->st.failed,
+            el > 0 ? (double)lg->st.answered / el : 0.0);
+  }
+  maybe_finish(lg);
+}
+
+/* ---- proxy metrics, read with a plain blocking GET ---- */
+
+static int fetch(const lg_t *lg, const char *path, lp_buf_t *out) {
+  int fd = socket(lg->addr.ss_family, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  socklen_t al = lg->addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+  struct timeval tv = {5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (connect(fd, (struct sockaddr *)&lg->addr, al) < 0) {
+    close(fd);
+    return -1;
+  }
+  char req[512];
+  int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, lg->host);
+  if (write(fd, req, (size_t)n) != n) {
+    close(fd);
+    return -1;
+  }
+  char buf[8192];
+  ssize_t k;
+  while ((k = read(fd, buf, sizeof(buf))) > 0) lp_buf_append(out, buf, (size_t)k);
+  close(fd);
+  return out->len > 12 && memcmp(out->data, "HTTP/1.1 200", 12) == 0 ? 0 : -1;
+}
+
+typedef struct {
+  double real, pad, batches;
+  int ok;
+} proxy_counts_t;
+
+static proxy_counts_t read_proxy(const lg_t *lg) {
+  proxy_counts_t pc = {0, 0, 0, 0};
+  lp_buf_t b;
+  lp_buf_init(&b);
+  if (fetch(lg, "/metrics", &b) == 0 && lp_buf_cstr(&b)) {
+    char want[128] = "";
+    if (lg->model[0]) snprintf(want, sizeof(want), "model=\"%s\"", lg->model);
+    for (char *line = b.data; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+      if (*line == '#') continue;
+      if (want[0] && !strstr(line, want)) continue;
+      char *sp = strchr(line, ' ');
+      if (!sp) continue;
+      double v = strtod(sp + 1, NULL);
+      if (!strncmp(line, "lanepack_tokens_total{", 22)) {
+        if (strstr(line, "kind=\"real\"") && strstr(line, "kind=\"real\"") < sp) pc.real += v;
+        else if (strstr(line, "kind=\"pad\"") && strstr(line, "kind=\"pad\"") < sp) pc.pad += v;
+        pc.ok = 1;
+      } else if (!strncmp(line, "lanepack_batches_total{", 23)) {
+        pc.batches += v;
+      }
+    }
+  }
+  lp_buf_free(&b);
+  return pc;
+}
+
+/* ---- running a phase ---- */
+
+static int run_phase(lg_t *lg, const phase_t *ph, stats_t *out) {
+  memset(&lg->st, 0, sizeof(lg->st));
+  lp_hdr_init(&lg->st.lat);
+  lg->st.nseconds = (size_t)(ph->duration_ns / 1000000000ull) + 2;
+  lg->st.per_second = calloc(lg->st.nseconds, sizeof(uint64_t));
+  lg->ph = *ph;
+  lg->stopping = 0;
+  lg->generated = 0;
+  lg->printed_mismatch = 0;
+  proxy_counts_t before = read_proxy(lg);
+  lg->t0 = now_ns();
+  lg->t_end = lg->t0 + ph->duration_ns;
+  lg->next_arrival = lg->t0;
+  uv_timer_start(&lg->ticker, on_ticker, 1000, 1000);
+  if (ph->rate > 0) uv_timer_start(&lg->arrivals, on_arrivals, 0, 0);
+  else closed_loop_fill(lg);
+  uv_run(lg->loop, UV_RUN_DEFAULT);
+  uint64_t end = lg->st.last_ns > lg->t_end ? lg->st.last_ns : lg->t_end;
+  if (lg->tty) fprintf(stderr, "\n");
+  lg->st.elapsed_s = (double)(end - lg->t0 - ph->warmup_ns) / 1e9;
+  /* answers after the window count, and so does the time they took */
+  proxy_counts_t after = read_proxy(lg);
+  if (before.ok && after.ok) {
+    double real = after.real - before.real, pad = after.pad - before.pad;
+    lg->st.have_proxy = 1;
+    lg->st.fill = real + pad > 0 ? real / (real + pad) : 0;
+    lg->st.pad_per_real = real > 0 ? pad / real : 0;
+    lg->st.batches = (uint64_t)(after.batches - before.batches);
+  }
+  *out = lg->st;
+  return 0;
+}
+
+/* ---- reports ---- */
+
+static void print_report(const lg_t *lg, const stats_t *s, FILE *f) {
+  double el = s->elapsed_s > 0 ? s->elapsed_s : 1;
+  fprintf(f, "requests      %llu sent, %llu answered: %llu ok, %llu failed\n",
+          (unsigned long long)s->sent, (unsigned long long)s->answered, (unsigned long long)s->ok,
+          (unsigned long long)s->failed);
+  fprintf(f, "by status    ");
+  for (int i = 0; i < MAX_STATUS; i++)
+    if (s->by_status[i]) fprintf(f, " %d: %llu", i, (unsigned long long)s->by_status[i]);
+  if (s->conn_errors) fprintf(f, " connection: %llu", (unsigned long long)s->conn_errors);
+  if (s->timeouts) fprintf(f, " timeout: %llu", (unsigned long long)s->timeouts);
+  fprintf(f, "\n");
+  if (lg->verify) fprintf(f, "verified      %llu mismatches\n", (unsigned long long)s->mismatches);
+  fprintf(f, "throughput    %.1f requests/s, %.0f tokens/s\n", (double)s->ok / el, (double)s->tokens / el);
+  const lp_hdr_t *h = &s->lat;
+  fprintf(f, "latency ms    min %.2f  mean %.2f  p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f\n",
+          h->total ? h->min / 1e3 : 0, lp_hdr_mean(h) / 1e3, lp_hdr_quantile(h, 0.5) / 1e3,
+          lp_hdr_quantile(h, 0.9) / 1e3, lp_hdr_quantile(h, 0.99) / 1e3,
+          lp_hdr_quantile(h, 0.999) / 1e3, h->total ? h->max / 1e3 : 0);
+  if (s->have_proxy)
+    fprintf(f, "proxy         %llu batches, fill %.4f, %.3f padding tokens per real token\n",
+            (unsigned long long)s->batches, s->fill, s->pad_per_real);
+  else
+    fprintf(f, "proxy         /metrics not readable: no fill figures\n");
+}
+
+static void json_report(FILE *f, const lg_t *lg, const stats_t *s, double rate) {
+  const lp_hdr_t *h = &s->lat;
+  double el = s->elapsed_s > 0 ? s->elapsed_s : 1;
+  fprintf(f, "{\"rate\": %.3f, \"duration_s\": %.3f, \"sent\": %llu, \"answered\": %llu, \"ok\": %llu, "
+             "\"failed\": %llu, \"mismatches\": %llu, \"connection_errors\": %llu, \"timeouts\": %llu, "
+             "\"by_status\": {",
+          rate, el, (unsigned long long)s->sent, (unsigned long long)s->answered,
+          (unsigned long long)s->ok, (unsigned long long)s->failed, (unsigned long long)s->mismatches,
+          (unsigned long long)s->conn_errors, (unsigned long long)s->timeouts);
+  int first = 1;
+  for (int i = 0; i < MAX_STATUS; i++)
+    if (s->by_status[i]) {
+      fprintf(f, "%s\"%d\": %llu", first ? "" : ", ", i, (unsigned long long)s->by_status[i]);
+      first = 0;
+    }
+  fprintf(f, "}, \"requests_per_s\": %.3f, \"tokens_per_s\": %.1f, \"latency_ms\": {\"min\": %.3f, "
+             "\"mean\": %.3f, \"p50\": %.3f, \"p90\": %.3f, \"p99\": %.3f, \"p99_9\": %.3f, \"max\": %.3f}",
+          (double)s->ok / el, (double)s->tokens / el, h->total ? h->min / 1e3 : 0, lp_hdr_mean(h) / 1e3,
+          lp_hdr_quantile(h, 0.5) / 1e3, lp_hdr_quantile(h, 0.9) / 1e3, lp_hdr_quantile(h, 0.99) / 1e3,
+          lp_hdr_quantile(h, 0.999) / 1e3, h->total ? h->max / 1e3 : 0);
+  if (s->have_proxy)
+    fprintf(f, ", \"proxy\": {\"batches\": %llu, \"fill\": %.4f, \"pad_per_real\": %.4f}",
+            (unsigned long long)s->batches, s->fill, s->pad_per_real);
+  (void)lg;
+  fprintf(f, "}");
+}
+
+/* The latency CDF (x in "nines") and completions per second, as one SVG. */
+static int write_svg(const char *path, const stats_t *s) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  const lp_hdr_t *h = &s->lat;
+  double maxlat = h->total ? h->max / 1e3 : 1;
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"900\" height=\"420\" font-family=\"sans-serif\" font-size=\"12\">\n"
+             "<rect width=\"900\" height=\"420\" fill=\"white\"/>\n"
+             "<text x=\"20\" y=\"20\" font-size=\"14\">latency by percentile (ms)</text>\n"
+             "<text x=\"470\" y=\"20\" font-size=\"14\">answers per second</text>\n");
+  /* left: x = log10(1/(1-q)) from 0 to 4 (p99.99) */
+  fprintf(f, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"");
+  for (int i = 0; i <= 200; i++) {
+    double x = 4.0 * i / 200, q = 1 - pow(10, -x);
+    double v = lp_hdr_quantile(h, q) / 1e3;
+    fprintf(f, "%.1f,%.1f ", 40 + x / 4 * 380, 380 - (maxlat > 0 ? v / maxlat : 0) * 340);
+  }
+  fprintf(f, "\"/>\n");
+  const char *ticks[] = {"p0", "p90", "p99", "p99.9", "p99.99"};
+  for (int i = 0; i <= 4; i++)
+    fprintf(f, "<text x=\"%.0f\" y=\"400\">%s</text>\n", 40 + i * 95.0 - 10, ticks[i]);
+  fprintf(f, "<text x=\"5\" y=\"45\">%.1f</text><text x=\"5\" y=\"385\">0</text>\n", maxlat);
+  /* right: per-second completions */
+  uint64_t peak = 1;
+  for (size_t i = 0; i < s->nseconds; i++)
+    if (s->per_second[i] > peak) peak = s->per_second[i];
+  fprintf(f, "<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"2\" points=\"");
+  for (size_t i = 0; i < s->nseconds; i++)
+    fprintf(f, "%.1f,%.1f ", 480 + (double)i / (s->nseconds > 1 ? s->nseconds - 1 : 1) * 380,
+            380 - (double)s->per_second[i] / peak * 340);
+  fprintf(f, "\"/>\n<text x=\"445\" y=\"45\">%llu</text><text x=\"470\" y=\"400\">0 s</text>"
+             "<text x=\"840\" y=\"400\">%zu s</text>\n</svg>\n",
+          (unsigned long long)peak, s->nseconds - 1);
+  return fclose(f);
+}
+
+/* ---- command line ---- */
+
+static int parse_duration(const char *s, uint64_t *ns) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || !(v >= 0)) return -1;
+  double mul = 1e9;
+  if (!strcmp(end, "ms")) mul = 1e6;
+  else if (!strcmp(end, "s") || !*end) mul = 1e9;
+  else if (!strcmp(end, "m")) mul = 60e9;
+  else return -1;
+  *ns = (uint64_t)(v * mul);
+  return 0;
+}
+
+static int parse_url(lg_t *lg, const char *url) {
+  if (strncmp(url, "http://", 7)) return -1;
+  const char *h = url + 7, *slash = strchr(h, '/');
+  size_t hl = slash ? (size_t)(slash - h) : strlen(h);
+  char hostport[300];
+  if (hl == 0 || hl >= sizeof(hostport)) return -1;
+  memcpy(hostport, h, hl);
+  hostport[hl] = 0;
+  char *colon = strrchr(hostport, ':');
+  if (hostport[0] == '[') colon = strstr(hostport, "]:") ? strstr(hostport, "]:") + 1 : NULL;
+  lg->port = colon ? atoi(colon + 1) : 80;
+  if (colon) *colon = 0;
+  char *host = hostport;
+  if (host[0] == '[') {
+    host++;
+    host[strlen(host) - 1] = 0;
+  }
+  snprintf(lg->host, sizeof(lg->host), "%.255s", host);
+  snprintf(lg->path, sizeof(lg->path), "%s", slash && strcmp(slash, "/") ? slash : "/v1/infer");
+  struct addrinfo hints = {0}, *res;
+  hints.ai_socktype = SOCK_STREAM;
+  char port[16];
+  snprintf(port, sizeof(port), "%d", lg->port);
+  if (lg->port <= 0 || lg->port > 65535 || getaddrinfo(host, port, &hints, &res)) return -1;
+  memcpy(&lg->addr, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  return 0;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: lanepack-loadgen --url http://HOST:PORT[/PATH] --lengths FILE|MIX\n"
+          "         (--rate R | --concurrency C | --sweep R1,R2,...) [--duration 30s]\n"
+          "         [--warmup 0s] [--connections N] [--model M] [--vocab V]\n"
+          "         [--sequences-per-request K] [--max-requests N] [--timeout 30s]\n"
+          "         [--seed S] [--verify] [--json FILE] [--plot FILE.svg]\n");
+}
+
+static int die(const char *fmt, const char *a) {
+  fprintf(stderr, "lanepack-loadgen: ");
+  fprintf(stderr, fmt, a);
+  fprintf(stderr, "\n");
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  static lg_t lg;
+  const char *url = NULL, *lengths = NULL, *json = NULL, *plot = NULL, *sweep = NULL;
+  double rate = 0;
+  unsigned long conc = 0, conns = 0, seed = 1;
+  uint64_t duration = 10000000000ull, warmup = 0;
+  lg.vocab = 32000;
+  lg.seqs_per_req = 1;
+  lg.timeout_ns = 30000000000ull;
+  static const struct option opts[] = {
+      {"url", required_argument, 0, 'u'},         {"lengths", required_argument, 0, 'l'},
+      {"rate", required_argument, 0, 'r'},        {"concurrency", required_argument, 0, 'c'},
+      {"duration", required_argument, 0, 'd'},    {"warmup", required_argument, 0, 'w'},
+      {"connections", required_argument, 0, 'n'}, {"model", required_argument, 0, 'm'},
+      {"vocab", required_argument, 0, 'v'},       {"sequences-per-request", required_argument, 0, 'k'},
+      {"max-requests", required_argument, 0, 'M'},{"timeout", required_argument, 0, 't'},
+      {"seed", required_argument, 0, 's'},        {"verify", no_argument, 0, 'V'},
+      {"json", required_argument, 0, 'j'},        {"plot", required_argument, 0, 'p'},
+      {"sweep", required_argument, 0, 'S'},       {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int c, idx = 0;
+  while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+    char *end = NULL;
+    switch (c) {
+      case 'u': url = optarg; break;
+      case 'l': lengths = optarg; break;
+      case 'r': rate = strtod(optarg, &end); if (*end || !(rate > 0)) return die("--rate must be > 0, got '%s'", optarg); break;
+      case 'c': conc = strtoul(optarg, &end, 10); if (*end || conc == 0 || conc > 100000) return die("--concurrency must be 1..100000, got '%s'", optarg); break;
+      case 'n': conns = strtoul(optarg, &end, 10); if (*end || conns == 0 || conns > 100000) return die("--connections must be 1..100000, got '%s'", optarg); break;
+      case 'd': if (parse_duration(optarg, &duration) || duration == 0) return die("bad --duration '%s' (e.g. 30s, 500ms, 2m)", optarg); break;
+      case 'w': if (parse_duration(optarg, &warmup)) return die("bad --warmup '%s'", optarg); break;
+      case 't': if (parse_duration(optarg, &lg.timeout_ns) || !lg.timeout_ns) return die("bad --timeout '%s'", optarg); break;
+      case 'm': snprintf(lg.model, sizeof(lg.model), "%s", optarg); break;
+      case 'v': lg.vocab = (uint32_t)strtoul(optarg, &end, 10); if (*end || lg.vocab == 0) return die("--vocab must be > 0, got '%s'", optarg); break;
+      case 'k': lg.seqs_per_req = (uint32_t)strtoul(optarg, &end, 10); if (*end || lg.seqs_per_req == 0 || lg.seqs_per_req > 64) return die("--sequences-per-request must be 1..64, got '%s'", optarg); break;
+      case 'M': lg.max_requests = strtoull(optarg, &end, 10); if (*end) return die("bad --max-requests '%s'", optarg); break;
+      case 's': seed = strtoul(optarg, &end, 10); if (*end) return die("bad --seed '%s'", optarg); break;
+      case 'V': lg.verify = 1; break;
+      case 'j': json = optarg; break;
+      case 'p': plot = optarg; break;
+      case 'S': sweep = optarg; break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (optind < argc) return die("unexpected argument '%s'", argv[optind]);
+  if (!url) return die("%s", "--url is required");
+  if (!lengths) return die("%s", "--lengths is required");
+  if (!!rate + !!conc + !!sweep != 1) return die("%s", "give one of --rate, --concurrency or --sweep");
+  if (warmup >= duration) return die("%s", "--warmup must be shorter than --duration");
+  if (parse_url(&lg, url)) return die("bad --url '%s': want http://HOST:PORT[/PATH]", url);
+  char err[256];
+  if (lp_lengths_load(&lg.lengths, lengths, err, sizeof(err))) return die("--lengths: %s", err);
+  double rates[64];
+  size_t nrates = 0;
+  if (sweep) {
+    char tmp[512];
+    snprintf(tmp, sizeof(tmp), "%s", sweep);
+    for (char *sv, *t = strtok_r(tmp, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+      char *end;
+      double r = strtod(t, &end);
+      if (*end || !(r > 0) || nrates == 64) return die("bad --sweep '%s': want R1,R2,... all > 0", sweep);
+      rates[nrates++] = r;
+    }
+  } else {
+    rates[nrates++] = rate;
+  }
+  /* the target must answer before any load is sent */
+  lp_buf_t probe;
+  lp_buf_init(&probe);
+  int fd = socket(lg.addr.ss_family, SOCK_STREAM, 0);
+  socklen_t al = lg.addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&lg.addr, al) < 0) {
+    fprintf(stderr, "lanepack-loadgen: cannot connect to %s: %s\n", url, strerror(errno));
+    return 1;
+  }
+  close(fd);
+  lp_buf_free(&probe);
+  signal(SIGPIPE, SIG_IGN);
+  lp_rng_seed(&lg.rng, seed);
+  lg.loop = uv_default_loop();
+  lg.tty = isatty(2);
+  llhttp_settings_init(&settings);
+  settings.on_body = on_body;
+  settings.on_message_complete = on_message_complete;
+  uv_timer_init(lg.loop, &lg.arrivals);
+  uv_timer_init(lg.loop, &lg.ticker);
+  lg.arrivals.data = lg.ticker.data = &lg;
+  /* open loop: enough connections that the generator is not what queues */
+  lg.max_conns = conc ? conc : (conns ? conns : 2048);
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < lg.max_conns + 64) {
+    rl.rlim_cur = rl.rlim_max < lg.max_conns + 64 ? rl.rlim_max : lg.max_conns + 64;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < lg.max_conns + 64) lg.max_conns = rl.rlim_cur > 128 ? rl.rlim_cur - 64 : 64;
+  }
+  FILE *jf = NULL;
+  if (json && !(jf = fopen(json, "w"))) return die("cannot write --json '%s'", json);
+  stats_t *results = calloc(nrates, sizeof(stats_t));
+  for (size_t i = 0; i < nrates; i++) {
+    phase_t ph = {conc ? 0 : rates[i], duration, warmup};
+    if (nrates > 1) fprintf(stderr, "lanepack-loadgen: rate %.1f/s for %.1fs\n", rates[i], duration / 1e9);
+    run_phase(&lg, &ph, &results[i]);
+  }
+  if (nrates == 1) {
+    printf("lanepack-loadgen %s, %s, %s %g, %.1fs, lengths %s\n", url,
+           conc ? "closed loop" : "open loop (Poisson)", conc ? "concurrency" : "rate",
+           conc ? (double)conc : rate, (duration - warmup) / 1e9, lengths);
+    print_report(&lg, &results[0], stdout);
+  } else {
+    printf("%10s %12s %10s %10s %10s %8s %8s\n", "rate", "achieved/s", "p50 ms", "p99 ms", "errors", "fill", "batches");
+    for (size_t i = 0; i < nrates; i++) {
+      stats_t *s = &results[i];
+      printf("%10.1f %12.1f %10.2f %10.2f %10llu %8.4f %8llu\n", rates[i],
+             (double)s->ok / (s->elapsed_s > 0 ? s->elapsed_s : 1), lp_hdr_quantile(&s->lat, 0.5) / 1e3,
+             lp_hdr_quantile(&s->lat, 0.99) / 1e3, (unsigned long long)s->failed, s->fill,
+             (unsigned long long)s->batches);
+    }
+  }
+  if (jf) {
+    if (nrates == 1) json_report(jf, &lg, &results[0], conc ? 0 : rate);
+    else {
+      fprintf(jf, "{\"sweep\": [");
+      for (size_t i = 0; i < nrates; i++) {
+        if (i) fprintf(jf, ", ");
+        json_report(jf, &lg, &results[i], rates[i]);
+      }
+      fprintf(jf, "]}");
+    }
+    fprintf(jf, "\n");
+    fclose(jf);
+  }
+  if (plot && write_svg(plot, &results[nrates - 1])) return die("cannot write --plot '%s'", plot);
+  int bad = 0;
+  for (size_t i = 0; i < nrates; i++) bad |= results[i].mismatches > 0;
+  return bad ? 3 : 0;
+}
