@@ -1,0 +1,265 @@
+/* Integration-test harness (see harness.h). */
+#define _GNU_SOURCE
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lanepack/buf.h"
+#include "lanepack/emu.h"
+#include "lanepack/jscan.h"
+
+const char *h_bin(const char *env) {
+  const char *v = getenv(env);
+  return v ? v : "";
+}
+
+int h_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t l = sizeof(a);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) || getsockname(fd, (struct sockaddr *)&a, &l)) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  int port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+pid_t h_spawn(char *const argv[], const char *log_path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* dies with the test process, even when an assertion ends it early */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 2);
+      dup2(fd, 1);
+      close(fd);
+    }
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+static uint64_t ms_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int h_wait_http(int port, const char *path, int any, int timeout_ms) {
+  uint64_t end = ms_now() + (uint64_t)timeout_ms;
+  while (ms_now() < end) {
+    h_resp_t r;
+    if (h_call(port, "GET", path, "", NULL, &r) == 0) {
+      int ok = any || r.status == 200;
+      h_resp_free(&r);
+      if (ok) return 0;
+    }
+    usleep(20000);
+  }
+  return -1;
+}
+
+int h_stop(pid_t pid, int timeout_ms) {
+  if (pid <= 0) return -1;
+  kill(pid, SIGTERM);
+  uint64_t end = ms_now() + (uint64_t)timeout_ms;
+  int st;
+  while (ms_now() < end) {
+    pid_t w = waitpid(pid, &st, WNOHANG);
+    if (w == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    usleep(10000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  return -1;
+}
+
+int h_connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (fd < 0) return -1;
+  if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+    close(fd);
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+int h_send_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n) {
+    ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
+    if (k <= 0) return -1;
+    c += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+/* Reads into a per-fd carry buffer so pipelined answers can be split. */
+static struct {
+  int fd;
+  char *data;
+  size_t len;
+} carry[64];
+
+static char **carry_for(int fd, size_t **len) {
+  for (int i = 0; i < 64; i++)
+    if (carry[i].fd == fd && carry[i].data) {
+      *len = &carry[i].len;
+      return &carry[i].data;
+    }
+  for (int i = 0; i < 64; i++)
+    if (!carry[i].data) {
+      carry[i].fd = fd;
+      carry[i].data = malloc(1);
+      carry[i].len = 0;
+      *len = &carry[i].len;
+      return &carry[i].data;
+    }
+  return NULL;
+}
+
+static void carry_drop(int fd) {
+  for (int i = 0; i < 64; i++)
+    if (carry[i].fd == fd && carry[i].data) {
+      free(carry[i].data);
+      carry[i].data = NULL;
+    }
+}
+
+int h_read_response(int fd, h_resp_t *r, int timeout_ms) {
+  memset(r, 0, sizeof(*r));
+  size_t *len;
+  char **buf = carry_for(fd, &len);
+  if (!buf) return -1;
+  uint64_t end = ms_now() + (uint64_t)timeout_ms;
+  for (;;) {
+    /* a complete response in the buffer? */
+    char *hend = *len ? memmem(*buf, *len, "\r\n\r\n", 4) : NULL;
+    if (hend) {
+      size_t hlen = (size_t)(hend - *buf) + 4;
+      if (strncmp(*buf, "HTTP/1.1 100", 12) == 0) { /* interim answer: skip */
+        memmove(*buf, *buf + hlen, *len - hlen);
+        *len -= hlen;
+        continue;
+      }
+      size_t cl = 0;
+      char *h = strcasestr(*buf, "\r\ncontent-length:");
+      if (h && h < hend) cl = strtoul(h + 17, NULL, 10);
+      if (*len >= hlen + cl) {
+        r->status = atoi(*buf + 9);
+        size_t hc = hlen < sizeof(r->headers) - 1 ? hlen : sizeof(r->headers) - 1;
+        memcpy(r->headers, *buf, hc);
+        r->headers[hc] = 0;
+        r->body = malloc(cl + 1);
+        memcpy(r->body, *buf + hlen, cl);
+        r->body[cl] = 0;
+        r->body_len = cl;
+        memmove(*buf, *buf + hlen + cl, *len - hlen - cl);
+        *len -= hlen + cl;
+        return 0;
+      }
+    }
+    int left = (int)(end > ms_now() ? end - ms_now() : 0);
+    struct pollfd p = {fd, POLLIN, 0};
+    if (left == 0 || poll(&p, 1, left) <= 0) return -1;
+    char tmp[65536];
+    ssize_t k = recv(fd, tmp, sizeof(tmp), 0);
+    if (k <= 0) {
+      carry_drop(fd);
+      return -1;
+    }
+    char *nb = realloc(*buf, *len + (size_t)k + 1);
+    if (!nb) return -1;
+    *buf = nb;
+    memcpy(*buf + *len, tmp, (size_t)k);
+    *len += (size_t)k;
+    (*buf)[*len] = 0;
+  }
+}
+
+void h_resp_free(h_resp_t *r) {
+  free(r->body);
+  r->body = NULL;
+}
+
+int h_call(int port, const char *method, const char *path, const char *headers, const char *body,
+           h_resp_t *r) {
+  memset(r, 0, sizeof(*r));
+  int fd = h_connect(port);
+  if (fd < 0) return -1;
+  lp_buf_t b;
+  lp_buf_init(&b);
+  lp_buf_printf(&b, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s", method, path, headers);
+  if (body) lp_buf_printf(&b, "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+  else lp_buf_puts(&b, "\r\n");
+  int rc = h_send_all(fd, b.data, b.len);
+  lp_buf_free(&b);
+  if (rc == 0) rc = h_read_response(fd, r, 10000);
+  carry_drop(fd);
+  close(fd);
+  return rc;
+}
+
+char *h_ids_body(const int32_t *tokens, size_t n, const char *extra) {
+  lp_buf_t b;
+  lp_buf_init(&b);
+  lp_buf_puts(&b, "{\"input_ids\": ");
+  lp_buf_i32_array(&b, tokens, n);
+  if (extra) lp_buf_puts(&b, extra);
+  lp_buf_puts(&b, "}");
+  lp_buf_cstr(&b);
+  return b.data;
+}
+
+int h_check_output(const char *body, const int32_t *tokens, size_t n) {
+  const char *o = strstr(body, "\"output\": ");
+  if (!o) return 0;
+  o += 10;
+  int32_t *got = malloc((n + 1) * sizeof(int32_t)), *want = malloc((n + 1) * sizeof(int32_t));
+  size_t k;
+  int err;
+  const char *e = lp_jscan_int_array(o, body + strlen(body), got, n + 1, INT32_MIN, INT32_MAX, &k, &err);
+  lp_emu_outputs(tokens, n, want);
+  int ok = e && k == n && memcmp(got, want, n * sizeof(int32_t)) == 0;
+  free(got);
+  free(want);
+  return ok;
+}
+
+double h_metric(int port, const char *prefix) {
+  h_resp_t r;
+  if (h_call(port, "GET", "/metrics", "", NULL, &r)) return -1;
+  double sum = 0;
+  size_t pl = strlen(prefix);
+  for (char *line = r.body; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+    if (strncmp(line, prefix, pl) == 0) {
+      char *nl = strchr(line, '\n');
+      char *sp = memrchr(line, ' ', nl ? (size_t)(nl - line) : strlen(line));
+      if (sp) sum += strtod(sp + 1, NULL);
+    }
+  h_resp_free(&r);
+  return sum;
+}

@@ -1,0 +1,41 @@
+/* Integration-test harness: starts the real binaries on free loopback ports,
+ * speaks raw HTTP to them over blocking sockets, and stops them. */
+#ifndef LANEPACK_TEST_HARNESS_H
+#define LANEPACK_TEST_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct {
+  int status;
+  char headers[4096];
+  char *body;     /* malloc'd, NUL-terminated */
+  size_t body_len;
+} h_resp_t;
+
+int h_free_port(void);
+/* Starts argv (NULL-terminated) with stderr to log_path; returns the pid. */
+pid_t h_spawn(char *const argv[], const char *log_path);
+/* Waits until GET path on port answers 200 (or any answer if any != 0). */
+int h_wait_http(int port, const char *path, int any, int timeout_ms);
+/* SIGTERM, then SIGKILL after timeout_ms; returns the exit status or -1. */
+int h_stop(pid_t pid, int timeout_ms);
+int h_connect(int port);
+int h_send_all(int fd, const void *p, size_t n);
+/* Reads one HTTP response from fd (Content-Length framing). 0 or -1. */
+int h_read_response(int fd, h_resp_t *r, int timeout_ms);
+void h_resp_free(h_resp_t *r);
+/* One request on a new connection: method, path, extra headers ("" or lines
+ * ending \r\n), body (NULL for none). Returns 0 or -1. */
+int h_call(int port, const char *method, const char *path, const char *headers, const char *body,
+           h_resp_t *r);
+/* A JSON body {"input_ids": [...]} for tokens. malloc'd. */
+char *h_ids_body(const int32_t *tokens, size_t n, const char *extra);
+/* Checks "output" of a 200 answer against the emulator formula. 1 if right. */
+int h_check_output(const char *body, const int32_t *tokens, size_t n);
+/* Reads a counter from /metrics: sum of lines starting with prefix. */
+double h_metric(int port, const char *prefix);
+const char *h_bin(const char *env);
+
+#endif

@@ -1,0 +1,480 @@
+#define _GNU_SOURCE /* strcasestr */
+/* Integration tests: the real emulator and proxy on free loopback ports, raw
+ * HTTP, every answer checked against the emulator's formula, every status code
+ * the proxy sends provoked. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "testutil.h"
+#include "lanepack/emu.h"
+#include "lanepack/rng.h"
+
+typedef struct {
+  pid_t emu, proxy;
+  int emu_port, port;
+  char cfg[128], log[128], emu_log[128];
+} stack_t_;
+
+/* Starts an emulator with extra args (space-separated in one string) and a
+ * proxy with a config whose "models" section is model_json (with %d for the
+ * emulator port, at most twice). */
+static void start(stack_t_ *s, const char *emu_args, const char *top_json, const char *model_json) {
+  memset(s, 0, sizeof(*s));
+  s->emu_port = h_free_port();
+  s->port = h_free_port();
+  snprintf(s->emu_log, sizeof(s->emu_log), "/tmp/lp-it-emu-%d.log", s->emu_port);
+  snprintf(s->log, sizeof(s->log), "/tmp/lp-it-proxy-%d.log", s->port);
+  snprintf(s->cfg, sizeof(s->cfg), "/tmp/lp-it-%d.json", s->port);
+  char listen[64];
+  snprintf(listen, sizeof(listen), "127.0.0.1:%d", s->emu_port);
+  char args[512];
+  snprintf(args, sizeof(args), "%s", emu_args);
+  char *argv[32] = {(char *)h_bin("LP_EMULATOR"), "--listen", listen};
+  int ac = 3;
+  for (char *sv, *t = strtok_r(args, " ", &sv); t && ac < 30; t = strtok_r(NULL, " ", &sv)) argv[ac++] = t;
+  argv[ac] = NULL;
+  s->emu = h_spawn(argv, s->emu_log);
+  ck_assert_int_eq(h_wait_http(s->emu_port, "/healthz", 0, 5000), 0);
+  char models[2048];
+  snprintf(models, sizeof(models), model_json, s->emu_port, s->emu_port);
+  FILE *f = fopen(s->cfg, "w");
+  fprintf(f, "{\"listen\": \"127.0.0.1:%d\", \"health_interval_ms\": 100, %s \"models\": %s}\n", s->port,
+          top_json ? top_json : "", models);
+  fclose(f);
+  char *pargv[] = {(char *)h_bin("LP_PROXY"), "--config", s->cfg, NULL};
+  s->proxy = h_spawn(pargv, s->log);
+  ck_assert_msg(h_wait_http(s->port, "/readyz", 0, 5000) == 0, "proxy not ready, see %s", s->log);
+}
+
+static void stop(stack_t_ *s) {
+  int rc = h_stop(s->proxy, 5000);
+  h_stop(s->emu, 5000);
+  ck_assert_msg(rc == 0, "proxy exit status %d, see %s", rc, s->log);
+}
+
+#define DEFAULT_MODEL \
+  "{\"default\": {\"shapes\": \"4x64,8x16\", \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 2}}"
+
+static void tokens(int32_t *t, size_t n, uint64_t seed) {
+  lp_rng_t r;
+  lp_rng_seed(&r, seed);
+  for (size_t i = 0; i < n; i++) t[i] = (int32_t)lp_rng_below(&r, 50000);
+}
+
+START_TEST(answers_verify) {
+  stack_t_ s;
+  start(&s, "--shapes 4x64,8x16 --cost-ms 1", NULL, DEFAULT_MODEL);
+  for (size_t n = 1; n <= 64; n += 9) {
+    int32_t t[64];
+    tokens(t, n, n);
+    char *body = h_ids_body(t, n, ", \"id\": \"r1\", \"priority\": 2, \"deadline_ms\": 5000");
+    h_resp_t r;
+    ck_assert_int_eq(h_call(s.port, "POST", "/v1/infer", "Content-Type: application/json\r\n", body, &r), 0);
+    ck_assert_msg(r.status == 200, "status %d: %s", r.status, r.body);
+    ck_assert_msg(h_check_output(r.body, t, n), "wrong output for n=%zu: %s", n, r.body);
+    ck_assert_ptr_nonnull(strstr(r.body, "\"id\": \"r1\""));
+    ck_assert_ptr_nonnull(strstr(r.body, "\"timing_ms\""));
+    ck_assert_ptr_nonnull(strstr(r.body, "\"shape\": ["));
+    h_resp_free(&r);
+    free(body);
+  }
+  /* several sequences in one request, through the model path */
+  h_resp_t r;
+  ck_assert_int_eq(h_call(s.port, "POST", "/v1/models/default/infer", "",
+                          "{\"inputs\": [[1, 2], [3, 4, 5]], \"id\": 7}", &r), 0);
+  ck_assert_int_eq(r.status, 200);
+  int32_t a[] = {1, 2}, b[] = {3, 4, 5}, ha[2], hb[3];
+  lp_emu_outputs(a, 2, ha);
+  lp_emu_outputs(b, 3, hb);
+  char want[256];
+  snprintf(want, sizeof(want), "\"outputs\": [[%d,%d], [%d,%d,%d]]", ha[0], ha[1], hb[0], hb[1], hb[2]);
+  ck_assert_msg(strstr(r.body, want), "%s lacks %s", r.body, want);
+  h_resp_free(&r);
+  stop(&s);
+}
+END_TEST
+
+START_TEST(concurrent_and_pipelined) {
+  stack_t_ s;
+  start(&s, "--shapes 4x64,8x16 --cost-ms 2", NULL, DEFAULT_MODEL);
+  enum { C = 40, P = 10 };
+  int fds[C];
+  int32_t t[C][P][40];
+  size_t len[C][P];
+  for (int c = 0; c < C; c++) {
+    fds[c] = h_connect(s.port);
+    ck_assert_int_ge(fds[c], 0);
+    /* P pipelined requests in one write */
+    char *all = NULL;
+    size_t alen = 0;
+    for (int p = 0; p < P; p++) {
+      len[c][p] = 1 + (size_t)((c * 7 + p * 13) % 40);
+      tokens(t[c][p], len[c][p], (uint64_t)(c * 100 + p + 1));
+      char *body = h_ids_body(t[c][p], len[c][p], NULL);
+      char head[128];
+      int hl = snprintf(head, sizeof(head), "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n",
+                        strlen(body));
+      all = realloc(all, alen + (size_t)hl + strlen(body));
+      memcpy(all + alen, head, (size_t)hl);
+      memcpy(all + alen + hl, body, strlen(body));
+      alen += (size_t)hl + strlen(body);
+      free(body);
+    }
+    ck_assert_int_eq(h_send_all(fds[c], all, alen), 0);
+    free(all);
+  }
+  for (int c = 0; c < C; c++) {
+    for (int p = 0; p < P; p++) {
+      h_resp_t r;
+      ck_assert_int_eq(h_read_response(fds[c], &r, 10000), 0);
+      ck_assert_int_eq(r.status, 200);
+      /* answers come in request order: each matches its own request */
+      REQUIRE(h_check_output(r.body, t[c][p], len[c][p]));
+      h_resp_free(&r);
+    }
+    close(fds[c]);
+  }
+  /* packing happened: fewer batches than sequences */
+  double batches = h_metric(s.port, "lanepack_batches_total{");
+  ck_assert_msg(batches > 0 && batches < C * P, "batches %f", batches);
+  stop(&s);
+}
+END_TEST
+
+static void expect(int port, const char *method, const char *path, const char *headers,
+                   const char *body, int status, const char *code) {
+  h_resp_t r;
+  ck_assert_int_eq(h_call(port, method, path, headers, body, &r), 0);
+  ck_assert_msg(r.status == status, "%s %s: status %d, want %d: %s", method, path, r.status, status, r.body);
+  if (code) {
+    char c[96];
+    snprintf(c, sizeof(c), "\"code\": \"%s\"", code);
+    ck_assert_msg(strstr(r.body, c) != NULL, "%s lacks %s", r.body, c);
+    ck_assert_ptr_nonnull(strstr(r.headers, "application/json"));
+  }
+  h_resp_free(&r);
+}
+
+START_TEST(client_errors) {
+  stack_t_ s;
+  start(&s, "--shapes 4x64,8x16 --cost-ms 1", "\"max_body_bytes\": 4096, \"max_header_bytes\": 1024,",
+        "{\"default\": {\"shapes\": \"4x64,8x16\", \"backends\": [\"http://127.0.0.1:%d\"], "
+        "\"vocab_size\": 1000}}");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1, 2", 400, "malformed_json");
+  expect(s.port, "POST", "/v1/infer", "", "[1, 2]", 400, "malformed_json");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"bogus\": 1}", 400, "unknown_field");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"input_ids\": [2]}", 400, "duplicate_field");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1, \"a\"]}", 400, "bad_token");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1, 1.5]}", 400, "bad_token");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1, -1]}", 400, "token_out_of_range");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1000]}", 400, "token_out_of_range");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": []}", 400, "empty_sequence");
+  expect(s.port, "POST", "/v1/infer", "", "{\"inputs\": [[1], []]}", 400, "empty_sequence");
+  expect(s.port, "POST", "/v1/infer", "", "{}", 400, "missing_input");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"priority\": \"high\"}", 400, "bad_field");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"deadline_ms\": -5}", 400, "bad_field");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"model\": \"nope\"}", 404, "unknown_model");
+  expect(s.port, "POST", "/v1/models/nope/infer", "", "{\"input_ids\": [1]}", 404, "unknown_model");
+  expect(s.port, "POST", "/v1/models/default/infer", "", "{\"input_ids\": [1], \"model\": \"x\"}", 400, "model_mismatch");
+  expect(s.port, "GET", "/nowhere", "", NULL, 404, "not_found");
+  expect(s.port, "GET", "/v1/infer", "", NULL, 405, "method_not_allowed");
+  expect(s.port, "POST", "/metrics", "", "{}", 405, "method_not_allowed");
+  expect(s.port, "POST", "/v1/infer", "", NULL, 411, "length_required");
+  expect(s.port, "POST", "/v1/infer", "Content-Type: text/plain\r\n", "{\"input_ids\": [1]}", 415,
+         "unsupported_media_type");
+  /* 65 tokens: over the largest bucket, with the limit in the body */
+  int32_t t[65] = {0};
+  char *body = h_ids_body(t, 65, NULL);
+  h_resp_t r;
+  ck_assert_int_eq(h_call(s.port, "POST", "/v1/infer", "", body, &r), 0);
+  ck_assert_int_eq(r.status, 413);
+  ck_assert_ptr_nonnull(strstr(r.body, "\"code\": \"sequence_too_long\""));
+  ck_assert_ptr_nonnull(strstr(r.body, "\"max_len\": 64"));
+  h_resp_free(&r);
+  free(body);
+  /* body over max_body_bytes */
+  char big[6000];
+  memset(big, ' ', sizeof(big) - 1);
+  big[0] = '{';
+  big[sizeof(big) - 2] = '}';
+  big[sizeof(big) - 1] = 0;
+  expect(s.port, "POST", "/v1/infer", "", big, 413, "body_too_large");
+  /* headers over max_header_bytes */
+  char hdr[1600];
+  snprintf(hdr, sizeof(hdr), "X-Long: %01200d\r\n", 0);
+  expect(s.port, "GET", "/healthz", hdr, NULL, 431, "headers_too_large");
+  /* garbage instead of HTTP */
+  int fd = h_connect(s.port);
+  h_send_all(fd, "HELLO\r\n\r\n", 9);
+  ck_assert_int_eq(h_read_response(fd, &r, 5000), 0);
+  ck_assert_int_eq(r.status, 400);
+  h_resp_free(&r);
+  close(fd);
+  /* smuggling: Content-Length with Transfer-Encoding */
+  fd = h_connect(s.port);
+  const char *smug = "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+  h_send_all(fd, smug, strlen(smug));
+  ck_assert_int_eq(h_read_response(fd, &r, 5000), 0);
+  ck_assert_int_eq(r.status, 400);
+  h_resp_free(&r);
+  close(fd);
+  /* the server is still up, and counted the rejections */
+  expect(s.port, "GET", "/healthz", "", NULL, 200, NULL);
+  ck_assert(h_metric(s.port, "lanepack_rejections_total{reason=\"malformed_json\"}") >= 2);
+  stop(&s);
+}
+END_TEST
+
+START_TEST(chunked_and_expect) {
+  stack_t_ s;
+  start(&s, "--shapes 4x64,8x16 --cost-ms 1", NULL, DEFAULT_MODEL);
+  int fd = h_connect(s.port);
+  const char *req = "POST /v1/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                    "Expect: 100-continue\r\n\r\n"
+                    "8\r\n{\"input_\r\n9\r\nids\": [5,\r\n4\r\n 6]}\r\n0\r\n\r\n";
+  h_send_all(fd, req, strlen(req));
+  h_resp_t r;
+  ck_assert_int_eq(h_read_response(fd, &r, 5000), 0);
+  ck_assert_int_eq(r.status, 200);
+  int32_t t[] = {5, 6};
+  ck_assert(h_check_output(r.body, t, 2));
+  h_resp_free(&r);
+  close(fd);
+  stop(&s);
+}
+END_TEST
+
+START_TEST(backend_failures) {
+  /* every batch fails: 502 with a message naming the backend */
+  stack_t_ s;
+  start(&s, "--shapes 4x64 --cost-ms 1 --fail-rate 1", NULL,
+        "{\"default\": {\"shapes\": \"4x64\", \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 1}}");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1, 2, 3]}", 502, "backend_error");
+  stop(&s);
+  /* the backend never answers: 504 after backend_timeout_ms */
+  start(&s, "--shapes 4x64 --cost-ms 1 --stall-rate 1", NULL,
+        "{\"default\": {\"shapes\": \"4x64\", \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 1, "
+        "\"backend_timeout_ms\": 300}}");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1, 2, 3]}", 504, "backend_timeout");
+  stop(&s);
+  /* garbled answers: 502 that says what was wrong, never another's data */
+  start(&s, "--shapes 4x64 --cost-ms 1 --garbage-rate 1", NULL,
+        "{\"default\": {\"shapes\": \"4x64\", \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 1}}");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1, 2, 3]}", 502, "bad_backend_answer");
+  stop(&s);
+}
+END_TEST
+
+START_TEST(no_backend) {
+  /* the backend is gone: not ready, and requests get 503 at once */
+  stack_t_ s;
+  start(&s, "--shapes 4x64 --cost-ms 1", "\"unhealthy_after\": 1,",
+        "{\"default\": {\"shapes\": \"4x64\", \"backends\": [\"http://127.0.0.1:%d\"]}}");
+  h_stop(s.emu, 5000);
+  s.emu = 0;
+  ck_assert_int_eq(h_wait_http(s.port, "/readyz", 0, 200) == 0, 1); /* may still be ready */
+  usleep(500000);
+  expect(s.port, "GET", "/readyz", "", NULL, 503, NULL);
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1]}", 503, "no_healthy_backend");
+  ck_assert_int_eq(h_stop(s.proxy, 5000), 0);
+}
+END_TEST
+
+START_TEST(queue_full_and_deadline) {
+  /* one batch at a time, 400 ms each, queue of 2 requests */
+  stack_t_ s;
+  start(&s, "--shapes 1x8 --cost-ms 400", NULL,
+        "{\"default\": {\"shapes\": \"1x8\", \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 0, "
+        "\"max_inflight\": 1, \"max_queue_requests\": 2}}");
+  int fds[5];
+  const char *req = "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 24\r\n\r\n{\"input_ids\": [1,2,3,4]}";
+  for (int i = 0; i < 5; i++) {
+    fds[i] = h_connect(s.port);
+    h_send_all(fds[i], req, strlen(req));
+    usleep(30000); /* in order: the first is in flight before the others arrive */
+  }
+  int ok = 0, full = 0;
+  for (int i = 0; i < 5; i++) {
+    h_resp_t r;
+    ck_assert_int_eq(h_read_response(fds[i], &r, 10000), 0);
+    if (r.status == 200) ok++;
+    if (r.status == 429) {
+      full++;
+      ck_assert_ptr_nonnull(strcasestr(r.headers, "Retry-After: "));
+      ck_assert_ptr_nonnull(strstr(r.body, "queue_full"));
+    }
+    h_resp_free(&r);
+    close(fds[i]);
+  }
+  ck_assert_int_eq(ok, 3);   /* one in flight, two queued */
+  ck_assert_int_eq(full, 2);
+  /* a deadline that passes while queued: 504, and it is never sent */
+  double before = h_metric(s.port, "lanepack_batches_total{");
+  int busy = h_connect(s.port);
+  h_send_all(busy, req, strlen(req));
+  usleep(50000);
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [9], \"deadline_ms\": 100}", 504, "deadline_exceeded");
+  h_resp_t r;
+  ck_assert_int_eq(h_read_response(busy, &r, 5000), 0);
+  ck_assert_int_eq(r.status, 200);
+  h_resp_free(&r);
+  close(busy);
+  ck_assert_int_eq((int)(h_metric(s.port, "lanepack_batches_total{") - before), 1);
+  stop(&s);
+}
+END_TEST
+
+START_TEST(cancel_on_disconnect) {
+  stack_t_ s;
+  start(&s, "--shapes 1x8 --cost-ms 400", NULL,
+        "{\"default\": {\"shapes\": \"1x8\", \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 0, "
+        "\"max_inflight\": 1}}");
+  const char *req = "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 24\r\n\r\n{\"input_ids\": [1,2,3,4]}";
+  int busy = h_connect(s.port);
+  h_send_all(busy, req, strlen(req));
+  usleep(50000);
+  /* this one queues behind, then its client leaves */
+  int gone = h_connect(s.port);
+  h_send_all(gone, req, strlen(req));
+  usleep(50000);
+  close(gone);
+  h_resp_t r;
+  ck_assert_int_eq(h_read_response(busy, &r, 5000), 0);
+  ck_assert_int_eq(r.status, 200);
+  h_resp_free(&r);
+  close(busy);
+  usleep(600000);
+  ck_assert_int_eq((int)h_metric(s.port, "lanepack_batches_total{"), 1); /* never sent */
+  ck_assert_int_eq((int)h_metric(s.port, "lanepack_queue_sequences{"), 0);
+  stop(&s);
+}
+END_TEST
+
+START_TEST(graceful_shutdown) {
+  stack_t_ s;
+  start(&s, "--shapes 4x64 --cost-ms 300", NULL,
+        "{\"default\": {\"shapes\": \"4x64\", \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 1000, "
+        "\"max_inflight\": 1}}");
+  enum { N = 8 };
+  int fds[N];
+  int32_t t[N][4];
+  for (int i = 0; i < N; i++) {
+    tokens(t[i], 4, (uint64_t)i + 1);
+    char *body = h_ids_body(t[i], 4, NULL);
+    char head[128];
+    snprintf(head, sizeof(head), "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", strlen(body));
+    fds[i] = h_connect(s.port);
+    h_send_all(fds[i], head, strlen(head));
+    h_send_all(fds[i], body, strlen(body));
+    free(body);
+  }
+  usleep(100000);
+  kill(s.proxy, SIGTERM);
+  for (int i = 0; i < N; i++) {
+    h_resp_t r;
+    ck_assert_int_eq(h_read_response(fds[i], &r, 5000), 0);
+    ck_assert_int_eq(r.status, 200);
+    REQUIRE(h_check_output(r.body, t[i], 4));
+    h_resp_free(&r);
+    close(fds[i]);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(s.proxy, &st, 0), s.proxy);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ck_assert_int_lt(h_connect(s.port), 0); /* no longer accepting */
+  h_stop(s.emu, 5000);
+}
+END_TEST
+
+START_TEST(models_shapes_ragged_per_segment) {
+  /* two models: a rectangle one with per-segment answers, a ragged (GPU) one */
+  stack_t_ s;
+  start(&s, "--shapes 2x32,8x8 --cost-ms 1 --per-segment --ragged", NULL,
+        "{\"rect\": {\"shapes\": [\"2x32\", [8, 8]], \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 1, \"packer\": \"spfhp\"},"
+        " \"gpu\": {\"ragged\": true, \"ragged_max_tokens\": 100, \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 1}}");
+  for (int m = 0; m < 2; m++) {
+    for (size_t n = 1; n <= 30; n += 7) {
+      int32_t t[32];
+      tokens(t, n, n * 3 + (size_t)m);
+      char extra[64];
+      snprintf(extra, sizeof(extra), ", \"model\": \"%s\"", m ? "gpu" : "rect");
+      char *body = h_ids_body(t, n, extra);
+      h_resp_t r;
+      ck_assert_int_eq(h_call(s.port, "POST", "/v1/infer", "", body, &r), 0);
+      ck_assert_msg(r.status == 200, "%s", r.body);
+      char want[64];
+      snprintf(want, sizeof(want), "\"output\": %d,", lp_emu_last(t, n));
+      ck_assert_msg(strstr(r.body, want), "%s lacks %s", r.body, want);
+      h_resp_free(&r);
+      free(body);
+    }
+  }
+  /* no default model among two: the request must name one */
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1]}", 400, "missing_model");
+  /* status routes */
+  h_resp_t r;
+  ck_assert_int_eq(h_call(s.port, "GET", "/v1/models", "", NULL, &r), 0);
+  ck_assert_int_eq(r.status, 200);
+  ck_assert_ptr_nonnull(strstr(r.body, "\"name\": \"gpu\""));
+  ck_assert_ptr_nonnull(strstr(r.body, "\"shape\": [8, 8], \"state\": \"compiled\""));
+  h_resp_free(&r);
+  ck_assert_int_eq(h_call(s.port, "GET", "/metrics", "", NULL, &r), 0);
+  ck_assert_int_eq(r.status, 200);
+  ck_assert_ptr_nonnull(strstr(r.headers, "text/plain; version=0.0.4"));
+  ck_assert_ptr_nonnull(strstr(r.body, "# TYPE lanepack_batch_fill_ratio histogram"));
+  ck_assert_ptr_nonnull(strstr(r.body, "lanepack_batch_fill_ratio_bucket{model=\"rect\",le=\"+Inf\"}"));
+  ck_assert_int_eq(r.body[r.body_len - 1], '\n');
+  h_resp_free(&r);
+  ck_assert_int_eq(h_call(s.port, "GET", "/v1/buckets/advice?k=2&model=rect", "", NULL, &r), 0);
+  ck_assert_msg(r.status == 200, "%s", r.body);
+  ck_assert_ptr_nonnull(strstr(r.body, "\"proposals\""));
+  h_resp_free(&r);
+  expect(s.port, "GET", "/v1/buckets/advice?k=99&model=rect", "", NULL, 400, "bad_parameter");
+  stop(&s);
+}
+END_TEST
+
+START_TEST(check_config) {
+  char path[] = "/tmp/lp-cfg-XXXXXX";
+  int fd = mkstemp(path);
+  const char *good = "{\"models\": {\"m\": {\"shapes\": \"4x8192\", \"backends\": [\"http://127.0.0.1:1\"]}}}";
+  ck_assert_int_eq(write(fd, good, strlen(good)), (ssize_t)strlen(good));
+  close(fd);
+  char *argv[] = {(char *)h_bin("LP_PROXY"), "--config", path, "--check-config", "--max-wait-ms", "7", NULL};
+  pid_t p = h_spawn(argv, "/tmp/lp-cfg.out");
+  int st;
+  waitpid(p, &st, 0);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  FILE *f = fopen("/tmp/lp-cfg.out", "r");
+  char out[8192] = "";
+  fread(out, 1, sizeof(out) - 1, f);
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(out, "\"max_wait_ms\": 7"));
+  ck_assert_ptr_nonnull(strstr(out, "\"4x8192\""));
+  const char *bad = "{\"models\": {\"m\": {\"shapes\": \"4x8192\", \"backends\": [\"http://x\"], \"max_wiat_ms\": 1}}}";
+  f = fopen(path, "w");
+  fputs(bad, f);
+  fclose(f);
+  char *argv2[] = {(char *)h_bin("LP_PROXY"), "--config", path, "--check-config", NULL};
+  p = h_spawn(argv2, "/tmp/lp-cfg.out");
+  waitpid(p, &st, 0);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+  f = fopen("/tmp/lp-cfg.out", "r");
+  memset(out, 0, sizeof(out));
+  fread(out, 1, sizeof(out) - 1, f);
+  fclose(f);
+  ck_assert_msg(strstr(out, "models.m.max_wiat_ms: unknown key"), "%s", out);
+  unlink(path);
+}
+END_TEST
+
+LP_TEST_MAIN("proxy", answers_verify, concurrent_and_pipelined, client_errors, chunked_and_expect,
+             backend_failures, no_backend, queue_full_and_deadline, cancel_on_disconnect,
+             graceful_shutdown, models_shapes_ragged_per_segment, check_config)
