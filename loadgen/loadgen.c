@@ -28,12 +28,19 @@
 
 typedef struct lg_s lg_t;
 
-typedef struct req_s {
-  uint64_t intended_ns;
+/* A request's content: its sequences and the JSON body that carries them. */
+typedef struct body_s {
   int32_t *tokens;        /* owned */
   uint32_t lens[64];
   uint32_t nseq;
   uint64_t ntokens;
+  lp_buf_t json;          /* owned */
+} body_t;
+
+typedef struct req_s {
+  uint64_t intended_ns;
+  body_t *body;           /* from the pool (borrowed), or owned when pool is 0 */
+  int owned;
   struct req_s *next;
 } req_t;
 
@@ -44,7 +51,7 @@ typedef struct conn_s {
   uv_write_t wreq;
   llhttp_t parser;
   int connected, closing;
-  lp_buf_t out, body;
+  lp_buf_t out, body;      /* out: the request head; body: the answer */
   req_t *cur;
   struct conn_s *next_free;
 } conn_t;
@@ -77,6 +84,8 @@ struct lg_s {
   char model[64];
   lp_lengths_t lengths;
   lp_rng_t rng;
+  body_t **pool;          /* prebuilt bodies, cycled, so the client stays cheap */
+  size_t npool, next_body;
   uint32_t vocab, seqs_per_req;
   int verify, per_segment;
   size_t max_conns, nconns;
@@ -97,10 +106,15 @@ static uint64_t now_ns(void) { return uv_hrtime(); }
 
 /* ---- requests ---- */
 
-static req_t *make_req(lg_t *lg, uint64_t intended) {
-  req_t *r = calloc(1, sizeof(*r));
+static void free_body(body_t *b) {
+  free(b->tokens);
+  lp_buf_free(&b->json);
+  free(b);
+}
+
+static body_t *make_body(lg_t *lg) {
+  body_t *r = calloc(1, sizeof(*r));
   if (!r) return NULL;
-  r->intended_ns = intended;
   r->nseq = lg->seqs_per_req;
   uint64_t total = 0;
   for (uint32_t i = 0; i < r->nseq; i++) {
@@ -114,44 +128,64 @@ static req_t *make_req(lg_t *lg, uint64_t intended) {
     return NULL;
   }
   for (uint64_t k = 0; k < total; k++) r->tokens[k] = (int32_t)lp_rng_below(&lg->rng, lg->vocab);
+  lp_buf_t *j = &r->json;
+  lp_buf_init(j);
+  lp_buf_puts(j, "{");
+  if (lg->model[0]) {
+    lp_buf_puts(j, "\"model\": ");
+    lp_buf_json_str(j, lg->model, strlen(lg->model));
+    lp_buf_puts(j, ", ");
+  }
+  if (lg->seqs_per_req == 1) {
+    lp_buf_puts(j, "\"input_ids\": ");
+    lp_buf_i32_array(j, r->tokens, r->lens[0]);
+  } else {
+    lp_buf_puts(j, "\"inputs\": [");
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < r->nseq; i++) {
+      if (i) lp_buf_puts(j, ",");
+      lp_buf_i32_array(j, r->tokens + off, r->lens[i]);
+      off += r->lens[i];
+    }
+    lp_buf_puts(j, "]");
+  }
+  lp_buf_puts(j, "}");
+  if (j->oom) {
+    free_body(r);
+    return NULL;
+  }
+  return r;
+}
+
+static req_t *make_req(lg_t *lg, uint64_t intended) {
+  req_t *r = calloc(1, sizeof(*r));
+  if (!r) return NULL;
+  r->intended_ns = intended;
+  if (lg->npool) {
+    r->body = lg->pool[lg->next_body++ % lg->npool];
+  } else {
+    r->body = make_body(lg);
+    r->owned = 1;
+    if (!r->body) {
+      free(r);
+      return NULL;
+    }
+  }
   return r;
 }
 
 static void free_req(req_t *r) {
-  free(r->tokens);
+  if (r->owned) free_body(r->body);
   free(r);
 }
 
-static void write_request(lg_t *lg, conn_t *c, req_t *r) {
-  lp_buf_t body;
-  lp_buf_init(&body);
-  lp_buf_puts(&body, "{");
-  if (lg->model[0]) {
-    lp_buf_puts(&body, "\"model\": ");
-    lp_buf_json_str(&body, lg->model, strlen(lg->model));
-    lp_buf_puts(&body, ", ");
-  }
-  if (r->nseq == 1 && lg->seqs_per_req == 1) {
-    lp_buf_puts(&body, "\"input_ids\": ");
-    lp_buf_i32_array(&body, r->tokens, r->lens[0]);
-  } else {
-    lp_buf_puts(&body, "\"inputs\": [");
-    uint64_t off = 0;
-    for (uint32_t i = 0; i < r->nseq; i++) {
-      if (i) lp_buf_puts(&body, ",");
-      lp_buf_i32_array(&body, r->tokens + off, r->lens[i]);
-      off += r->lens[i];
-    }
-    lp_buf_puts(&body, "]");
-  }
-  lp_buf_puts(&body, "}");
+/* The head goes in the connection's buffer; the body is sent from the pool. */
+static void write_head(lg_t *lg, conn_t *c, req_t *r) {
   lp_buf_reset(&c->out);
   lp_buf_printf(&c->out,
                 "POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
                 "Content-Length: %zu\r\n\r\n",
-                lg->path, lg->host, lg->port, body.len);
-  lp_buf_append(&c->out, body.data, body.len);
-  lp_buf_free(&body);
+                lg->path, lg->host, lg->port, r->body->json.len);
 }
 
 /* ---- verification ---- */
@@ -197,7 +231,7 @@ static const char *check_one(lg_t *lg, const char *v, const char *end, const int
   return e;
 }
 
-static int verify(lg_t *lg, req_t *r, const char *body, size_t len) {
+static int verify(lg_t *lg, const body_t *r, const char *body, size_t len) {
   const char *end = body + len;
   int32_t *scratch = malloc((r->ntokens + 2) * sizeof(int32_t));
   int32_t *want = malloc((r->ntokens + 2) * sizeof(int32_t));
@@ -249,7 +283,7 @@ static void record(lg_t *lg, req_t *r, int status, const char *body, size_t len,
     else {
       st->by_status[status > 0 && status < MAX_STATUS ? status : 0]++;
       int ok = status == 200;
-      if (ok && lg->verify && !verify(lg, r, body, len)) {
+      if (ok && lg->verify && !verify(lg, r->body, body, len)) {
         ok = 0;
         st->mismatches++;
         if (lg->printed_mismatch++ < 3)
@@ -257,7 +291,7 @@ static void record(lg_t *lg, req_t *r, int status, const char *body, size_t len,
       }
       if (ok) {
         st->ok++;
-        st->tokens += r->ntokens;
+        st->tokens += r->body->ntokens;
         lp_hdr_record(&st->lat, (t - r->intended_ns) / 1000);
       } else {
         st->failed++;
@@ -291,6 +325,17 @@ static void conn_fail(conn_t *c, int kind) {
 static void conn_idle(conn_t *c) {
   lg_t *lg = c->lg;
   c->cur = NULL;
+  /* closed loop: this user sends its next request at once */
+  if (lg->ph.rate == 0 && !lg->stopping && now_ns() < lg->t_end &&
+      !(lg->max_requests && lg->generated >= lg->max_requests)) {
+    req_t *r = make_req(lg, now_ns());
+    if (r) {
+      lg->generated++;
+      lg->inflight++;
+      conn_send(c, r);
+      return;
+    }
+  }
   if (lg->pending_head) {
     req_t *r = lg->pending_head;
     lg->pending_head = r->next;
@@ -353,9 +398,10 @@ static void conn_send(conn_t *c, req_t *r) {
   lg_t *lg = c->lg;
   c->cur = r;
   lg->st.sent += r->intended_ns >= lg->t0 + lg->ph.warmup_ns;
-  write_request(lg, c, r);
-  uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
-  if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) conn_fail(c, 1);
+  write_head(lg, c, r);
+  uv_buf_t b[2] = {uv_buf_init(c->out.data, (unsigned)c->out.len),
+                   uv_buf_init(r->body->json.data, (unsigned)r->body->json.len)};
+  if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, b, 2, on_written) < 0) conn_fail(c, 1);
 }
 
 static void on_connect(uv_connect_t *cr, int status) {
@@ -729,7 +775,9 @@ static void usage(FILE *f) {
           "         (--rate R | --concurrency C | --sweep R1,R2,...) [--duration 30s]\n"
           "         [--warmup 0s] [--connections N] [--model M] [--vocab V]\n"
           "         [--sequences-per-request K] [--max-requests N] [--timeout 30s]\n"
-          "         [--seed S] [--verify] [--json FILE] [--plot FILE.svg]\n");
+          "         [--seed S] [--verify] [--json FILE] [--plot FILE.svg] [--pool N]\n"
+          "--pool N: bodies built before the run and cycled (default 4096, and at least\n"
+          "          a length file's lines); 0 builds a fresh body for every request\n");
 }
 
 static int die(const char *fmt, const char *a) {
@@ -743,7 +791,7 @@ int main(int argc, char **argv) {
   static lg_t lg;
   const char *url = NULL, *lengths = NULL, *json = NULL, *plot = NULL, *sweep = NULL;
   double rate = 0;
-  unsigned long conc = 0, conns = 0, seed = 1;
+  unsigned long conc = 0, conns = 0, seed = 1, pool = 4096;
   uint64_t duration = 10000000000ull, warmup = 0;
   lg.vocab = 32000;
   lg.seqs_per_req = 1;
@@ -757,7 +805,8 @@ int main(int argc, char **argv) {
       {"max-requests", required_argument, 0, 'M'},{"timeout", required_argument, 0, 't'},
       {"seed", required_argument, 0, 's'},        {"verify", no_argument, 0, 'V'},
       {"json", required_argument, 0, 'j'},        {"plot", required_argument, 0, 'p'},
-      {"sweep", required_argument, 0, 'S'},       {"help", no_argument, 0, 'h'},
+      {"sweep", required_argument, 0, 'S'},       {"pool", required_argument, 0, 'P'},
+      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int c, idx = 0;
   while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
@@ -780,6 +829,7 @@ int main(int argc, char **argv) {
       case 'j': json = optarg; break;
       case 'p': plot = optarg; break;
       case 'S': sweep = optarg; break;
+      case 'P': pool = strtoul(optarg, &end, 10); if (*end || pool > 1000000) return die("--pool must be 0..1000000, got '%s'", optarg); break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -819,6 +869,17 @@ int main(int argc, char **argv) {
   lp_buf_free(&probe);
   signal(SIGPIPE, SIG_IGN);
   lp_rng_seed(&lg.rng, seed);
+  /* a file's lengths are cycled whole: the pool is at least the file */
+  if (pool && lg.lengths.count > pool) pool = lg.lengths.count < 1000000 ? lg.lengths.count : 1000000;
+  if (pool) {
+    lg.pool = calloc(pool, sizeof(body_t *));
+    if (!lg.pool) return die("%s", "out of memory for --pool");
+    for (size_t i = 0; i < pool; i++) {
+      lg.pool[i] = make_body(&lg);
+      if (!lg.pool[i]) return die("%s", "out of memory for --pool");
+    }
+    lg.npool = pool;
+  }
   lg.loop = uv_default_loop();
   lg.tty = isatty(2);
   llhttp_settings_init(&settings);

@@ -93,6 +93,27 @@ void lp_buf_u64(lp_buf_t *b, uint64_t v) {
   b->len += fmt_u64(b->data + b->len, v);
 }
 
+/* Writes v in place, digits counted first so they go straight to their slot:
+ * token, segment and position ids are small, and this is the hottest writer. */
+static inline char *put_u32(char *o, uint32_t v) {
+  if (v < 10) {
+    *o = (char)('0' + v);
+    return o + 1;
+  }
+  unsigned n = v < 100 ? 2 : v < 1000 ? 3 : v < 10000 ? 4 : v < 100000 ? 5 : v < 1000000 ? 6
+             : v < 10000000 ? 7 : v < 100000000 ? 8 : v < 1000000000 ? 9 : 10;
+  char *e = o + n;
+  while (v >= 100) {
+    unsigned r = v % 100;
+    v /= 100;
+    e -= 2;
+    memcpy(e, digits2 + 2 * r, 2);
+  }
+  if (v >= 10) memcpy(e - 2, digits2 + 2 * v, 2);
+  else e[-1] = (char)('0' + v);
+  return o + n;
+}
+
 void lp_buf_i32_array(lp_buf_t *b, const int32_t *v, size_t n) {
   /* at most 11 digits and sign, plus a comma, per value */
   if (lp_buf_reserve(b, n * 12 + 2)) return;
@@ -100,7 +121,13 @@ void lp_buf_i32_array(lp_buf_t *b, const int32_t *v, size_t n) {
   *o++ = '[';
   for (size_t i = 0; i < n; i++) {
     if (i) *o++ = ',';
-    o += lp_fmt_i64(o, v[i]);
+    int32_t x = v[i];
+    if (x >= 0) {
+      o = put_u32(o, (uint32_t)x);
+    } else {
+      *o++ = '-';
+      o = put_u32(o, (uint32_t)0 - (uint32_t)x);
+    }
   }
   *o++ = ']';
   b->len = (size_t)(o - b->data);

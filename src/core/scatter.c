@@ -40,7 +40,18 @@ static const char *index_array(lp_scatter_t *s, const char *base, const char *p,
   if (p < end && *p == ']') return p + 1;
   for (;;) {
     const char *v = p;
-    p = lp_jscan_skip(p, end, LP_JSCAN_MAX_DEPTH - 2);
+    /* fast path for the common element, a plain integer: digits up to a
+     * separator; anything else (fraction, exponent, string, ...) takes the
+     * full scanner from the start of the value */
+    const char *q = p + (p < end && *p == '-');
+    if (q < end && *q >= '1' && *q <= '9') {
+      q++;
+      while (q < end && *q >= '0' && *q <= '9') q++;
+      if (q < end && (*q == ',' || *q == ']' || *q == ' ' || *q == '\n')) p = q;
+      else p = lp_jscan_skip(p, end, LP_JSCAN_MAX_DEPTH - 2);
+    } else {
+      p = lp_jscan_skip(p, end, LP_JSCAN_MAX_DEPTH - 2);
+    }
     if (p == NULL) return NULL;
     if (*got < want) {
       s->span[2 * *at] = (uint32_t)(v - base);
