@@ -46,20 +46,31 @@ nginx_conf upstream "server { listen 127.0.0.1:$p_up; root $tmp/www; default_typ
 nginx_conf proxy "server { listen 127.0.0.1:$p_nginx; location / { proxy_pass http://backend;
   proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
 
-run() { # name url
+cpu_ticks() { # pid: user+system clock ticks so far
+  awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+# The client's core can saturate before the proxy's: so besides requests/s the
+# figure that compares proxies is requests per second of the proxy's own CPU.
+run() { # name url proxy-pid
+  local t0 t1
+  t0=$(cpu_ticks "$3")
   $pin0 "$build/loadgen/lanepack-loadgen" --url "$2" --concurrency "$conc" --duration "$duration" \
-    --warmup 2s --lengths fixed:600 --json "$tmp/$1.json" > "$tmp/$1.txt" 2>/dev/null
-  python3 -c "import json; d=json.load(open('$tmp/$1.json')); print('%-32s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  ok %d failed %d' % ('$1', d['requests_per_s'], d['latency_ms']['p50'], d['latency_ms']['p99'], d['ok'], d['failed']))"
+    --lengths fixed:600 --json "$tmp/$1.json" > "$tmp/$1.txt" 2>/dev/null
+  t1=$(cpu_ticks "$3")
+  python3 -c "import json,os; d=json.load(open('$tmp/$1.json')); cpu=($t1-$t0)/os.sysconf('SC_CLK_TCK'); print('%-30s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  failed %d  proxy CPU %5.2f s  %8.0f req per proxy CPU-second' % ('$1', d['requests_per_s'], d['latency_ms']['p50'], d['latency_ms']['p99'], d['failed'], cpu, d['ok']/cpu if cpu else 0))"
 }
 
 $pin0 nginx -c "$tmp/upstream.conf" -g 'daemon off;' & pids+=($!)
 $pin1 nginx -c "$tmp/proxy.conf" -g 'daemon off;' & pids+=($!)
 sleep 0.5
-run "nginx reverse proxy (1 worker)" "http://127.0.0.1:$p_nginx/v1/infer"
+worker=$(pgrep -P "$(cat "$tmp/proxy.pid")" | head -1)
+run "nginx reverse proxy (1 worker)" "http://127.0.0.1:$p_nginx/v1/infer" "$worker"
 
 $pin0 "$build/loadgen/lanepack-emulator" --listen "127.0.0.1:$p_emu" --shapes 8x4096 --cost-ms 0 \
   2> "$tmp/emu.log" & pids+=($!)
 $pin1 "$build/src/lanepack" --listen "127.0.0.1:$p_lp" --backend "http://127.0.0.1:$p_emu" \
   --shapes 8x4096 --max-wait-ms 2 --log-level warn 2> "$tmp/lp.log" & pids+=($!)
+lp_pid=$!
 sleep 0.5
-run "lanepack -> emulator (1 loop)" "http://127.0.0.1:$p_lp/v1/infer"
+run "lanepack -> emulator (1 loop)" "http://127.0.0.1:$p_lp/v1/infer" "$lp_pid"

@@ -44,9 +44,9 @@ static const char *index_array(lp_scatter_t *s, const char *base, const char *p,
      * separator; anything else (fraction, exponent, string, ...) takes the
      * full scanner from the start of the value */
     const char *q = p + (p < end && *p == '-');
-    if (q < end && *q >= '1' && *q <= '9') {
-      q++;
-      while (q < end && *q >= '0' && *q <= '9') q++;
+    if (q < end && *q >= '0' && *q <= '9') {
+      if (*q++ != '0')
+        while (q < end && *q >= '0' && *q <= '9') q++;
       if (q < end && (*q == ',' || *q == ']' || *q == ' ' || *q == '\n')) p = q;
       else p = lp_jscan_skip(p, end, LP_JSCAN_MAX_DEPTH - 2);
     } else {

@@ -37,6 +37,7 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   for (size_t i = 0; i < m->shapes.count; i++)
     if (m->shapes.shapes[i].bucket > maxb) maxb = m->shapes.shapes[i].bucket;
   if (lp_lenhist_init(&m->lengths, maxb ? maxb : 1)) return -ENOMEM;
+  if (lp_batchjson_init(&m->writer, maxb ? maxb : 1)) return -ENOMEM;
   lp_hist_init(&m->fill, fill_bounds, sizeof(fill_bounds) / sizeof(fill_bounds[0]));
   uv_timer_init(p->loop, &m->wake);
   m->wake.data = m;
@@ -58,6 +59,7 @@ void lp__model_close(lp_model_t *m) {
   free(m->queue);
   free(m->items);
   lp_lenhist_free(&m->lengths);
+  lp_batchjson_free(&m->writer);
 }
 
 int lp__model_ready(const lp_model_t *m) {
@@ -317,46 +319,6 @@ static void batch_free(lp_batch_t *b) {
   free(b);
 }
 
-static void put_matrix(lp_buf_t *b, const int32_t *v, uint32_t lanes, uint32_t bucket) {
-  lp_buf_puts(b, "[");
-  for (uint32_t l = 0; l < lanes; l++) {
-    if (l) lp_buf_puts(b, ",");
-    lp_buf_i32_array(b, v + (size_t)l * bucket, bucket);
-  }
-  lp_buf_puts(b, "]");
-}
-
-static void write_body(lp_model_t *m, lp_batch_t *bt) {
-  lp_buf_t *b = &bt->body;
-  const lp_layout_t *l = &bt->layout;
-  lp_buf_reserve(b, (size_t)l->lanes * l->bucket * 20 + l->nsegs * 64 + 256);
-  lp_buf_puts(b, "{\"batch_id\": ");
-  lp_buf_u64(b, bt->id);
-  lp_buf_puts(b, ", \"model\": ");
-  lp_buf_json_str(b, m->cfg->name, strlen(m->cfg->name));
-  if (l->ragged) {
-    lp_buf_puts(b, ", \"input_ids\": ");
-    lp_buf_i32_array(b, l->input_ids, l->bucket);
-    lp_buf_puts(b, ", \"cu_seqlens\": ");
-    lp_buf_i32_array(b, l->cu_seqlens, l->nsegs + 1);
-    lp_buf_printf(b, ", \"max_seqlen\": %u}", l->max_seqlen);
-    return;
-  }
-  lp_buf_printf(b, ", \"shape\": [%u, %u], \"input_ids\": ", l->lanes, l->bucket);
-  put_matrix(b, l->input_ids, l->lanes, l->bucket);
-  lp_buf_puts(b, ", \"segment_ids\": ");
-  put_matrix(b, l->segment_ids, l->lanes, l->bucket);
-  lp_buf_puts(b, ", \"position_ids\": ");
-  put_matrix(b, l->position_ids, l->lanes, l->bucket);
-  lp_buf_puts(b, ", \"segments\": [");
-  for (size_t i = 0; i < l->nsegs; i++) {
-    const lp_segment_t *s = &l->segs[i];
-    lp_buf_printf(b, "%s{\"lane\": %u, \"segment\": %u, \"offset\": %u, \"length\": %u}",
-                  i ? ", " : "", s->lane, s->segment, s->offset, s->length);
-  }
-  lp_buf_puts(b, "]}");
-}
-
 static void fail_batch(lp_batch_t *bt, int status, const char *code, const char *msg) {
   for (size_t i = 0; i < bt->nseqs; i++) seq_failed(bt->seqs[i], status, code, msg);
 }
@@ -472,7 +434,7 @@ static int dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *plan
     unqueue(m, s, LP_SEQ_INFLIGHT);
   }
   compact(m);
-  write_body(m, bt);
+  lp_batchjson_write(&m->writer, &bt->body, &bt->layout, bt->id, m->cfg->name);
   if (bt->body.oom) {
     fail_batch(bt, 503, "out_of_memory", "proxy out of memory");
     batch_free(bt);

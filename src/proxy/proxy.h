@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "lanepack/advisor.h"
+#include "lanepack/batchjson.h"
 #include "lanepack/bucket.h"
 #include "lanepack/buf.h"
 #include "lanepack/config.h"
@@ -110,6 +111,7 @@ struct lp_model_s {
   size_t rr;               /* round-robin cursor */
   uint32_t inflight;
   lp_lenhist_t lengths;    /* observed lengths, for the bucket advisor */
+  lp_batchjson_t writer;   /* prebuilt id runs for batch bodies */
   /* metrics */
   uint64_t batches_by_shape[LP_BUCKET_MAX_SHAPES];
   uint64_t real_tokens, pad_tokens, sequences_done;

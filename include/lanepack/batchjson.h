@@ -1,0 +1,30 @@
+/* Writes a laid-out batch as the backend's JSON request. Segment and position
+ * ids are runs ("3,3,3", "0,1,2,...") copied from prebuilt text, so a batch
+ * costs little more than its token ids. */
+#ifndef LANEPACK_BATCHJSON_H
+#define LANEPACK_BATCHJSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lanepack/buf.h"
+#include "lanepack/layout.h"
+
+typedef struct lp_batchjson_s {
+  uint32_t max_len;   /* runs up to this length are prebuilt */
+  char *positions;    /* "0,1,2,...,max_len-1," ; owned */
+  uint32_t *pos_end;  /* pos_end[n]: bytes of the first n positions with commas; owned */
+  char *runs[10];     /* runs[d]: "d,d,d,..." (max_len times) for d = 0..9; owned */
+} lp_batchjson_t;
+
+/* Prebuilds runs up to max_len (the largest bucket). Returns 0 or -ENOMEM. */
+int lp_batchjson_init(lp_batchjson_t *w, uint32_t max_len);
+void lp_batchjson_free(lp_batchjson_t *w);
+
+/* Appends {"batch_id": id, "model": model, "shape": [...], "input_ids": ...,
+ * "segment_ids": ..., "position_ids": ..., "segments": [...]} (or the ragged
+ * form with cu_seqlens and max_seqlen) to out. */
+void lp_batchjson_write(const lp_batchjson_t *w, lp_buf_t *out, const lp_layout_t *l,
+                        uint64_t id, const char *model);
+
+#endif
