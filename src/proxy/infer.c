@@ -59,6 +59,24 @@ typedef struct {
   uint32_t off, len;
 } span_t;
 
+/* Finds the end of a token array (or array of arrays) by bracket depth alone:
+ * its content is parsed strictly right after, so a full validating skip here
+ * would read every number twice. Strings or deep nesting take the full scanner. */
+static const char *skip_token_array(const char *p, const char *end) {
+  if (p >= end || *p != '[') return lp_jscan_skip(p, end, LP_JSCAN_MAX_DEPTH);
+  int depth = 0;
+  for (const char *q = p; q < end; q++) {
+    if (*q == '[') {
+      if (++depth > 2) break;
+    } else if (*q == ']') {
+      if (--depth == 0) return q + 1;
+    } else if (*q == '"' || *q == '{') {
+      break;
+    }
+  }
+  return lp_jscan_skip(p, end, LP_JSCAN_MAX_DEPTH);
+}
+
 static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model,
                        size_t path_model_len, perr_t *e) {
   const char *body = req->body, *end = req->body + req->body_len;
@@ -87,7 +105,7 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
     if (pp >= end || *pp != ':') return fail(e, 400, "malformed_json", "the body is not valid JSON");
     pp = lp_jscan_ws(pp + 1, end);
     const char *v = pp;
-    pp = lp_jscan_skip(pp, end, LP_JSCAN_MAX_DEPTH);
+    pp = is_ids || is_inputs ? skip_token_array(pp, end) : lp_jscan_skip(pp, end, LP_JSCAN_MAX_DEPTH);
     if (!pp) return fail(e, 400, "malformed_json", "the body is not valid JSON (or nests too deep)");
     if ((is_ids && ids_at) || (is_inputs && inputs_at) || (is_model && model_at) ||
         (is_prio && seen_prio) || (is_dead && seen_dead) || (is_id && id_at))
