@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "lanepack/arrivals.h"
 #include "lanepack/buf.h"
 #include "lanepack/emu.h"
 #include "lanepack/hdr.h"
@@ -491,8 +492,7 @@ static void on_arrivals(uv_timer_t *t) {
       req_t *r = make_req(lg, lg->next_arrival);
       if (r) submit(lg, r);
       lg->generated++;
-      double u = lp_rng_double(&lg->rng);
-      lg->next_arrival += (uint64_t)(-log(1.0 - u) / lg->ph.rate * 1e9);
+      lg->next_arrival += lp_arrival_gap_ns(&lg->rng, lg->ph.rate);
     }
     if (!lg->stopping) {
       /* at least 1 ms: on libuv < 1.48 a 0 ms timer armed in a timer callback
@@ -934,6 +934,17 @@ int main(int argc, char **argv) {
   }
   if (plot && write_svg(plot, &results[nrates - 1])) return die("cannot write --plot '%s'", plot);
   int bad = 0;
-  for (size_t i = 0; i < nrates; i++) bad |= results[i].mismatches > 0;
+  for (size_t i = 0; i < nrates; i++) {
+    bad |= results[i].mismatches > 0;
+    free(results[i].per_second);
+  }
+  free(results);
+  for (size_t i = 0; i < lg.npool; i++) free_body(lg.pool[i]);
+  free(lg.pool);
+  lp_lengths_free(&lg.lengths);
+  uv_close((uv_handle_t *)&lg.arrivals, NULL);
+  uv_close((uv_handle_t *)&lg.ticker, NULL);
+  uv_run(lg.loop, UV_RUN_DEFAULT);
+  uv_loop_close(lg.loop);
   return bad ? 3 : 0;
 }

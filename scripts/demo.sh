@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-meson compile -C build >/dev/null
+out=$(meson compile -C build 2>&1) || { echo "$out"; exit 1; }
 
 RATE=${RATE:-3000}
 DURATION=${DURATION:-10s}

@@ -31,9 +31,10 @@ configure() { # dir, extra meson options...
   fi
 }
 configure build --buildtype=release
-# The sanitizer build runs the unit tests with address and undefined-behaviour
-# checks; undefined behaviour aborts instead of printing and going on.
+# The sanitizer build (clang, so both compilers must build warning-free) runs
+# the tests with address and undefined-behaviour checks; undefined behaviour
+# aborts instead of printing and going on.
 if [ "${LP_SETUP_ASAN:-0}" = 1 ]; then
-  configure build-asan --buildtype=debug -Db_sanitize=address,undefined \
+  CC=clang configure build-asan --buildtype=debug -Db_sanitize=address,undefined \
     -Db_lundef=false -Dc_args=-fno-sanitize-recover=all
 fi

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "lanepack/arrivals.h"
 #include "lanepack/lengths.h"
 
 static char *write_tmp(const char *text) {
@@ -107,4 +108,26 @@ START_TEST(bad_mixes) {
 }
 END_TEST
 
-LP_TEST_MAIN("lengths", file_good, file_bad, mixes, bad_mixes)
+/* Poisson arrivals: the mean rate within 1% over a fixed seed, and gaps with
+ * the exponential's spread (coefficient of variation 1). */
+START_TEST(poisson_arrivals) {
+  lp_rng_t r;
+  lp_rng_seed(&r, 5);
+  double rates[] = {10, 1000, 50000};
+  for (size_t k = 0; k < 3; k++) {
+    enum { N = 200000 };
+    double sum = 0, sq = 0;
+    for (int i = 0; i < N; i++) {
+      double g = (double)lp_arrival_gap_ns(&r, rates[k]) / 1e9;
+      sum += g;
+      sq += g * g;
+    }
+    double mean = sum / N, var = sq / N - mean * mean;
+    double rate = 1 / mean, cv = sqrt(var) / mean;
+    ck_assert_msg(fabs(rate / rates[k] - 1) < 0.01, "rate %f for %f", rate, rates[k]);
+    ck_assert_msg(fabs(cv - 1) < 0.02, "cv %f", cv);
+  }
+}
+END_TEST
+
+LP_TEST_MAIN("lengths", file_good, file_bad, mixes, bad_mixes, poisson_arrivals)

@@ -3,6 +3,7 @@
  * HTTP, every answer checked against the emulator's formula, every status code
  * the proxy sends provoked. */
 #include <check.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -475,6 +476,78 @@ START_TEST(check_config) {
 }
 END_TEST
 
+/* emulator + proxy + loadgen: verified answers and a JSON report that adds up */
+START_TEST(loadgen_run) {
+  stack_t_ s;
+  start(&s, "--shapes 4x256,8x64 --cost-ms 2", NULL,
+        "{\"default\": {\"shapes\": \"4x256,8x64\", \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 2}}");
+  char url[64], json[64];
+  snprintf(url, sizeof(url), "http://127.0.0.1:%d", s.port);
+  snprintf(json, sizeof(json), "/tmp/lp-lg-%d.json", s.port);
+  char *argv[] = {(char *)h_bin("LP_LOADGEN"), "--url", url, "--rate", "400", "--duration", "2s",
+                  "--lengths", "0.95*lognormal:mu=3.5,sigma=1,max=250+0.05*fixed:300", "--verify",
+                  "--sequences-per-request", "2", "--json", json, NULL};
+  pid_t p = h_spawn(argv, "/tmp/lp-lg.out");
+  int st;
+  waitpid(p, &st, 0);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "loadgen status %d", st);
+  json_error_t e;
+  json_t *j = json_load_file(json, 0, &e);
+  ck_assert_ptr_nonnull(j);
+  json_int_t sent = json_integer_value(json_object_get(j, "sent"));
+  json_int_t answered = json_integer_value(json_object_get(j, "answered"));
+  json_int_t ok = json_integer_value(json_object_get(j, "ok"));
+  json_int_t failed = json_integer_value(json_object_get(j, "failed"));
+  json_t *by = json_object_get(j, "by_status");
+  ck_assert_int_gt(sent, 500);
+  ck_assert_int_eq(sent, answered);
+  ck_assert_int_eq(ok + failed, answered);
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "mismatches")), 0);
+  /* 300-token sequences are over the 256 bucket: refused, and counted as such */
+  json_int_t s200 = json_integer_value(json_object_get(by, "200"));
+  json_int_t s413 = json_integer_value(json_object_get(by, "413"));
+  ck_assert_int_eq(s200, ok);
+  ck_assert_int_gt(s413, 0);
+  ck_assert_int_eq(s200 + s413, answered);
+  ck_assert(json_real_value(json_object_get(json_object_get(j, "proxy"), "fill")) > 0);
+  json_decref(j);
+  unlink(json);
+  stop(&s);
+}
+END_TEST
+
+START_TEST(loadgen_errors) {
+  /* bad arguments: one line, exit 2, no load; unreachable: exit 1 */
+  struct {
+    const char *args[8];
+    int status;
+    const char *needle;
+  } cases[] = {
+      {{"--url", "http://127.0.0.1:9", "--rate", "0", "--lengths", "fixed:4"}, 2, "--rate"},
+      {{"--url", "http://127.0.0.1:9", "--rate", "5", "--lengths", "bogus:4"}, 2, "--lengths"},
+      {{"--url", "nope", "--rate", "5", "--lengths", "fixed:4"}, 2, "--url"},
+      {{"--url", "http://127.0.0.1:9", "--lengths", "fixed:4"}, 2, "one of --rate"},
+      {{"--url", "http://127.0.0.1:9", "--rate", "5", "--lengths", "fixed:4", "--bogus"}, 2, "usage"},
+      {{"--url", "http://127.0.0.1:1", "--rate", "5", "--lengths", "fixed:4"}, 1, "cannot connect"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char *argv[10] = {(char *)h_bin("LP_LOADGEN")};
+    for (int k = 0; k < 8 && cases[i].args[k]; k++) argv[k + 1] = (char *)cases[i].args[k];
+    pid_t p = h_spawn(argv, "/tmp/lp-lg-err.out");
+    int st;
+    waitpid(p, &st, 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == cases[i].status, "case %zu: status %d", i, st);
+    FILE *f = fopen("/tmp/lp-lg-err.out", "r");
+    char out[2048] = "";
+    size_t n = fread(out, 1, sizeof(out) - 1, f);
+    fclose(f);
+    out[n] = 0;
+    ck_assert_msg(strstr(out, cases[i].needle), "case %zu: %s", i, out);
+  }
+}
+END_TEST
+
 LP_TEST_MAIN("proxy", answers_verify, concurrent_and_pipelined, client_errors, chunked_and_expect,
              backend_failures, no_backend, queue_full_and_deadline, cancel_on_disconnect,
-             graceful_shutdown, models_shapes_ragged_per_segment, check_config)
+             graceful_shutdown, models_shapes_ragged_per_segment, check_config, loadgen_run,
+             loadgen_errors)

@@ -22,6 +22,10 @@ static void put(buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2,
 #include <stdarg.h>
 static void put(buf_t *b, const char *fmt, ...) {
   va_list ap;
+  if (!b->s) {
+    b->cap = 256;
+    b->s = malloc(b->cap);
+  }
   for (;;) {
     va_start(ap, fmt);
     int k = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);

@@ -11,7 +11,7 @@ static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", 
 extern const int lp__status_codes[LP_STATUS_SLOTS];
 
 void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
-  char labels[256];
+  char labels[512];
   lp_metric_family(b, "lanepack_requests_total", "counter", "HTTP requests answered, by route and status.");
   for (int r = 0; r < LP_ROUTE_OTHER + 1; r++)
     for (int s = 0; s < LP_STATUS_SLOTS; s++) {
