@@ -226,6 +226,8 @@ START_TEST(client_errors) {
   ck_assert_int_eq(r.status, 400);
   h_resp_free(&r);
   close(fd);
+  /* nothing admitted yet: the advisor has no lengths */
+  expect(s.port, "GET", "/v1/buckets/advice?k=2", "", NULL, 409, "no_data");
   /* the server is still up, and counted the rejections */
   expect(s.port, "GET", "/healthz", "", NULL, 200, NULL);
   ck_assert(h_metric(s.port, "lanepack_rejections_total{reason=\"malformed_json\"}") >= 2);
@@ -547,7 +549,51 @@ START_TEST(loadgen_errors) {
 }
 END_TEST
 
+/* slow or greedy clients: 408 for a request that does not arrive in time, 417
+ * for an unknown expectation, 503 past the connection limit */
+START_TEST(slow_and_greedy_clients) {
+  stack_t_ s;
+  start(&s, "--shapes 4x64 --cost-ms 1", "\"request_timeout_ms\": 300, \"max_connections\": 3,", DEFAULT_MODEL);
+  int fd = h_connect(s.port);
+  h_send_all(fd, "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Le", 37); /* then nothing */
+  h_resp_t r;
+  ck_assert_int_eq(h_read_response(fd, &r, 3000), 0);
+  ck_assert_int_eq(r.status, 408);
+  ck_assert_ptr_nonnull(strstr(r.body, "request_timeout"));
+  h_resp_free(&r);
+  close(fd);
+  expect(s.port, "POST", "/v1/infer", "Expect: something-else\r\n", "{\"input_ids\": [1]}", 417,
+         "expectation_failed");
+  int held[3];
+  for (int i = 0; i < 3; i++) held[i] = h_connect(s.port);
+  usleep(100000);
+  fd = h_connect(s.port);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(h_read_response(fd, &r, 3000), 0);
+  ck_assert_int_eq(r.status, 503);
+  ck_assert_ptr_nonnull(strstr(r.body, "too_many_connections"));
+  h_resp_free(&r);
+  close(fd);
+  for (int i = 0; i < 3; i++) close(held[i]);
+  usleep(100000);
+  expect(s.port, "GET", "/healthz", "", NULL, 200, NULL);
+  stop(&s);
+}
+END_TEST
+
+/* the example configuration in conf/ loads */
+START_TEST(example_config) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/conf/lanepack.json", h_bin("LP_SOURCE_ROOT"));
+  char *argv[] = {(char *)h_bin("LP_PROXY"), "--config", path, "--check-config", NULL};
+  pid_t p = h_spawn(argv, "/tmp/lp-cfg-example.out");
+  int st;
+  waitpid(p, &st, 0);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "see /tmp/lp-cfg-example.out");
+}
+END_TEST
+
 LP_TEST_MAIN("proxy", answers_verify, concurrent_and_pipelined, client_errors, chunked_and_expect,
              backend_failures, no_backend, queue_full_and_deadline, cancel_on_disconnect,
              graceful_shutdown, models_shapes_ragged_per_segment, check_config, loadgen_run,
-             loadgen_errors)
+             loadgen_errors, slow_and_greedy_clients, example_config)

@@ -9,7 +9,7 @@
 #include "lanepack/log.h"
 #include "proxy.h"
 
-const int lp__status_codes[LP_STATUS_SLOTS] = {200, 400, 401, 404, 405, 408, 411, 413, 415,
+const int lp__status_codes[LP_STATUS_SLOTS] = {200, 400, 401, 404, 405, 408, 409, 411, 413, 415,
                                                417, 429, 431, 500, 502, 503, 504, 505, 0};
 
 static const double latency_bounds[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1,
