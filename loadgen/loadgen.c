@@ -7,6 +7,7 @@
 #include <llhttp.h>
 #include <math.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,9 @@ typedef struct {
 
 struct lg_s {
   uv_loop_t *loop;
+  uv_loop_t own_loop;     /* each worker thread runs its own loop */
+  char rbuf[65536];       /* read buffer: every read is parsed before the next */
+  int worker;
   struct sockaddr_storage addr;
   char host[256];
   int port;
@@ -372,11 +376,10 @@ static int on_message_complete(llhttp_t *p) {
 static llhttp_settings_t settings;
 
 static void on_alloc(uv_handle_t *h, size_t sz, uv_buf_t *b) {
-  static char buf[65536];
-  (void)h;
+  conn_t *c = h->data;
   (void)sz;
-  b->base = buf;
-  b->len = sizeof(buf);
+  b->base = c->lg->rbuf;
+  b->len = sizeof(c->lg->rbuf);
 }
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
@@ -534,7 +537,7 @@ static void on_ticker(uv_timer_t *t) {
     uv_stop(lg->loop);
     return;
   }
-  if (lg->tty) {
+  if (lg->tty && lg->worker == 0) { /* the first worker speaks for itself */
     double el = (double)(now - lg->t0) / 1e9;
     fprintf(stderr, "\r  %5.1fs  sent %llu  answered %llu  ok %llu  errors %llu  %.0f req/s   ",
             el, (unsigned long long)lg->st.sent, (unsigned long long)lg->st.answered,
@@ -602,16 +605,16 @@ static proxy_counts_t read_proxy(const lg_t *lg) {
 
 /* ---- running a phase ---- */
 
-static int run_phase(lg_t *lg, const phase_t *ph, stats_t *out) {
+static void *run_loop(void *arg) {
+  lg_t *lg = arg;
+  const phase_t *ph = &lg->ph;
   memset(&lg->st, 0, sizeof(lg->st));
   lp_hdr_init(&lg->st.lat);
   lg->st.nseconds = (size_t)(ph->duration_ns / 1000000000ull) + 2;
   lg->st.per_second = calloc(lg->st.nseconds, sizeof(uint64_t));
-  lg->ph = *ph;
   lg->stopping = 0;
   lg->generated = 0;
   lg->printed_mismatch = 0;
-  proxy_counts_t before = read_proxy(lg);
   lg->t0 = now_ns();
   lg->t_end = lg->t0 + ph->duration_ns;
   lg->next_arrival = lg->t0;
@@ -619,19 +622,56 @@ static int run_phase(lg_t *lg, const phase_t *ph, stats_t *out) {
   if (ph->rate > 0) uv_timer_start(&lg->arrivals, on_arrivals, 0, 0);
   else closed_loop_fill(lg);
   uv_run(lg->loop, UV_RUN_DEFAULT);
-  uint64_t end = lg->st.last_ns > lg->t_end ? lg->st.last_ns : lg->t_end;
-  if (lg->tty) fprintf(stderr, "\n");
-  lg->st.elapsed_s = (double)(end - lg->t0 - ph->warmup_ns) / 1e9;
+  if (lg->tty && lg->worker == 0) fprintf(stderr, "\n");
+  return NULL;
+}
+
+/* Runs one phase on every worker (each with its share of the rate, users and
+ * connections) and merges what they saw. */
+static int run_phase(lg_t *w, size_t nw, const phase_t *ph, stats_t *out) {
+  proxy_counts_t before = read_proxy(&w[0]);
+  pthread_t th[64];
+  for (size_t i = 0; i < nw; i++) {
+    w[i].ph = *ph;
+    w[i].ph.rate = ph->rate / (double)nw;
+    if (nw > 1 && pthread_create(&th[i], NULL, run_loop, &w[i])) return -1;
+  }
+  if (nw == 1) run_loop(&w[0]);
+  else
+    for (size_t i = 0; i < nw; i++) pthread_join(th[i], NULL);
+  stats_t *st = out;
+  *st = w[0].st;
+  uint64_t t0 = w[0].t0, t_end = w[0].t_end;
+  for (size_t i = 1; i < nw; i++) {
+    const stats_t *o = &w[i].st;
+    st->ok += o->ok;
+    st->failed += o->failed;
+    st->mismatches += o->mismatches;
+    st->conn_errors += o->conn_errors;
+    st->timeouts += o->timeouts;
+    st->tokens += o->tokens;
+    st->sent += o->sent;
+    st->answered += o->answered;
+    for (int k = 0; k < MAX_STATUS; k++) st->by_status[k] += o->by_status[k];
+    lp_hdr_merge(&st->lat, &o->lat);
+    for (size_t k = 0; k < st->nseconds && k < o->nseconds; k++) st->per_second[k] += o->per_second[k];
+    free(o->per_second);
+    /* the window spans every worker's */
+    if (o->last_ns > st->last_ns) st->last_ns = o->last_ns;
+    if (w[i].t0 < t0) t0 = w[i].t0;
+    if (w[i].t_end > t_end) t_end = w[i].t_end;
+  }
+  uint64_t end = st->last_ns > t_end ? st->last_ns : t_end;
   /* answers after the window count, and so does the time they took */
-  proxy_counts_t after = read_proxy(lg);
+  st->elapsed_s = (double)(end - t0 - ph->warmup_ns) / 1e9;
+  proxy_counts_t after = read_proxy(&w[0]);
   if (before.ok && after.ok) {
     double real = after.real - before.real, pad = after.pad - before.pad;
-    lg->st.have_proxy = 1;
-    lg->st.fill = real + pad > 0 ? real / (real + pad) : 0;
-    lg->st.pad_per_real = real > 0 ? pad / real : 0;
-    lg->st.batches = (uint64_t)(after.batches - before.batches);
+    st->have_proxy = 1;
+    st->fill = real + pad > 0 ? real / (real + pad) : 0;
+    st->pad_per_real = real > 0 ? pad / real : 0;
+    st->batches = (uint64_t)(after.batches - before.batches);
   }
-  *out = lg->st;
   return 0;
 }
 
@@ -776,6 +816,7 @@ static void usage(FILE *f) {
           "         [--warmup 0s] [--connections N] [--model M] [--vocab V]\n"
           "         [--sequences-per-request K] [--max-requests N] [--timeout 30s]\n"
           "         [--seed S] [--verify] [--json FILE] [--plot FILE.svg] [--pool N]\n"
+          "         [--threads N]\n"
           "--pool N: bodies built before the run and cycled (default 4096, and at least\n"
           "          a length file's lines); 0 builds a fresh body for every request\n");
 }
@@ -791,7 +832,7 @@ int main(int argc, char **argv) {
   static lg_t lg;
   const char *url = NULL, *lengths = NULL, *json = NULL, *plot = NULL, *sweep = NULL;
   double rate = 0;
-  unsigned long conc = 0, conns = 0, seed = 1, pool = 4096;
+  unsigned long conc = 0, conns = 0, seed = 1, pool = 4096, threads = 1;
   uint64_t duration = 10000000000ull, warmup = 0;
   lg.vocab = 32000;
   lg.seqs_per_req = 1;
@@ -806,6 +847,7 @@ int main(int argc, char **argv) {
       {"seed", required_argument, 0, 's'},        {"verify", no_argument, 0, 'V'},
       {"json", required_argument, 0, 'j'},        {"plot", required_argument, 0, 'p'},
       {"sweep", required_argument, 0, 'S'},       {"pool", required_argument, 0, 'P'},
+      {"threads", required_argument, 0, 'T'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int c, idx = 0;
@@ -829,6 +871,7 @@ int main(int argc, char **argv) {
       case 'j': json = optarg; break;
       case 'p': plot = optarg; break;
       case 'S': sweep = optarg; break;
+      case 'T': threads = strtoul(optarg, &end, 10); if (*end || threads == 0 || threads > 64) return die("--threads must be 1..64, got '%s'", optarg); break;
       case 'P': pool = strtoul(optarg, &end, 10); if (*end || pool > 1000000) return die("--pool must be 0..1000000, got '%s'", optarg); break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
@@ -880,21 +923,35 @@ int main(int argc, char **argv) {
     }
     lg.npool = pool;
   }
-  lg.loop = uv_default_loop();
   lg.tty = isatty(2);
   llhttp_settings_init(&settings);
   settings.on_body = on_body;
   settings.on_message_complete = on_message_complete;
-  uv_timer_init(lg.loop, &lg.arrivals);
-  uv_timer_init(lg.loop, &lg.ticker);
-  lg.arrivals.data = lg.ticker.data = &lg;
   /* open loop: enough connections that the generator is not what queues */
   lg.max_conns = conc ? conc : (conns ? conns : 2048);
+  if (threads > lg.max_conns) threads = lg.max_conns;
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < lg.max_conns + 64) {
     rl.rlim_cur = rl.rlim_max < lg.max_conns + 64 ? rl.rlim_max : lg.max_conns + 64;
     setrlimit(RLIMIT_NOFILE, &rl);
     if (rl.rlim_cur < lg.max_conns + 64) lg.max_conns = rl.rlim_cur > 128 ? rl.rlim_cur - 64 : 64;
+  }
+  /* workers: copies of the template, each with its own loop, random stream,
+   * place in the pool and share of users and connections */
+  lg_t *w = calloc(threads, sizeof(lg_t));
+  if (!w) return die("%s", "out of memory");
+  for (size_t i = 0; i < threads; i++) {
+    w[i] = lg;
+    w[i].worker = (int)i;
+    lp_rng_seed(&w[i].rng, seed * 1000003ull + i);
+    w[i].max_conns = lg.max_conns / threads + (i < lg.max_conns % threads);
+    w[i].max_requests = lg.max_requests ? lg.max_requests / threads + (i < lg.max_requests % threads) : 0;
+    w[i].next_body = lg.npool ? i * (lg.npool / threads) : 0;
+    uv_loop_init(&w[i].own_loop);
+    w[i].loop = &w[i].own_loop;
+    uv_timer_init(w[i].loop, &w[i].arrivals);
+    uv_timer_init(w[i].loop, &w[i].ticker);
+    w[i].arrivals.data = w[i].ticker.data = &w[i];
   }
   FILE *jf = NULL;
   if (json && !(jf = fopen(json, "w"))) return die("cannot write --json '%s'", json);
@@ -902,13 +959,14 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < nrates; i++) {
     phase_t ph = {conc ? 0 : rates[i], duration, warmup};
     if (nrates > 1) fprintf(stderr, "lanepack-loadgen: rate %.1f/s for %.1fs\n", rates[i], duration / 1e9);
-    run_phase(&lg, &ph, &results[i]);
+    run_phase(w, threads, &ph, &results[i]);
   }
   if (nrates == 1) {
     printf("lanepack-loadgen %s, %s, %s %g, %.1fs, lengths %s\n", url,
            conc ? "closed loop" : "open loop (Poisson)", conc ? "concurrency" : "rate",
            conc ? (double)conc : rate, (duration - warmup) / 1e9, lengths);
     print_report(&lg, &results[0], stdout);
+    if (threads > 1) printf("client        %lu threads\n", threads);
   } else {
     printf("%10s %12s %10s %10s %10s %8s %8s\n", "rate", "achieved/s", "p50 ms", "p99 ms", "errors", "fill", "batches");
     for (size_t i = 0; i < nrates; i++) {
@@ -942,9 +1000,12 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < lg.npool; i++) free_body(lg.pool[i]);
   free(lg.pool);
   lp_lengths_free(&lg.lengths);
-  uv_close((uv_handle_t *)&lg.arrivals, NULL);
-  uv_close((uv_handle_t *)&lg.ticker, NULL);
-  uv_run(lg.loop, UV_RUN_DEFAULT);
-  uv_loop_close(lg.loop);
+  for (size_t i = 0; i < threads; i++) {
+    uv_close((uv_handle_t *)&w[i].arrivals, NULL);
+    uv_close((uv_handle_t *)&w[i].ticker, NULL);
+    uv_run(w[i].loop, UV_RUN_DEFAULT);
+    uv_loop_close(w[i].loop);
+  }
+  free(w);
   return bad ? 3 : 0;
 }
