@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
       libuv1-dev node-llhttp libjansson-dev libcurl4-openssl-dev check curl
-      python3)
+      python3 python3-torch)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

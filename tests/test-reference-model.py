@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""Packing changes nothing: the reference PyTorch backend behind lanepack, a few
+hundred sequences of mixed lengths sent at once (so they share lanes), each
+answer compared with the same model run on that sequence alone. Then the
+control: with the segment mask off, the same comparison must find mismatches.
+
+Usage: test-reference-model.py LANEPACK SERVER_PY"""
+import concurrent.futures
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import torch
+
+lanepack, server_py = sys.argv[1], sys.argv[2]
+sys.path.insert(0, os.path.dirname(server_py))
+import server  # noqa: E402  (the same model code, for the unpacked reference)
+
+SHAPES = "4x256,16x64"
+TOL = 1e-4
+N = int(os.environ.get("LP_REF_SEQUENCES", "240"))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait(url, timeout=60):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("not ready: " + url)
+
+
+def post(url, body):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def run(mask, outputs, segment_mask=True):
+    """Returns (sequences compared, packed with others, largest difference)."""
+    bport, pport = free_port(), free_port()
+    tmp = tempfile.mkdtemp()
+    args = [sys.executable, server_py, "--listen", "127.0.0.1:%d" % bport, "--shapes", SHAPES,
+            "--mask", mask, "--outputs", outputs, "--vocab", "1000"]
+    if not segment_mask:
+        args.append("--no-segment-mask")
+    backend = subprocess.Popen(args, stderr=open(os.path.join(tmp, "backend.log"), "w"))
+    cfg = os.path.join(tmp, "lp.json")
+    with open(cfg, "w") as f:
+        json.dump({"listen": "127.0.0.1:%d" % pport, "health_interval_ms": 200,
+                   "models": {"default": {"shapes": SHAPES, "backends": ["http://127.0.0.1:%d" % bport],
+                                          "vocab_size": 1000, "max_wait_ms": 50, "max_inflight": 1}}}, f)
+    proxy = subprocess.Popen([lanepack, "--config", cfg], stderr=open(os.path.join(tmp, "proxy.log"), "w"))
+    try:
+        wait("http://127.0.0.1:%d/healthz" % bport)
+        wait("http://127.0.0.1:%d/readyz" % pport)
+        rng = random.Random(1234)
+        seqs = []
+        for _ in range(N):
+            n = min(256, max(1, int(rng.lognormvariate(3.2, 1.0))))
+            seqs.append([rng.randrange(1000) for _ in range(n)])
+        url = "http://127.0.0.1:%d/v1/infer" % pport
+        with concurrent.futures.ThreadPoolExecutor(max_workers=48) as ex:
+            answers = list(ex.map(lambda s: post(url, {"input_ids": s}), seqs))
+        model = server.Encoder(1000, 256, seed=0).eval()
+        worst, packed = 0.0, 0
+        for s, a in zip(seqs, answers):
+            hidden, out = server.run_alone(model, s, causal=(mask == "causal"))
+            if outputs == "per-token":
+                got = torch.tensor(a["output"])
+                want = out
+            else:
+                got = torch.tensor(a["output"])
+                want = hidden.mean(dim=0)
+            if got.shape != want.shape:
+                raise AssertionError("shape %s vs %s" % (tuple(got.shape), tuple(want.shape)))
+            worst = max(worst, float((got - want).abs().max()))
+            packed += a["batch"]["offset"] > 0
+        return len(seqs), packed, worst
+    finally:
+        proxy.terminate()
+        backend.terminate()
+        proxy.wait(10)
+        backend.wait(10)
+
+
+passed = failed = 0
+for mask in ("bidirectional", "causal"):
+    for outputs in ("per-token", "per-segment"):
+        n, packed, worst = run(mask, outputs)
+        ok = worst <= TOL and packed > n // 4
+        print("%-13s %-11s %d sequences, %d packed behind another in a lane, largest difference %.3g: %s"
+              % (mask, outputs, n, packed, worst, "ok" if ok else "FAIL"), flush=True)
+        passed += ok
+        failed += not ok
+# the control: without the segment mask, packing must show
+n, packed, worst = run("bidirectional", "per-token", segment_mask=False)
+ok = worst > 1e-2
+print("control (segment mask off): %d sequences, largest difference %.3g: %s"
+      % (n, worst, "ok, mismatches found" if ok else "FAIL, the comparison cannot fail"), flush=True)
+passed += ok
+failed += not ok
+print("%d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)
