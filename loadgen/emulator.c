@@ -4,6 +4,11 @@
  * function of each token's own segment (lanepack/emu.h). Fault switches make
  * it fail, reset, stall or garble at seeded rates. */
 #include <errno.h>
+
+#ifndef LP_VERSION
+#define LP_VERSION "0.1.0"
+#endif
+
 #include <getopt.h>
 #include <jansson.h>
 #include <signal.h>
@@ -555,7 +560,7 @@ int main(int argc, char **argv) {
       {"ragged", no_argument, 0, 'r'},             {"fail-rate", required_argument, 0, 'F'},
       {"reset-rate", required_argument, 0, 'R'},   {"stall-rate", required_argument, 0, 'S'},
       {"garbage-rate", required_argument, 0, 'G'}, {"delay-ms", required_argument, 0, 'D'},
-      {"seed", required_argument, 0, 'e'},         {"help", no_argument, 0, 'h'},
+      {"seed", required_argument, 0, 'e'},         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'Z'},
       {0, 0, 0, 0}};
   int c, idx = 0;
   while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
@@ -576,6 +581,7 @@ int main(int argc, char **argv) {
       case 'G': bad_arg = parse_rate(optarg, &emu.garbage_rate); break;
       case 'D': bad_arg = parse_u64(optarg, &emu.delay_ms); break;
       case 'e': bad_arg = parse_u64(optarg, &seed); break;
+      case 'Z': printf("%s %s\n", "lanepack-emulator", LP_VERSION); return 0;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }

@@ -3,6 +3,11 @@
  * keep-alive client. It checks answers against the emulator's formula, reads the
  * proxy's fill from /metrics, and reports like wrk2 and vegeta do. */
 #include <errno.h>
+
+#ifndef LP_VERSION
+#define LP_VERSION "0.1.0"
+#endif
+
 #include <getopt.h>
 #include <llhttp.h>
 #include <math.h>
@@ -848,7 +853,7 @@ int main(int argc, char **argv) {
       {"json", required_argument, 0, 'j'},        {"plot", required_argument, 0, 'p'},
       {"sweep", required_argument, 0, 'S'},       {"pool", required_argument, 0, 'P'},
       {"threads", required_argument, 0, 'T'},
-      {"help", no_argument, 0, 'h'},
+      {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'Z'},
       {0, 0, 0, 0}};
   int c, idx = 0;
   while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
@@ -873,6 +878,7 @@ int main(int argc, char **argv) {
       case 'S': sweep = optarg; break;
       case 'T': threads = strtoul(optarg, &end, 10); if (*end || threads == 0 || threads > 64) return die("--threads must be 1..64, got '%s'", optarg); break;
       case 'P': pool = strtoul(optarg, &end, 10); if (*end || pool > 1000000) return die("--pool must be 0..1000000, got '%s'", optarg); break;
+      case 'Z': printf("%s %s\n", "lanepack-loadgen", LP_VERSION); return 0;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }

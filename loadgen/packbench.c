@@ -2,6 +2,11 @@
  * strategies peers use (pad to bucket, pad to longest), and prints fill, batches,
  * the lower bound and speed side by side; --advise K proposes a shape set. */
 #include <errno.h>
+
+#ifndef LP_VERSION
+#define LP_VERSION "0.1.0"
+#endif
+
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -283,7 +288,7 @@ int main(int argc, char **argv) {
       {"batch", required_argument, 0, 'b'},   {"json", no_argument, 0, 'j'},
       {"advise", required_argument, 0, 'A'},  {"max-bucket", required_argument, 0, 'M'},
       {"granule", required_argument, 0, 'g'}, {"token-budget", required_argument, 0, 'T'},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+      {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'Z'},          {0, 0, 0, 0}};
   int c, idx = 0;
   while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
     unsigned long *num = NULL;
@@ -308,6 +313,7 @@ int main(int argc, char **argv) {
       case 'g': num = &granule; break;
       case 'T': num = &budget; break;
       case 'j': json = 1; break;
+      case 'Z': printf("%s %s\n", "lanepack-packbench", LP_VERSION); return 0;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
