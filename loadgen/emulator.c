@@ -54,6 +54,7 @@ struct emu_s {
   uint64_t compile_ms;
   int per_segment;
   int ragged_ok;
+  int hide_shapes;        /* no /v1/shapes route, like a backend that lacks one */
   unsigned devices, busy;
   job_t *qhead, *qtail;
   /* faults */
@@ -481,7 +482,7 @@ static void on_request(lp_http_req_t *req, void *ud) {
     handle_batch(emu, req);
   } else if (path_is(req, "/healthz")) {
     lp_http_respond(req, 200, NULL, "application/json", "{\"status\": \"ok\"}\n", 17);
-  } else if (path_is(req, "/v1/shapes")) {
+  } else if (path_is(req, "/v1/shapes") && !emu->hide_shapes) {
     lp_buf_t b;
     lp_buf_init(&b);
     lp_buf_puts(&b, "{\"shapes\": [");
@@ -525,7 +526,8 @@ static void usage(FILE *f) {
           "usage: lanepack-emulator --listen HOST:PORT --shapes 4x8192,8x2048\n"
           "         [--cost-ms SHAPE=MS]... [--cost-ms MS] [--compile-ms MS] [--devices N]\n"
           "         [--per-segment] [--ragged] [--fail-rate P] [--reset-rate P]\n"
-          "         [--stall-rate P] [--garbage-rate P] [--delay-ms MS] [--seed S]\n");
+          "         [--stall-rate P] [--garbage-rate P] [--delay-ms MS] [--seed S]\n"
+          "         [--hide-shapes]\n");
 }
 
 static int parse_rate(const char *s, double *out) {
@@ -560,7 +562,8 @@ int main(int argc, char **argv) {
       {"ragged", no_argument, 0, 'r'},             {"fail-rate", required_argument, 0, 'F'},
       {"reset-rate", required_argument, 0, 'R'},   {"stall-rate", required_argument, 0, 'S'},
       {"garbage-rate", required_argument, 0, 'G'}, {"delay-ms", required_argument, 0, 'D'},
-      {"seed", required_argument, 0, 'e'},         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'Z'},
+      {"seed", required_argument, 0, 'e'},         {"hide-shapes", no_argument, 0, 'H'},
+      {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'Z'},
       {0, 0, 0, 0}};
   int c, idx = 0;
   while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
@@ -581,6 +584,7 @@ int main(int argc, char **argv) {
       case 'G': bad_arg = parse_rate(optarg, &emu.garbage_rate); break;
       case 'D': bad_arg = parse_u64(optarg, &emu.delay_ms); break;
       case 'e': bad_arg = parse_u64(optarg, &seed); break;
+      case 'H': emu.hide_shapes = 1; break;
       case 'Z': printf("%s %s\n", "lanepack-emulator", LP_VERSION); return 0;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;

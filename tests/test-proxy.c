@@ -593,7 +593,61 @@ START_TEST(example_config) {
 }
 END_TEST
 
+/* a failing backend's batches are retried on the healthy one; a shape the
+ * backend lacks is marked and its sequences re-packed into one it has */
+START_TEST(retries_and_shape_mismatch) {
+  int good = h_free_port();
+  char listen[64];
+  snprintf(listen, sizeof(listen), "127.0.0.1:%d", good);
+  char *argv[] = {(char *)h_bin("LP_EMULATOR"), "--listen", listen, "--shapes", "4x64", "--cost-ms", "1", NULL};
+  pid_t g = h_spawn(argv, "/tmp/lp-it-good.log");
+  ck_assert_int_eq(h_wait_http(good, "/healthz", 0, 5000), 0);
+  char model[512];
+  snprintf(model, sizeof(model),
+           "{\"default\": {\"shapes\": \"4x64\", \"backends\": [\"http://127.0.0.1:%%d\", \"http://127.0.0.1:%d\"], "
+           "\"max_wait_ms\": 1, \"balance\": \"round_robin\", \"retry_backoff_ms\": 5}}", good);
+  stack_t_ s;
+  start(&s, "--shapes 4x64 --cost-ms 1 --fail-rate 1", "\"unhealthy_after\": 1000,", model);
+  for (int i = 0; i < 20; i++) {
+    int32_t t[8];
+    tokens(t, 8, (uint64_t)i + 1);
+    char *body = h_ids_body(t, 8, NULL);
+    h_resp_t r;
+    ck_assert_int_eq(h_call(s.port, "POST", "/v1/infer", "", body, &r), 0);
+    ck_assert_msg(r.status == 200, "%s", r.body);
+    REQUIRE(h_check_output(r.body, t, 8));
+    h_resp_free(&r);
+    free(body);
+  }
+  ck_assert(h_metric(s.port, "lanepack_retries_total") > 0);
+  stop(&s);
+  h_stop(g, 5000);
+
+  /* the backend has no /v1/shapes and only 4x64; the proxy is told 8x16 too */
+  start(&s, "--shapes 4x64 --cost-ms 1 --hide-shapes", NULL,
+        "{\"default\": {\"shapes\": \"4x64,8x16\", \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 1}}");
+  for (int i = 0; i < 3; i++) {
+    int32_t t[5];
+    tokens(t, 5, (uint64_t)i + 100);
+    char *body = h_ids_body(t, 5, NULL);
+    h_resp_t r;
+    ck_assert_int_eq(h_call(s.port, "POST", "/v1/infer", "", body, &r), 0);
+    ck_assert_msg(r.status == 200, "%s", r.body);
+    REQUIRE(h_check_output(r.body, t, 5));
+    ck_assert_ptr_nonnull(strstr(r.body, "\"shape\": [4, 64]"));
+    h_resp_free(&r);
+    free(body);
+  }
+  h_resp_t r;
+  ck_assert_int_eq(h_call(s.port, "GET", "/v1/models", "", NULL, &r), 0);
+  ck_assert_msg(strstr(r.body, "\"shape\": [8, 16], \"state\": \"unavailable\""), "%s", r.body);
+  h_resp_free(&r);
+  stop(&s);
+}
+END_TEST
+
 LP_TEST_MAIN("proxy", answers_verify, concurrent_and_pipelined, client_errors, chunked_and_expect,
              backend_failures, no_backend, queue_full_and_deadline, cancel_on_disconnect,
              graceful_shutdown, models_shapes_ragged_per_segment, check_config, loadgen_run,
-             loadgen_errors, slow_and_greedy_clients, example_config)
+             loadgen_errors, slow_and_greedy_clients, example_config,
+             retries_and_shape_mismatch)

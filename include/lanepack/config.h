@@ -36,6 +36,8 @@ typedef struct lp_model_config_s {
   int ragged;                   /* GPU backend: flat token budget, cu_seqlens */
   uint32_t ragged_max_tokens;
   uint64_t default_deadline_ms; /* 0 = none */
+  uint32_t max_retries;         /* tries after the first, per sequence */
+  uint64_t retry_backoff_ms;    /* first backoff; doubles per retry */
 } lp_model_config_t;
 
 typedef struct lp_config_s {

@@ -31,14 +31,16 @@ lp_backend_t *lp__backend_pick(lp_model_t *m) {
     size_t i = (m->rr + k) % m->nbackends;
     lp_backend_t *b = &m->backends[i];
     if (!b->healthy || b->inflight >= m->cfg->max_inflight) continue;
-    if (m->cfg->balance == LP_BALANCE_ROUND_ROBIN) {
+    if (m->cfg->balance == LP_BALANCE_ROUND_ROBIN && b->failures_in_row == 0) {
       best = b;
       break;
     }
-    if (!best || b->inflight < best->inflight) best = b;
+    /* a backend that just failed comes last: a retry should go elsewhere */
+    if (!best || b->failures_in_row < best->failures_in_row ||
+        (b->failures_in_row == best->failures_in_row && b->inflight < best->inflight))
+      best = b;
   }
-  if (best) m->rr = (size_t)(best - m->backends) + 1;
-  return best;
+  return best; /* the round-robin cursor moves when a batch is really sent */
 }
 
 /* Merges a backend's {"shapes": [[lanes, bucket], ...]}: configured shapes it
@@ -94,7 +96,10 @@ static void on_probe(lp_xfer_t *x, void *ud) {
   int was = b->healthy && b->probed_ok;
   if (ok) {
     b->probed_ok = 1;
-    if (!was) fetch_shapes(b);
+    if (!was) {
+      b->bad_shapes = 0; /* it may have come back with other shapes */
+      fetch_shapes(b);
+    }
   }
   lp__backend_result(b, ok);
 }

@@ -25,6 +25,8 @@ void lp_model_config_default(lp_model_config_t *m, const char *name) {
   m->max_inflight = 2;
   m->backend_timeout_ms = 30000;
   m->ragged_max_tokens = 32768;
+  m->max_retries = 2;
+  m->retry_backoff_ms = 20;
 }
 
 void lp_config_default(lp_config_t *c) {
@@ -174,6 +176,10 @@ static int load_model(ctx_t *x, lp_model_config_t *m, json_t *o, const char *mpa
       U64_FIELD(x, v, path, 1, 1024, m->max_inflight);
     } else if (strcmp(key, "backend_timeout_ms") == 0) {
       U64_FIELD(x, v, path, 1, 3600000, m->backend_timeout_ms);
+    } else if (strcmp(key, "max_retries") == 0) {
+      U64_FIELD(x, v, path, 0, 100, m->max_retries);
+    } else if (strcmp(key, "retry_backoff_ms") == 0) {
+      U64_FIELD(x, v, path, 0, 60000, m->retry_backoff_ms);
     } else if (strcmp(key, "default_deadline_ms") == 0) {
       U64_FIELD(x, v, path, 0, 3600000, m->default_deadline_ms);
     } else if (strcmp(key, "balance") == 0) {
@@ -350,6 +356,8 @@ char *lp_config_dump(const lp_config_t *c) {
     json_object_set_new(o, "max_inflight", json_integer(m->max_inflight));
     json_object_set_new(o, "backend_timeout_ms", json_integer((json_int_t)m->backend_timeout_ms));
     json_object_set_new(o, "default_deadline_ms", json_integer((json_int_t)m->default_deadline_ms));
+    json_object_set_new(o, "max_retries", json_integer(m->max_retries));
+    json_object_set_new(o, "retry_backoff_ms", json_integer((json_int_t)m->retry_backoff_ms));
     json_object_set_new(o, "balance", json_string(m->balance == LP_BALANCE_ROUND_ROBIN
                                                       ? "round_robin" : "least_inflight"));
     json_object_set_new(o, "ragged", json_boolean(m->ragged));

@@ -113,6 +113,23 @@ static void queue_insert(lp_model_t *m, lp_seq_t *s) {
   m->qlen++;
 }
 
+/* Puts a sequence back where its priority and arrival place it: a retried
+ * sequence is older than what arrived meanwhile and goes before it. */
+static int requeue(lp_model_t *m, lp_seq_t *s) {
+  if (queue_reserve(m, 1)) return -ENOMEM;
+  size_t at = 0;
+  while (at < m->qlen && (m->queue[at]->priority > s->priority ||
+                          (m->queue[at]->priority == s->priority && m->queue[at]->seqno < s->seqno)))
+    at++;
+  memmove(m->queue + at + 1, m->queue + at, (m->qlen - at) * sizeof(*m->queue));
+  m->queue[at] = s;
+  m->qlen++;
+  s->state = LP_SEQ_QUEUED;
+  m->queued_tokens += s->len;
+  if (s->job->queued++ == 0) m->queued_requests++;
+  return 0;
+}
+
 /* ---- ending jobs ---- */
 
 void lp__job_free(lp_job_t *job) {
@@ -320,7 +337,91 @@ static void batch_free(lp_batch_t *b) {
 }
 
 static void fail_batch(lp_batch_t *bt, int status, const char *code, const char *msg) {
-  for (size_t i = 0; i < bt->nseqs; i++) seq_failed(bt->seqs[i], status, code, msg);
+  for (size_t i = 0; i < bt->nseqs; i++)
+    if (bt->seqs[i]) seq_failed(bt->seqs[i], status, code, msg);
+}
+
+static int contains(const lp_buf_t *b, const char *needle) {
+  size_t n = strlen(needle);
+  for (size_t i = 0; b->data && i + n <= b->len; i++)
+    if (memcmp(b->data + i, needle, n) == 0) return 1;
+  return 0;
+}
+
+static void on_batch_retry_closed(uv_handle_t *h) {
+  batch_free(container_of(h, lp_batch_t, retry));
+}
+
+/* Back in the queue after the backoff: the scheduler packs them anew, maybe with
+ * others, maybe into another shape, on the backend it picks. */
+static void on_batch_retry(uv_timer_t *t) {
+  lp_batch_t *bt = container_of(t, lp_batch_t, retry);
+  lp_model_t *m = bt->model;
+  uint64_t now = uv_hrtime();
+  for (size_t i = 0; i < bt->nseqs; i++) {
+    lp_seq_t *s = bt->seqs[i];
+    if (!s) continue;
+    lp_job_t *job = s->job;
+    if (job->answered) { /* the client left, or another sequence failed it */
+      s->state = LP_SEQ_DONE;
+      if (--job->unresolved == 0) lp__job_free(job);
+    } else if (s->sched.deadline_ns && s->sched.deadline_ns <= now) {
+      seq_failed(s, 504, "deadline_exceeded", "the deadline passed while retrying");
+    } else if (requeue(m, s)) {
+      seq_failed(s, 503, "out_of_memory", "proxy out of memory");
+    }
+  }
+  uv_close((uv_handle_t *)&bt->retry, on_batch_retry_closed);
+  lp_proxy_kick(m->proxy);
+}
+
+/* A batch failed before the backend computed it: its sequences are tried again
+ * (budget and deadline allowing) after a backoff; free_try (a shape mismatch,
+ * re-packed at once) does not spend the budget. The rest fail with status.
+ * Returns 1 when the batch is kept for the retry, 0 when it can be freed. */
+static int retry_batch(lp_batch_t *bt, int status, const char *code, const char *msg, int free_try) {
+  lp_model_t *m = bt->model;
+  uint64_t now = uv_hrtime();
+  uint32_t most = 0;
+  size_t kept = 0;
+  for (size_t i = 0; i < bt->nseqs; i++) {
+    lp_seq_t *s = bt->seqs[i];
+    bt->seqs[i] = NULL;
+    lp_job_t *job = s->job;
+    uint64_t backoff = free_try ? 0 : (m->cfg->retry_backoff_ms << s->attempts) * 1000000ull;
+    if (job->answered) {
+      s->state = LP_SEQ_DONE;
+      if (--job->unresolved == 0) lp__job_free(job);
+    } else if (!free_try && s->attempts >= m->cfg->max_retries) {
+      seq_failed(s, status, code, msg);
+    } else if (s->sched.deadline_ns && s->sched.deadline_ns <= now + backoff) {
+      seq_failed(s, 504, "deadline_exceeded", "the deadline would pass before a retry");
+    } else {
+      if (!free_try) s->attempts++;
+      if (s->attempts > most) most = s->attempts;
+      m->proxy->retries++;
+      bt->seqs[i] = s;
+      kept++;
+    }
+  }
+  if (!kept) return 0;
+  bt->backoff_ms = free_try ? 0 : (uint32_t)(m->cfg->retry_backoff_ms << (most ? most - 1 : 0));
+  uv_timer_init(m->proxy->loop, &bt->retry);
+  uv_timer_start(&bt->retry, on_batch_retry, bt->backoff_ms, 0);
+  return 1;
+}
+
+/* A backend that does not have a shape: never send it that shape again, and if
+ * no backend has it, the model no longer chooses or admits by it. */
+static void shape_missing(lp_model_t *m, lp_backend_t *be, int shape) {
+  if (shape < 0) return;
+  be->bad_shapes |= 1u << shape;
+  int anywhere = 0;
+  for (size_t i = 0; i < m->nbackends; i++) anywhere |= !(m->backends[i].bad_shapes & (1u << shape));
+  if (!anywhere) m->shapes.shapes[shape].state = LP_SHAPE_UNAVAILABLE;
+  lp_log(LP_LOG_WARN, "shape mismatch", "\"backend\": \"%s\", \"shape\": [%u, %u], \"anywhere\": %s",
+         be->url, m->shapes.shapes[shape].lanes, m->shapes.shapes[shape].bucket,
+         anywhere ? "true" : "false");
 }
 
 static void on_batch_done(lp_xfer_t *x, void *ud) {
@@ -336,21 +437,44 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
     int timeout = x->result == LP_XFER_TIMEOUT;
     snprintf(msg, sizeof(msg), "backend %s: %s (%s)", be->url,
              timeout ? "no answer in time" : "transfer failed", x->error);
+    int keep = 0;
     if (x->result != LP_XFER_CANCELLED) {
       be->failures++;
       lp__backend_result(be, 0);
       lp_log(LP_LOG_WARN, "batch failed", "\"batch\": %llu, \"backend\": \"%s\", \"kind\": \"%s\"",
              (unsigned long long)bt->id, be->url, lp_xfer_result_name(x->result));
+      keep = retry_batch(bt, timeout ? 504 : 502, timeout ? "backend_timeout" : "backend_error", msg, 0);
+    } else {
+      fail_batch(bt, 503, "shutting_down", msg);
     }
-    fail_batch(bt, timeout ? 504 : 502, timeout ? "backend_timeout" : "backend_error", msg);
+    if (keep) {
+      lp_proxy_kick(p);
+      return;
+    }
   } else if (x->status != 200) {
     size_t n = x->body.len > 160 ? 160 : x->body.len;
     snprintf(msg, sizeof(msg), "backend %s answered %ld: %.*s", be->url, x->status, (int)n,
              x->body.data ? x->body.data : "");
     while (n && (msg[strlen(msg) - 1] == '\n')) msg[strlen(msg) - 1] = 0, n--;
+    int mismatch = x->status == 500 && (contains(&x->body, "shape mismatch") ||
+                                        contains(&x->body, "shape_mismatch"));
+    int keep = 0;
     be->failures++;
-    lp__backend_result(be, x->status < 500);
-    fail_batch(bt, 502, "backend_error", msg);
+    if (mismatch) {
+      /* the backend is fine; the shape is not there: re-pack at once */
+      shape_missing(m, be, bt->shape);
+      keep = retry_batch(bt, 502, "backend_error", msg, 1);
+    } else if (x->status >= 500) {
+      lp__backend_result(be, 0);
+      keep = retry_batch(bt, 502, "backend_error", msg, 0);
+    } else {
+      lp__backend_result(be, 1); /* it answered: our batch was wrong, retrying cannot help */
+      fail_batch(bt, 502, "backend_error", msg);
+    }
+    if (keep) {
+      lp_proxy_kick(p);
+      return;
+    }
   } else {
     lp_scatter_t sc;
     lp_scatter_init(&sc);
@@ -449,6 +573,7 @@ static int dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *plan
   m->pad_tokens += slots - bt->layout.real_tokens;
   lp_hist_observe(&m->fill, (double)bt->layout.real_tokens / (double)slots);
   bt->dispatch_ns = now;
+  m->rr = (size_t)(be - m->backends) + 1;
   be->inflight++;
   m->inflight++;
   p->batches++;
@@ -539,8 +664,17 @@ void lp__model_schedule(lp_model_t *m) {
     for (size_t i = 0; i < n; i++) m->items[i] = m->queue[i]->sched;
     /* draining: everything is due now */
     uint64_t t = p->draining ? now + 3600ull * 1000000000ull : now;
+    /* the shapes as this backend has them */
+    const lp_bucket_set_t *view = &m->shapes;
+    lp_bucket_set_t local;
+    if (be->bad_shapes) {
+      local = m->shapes;
+      for (size_t i = 0; i < local.count; i++)
+        if (be->bad_shapes & (1u << i)) local.shapes[i].state = LP_SHAPE_UNAVAILABLE;
+      view = &local;
+    }
     lp_sched_plan_t plan;
-    if (lp_sched_decide(m->sched, &m->shapes, m->items, n, t, &plan)) return;
+    if (lp_sched_decide(m->sched, view, m->items, n, t, &plan)) return;
     for (size_t i = 0; i < n; i++) m->queue[i]->sched.bypassed = m->items[i].bypassed;
     switch (plan.action) {
       case LP_SCHED_IDLE:

@@ -36,6 +36,7 @@ typedef struct lp_seq_s {
   int cancelled;          /* its client left: drop from the queue */
   int priority;
   uint64_t seqno;         /* arrival order within the model */
+  uint32_t attempts;      /* retries spent */
   lp_sched_item_t sched;
   /* where it ran */
   uint64_t batch_id;
@@ -78,6 +79,7 @@ typedef struct lp_backend_s {
   uint32_t inflight;
   lp_xfer_t *probe;       /* health probe in flight */
   uint64_t batches, failures;
+  uint32_t bad_shapes;    /* bit i: shape i answered "shape mismatch" here */
 } lp_backend_t;
 
 struct lp_batch_s {
@@ -91,6 +93,8 @@ struct lp_batch_s {
   lp_buf_t body;          /* the request sent upstream; owned */
   uint64_t dispatch_ns;
   lp_xfer_t *xfer;
+  uv_timer_t retry;       /* backoff before its sequences go back in the queue */
+  uint32_t backoff_ms;
 };
 
 struct lp_model_s {
@@ -143,6 +147,7 @@ struct lp_proxy_s {
   struct { const char *code; uint64_t n; } rejections[32];
   size_t nrejections;
   lp_hist_t t_queue, t_backend, t_total;
+  uint64_t retries;        /* sequences sent again after a failed batch */
   int exit_code;
 };
 
