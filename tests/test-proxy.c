@@ -59,6 +59,9 @@ static void stop(stack_t_ *s) {
   ck_assert_msg(rc == 0, "proxy exit status %d, see %s", rc, s->log);
 }
 
+static void expect(int port, const char *method, const char *path, const char *headers,
+                   const char *body, int status, const char *code);
+
 #define DEFAULT_MODEL \
   "{\"default\": {\"shapes\": \"4x64,8x16\", \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 2}}"
 
@@ -97,6 +100,12 @@ START_TEST(answers_verify) {
   snprintf(want, sizeof(want), "\"outputs\": [[%d,%d], [%d,%d,%d]]", ha[0], ha[1], hb[0], hb[1], hb[2]);
   ck_assert_msg(strstr(r.body, want), "%s lacks %s", r.body, want);
   h_resp_free(&r);
+  /* millions of tiny sequences are bounded by max_sequences_per_request */
+  static char many[12000];
+  int k = snprintf(many, sizeof(many), "{\"inputs\": [");
+  for (int i = 0; i < 1100; i++) k += snprintf(many + k, sizeof(many) - (size_t)k, "%s[1]", i ? "," : "");
+  snprintf(many + k, sizeof(many) - (size_t)k, "]}");
+  expect(s.port, "POST", "/v1/infer", "", many, 413, "too_many_sequences");
   stop(&s);
 }
 END_TEST
@@ -179,6 +188,29 @@ START_TEST(client_errors) {
   expect(s.port, "POST", "/v1/infer", "", "{\"inputs\": [[1], []]}", 400, "empty_sequence");
   expect(s.port, "POST", "/v1/infer", "", "{}", 400, "missing_input");
   expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"priority\": \"high\"}", 400, "bad_field");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"id\": \"\xff\xfe\"}", 400, "bad_field");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"model\": \"\xc3\x28\"}", 400, "bad_field");
+  {
+    /* nesting past the limit */
+    char deep[400];
+    int k = snprintf(deep, sizeof(deep), "{\"input_ids\": [1], \"x\": ");
+    for (int i = 0; i < 150; i++) deep[k++] = '[';
+    for (int i = 0; i < 150; i++) deep[k++] = ']';
+    deep[k++] = '}';
+    deep[k] = 0;
+    expect(s.port, "POST", "/v1/infer", "", deep, 400, "malformed_json");
+  }
+  {
+    /* more sequences than allowed in one request */
+    static char many[12000];
+    int k = snprintf(many, sizeof(many), "{\"inputs\": [");
+    for (int i = 0; i < 1100; i++) k += snprintf(many + k, sizeof(many) - (size_t)k, "%s[1]", i ? "," : "");
+    snprintf(many + k, sizeof(many) - (size_t)k, "]}");
+    h_resp_t rr;
+    ck_assert_int_eq(h_call(s.port, "POST", "/v1/infer", "", many, &rr), 0);
+    ck_assert_int_eq(rr.status, 413); /* body limit (4096) or sequence limit: both bound it */
+    h_resp_free(&rr);
+  }
   expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"deadline_ms\": -5}", 400, "bad_field");
   expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"model\": \"nope\"}", 404, "unknown_model");
   expect(s.port, "POST", "/v1/models/nope/infer", "", "{\"input_ids\": [1]}", 404, "unknown_model");

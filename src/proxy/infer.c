@@ -120,6 +120,14 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
       if (*v != '"' && *v != '-' && (*v < '0' || *v > '9'))
         return fail(e, 400, "bad_field", "'id' must be a string or a number");
       if (pp - v > 256) return fail(e, 400, "bad_field", "'id' is longer than 256 bytes");
+      /* it is echoed back: it must be valid JSON text, UTF-8 included */
+      json_error_t je;
+      json_t *idv = json_loadb(v, (size_t)(pp - v), JSON_DECODE_ANY, &je);
+      if (!idv || !(json_is_string(idv) || json_is_integer(idv))) {
+        json_decref(idv);
+        return fail(e, 400, "bad_field", "'id' must be a UTF-8 string or an integer");
+      }
+      json_decref(idv);
       id_at = v;
       id_end = pp;
     } else if (is_prio) {
