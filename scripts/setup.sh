@@ -39,4 +39,7 @@ configure build --buildtype=release
 if [ "${LP_SETUP_ASAN:-0}" = 1 ]; then
   CC=clang configure build-asan --buildtype=debug -Db_sanitize=address,undefined \
     -Db_lundef=false -Dc_args=-fno-sanitize-recover=all
+  # libFuzzer targets: everything instrumented for coverage, the same sanitizers
+  CC=clang configure build-fuzz --buildtype=debug -Db_sanitize=address,undefined \
+    -Db_lundef=false "-Dc_args=-fsanitize=fuzzer-no-link -fno-sanitize-recover=all" -Dfuzz=true
 fi

@@ -1,15 +1,32 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs, builds with gcc and with clang,
 # runs every test, then every test again under address and undefined-behaviour
-# sanitizers (the servers the integration tests start are sanitized too).
-set -euo pipefail
+# sanitizers (the servers the integration tests start are sanitized too), then
+# each libFuzzer target for a bounded time. Ends with "N passed, M failed".
+set -uo pipefail
 cd "$(dirname "$0")/.."
-LP_SETUP_ASAN=1 bash scripts/setup.sh
-for dir in build build-asan; do
+LP_SETUP_ASAN=1 bash scripts/setup.sh || exit 1
+for dir in build build-asan build-fuzz; do
   out=$(meson compile -C "$dir" 2>&1) || { echo "$out"; exit 1; }
 done
-echo "== tests (release build)"
-meson test -C build --print-errorlogs --num-processes 2
-echo "== every test again, built by clang with address+undefined sanitizers (leaks fail)"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+suite() { # title, meson test arguments...
+  echo "== $1"
+  shift
+  meson test "$@" --print-errorlogs | tee -a "$log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+}
+suite "tests (gcc, release build)" -C build --num-processes 2
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  meson test -C build-asan --print-errorlogs --num-processes 2
+  suite "every test again, built by clang with address+undefined sanitizers (leaks fail)" \
+  -C build-asan --num-processes 2
+suite "fuzzing: each libFuzzer target for 20 s from its seeds (crash, leak or hang fails)" \
+  -C build-fuzz --suite fuzz --num-processes 1
+passed=$(awk '/^Ok:/ {s += $2} END {print s + 0}' "$log")
+failed=$(awk '/^(Fail|Timeout|Unexpected Pass):/ {s += $NF} END {print s + 0}' "$log")
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && exit "$status"
+exit 1

@@ -26,10 +26,13 @@ static int jansson_ok(const char *s) {
 
 START_TEST(fixed_cases) {
   static const char *good[] = {"0", "-1", "1.5e3", "\"a\\n\\u00e9\"", "[]", "{}", "[1, [2, {}]]",
+                               "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"", "\"\\ud83d\\ude00\"",
                                "{\"a\": [true, false, null]}", " [ 1 , 2 ] ", "-0.0E+1"};
   static const char *bad[] = {"", "01", "1.", "-", "[1,]", "{\"a\"}", "{\"a\":}", "[1 2]",
                               "tru", "\"abc", "\"\\x\"", "{1: 2}", "[", "]", "1e", "+1",
-                              "\"a\tb\"", "{\"a\":1,}", "nul"};
+                              "\"a\tb\"", "{\"a\":1,}", "nul", "\"\xff\"", "\"\xc3\x28\"",
+                              "\"\xed\xa0\x80\"", "\"\xc0\xaf\"", "\"\\ud800\"", "\"\\udc00x\"",
+                              "\"\\ud800\\u0041\""};
   for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
     ck_assert_msg(scan_ok(good[i]), "rejected %s", good[i]);
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)

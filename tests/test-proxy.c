@@ -188,8 +188,10 @@ START_TEST(client_errors) {
   expect(s.port, "POST", "/v1/infer", "", "{\"inputs\": [[1], []]}", 400, "empty_sequence");
   expect(s.port, "POST", "/v1/infer", "", "{}", 400, "missing_input");
   expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"priority\": \"high\"}", 400, "bad_field");
-  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"id\": \"\xff\xfe\"}", 400, "bad_field");
-  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"model\": \"\xc3\x28\"}", 400, "bad_field");
+  /* JSON text is UTF-8: anything else is not JSON */
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"id\": \"\xff\xfe\"}", 400, "malformed_json");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"model\": \"\xc3\x28\"}", 400, "malformed_json");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"id\": [1]}", 400, "bad_field");
   {
     /* nesting past the limit */
     char deep[400];

@@ -9,26 +9,74 @@ const char *lp_jscan_ws(const char *p, const char *end) {
   return p;
 }
 
+/* Reads the \uXXXX escape at p (after the backslash and 'u'); -1 if bad. */
+static long hex4(const char *p, const char *end) {
+  if (end - p < 4) return -1;
+  long v = 0;
+  for (int i = 0; i < 4; i++) {
+    char h = p[i];
+    int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+          : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+/* Length of the valid UTF-8 sequence at p (first byte >= 0x80), or 0: no
+ * overlong forms, no surrogates, nothing past U+10FFFF. */
+static size_t utf8_len(const unsigned char *p, const unsigned char *end) {
+  unsigned c = p[0];
+  size_t n;
+  unsigned lo = 0x80, hi = 0xbf;
+  if (c >= 0xc2 && c <= 0xdf) n = 2;
+  else if (c >= 0xe0 && c <= 0xef) {
+    n = 3;
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;
+  } else {
+    return 0;
+  }
+  if ((size_t)(end - p) < n) return 0;
+  if (p[1] < lo || p[1] > hi) return 0;
+  for (size_t i = 2; i < n; i++)
+    if (p[i] < 0x80 || p[i] > 0xbf) return 0;
+  return n;
+}
+
 static const char *skip_string(const char *p, const char *end) {
   p++; /* opening quote */
   while (p < end) {
     unsigned char c = (unsigned char)*p;
     if (c == '"') return p + 1;
     if (c < 0x20) return NULL;
+    if (c >= 0x80) { /* strings are UTF-8: what is sliced to a client stays valid */
+      size_t n = utf8_len((const unsigned char *)p, (const unsigned char *)end);
+      if (n == 0) return NULL;
+      p += n;
+      continue;
+    }
     if (c == '\\') {
       if (++p >= end) return NULL;
       switch (*p) {
         case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
           p++;
           break;
-        case 'u':
-          for (int i = 1; i <= 4; i++) {
-            char h = p + i < end ? p[i] : 0;
-            if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F')))
-              return NULL;
-          }
+        case 'u': {
+          long v = hex4(p + 1, end);
+          if (v < 0 || (v >= 0xdc00 && v <= 0xdfff)) return NULL; /* lone low surrogate */
           p += 5;
+          if (v >= 0xd800 && v <= 0xdbff) { /* a high surrogate needs its low half */
+            long w = end - p >= 6 && p[0] == '\\' && p[1] == 'u' ? hex4(p + 2, end) : -1;
+            if (w < 0xdc00 || w > 0xdfff) return NULL;
+            p += 6;
+          }
           break;
+        }
         default:
           return NULL;
       }

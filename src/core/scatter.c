@@ -105,7 +105,7 @@ int lp_scatter_index(lp_scatter_t *s, const char *body, size_t len, const lp_lay
           return fail(err, errlen, "'%s' has %zu values, the batch has %zu %s", name, got, total,
                       is_seg ? "sequences" : "tokens");
       } else {
-        if (*p != '[') return fail(err, errlen, "'%s' is not an array of lanes", name);
+        if (p >= end || *p != '[') return fail(err, errlen, "'%s' is not an array of lanes", name);
         p = lp_jscan_ws(p + 1, end);
         size_t seg = 0;
         for (uint32_t lane = 0; lane < lay->lanes; lane++) {

@@ -1,0 +1,68 @@
+/* libFuzzer: the whole HTTP request path of the proxy. Each input is written
+ * to a real connection to an in-process lanepack (its backend is unreachable,
+ * so admitted requests end in 503 or are cancelled), then the client half-closes
+ * and the loop runs until the proxy closes the connection: every input must end
+ * in answers or a close, never a crash, hang or leak. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../../src/proxy/proxy.h"
+#include "lanepack/log.h"
+
+static lp_proxy_t proxy;
+static int port;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  static lp_config_t cfg;
+  lp_config_default(&cfg);
+  const char *text =
+      "{\"listen\": \"127.0.0.1:0\", \"log_level\": \"error\", \"max_body_bytes\": 65536, "
+      "\"max_header_bytes\": 4096, \"request_timeout_ms\": 1000, \"unhealthy_after\": 1, "
+      "\"models\": {\"default\": {\"shapes\": \"4x64,8x16\", \"backends\": [\"http://127.0.0.1:1\"], "
+      "\"max_wait_ms\": 0, \"backend_timeout_ms\": 200, \"vocab_size\": 1000}}}";
+  char err[256];
+  if (lp_config_load_text(&cfg, text, strlen(text), "fuzz", err, sizeof(err))) abort();
+  signal(SIGPIPE, SIG_IGN);
+  if (lp_proxy_init(&proxy, uv_default_loop(), &cfg, &port)) abort();
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a))) abort();
+  fcntl(fd, F_SETFL, O_NONBLOCK);
+  size_t off = 0;
+  char buf[65536];
+  int closed = 0;
+  for (int spins = 0; spins < 20000 && !closed; spins++) {
+    if (off < size) {
+      ssize_t k = send(fd, data + off, size - off, MSG_NOSIGNAL);
+      if (k > 0) off += (size_t)k;
+      if (off == size) shutdown(fd, SHUT_WR);
+    } else if (size == 0 && spins == 0) {
+      shutdown(fd, SHUT_WR);
+    }
+    uv_run(proxy.loop, UV_RUN_NOWAIT);
+    ssize_t r;
+    while ((r = recv(fd, buf, sizeof(buf), 0)) > 0) {
+    }
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) closed = 1;
+  }
+  close(fd);
+  if (!closed) abort(); /* the proxy kept a finished client waiting */
+  return 0;
+}
