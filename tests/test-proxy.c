@@ -680,8 +680,63 @@ START_TEST(retries_and_shape_mismatch) {
 }
 END_TEST
 
+/* bearer tokens for client routes; admin routes on their own listener */
+START_TEST(auth_and_admin_listener) {
+  char tokens[] = "/tmp/lp-tokens-XXXXXX";
+  int fd = mkstemp(tokens);
+  const char *text = "# clients\nsecret-one\n\n  secret-two\n";
+  ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  int aport = h_free_port();
+  char top[256];
+  snprintf(top, sizeof(top), "\"auth_tokens_file\": \"%s\", \"admin_listen\": \"127.0.0.1:%d\",", tokens, aport);
+  stack_t_ s;
+  start(&s, "--shapes 4x64 --cost-ms 1", top, DEFAULT_MODEL);
+  const char *body = "{\"input_ids\": [1, 2]}";
+  h_resp_t r;
+  ck_assert_int_eq(h_call(s.port, "POST", "/v1/infer", "", body, &r), 0);
+  ck_assert_int_eq(r.status, 401);
+  ck_assert_ptr_nonnull(strcasestr(r.headers, "WWW-Authenticate: Bearer"));
+  ck_assert_ptr_nonnull(strstr(r.body, "unauthorized"));
+  h_resp_free(&r);
+  expect(s.port, "POST", "/v1/infer", "Authorization: Bearer secret-on\r\n", body, 401, "unauthorized");
+  expect(s.port, "POST", "/v1/infer", "Authorization: Basic c2VjcmV0\r\n", body, 401, "unauthorized");
+  ck_assert_int_eq(h_call(s.port, "POST", "/v1/infer", "Authorization: Bearer secret-two\r\n", body, &r), 0);
+  ck_assert_int_eq(r.status, 200);
+  int32_t t2[] = {1, 2};
+  ck_assert(h_check_output(r.body, t2, 2));
+  h_resp_free(&r);
+  expect(s.port, "GET", "/healthz", "", NULL, 200, NULL);         /* probes need no token */
+  expect(s.port, "GET", "/metrics", "", NULL, 404, "not_found");  /* admin routes moved */
+  expect(aport, "GET", "/metrics", "", NULL, 200, NULL);
+  expect(aport, "GET", "/v1/models", "", NULL, 200, NULL);
+  expect(aport, "GET", "/readyz", "", NULL, 200, NULL);
+  expect(aport, "POST", "/v1/infer", "Authorization: Bearer secret-one\r\n", body, 404, "not_found");
+  stop(&s);
+  /* a token file that is not there is a configuration error naming the key */
+  unlink(tokens);
+  char cfg[] = "/tmp/lp-cfg-auth-XXXXXX";
+  fd = mkstemp(cfg);
+  dprintf(fd, "{\"auth_tokens_file\": \"%s\", \"models\": {\"m\": {\"shapes\": \"4x8\", "
+              "\"backends\": [\"http://127.0.0.1:1\"]}}}", tokens);
+  close(fd);
+  char *argv[] = {(char *)h_bin("LP_PROXY"), "--config", cfg, "--check-config", NULL};
+  pid_t p = h_spawn(argv, "/tmp/lp-cfg-auth.out");
+  int st;
+  waitpid(p, &st, 0);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+  FILE *f = fopen("/tmp/lp-cfg-auth.out", "r");
+  char out[1024] = "";
+  size_t n = fread(out, 1, sizeof(out) - 1, f);
+  fclose(f);
+  out[n] = 0;
+  ck_assert_msg(strstr(out, "auth_tokens_file"), "%s", out);
+  unlink(cfg);
+}
+END_TEST
+
 LP_TEST_MAIN("proxy", answers_verify, concurrent_and_pipelined, client_errors, chunked_and_expect,
              backend_failures, no_backend, queue_full_and_deadline, cancel_on_disconnect,
              graceful_shutdown, models_shapes_ragged_per_segment, check_config, loadgen_run,
              loadgen_errors, slow_and_greedy_clients, example_config,
-             retries_and_shape_mismatch)
+             retries_and_shape_mismatch, auth_and_admin_listener)

@@ -42,6 +42,8 @@ typedef struct lp_model_config_s {
 
 typedef struct lp_config_s {
   char listen[LP_URL_MAX];
+  char admin_listen[LP_URL_MAX];     /* "" = admin routes on the main listener */
+  char auth_tokens_file[LP_URL_MAX]; /* "" = no client authentication */
   int log_level;                /* LP_LOG_* */
   size_t max_header_bytes;
   size_t max_body_bytes;
@@ -76,5 +78,11 @@ int lp_config_validate(const lp_config_t *c, char *err, size_t errlen);
 char *lp_config_dump(const lp_config_t *c);
 
 const lp_model_config_t *lp_config_model(const lp_config_t *c, const char *name);
+
+/* Reads bearer tokens, one per line ('#' comments and blank lines skipped) into
+ * *tokens (malloc'd, free with lp_config_free_tokens). Returns 0, or -EINVAL
+ * with a message for a missing or empty file. */
+int lp_config_read_tokens(const char *path, char ***tokens, size_t *n, char *err, size_t errlen);
+void lp_config_free_tokens(char **tokens, size_t n);
 
 #endif

@@ -215,6 +215,10 @@ int lp_config_load_text(lp_config_t *c, const char *text, size_t len, const char
   json_object_foreach(root, key, v) {
     if (rc) break;
     if (strcmp(key, "listen") == 0) rc = get_str(&x, v, key, c->listen, sizeof(c->listen));
+    else if (strcmp(key, "admin_listen") == 0)
+      rc = get_str(&x, v, key, c->admin_listen, sizeof(c->admin_listen));
+    else if (strcmp(key, "auth_tokens_file") == 0)
+      rc = get_str(&x, v, key, c->auth_tokens_file, sizeof(c->auth_tokens_file));
     else if (strcmp(key, "log_level") == 0) {
       int l = json_is_string(v) ? lp_log_parse_level(json_string_value(v)) : -1;
       if (l < 0) rc = fail(&x, key, "must be \"debug\", \"info\", \"warn\" or \"error\"");
@@ -312,12 +316,22 @@ int lp_config_validate(const lp_config_t *c, char *err, size_t errlen) {
     if (m->nbackends == 0) return fail(&x, path, "needs at least one backend");
     if (!m->ragged && m->shapes.count == 0) return fail(&x, path, "needs at least one shape");
   }
+  if (c->auth_tokens_file[0]) {
+    char **tokens = NULL;
+    size_t n = 0;
+    char err2[300];
+    if (lp_config_read_tokens(c->auth_tokens_file, &tokens, &n, err2, sizeof(err2)))
+      return fail(&x, "auth_tokens_file", "%s", err2);
+    lp_config_free_tokens(tokens, n);
+  }
   return 0;
 }
 
 char *lp_config_dump(const lp_config_t *c) {
   json_t *root = json_object();
   json_object_set_new(root, "listen", json_string(c->listen));
+  json_object_set_new(root, "admin_listen", json_string(c->admin_listen));
+  json_object_set_new(root, "auth_tokens_file", json_string(c->auth_tokens_file));
   json_object_set_new(root, "log_level", json_string(lp_log_level_name(c->log_level)));
   json_object_set_new(root, "max_header_bytes", json_integer((json_int_t)c->max_header_bytes));
   json_object_set_new(root, "max_body_bytes", json_integer((json_int_t)c->max_body_bytes));
@@ -368,4 +382,54 @@ char *lp_config_dump(const lp_config_t *c) {
   char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   json_decref(root);
   return s;
+}
+
+int lp_config_read_tokens(const char *path, char ***out, size_t *n, char *err, size_t errlen) {
+  *out = NULL;
+  *n = 0;
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    return -EINVAL;
+  }
+  char line[512];
+  size_t cap = 0;
+  int rc = 0;
+  while (fgets(line, sizeof(line), f)) {
+    size_t len = strlen(line);
+    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ')) line[--len] = 0;
+    char *t = line;
+    while (*t == ' ' || *t == '\t') t++;
+    if (!*t || *t == '#') continue;
+    if (*n == cap) {
+      cap = cap ? cap * 2 : 8;
+      char **nt = realloc(*out, cap * sizeof(char *));
+      if (!nt) {
+        rc = -ENOMEM;
+        break;
+      }
+      *out = nt;
+    }
+    if (!((*out)[*n] = strdup(t))) {
+      rc = -ENOMEM;
+      break;
+    }
+    (*n)++;
+  }
+  fclose(f);
+  if (rc == 0 && *n == 0) {
+    snprintf(err, errlen, "%s: no token in the file", path);
+    rc = -EINVAL;
+  }
+  if (rc) {
+    lp_config_free_tokens(*out, *n);
+    *out = NULL;
+    *n = 0;
+  }
+  return rc;
+}
+
+void lp_config_free_tokens(char **tokens, size_t n) {
+  for (size_t i = 0; i < n; i++) free(tokens[i]);
+  free(tokens);
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "lanepack/log.h"
 #include "proxy.h"
@@ -106,11 +107,52 @@ static long query_uint(const lp_http_req_t *r, const char *name, long def) {
   return def;
 }
 
-static void on_request(lp_http_req_t *req, void *ud) {
-  lp_proxy_t *p = ud;
+/* Compares in time that depends on the lengths only, not on where they differ. */
+static int token_eq(const char *a, size_t alen, const char *b) {
+  size_t blen = strlen(b);
+  unsigned char d = alen != blen;
+  for (size_t i = 0; i < alen && i < blen; i++) d |= (unsigned char)(a[i] ^ b[i]);
+  return d == 0;
+}
+
+static int authorized(lp_proxy_t *p, const lp_http_req_t *req) {
+  if (!p->ntokens) return 1;
+  const char *h = req->authorization;
+  if (strncasecmp(h, "Bearer ", 7) != 0) return 0;
+  const char *t = h + 7;
+  int ok = 0;
+  for (size_t i = 0; i < p->ntokens; i++) ok |= token_eq(t, strlen(t), p->tokens[i]);
+  return ok;
+}
+
+static int is_admin_route(const lp_http_req_t *req) {
+  return path_is(req, "/metrics") || path_is(req, "/v1/models") || path_is(req, "/v1/buckets/advice");
+}
+
+static void route(lp_proxy_t *p, lp_http_req_t *req, int on_admin);
+
+static void on_request(lp_http_req_t *req, void *ud) { route(ud, req, 0); }
+static void on_admin_request(lp_http_req_t *req, void *ud) { route(ud, req, 1); }
+
+/* Routes: with an admin listener, its routes live there only and inference
+ * never does; probes answer on both. Client routes under /v1/ need a bearer
+ * token when tokens are configured; the admin listener (loopback by default)
+ * and the probes do not. */
+static void route(lp_proxy_t *p, lp_http_req_t *req, int on_admin) {
   lp_buf_t *b = &p->scratch;
   lp_buf_reset(b);
   static const char prefix[] = "/v1/models/";
+  int probe = path_is(req, "/healthz") || path_is(req, "/readyz");
+  if (!probe && p->admin && on_admin != is_admin_route(req)) {
+    lp_proxy_reject(p, req, LP_ROUTE_OTHER, 404, NULL, "not_found",
+                    on_admin ? "not on the admin listener" : "no such route", NULL);
+    return;
+  }
+  if (!on_admin && !probe && strncmp(req->url, "/v1/", 4) == 0 && !authorized(p, req)) {
+    lp_proxy_reject(p, req, LP_ROUTE_OTHER, 401, "WWW-Authenticate: Bearer\r\n", "unauthorized",
+                    "a valid 'Authorization: Bearer TOKEN' header is required", NULL);
+    return;
+  }
   if (path_is(req, "/v1/infer")) {
     handle_infer(p, req, NULL, 0);
   } else if (req->path_len > sizeof(prefix) - 1 && strncmp(req->url, prefix, sizeof(prefix) - 1) == 0) {
@@ -196,6 +238,8 @@ static void on_signal(uv_signal_t *s, int signum) {
   lp_log(LP_LOG_INFO, "draining", "\"signal\": %d", signum);
   lp_httpd_close(p->httpd, NULL, NULL);
   p->httpd = NULL;
+  if (p->admin) lp_httpd_close(p->admin, NULL, NULL);
+  p->admin = NULL;
   uv_timer_start(&p->drain, on_drain_timeout, p->cfg.drain_timeout_ms, 0);
   lp_proxy_kick(p);
 }
@@ -235,6 +279,21 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
   if (!p->httpd) return -ENOMEM;
   int rc = lp_httpd_listen(p->httpd, cfg->listen, port);
   if (rc) return rc;
+  if (cfg->admin_listen[0]) {
+    hc.on_request = on_admin_request;
+    p->admin = lp_httpd_new(loop, &hc);
+    if (!p->admin) return -ENOMEM;
+    int aport;
+    if ((rc = lp_httpd_listen(p->admin, cfg->admin_listen, &aport))) return rc;
+    lp_log(LP_LOG_INFO, "admin listening", "\"port\": %d", aport);
+  }
+  if (cfg->auth_tokens_file[0]) {
+    char err[300];
+    if (lp_config_read_tokens(cfg->auth_tokens_file, &p->tokens, &p->ntokens, err, sizeof(err))) {
+      lp_log(LP_LOG_ERROR, "auth tokens", "\"error\": \"%s\"", err);
+      return -EINVAL;
+    }
+  }
   uv_signal_init(loop, &p->sigterm);
   uv_signal_init(loop, &p->sigint);
   p->sigterm.data = p->sigint.data = p;

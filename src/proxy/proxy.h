@@ -129,6 +129,9 @@ struct lp_proxy_s {
   uv_loop_t *loop;
   lp_config_t cfg;
   lp_httpd_t *httpd;
+  lp_httpd_t *admin;       /* /metrics, /v1/models, advice; NULL: on httpd */
+  char **tokens;           /* bearer tokens clients must show; owned; NULL: none */
+  size_t ntokens;
   lp_upstream_t *up;
   lp_model_t models[LP_MAX_MODELS];
   size_t nmodels;

@@ -30,7 +30,9 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   lp_metric_family(b, "lanepack_retries_total", "counter", "Sequences sent again after a failed batch.");
   lp_metric_sample_u64(b, "lanepack_retries_total", NULL, p->retries);
   lp_metric_family(b, "lanepack_connections", "gauge", "Open client connections.");
-  lp_metric_sample_u64(b, "lanepack_connections", NULL, p->httpd ? lp_httpd_connections(p->httpd) : 0);
+  lp_metric_sample_u64(b, "lanepack_connections", NULL,
+                       (p->httpd ? lp_httpd_connections(p->httpd) : 0) +
+                           (p->admin ? lp_httpd_connections(p->admin) : 0));
   lp_metric_family(b, "lanepack_inflight_batches", "gauge", "Batches sent and not yet answered.");
   lp_metric_sample_u64(b, "lanepack_inflight_batches", NULL, p->batches);
 
