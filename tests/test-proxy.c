@@ -4,6 +4,7 @@
  * the proxy sends provoked. */
 #include <check.h>
 #include <jansson.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,6 +263,21 @@ START_TEST(client_errors) {
   close(fd);
   /* nothing admitted yet: the advisor has no lengths */
   expect(s.port, "GET", "/v1/buckets/advice?k=2", "", NULL, 409, "no_data");
+  /* invalid chunked framing, and a duplicated Content-Length */
+  static const char *bad_framing[] = {
+      "POST /v1/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+      "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+      "POST /v1/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked, identity\r\n\r\n0\r\n\r\n",
+  };
+  for (size_t i = 0; i < sizeof(bad_framing) / sizeof(bad_framing[0]); i++) {
+    int bfd = h_connect(s.port);
+    h_send_all(bfd, bad_framing[i], strlen(bad_framing[i]));
+    h_resp_t br;
+    ck_assert_int_eq(h_read_response(bfd, &br, 5000), 0);
+    ck_assert_msg(br.status == 400, "framing case %zu: %d", i, br.status);
+    h_resp_free(&br);
+    close(bfd);
+  }
   /* the server is still up, and counted the rejections */
   expect(s.port, "GET", "/healthz", "", NULL, 200, NULL);
   ck_assert(h_metric(s.port, "lanepack_rejections_total{reason=\"malformed_json\"}") >= 2);
@@ -598,6 +614,21 @@ START_TEST(slow_and_greedy_clients) {
   close(fd);
   expect(s.port, "POST", "/v1/infer", "Expect: something-else\r\n", "{\"input_ids\": [1]}", 417,
          "expectation_failed");
+  /* a body trickled a byte at a time is held to the same whole-request limit */
+  fd = h_connect(s.port);
+  const char *slow = "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\n{\"input_ids\": [1, 2, 3, 4, 5, 6, 7, 8]}";
+  size_t head = strstr(slow, "\r\n\r\n") + 4 - slow;
+  h_send_all(fd, slow, head);
+  int got408 = 0;
+  for (size_t i = head; i < strlen(slow) && !got408; i++) {
+    if (h_send_all(fd, slow + i, 1)) break;
+    struct pollfd pf = {fd, POLLIN, 0};
+    if (poll(&pf, 1, 50) > 0) got408 = 1;
+  }
+  ck_assert_int_eq(h_read_response(fd, &r, 3000), 0);
+  ck_assert_int_eq(r.status, 408);
+  h_resp_free(&r);
+  close(fd);
   int held[3];
   for (int i = 0; i < 3; i++) held[i] = h_connect(s.port);
   usleep(100000);

@@ -166,6 +166,9 @@ START_TEST(wrong_answers) {
       {"{\"segment_outputs\": [[1],[2]]}", "lane 0 has 1 values, expected 2"},
       {"", "not a JSON object"},
       {"{\"outputs\": [[1,2,3,4],[1,2,3,4]],}", "trailing"},
+      /* found by fuzz-answer: the answer ends right after the member name */
+      {"{\"segment_outputs\": ", "not an array of lanes"},
+      {"{\"outputs\":", "not an array of lanes"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     char err[200] = "";
