@@ -10,6 +10,39 @@ static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", 
                                                   "metrics", "advice", "other", "other"};
 extern const int lp__status_codes[LP_STATUS_SLOTS];
 
+/* One sample per model, or per backend, of a value read by a small function. */
+typedef uint64_t (*model_value_fn)(const lp_model_t *m);
+typedef uint64_t (*backend_value_fn)(const lp_backend_t *b);
+
+static uint64_t m_qlen(const lp_model_t *m) { return m->qlen; }
+static uint64_t m_qtokens(const lp_model_t *m) { return m->queued_tokens; }
+static uint64_t m_done(const lp_model_t *m) { return m->sequences_done; }
+static uint64_t b_up(const lp_backend_t *b) { return (uint64_t)b->healthy; }
+static uint64_t b_inflight(const lp_backend_t *b) { return b->inflight; }
+static uint64_t b_failures(const lp_backend_t *b) { return b->failures; }
+
+static void per_model(lp_buf_t *b, lp_proxy_t *p, const char *name, const char *type,
+                      const char *help, model_value_fn value) {
+  char labels[128];
+  lp_metric_family(b, name, type, help);
+  for (size_t i = 0; i < p->nmodels; i++) {
+    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
+    lp_metric_sample_u64(b, name, labels, value(&p->models[i]));
+  }
+}
+
+static void per_backend(lp_buf_t *b, lp_proxy_t *p, const char *name, const char *type,
+                        const char *help, backend_value_fn value) {
+  char labels[512];
+  lp_metric_family(b, name, type, help);
+  for (size_t i = 0; i < p->nmodels; i++)
+    for (size_t k = 0; k < p->models[i].nbackends; k++) {
+      const lp_backend_t *be = &p->models[i].backends[k];
+      snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\"", p->models[i].cfg->name, be->url);
+      lp_metric_sample_u64(b, name, labels, value(be));
+    }
+}
+
 void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   char labels[512];
   lp_metric_family(b, "lanepack_requests_total", "counter", "HTTP requests answered, by route and status.");
@@ -36,16 +69,8 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   lp_metric_family(b, "lanepack_inflight_batches", "gauge", "Batches sent and not yet answered.");
   lp_metric_sample_u64(b, "lanepack_inflight_batches", NULL, p->batches);
 
-  lp_metric_family(b, "lanepack_queue_sequences", "gauge", "Sequences waiting, by model.");
-  for (size_t i = 0; i < p->nmodels; i++) {
-    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
-    lp_metric_sample_u64(b, "lanepack_queue_sequences", labels, p->models[i].qlen);
-  }
-  lp_metric_family(b, "lanepack_queue_tokens", "gauge", "Tokens waiting, by model.");
-  for (size_t i = 0; i < p->nmodels; i++) {
-    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
-    lp_metric_sample_u64(b, "lanepack_queue_tokens", labels, p->models[i].queued_tokens);
-  }
+  per_model(b, p, "lanepack_queue_sequences", "gauge", "Sequences waiting, by model.", m_qlen);
+  per_model(b, p, "lanepack_queue_tokens", "gauge", "Tokens waiting, by model.", m_qtokens);
   lp_metric_family(b, "lanepack_batches_total", "counter", "Batches dispatched, by model and shape.");
   for (size_t i = 0; i < p->nmodels; i++) {
     lp_model_t *m = &p->models[i];
@@ -63,11 +88,8 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
     snprintf(labels, sizeof(labels), "model=\"%s\",kind=\"pad\"", m->cfg->name);
     lp_metric_sample_u64(b, "lanepack_tokens_total", labels, m->pad_tokens);
   }
-  lp_metric_family(b, "lanepack_sequences_total", "counter", "Sequences answered by a backend, by model.");
-  for (size_t i = 0; i < p->nmodels; i++) {
-    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
-    lp_metric_sample_u64(b, "lanepack_sequences_total", labels, p->models[i].sequences_done);
-  }
+  per_model(b, p, "lanepack_sequences_total", "counter", "Sequences answered by a backend, by model.",
+            m_done);
   lp_metric_family(b, "lanepack_batch_fill_ratio", "histogram", "Real tokens over slots, per batch.");
   for (size_t i = 0; i < p->nmodels; i++) {
     snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
@@ -78,27 +100,9 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   lp_metric_hist(b, "lanepack_request_duration_seconds", "phase=\"queue\"", &p->t_queue);
   lp_metric_hist(b, "lanepack_request_duration_seconds", "phase=\"backend\"", &p->t_backend);
   lp_metric_hist(b, "lanepack_request_duration_seconds", "phase=\"total\"", &p->t_total);
-  lp_metric_family(b, "lanepack_backend_up", "gauge", "1 if the backend is healthy.");
-  for (size_t i = 0; i < p->nmodels; i++)
-    for (size_t k = 0; k < p->models[i].nbackends; k++) {
-      lp_backend_t *be = &p->models[i].backends[k];
-      snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\"", p->models[i].cfg->name, be->url);
-      lp_metric_sample_u64(b, "lanepack_backend_up", labels, (uint64_t)be->healthy);
-    }
-  lp_metric_family(b, "lanepack_backend_inflight", "gauge", "Batches in flight, by backend.");
-  for (size_t i = 0; i < p->nmodels; i++)
-    for (size_t k = 0; k < p->models[i].nbackends; k++) {
-      lp_backend_t *be = &p->models[i].backends[k];
-      snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\"", p->models[i].cfg->name, be->url);
-      lp_metric_sample_u64(b, "lanepack_backend_inflight", labels, be->inflight);
-    }
-  lp_metric_family(b, "lanepack_backend_failures_total", "counter", "Batches a backend failed.");
-  for (size_t i = 0; i < p->nmodels; i++)
-    for (size_t k = 0; k < p->models[i].nbackends; k++) {
-      lp_backend_t *be = &p->models[i].backends[k];
-      snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\"", p->models[i].cfg->name, be->url);
-      lp_metric_sample_u64(b, "lanepack_backend_failures_total", labels, be->failures);
-    }
+  per_backend(b, p, "lanepack_backend_up", "gauge", "1 if the backend is healthy.", b_up);
+  per_backend(b, p, "lanepack_backend_inflight", "gauge", "Batches in flight, by backend.", b_inflight);
+  per_backend(b, p, "lanepack_backend_failures_total", "counter", "Batches a backend failed.", b_failures);
 }
 
 void lp__render_models(lp_proxy_t *p, lp_buf_t *b) {
