@@ -12,6 +12,8 @@
 
 static const double fill_bounds[] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0};
 
+static void batch_destroy(lp_batch_t *b);
+
 static void on_wake(uv_timer_t *t) {
   lp_model_t *m = t->data;
   lp__model_schedule(m);
@@ -39,6 +41,7 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   if (lp_lenhist_init(&m->lengths, maxb ? maxb : 1)) return -ENOMEM;
   if (lp_batchjson_init(&m->writer, maxb ? maxb : 1)) return -ENOMEM;
   lp_hist_init(&m->fill, fill_bounds, sizeof(fill_bounds) / sizeof(fill_bounds[0]));
+  lp_scatter_init(&m->scatter);
   uv_timer_init(p->loop, &m->wake);
   m->wake.data = m;
   for (size_t i = 0; i < cfg->nbackends; i++) {
@@ -60,6 +63,14 @@ void lp__model_close(lp_model_t *m) {
   free(m->items);
   lp_lenhist_free(&m->lengths);
   lp_batchjson_free(&m->writer);
+  lp_scatter_free(&m->scatter);
+  while (m->spare) {
+    lp_batch_t *b = m->spare;
+    m->spare = b->next_spare;
+    batch_destroy(b);
+  }
+  free(m->refs);
+  free(m->place);
 }
 
 int lp__model_ready(const lp_model_t *m) {
@@ -329,11 +340,53 @@ static void seq_failed(lp_seq_t *s, int status, const char *code, const char *ms
 
 /* ---- batches ---- */
 
-static void batch_free(lp_batch_t *b) {
+#define LP_SPARE_BATCHES 4
+
+static void batch_destroy(lp_batch_t *b) {
   lp_layout_free(&b->layout);
   lp_buf_free(&b->body);
   free(b->seqs);
   free(b);
+}
+
+/* A finished batch goes back to its model's pool, buffers and all. */
+static void batch_free(lp_batch_t *b) {
+  lp_model_t *m = b->model;
+  if (m->nspare >= LP_SPARE_BATCHES) {
+    batch_destroy(b);
+    return;
+  }
+  b->next_spare = m->spare;
+  m->spare = b;
+  m->nspare++;
+}
+
+static lp_batch_t *batch_get(lp_model_t *m, size_t nseqs) {
+  lp_batch_t *b = m->spare;
+  if (b) {
+    m->spare = b->next_spare;
+    m->nspare--;
+  } else {
+    b = calloc(1, sizeof(*b));
+    if (!b) return NULL;
+    lp_layout_init(&b->layout);
+    lp_buf_init(&b->body);
+  }
+  if (nseqs > b->seqs_cap) {
+    lp_seq_t **s = realloc(b->seqs, nseqs * sizeof(*s));
+    if (!s) {
+      batch_destroy(b);
+      return NULL;
+    }
+    b->seqs = s;
+    b->seqs_cap = nseqs;
+  }
+  lp_buf_reset(&b->body);
+  b->model = m;
+  b->nseqs = 0;
+  b->xfer = NULL;
+  b->next_spare = NULL;
+  return b;
 }
 
 static void fail_batch(lp_batch_t *bt, int status, const char *code, const char *msg) {
@@ -476,10 +529,9 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
       return;
     }
   } else {
-    lp_scatter_t sc;
-    lp_scatter_init(&sc);
+    lp_scatter_t *sc = &m->scatter;
     char err[200];
-    int rc = lp_scatter_index(&sc, x->body.data ? x->body.data : "", x->body.len, &bt->layout,
+    int rc = lp_scatter_index(sc, x->body.data ? x->body.data : "", x->body.len, &bt->layout,
                               err, sizeof(err));
     if (rc) {
       snprintf(msg, sizeof(msg), "backend %s answered a malformed batch: %s", be->url, err);
@@ -495,11 +547,10 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
         const lp_segment_t *g = &bt->layout.segs[i];
         const char *start;
         size_t len;
-        lp_scatter_slice(&sc, g, &start, &len);
-        seq_done(bt->seqs[g->item], start, len, sc.per_segment);
+        lp_scatter_slice(sc, g, &start, &len);
+        seq_done(bt->seqs[g->item], start, len, sc->per_segment);
       }
     }
-    lp_scatter_free(&sc);
   }
   batch_free(bt);
   lp_proxy_kick(p);
@@ -508,23 +559,25 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
 /* Sends what the plan placed; the placed sequences leave the queue. */
 static int dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *plan) {
   lp_proxy_t *p = m->proxy;
-  lp_batch_t *bt = calloc(1, sizeof(*bt));
+  lp_batch_t *bt = batch_get(m, plan->placed + 1);
   if (!bt) return -ENOMEM;
-  bt->model = m;
   bt->backend = be;
   bt->id = ++p->next_batch_id;
   bt->shape = plan->shape;
-  lp_layout_init(&bt->layout);
-  lp_buf_init(&bt->body);
-  bt->seqs = malloc((plan->placed + 1) * sizeof(lp_seq_t *));
-  lp_seq_ref_t *refs = malloc((plan->placed + 1) * sizeof(lp_seq_ref_t));
-  lp_place_t *place = malloc((plan->placed + 1) * sizeof(lp_place_t));
-  if (!bt->seqs || !refs || !place) {
-    free(refs);
-    free(place);
-    batch_free(bt);
-    return -ENOMEM;
+  if (plan->placed + 1 > m->scratch_cap) {
+    size_t c = plan->placed + 1;
+    lp_seq_ref_t *r = realloc(m->refs, c * sizeof(*r));
+    if (r) m->refs = r;
+    lp_place_t *pl = realloc(m->place, c * sizeof(*pl));
+    if (pl) m->place = pl;
+    if (!r || !pl) {
+      batch_free(bt);
+      return -ENOMEM;
+    }
+    m->scratch_cap = c;
   }
+  lp_seq_ref_t *refs = m->refs;
+  lp_place_t *place = m->place;
   size_t k = 0;
   for (size_t i = 0; i < plan->n; i++) {
     if (plan->place[i].bin < 0) continue;
@@ -539,8 +592,6 @@ static int dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *plan
   int rc = m->cfg->ragged ? lp_layout_build_ragged(&bt->layout, NULL, refs, k)
                           : lp_layout_build(&bt->layout, sh->lanes, sh->bucket, m->cfg->pad_id,
                                             place, refs, k);
-  free(refs);
-  free(place);
   if (rc) {
     batch_free(bt);
     return rc;

@@ -89,6 +89,8 @@ struct lp_batch_s {
   int shape;              /* index in model->shapes, or -1 when ragged */
   lp_seq_t **seqs;        /* layout item i is seqs[i]; owned array */
   size_t nseqs;
+  size_t seqs_cap;
+  lp_batch_t *next_spare; /* model's pool of finished batches */
   lp_layout_t layout;     /* owned */
   lp_buf_t body;          /* the request sent upstream; owned */
   uint64_t dispatch_ns;
@@ -116,6 +118,14 @@ struct lp_model_s {
   uint32_t inflight;
   lp_lenhist_t lengths;    /* observed lengths, for the bucket advisor */
   lp_batchjson_t writer;   /* prebuilt id runs for batch bodies */
+  /* reused so a steady stream of batches allocates nothing: a layout and a body
+   * are hundreds of KB, which malloc serves with mmap and page faults */
+  lp_batch_t *spare;       /* finished batches with their buffers; owned */
+  size_t nspare;
+  lp_scatter_t scatter;    /* answer index, one answer at a time */
+  lp_seq_ref_t *refs;      /* dispatch scratch; owned */
+  lp_place_t *place;
+  size_t scratch_cap;
   /* metrics */
   uint64_t batches_by_shape[LP_BUCKET_MAX_SHAPES];
   uint64_t real_tokens, pad_tokens, sequences_done;
