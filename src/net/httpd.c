@@ -128,10 +128,19 @@ void lp_http_head(lp_http_req_t *req, lp_buf_t *out, int status, const char *hea
   /* shutting down: the last request queued on a connection closes it */
   int close = req->_close_after ||
               (c->srv->closing && req->_next == NULL && c->cur == NULL);
-  lp_buf_printf(out,
-                "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s\r\n",
-                status, lp_http_reason(status), content_type, len, headers ? headers : "",
-                close ? "Connection: close\r\n" : "");
+  /* every answer starts here: no printf */
+  lp_buf_puts(out, "HTTP/1.1 ");
+  lp_buf_u64(out, (uint64_t)status);
+  lp_buf_puts(out, " ");
+  lp_buf_puts(out, lp_http_reason(status));
+  lp_buf_puts(out, "\r\nContent-Type: ");
+  lp_buf_puts(out, content_type);
+  lp_buf_puts(out, "\r\nContent-Length: ");
+  lp_buf_u64(out, len);
+  lp_buf_puts(out, "\r\n");
+  if (headers) lp_buf_puts(out, headers);
+  if (close) lp_buf_puts(out, "Connection: close\r\n");
+  lp_buf_puts(out, "\r\n");
   if (close) req->_close_after = 1;
 }
 
