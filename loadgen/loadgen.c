@@ -44,24 +44,31 @@ typedef struct body_s {
   lp_buf_t json;          /* owned */
 } body_t;
 
+typedef struct conn_s conn_t;
+
 typedef struct req_s {
   uint64_t intended_ns;
   body_t *body;           /* from the pool (borrowed), or owned when pool is 0 */
   int owned;
-  struct req_s *next;
+  struct req_s *next;     /* pending queue, or its connection's in-flight queue */
+  conn_t *conn;
+  uv_write_t w;           /* its write; the request lives until it completes */
+  char head[320];
+  int writing, done;
 } req_t;
 
-typedef struct conn_s {
+struct conn_s {
   lg_t *lg;
   uv_tcp_t tcp;
   uv_connect_t creq;
-  uv_write_t wreq;
   llhttp_t parser;
-  int connected, closing;
-  lp_buf_t out, body;      /* out: the request head; body: the answer */
-  req_t *cur;
+  int connected, closing, in_free;
+  lp_buf_t body;           /* the answer being read */
+  req_t *q_head, *q_tail;  /* requests in flight, answers come in this order */
+  unsigned nq;
+  req_t *first;            /* the request that opened it, sent once connected */
   struct conn_s *next_free;
-} conn_t;
+};
 
 typedef struct {
   double rate;            /* 0: closed loop */
@@ -99,6 +106,8 @@ struct lg_s {
   uint32_t vocab, seqs_per_req;
   int verify, per_segment;
   size_t max_conns, nconns;
+  unsigned depth;         /* requests in flight per connection (pipelining) */
+  size_t users;           /* closed loop: requests in flight */
   uint64_t max_requests, timeout_ns;
   conn_t *free_conns;
   req_t *pending_head, *pending_tail;
@@ -185,17 +194,22 @@ static req_t *make_req(lg_t *lg, uint64_t intended) {
 }
 
 static void free_req(req_t *r) {
+  if (r->writing) { /* its write has not completed: freed by on_written */
+    r->done = 1;
+    return;
+  }
   if (r->owned) free_body(r->body);
   free(r);
 }
 
-/* The head goes in the connection's buffer; the body is sent from the pool. */
-static void write_head(lg_t *lg, conn_t *c, req_t *r) {
-  lp_buf_reset(&c->out);
-  lp_buf_printf(&c->out,
-                "POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
-                "Content-Length: %zu\r\n\r\n",
-                lg->path, lg->host, lg->port, r->body->json.len);
+/* The head goes in the request; the body is sent from the pool. */
+static void write_head(lg_t *lg, req_t *r) {
+  int n = snprintf(r->head, sizeof(r->head),
+                   "POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+                   "Content-Length: %zu\r\n\r\n",
+                   lg->path, lg->host, lg->port, r->body->json.len);
+  if (n < 0 || (size_t)n >= sizeof(r->head)) n = (int)sizeof(r->head) - 1;
+  r->head[n] = 0;
 }
 
 /* ---- verification ---- */
@@ -314,7 +328,6 @@ static void record(lg_t *lg, req_t *r, int status, const char *body, size_t len,
 static void on_conn_closed(uv_handle_t *h) {
   conn_t *c = container_of(h, conn_t, tcp);
   lg_t *lg = c->lg;
-  lp_buf_free(&c->out);
   lp_buf_free(&c->body);
   free(c);
   lg->nconns--;
@@ -324,38 +337,64 @@ static void on_conn_closed(uv_handle_t *h) {
 static void conn_fail(conn_t *c, int kind) {
   if (c->closing) return;
   c->closing = 1;
-  if (c->cur) {
-    req_t *r = c->cur;
-    c->cur = NULL;
+  if (c->first) {
+    req_t *r = c->first;
+    c->first = NULL;
     record(c->lg, r, 0, NULL, 0, kind);
   }
+  while (c->q_head) {
+    req_t *r = c->q_head;
+    c->q_head = r->next;
+    record(c->lg, r, 0, NULL, 0, kind);
+  }
+  c->q_tail = NULL;
+  c->nq = 0;
   uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
 
-static void conn_idle(conn_t *c) {
+/* A connection with room for another request goes (back) on the free list;
+ * entries that filled up or closed meanwhile are skipped when taken. */
+static void conn_offer(conn_t *c) {
   lg_t *lg = c->lg;
-  c->cur = NULL;
-  /* closed loop: this user sends its next request at once */
-  if (lg->ph.rate == 0 && !lg->stopping && now_ns() < lg->t_end &&
-      !(lg->max_requests && lg->generated >= lg->max_requests)) {
-    req_t *r = make_req(lg, now_ns());
-    if (r) {
+  if (c->in_free || c->closing || !c->connected || c->nq >= lg->depth) return;
+  c->in_free = 1;
+  c->next_free = lg->free_conns;
+  lg->free_conns = c;
+}
+
+static conn_t *take_free(lg_t *lg) {
+  while (lg->free_conns) {
+    conn_t *c = lg->free_conns;
+    lg->free_conns = c->next_free;
+    c->in_free = 0;
+    if (!c->closing && c->nq < lg->depth) return c;
+  }
+  return NULL;
+}
+
+/* After an answer: a closed-loop user sends again at once; else a waiting
+ * request takes the room. */
+static void conn_refill(conn_t *c) {
+  lg_t *lg = c->lg;
+  while (c->nq < lg->depth && !c->closing) {
+    if (lg->ph.rate == 0 && !lg->stopping && now_ns() < lg->t_end && lg->inflight < lg->users &&
+        !(lg->max_requests && lg->generated >= lg->max_requests)) {
+      req_t *r = make_req(lg, now_ns());
+      if (!r) break;
       lg->generated++;
       lg->inflight++;
       conn_send(c, r);
-      return;
+    } else if (lg->pending_head) {
+      req_t *r = lg->pending_head;
+      lg->pending_head = r->next;
+      if (!lg->pending_head) lg->pending_tail = NULL;
+      lg->npending--;
+      conn_send(c, r);
+    } else {
+      break;
     }
   }
-  if (lg->pending_head) {
-    req_t *r = lg->pending_head;
-    lg->pending_head = r->next;
-    if (!lg->pending_head) lg->pending_tail = NULL;
-    lg->npending--;
-    conn_send(c, r);
-    return;
-  }
-  c->next_free = lg->free_conns;
-  lg->free_conns = c;
+  conn_offer(c);
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t n) {
@@ -366,15 +405,19 @@ static int on_body(llhttp_t *p, const char *at, size_t n) {
 
 static int on_message_complete(llhttp_t *p) {
   conn_t *c = p->data;
-  req_t *r = c->cur;
-  c->cur = NULL;
-  if (r) record(c->lg, r, p->status_code, c->body.data ? c->body.data : "", c->body.len, 0);
+  req_t *r = c->q_head;
+  if (r) {
+    c->q_head = r->next;
+    if (!c->q_head) c->q_tail = NULL;
+    c->nq--;
+    record(c->lg, r, p->status_code, c->body.data ? c->body.data : "", c->body.len, 0);
+  }
   lp_buf_reset(&c->body);
   if (!llhttp_should_keep_alive(p)) {
     conn_fail(c, 1);
     return HPE_PAUSED;
   }
-  conn_idle(c);
+  conn_refill(c);
   return 0;
 }
 
@@ -399,18 +442,33 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
 }
 
 static void on_written(uv_write_t *w, int status) {
-  conn_t *c = container_of(w, conn_t, wreq);
+  req_t *r = container_of(w, req_t, w);
+  conn_t *c = r->conn;
+  r->writing = 0;
+  if (r->done) {
+    free_req(r);
+    return;
+  }
   if (status < 0) conn_fail(c, 1);
 }
 
 static void conn_send(conn_t *c, req_t *r) {
   lg_t *lg = c->lg;
-  c->cur = r;
+  r->conn = c;
+  r->next = NULL;
+  if (c->q_tail) c->q_tail->next = r;
+  else c->q_head = r;
+  c->q_tail = r;
+  c->nq++;
   lg->st.sent += r->intended_ns >= lg->t0 + lg->ph.warmup_ns;
-  write_head(lg, c, r);
-  uv_buf_t b[2] = {uv_buf_init(c->out.data, (unsigned)c->out.len),
+  write_head(lg, r);
+  uv_buf_t b[2] = {uv_buf_init(r->head, (unsigned)strlen(r->head)),
                    uv_buf_init(r->body->json.data, (unsigned)r->body->json.len)};
-  if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, b, 2, on_written) < 0) conn_fail(c, 1);
+  r->writing = 1;
+  if (uv_write(&r->w, (uv_stream_t *)&c->tcp, b, 2, on_written) < 0) {
+    r->writing = 0;
+    conn_fail(c, 1);
+  }
 }
 
 static void on_connect(uv_connect_t *cr, int status) {
@@ -422,7 +480,10 @@ static void on_connect(uv_connect_t *cr, int status) {
   c->connected = 1;
   uv_tcp_nodelay(&c->tcp, 1);
   uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-  conn_send(c, c->cur);
+  req_t *r = c->first;
+  c->first = NULL;
+  conn_send(c, r);
+  conn_refill(c);
 }
 
 static void open_conn(lg_t *lg, req_t *r) {
@@ -433,25 +494,24 @@ static void open_conn(lg_t *lg, req_t *r) {
     return;
   }
   c->lg = lg;
-  lp_buf_init(&c->out);
   lp_buf_init(&c->body);
   uv_tcp_init(lg->loop, &c->tcp);
   c->tcp.data = c;
   llhttp_init(&c->parser, HTTP_RESPONSE, &settings);
   c->parser.data = c;
-  c->cur = r;
+  c->first = r;
   lg->nconns++;
   if (uv_tcp_connect(&c->creq, &c->tcp, (struct sockaddr *)&lg->addr, on_connect) < 0) conn_fail(c, 1);
 }
 
-/* Sends r on a free connection, opens one if allowed, else queues it: queued
- * time counts in its latency (the intended send time is its clock). */
+/* Sends r on a connection with room, opens one if allowed, else queues it:
+ * queued time counts in its latency (the intended send time is its clock). */
 static void submit(lg_t *lg, req_t *r) {
   lg->inflight++;
-  if (lg->free_conns) {
-    conn_t *c = lg->free_conns;
-    lg->free_conns = c->next_free;
+  conn_t *c = take_free(lg);
+  if (c) {
     conn_send(c, r);
+    conn_offer(c);
   } else if (lg->nconns < lg->max_conns) {
     open_conn(lg, r);
   } else {
@@ -481,6 +541,7 @@ static void maybe_finish(lg_t *lg) {
     uv_timer_stop(&lg->arrivals);
     uv_timer_stop(&lg->ticker);
     for (conn_t *c = lg->free_conns; c; c = c->next_free) {
+      if (c->closing) continue;
       c->closing = 1;
       uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
     }
@@ -514,10 +575,10 @@ static void on_arrivals(uv_timer_t *t) {
   maybe_finish(lg);
 }
 
-/* Closed loop: each of the connections sends again as soon as it is free. */
+/* Closed loop: each user sends again as soon as its answer is in. */
 static void closed_loop_fill(lg_t *lg) {
   uint64_t now = now_ns();
-  while (!lg->stopping && lg->inflight < lg->max_conns &&
+  while (!lg->stopping && lg->inflight < lg->users &&
          !(lg->max_requests && lg->generated >= lg->max_requests)) {
     req_t *r = make_req(lg, now);
     if (!r) break;
@@ -821,7 +882,7 @@ static void usage(FILE *f) {
           "         [--warmup 0s] [--connections N] [--model M] [--vocab V]\n"
           "         [--sequences-per-request K] [--max-requests N] [--timeout 30s]\n"
           "         [--seed S] [--verify] [--json FILE] [--plot FILE.svg] [--pool N]\n"
-          "         [--threads N]\n"
+          "         [--threads N] [--pipeline N]\n"
           "--pool N: bodies built before the run and cycled (default 4096, and at least\n"
           "          a length file's lines); 0 builds a fresh body for every request\n");
 }
@@ -837,7 +898,7 @@ int main(int argc, char **argv) {
   static lg_t lg;
   const char *url = NULL, *lengths = NULL, *json = NULL, *plot = NULL, *sweep = NULL;
   double rate = 0;
-  unsigned long conc = 0, conns = 0, seed = 1, pool = 4096, threads = 1;
+  unsigned long conc = 0, conns = 0, seed = 1, pool = 4096, threads = 1, depth = 1;
   uint64_t duration = 10000000000ull, warmup = 0;
   lg.vocab = 32000;
   lg.seqs_per_req = 1;
@@ -852,7 +913,7 @@ int main(int argc, char **argv) {
       {"seed", required_argument, 0, 's'},        {"verify", no_argument, 0, 'V'},
       {"json", required_argument, 0, 'j'},        {"plot", required_argument, 0, 'p'},
       {"sweep", required_argument, 0, 'S'},       {"pool", required_argument, 0, 'P'},
-      {"threads", required_argument, 0, 'T'},
+      {"threads", required_argument, 0, 'T'},      {"pipeline", required_argument, 0, 'Q'},
       {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'Z'},
       {0, 0, 0, 0}};
   int c, idx = 0;
@@ -876,6 +937,7 @@ int main(int argc, char **argv) {
       case 'j': json = optarg; break;
       case 'p': plot = optarg; break;
       case 'S': sweep = optarg; break;
+      case 'Q': depth = strtoul(optarg, &end, 10); if (*end || depth == 0 || depth > 1024) return die("--pipeline must be 1..1024, got '%s'", optarg); break;
       case 'T': threads = strtoul(optarg, &end, 10); if (*end || threads == 0 || threads > 64) return die("--threads must be 1..64, got '%s'", optarg); break;
       case 'P': pool = strtoul(optarg, &end, 10); if (*end || pool > 1000000) return die("--pool must be 0..1000000, got '%s'", optarg); break;
       case 'Z': printf("%s %s\n", "lanepack-loadgen", LP_VERSION); return 0;
@@ -934,7 +996,9 @@ int main(int argc, char **argv) {
   settings.on_body = on_body;
   settings.on_message_complete = on_message_complete;
   /* open loop: enough connections that the generator is not what queues */
-  lg.max_conns = conc ? conc : (conns ? conns : 2048);
+  lg.depth = (unsigned)depth;
+  lg.users = conc;
+  lg.max_conns = conc ? (conc + depth - 1) / depth : (conns ? conns : 2048);
   if (threads > lg.max_conns) threads = lg.max_conns;
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < lg.max_conns + 64) {
@@ -951,6 +1015,7 @@ int main(int argc, char **argv) {
     w[i].worker = (int)i;
     lp_rng_seed(&w[i].rng, seed * 1000003ull + i);
     w[i].max_conns = lg.max_conns / threads + (i < lg.max_conns % threads);
+    w[i].users = lg.users / threads + (i < lg.users % threads);
     w[i].max_requests = lg.max_requests ? lg.max_requests / threads + (i < lg.max_requests % threads) : 0;
     w[i].next_body = lg.npool ? i * (lg.npool / threads) : 0;
     uv_loop_init(&w[i].own_loop);
