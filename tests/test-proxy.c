@@ -564,6 +564,20 @@ START_TEST(loadgen_run) {
   ck_assert(json_real_value(json_object_get(json_object_get(j, "proxy"), "fill")) > 0);
   json_decref(j);
   unlink(json);
+  /* closed loop, pipelined, two threads: every answer verified and counted */
+  char *argv2[] = {(char *)h_bin("LP_LOADGEN"), "--url", url, "--concurrency", "32", "--pipeline", "4",
+                   "--threads", "2", "--duration", "1s", "--lengths", "uniform:1,200", "--verify",
+                   "--json", json, NULL};
+  p = h_spawn(argv2, "/tmp/lp-lg2.out");
+  waitpid(p, &st, 0);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "loadgen status %d", st);
+  j = json_load_file(json, 0, &e);
+  ck_assert_ptr_nonnull(j);
+  ck_assert_int_gt(json_integer_value(json_object_get(j, "ok")), 100);
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "ok")), json_integer_value(json_object_get(j, "sent")));
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "mismatches")), 0);
+  json_decref(j);
+  unlink(json);
   stop(&s);
 }
 END_TEST
