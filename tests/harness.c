@@ -57,6 +57,13 @@ pid_t h_spawn(char *const argv[], const char *log_path) {
   return pid;
 }
 
+int h_run(char *const argv[], const char *log_path) {
+  pid_t p = h_spawn(argv, log_path);
+  int st;
+  if (p < 0 || waitpid(p, &st, 0) != p) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 static uint64_t ms_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -17,6 +17,9 @@ typedef struct {
 int h_free_port(void);
 /* Starts argv (NULL-terminated) with stderr to log_path; returns the pid. */
 pid_t h_spawn(char *const argv[], const char *log_path);
+/* Runs argv to its end with stdout and stderr to log_path; returns its exit
+ * status, or 128 + the signal that ended it. */
+int h_run(char *const argv[], const char *log_path);
 /* Waits until GET path on port answers 200 (or any answer if any != 0). */
 int h_wait_http(int port, const char *path, int any, int timeout_ms);
 /* SIGTERM, then SIGKILL after timeout_ms; returns the exit status or -1. */

@@ -501,10 +501,7 @@ START_TEST(check_config) {
   ck_assert_int_eq(write(fd, good, strlen(good)), (ssize_t)strlen(good));
   close(fd);
   char *argv[] = {(char *)h_bin("LP_PROXY"), "--config", path, "--check-config", "--max-wait-ms", "7", NULL};
-  pid_t p = h_spawn(argv, "/tmp/lp-cfg.out");
-  int st;
-  waitpid(p, &st, 0);
-  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ck_assert_int_eq(h_run(argv, "/tmp/lp-cfg.out"), 0);
   FILE *f = fopen("/tmp/lp-cfg.out", "r");
   char out[8192] = "";
   fread(out, 1, sizeof(out) - 1, f);
@@ -516,9 +513,7 @@ START_TEST(check_config) {
   fputs(bad, f);
   fclose(f);
   char *argv2[] = {(char *)h_bin("LP_PROXY"), "--config", path, "--check-config", NULL};
-  p = h_spawn(argv2, "/tmp/lp-cfg.out");
-  waitpid(p, &st, 0);
-  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+  ck_assert_int_eq(h_run(argv2, "/tmp/lp-cfg.out"), 2);
   f = fopen("/tmp/lp-cfg.out", "r");
   memset(out, 0, sizeof(out));
   fread(out, 1, sizeof(out) - 1, f);
@@ -539,10 +534,7 @@ START_TEST(loadgen_run) {
   char *argv[] = {(char *)h_bin("LP_LOADGEN"), "--url", url, "--rate", "400", "--duration", "2s",
                   "--lengths", "0.95*lognormal:mu=3.5,sigma=1,max=250+0.05*fixed:300", "--verify",
                   "--sequences-per-request", "2", "--json", json, NULL};
-  pid_t p = h_spawn(argv, "/tmp/lp-lg.out");
-  int st;
-  waitpid(p, &st, 0);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "loadgen status %d", st);
+  ck_assert_msg(h_run(argv, "/tmp/lp-lg.out") == 0, "loadgen failed, see %s", "/tmp/lp-lg.out");
   json_error_t e;
   json_t *j = json_load_file(json, 0, &e);
   ck_assert_ptr_nonnull(j);
@@ -568,9 +560,7 @@ START_TEST(loadgen_run) {
   char *argv2[] = {(char *)h_bin("LP_LOADGEN"), "--url", url, "--concurrency", "32", "--pipeline", "4",
                    "--threads", "2", "--duration", "1s", "--lengths", "uniform:1,200", "--verify",
                    "--json", json, NULL};
-  p = h_spawn(argv2, "/tmp/lp-lg2.out");
-  waitpid(p, &st, 0);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "loadgen status %d", st);
+  ck_assert_msg(h_run(argv2, "/tmp/lp-lg2.out") == 0, "loadgen failed, see %s", "/tmp/lp-lg2.out");
   j = json_load_file(json, 0, &e);
   ck_assert_ptr_nonnull(j);
   ck_assert_int_gt(json_integer_value(json_object_get(j, "ok")), 100);
@@ -599,10 +589,8 @@ START_TEST(loadgen_errors) {
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     char *argv[10] = {(char *)h_bin("LP_LOADGEN")};
     for (int k = 0; k < 8 && cases[i].args[k]; k++) argv[k + 1] = (char *)cases[i].args[k];
-    pid_t p = h_spawn(argv, "/tmp/lp-lg-err.out");
-    int st;
-    waitpid(p, &st, 0);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == cases[i].status, "case %zu: status %d", i, st);
+    int st = h_run(argv, "/tmp/lp-lg-err.out");
+    ck_assert_msg(st == cases[i].status, "case %zu: status %d", i, st);
     FILE *f = fopen("/tmp/lp-lg-err.out", "r");
     char out[2048] = "";
     size_t n = fread(out, 1, sizeof(out) - 1, f);
@@ -665,10 +653,7 @@ START_TEST(example_config) {
   char path[512];
   snprintf(path, sizeof(path), "%s/conf/lanepack.json", h_bin("LP_SOURCE_ROOT"));
   char *argv[] = {(char *)h_bin("LP_PROXY"), "--config", path, "--check-config", NULL};
-  pid_t p = h_spawn(argv, "/tmp/lp-cfg-example.out");
-  int st;
-  waitpid(p, &st, 0);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "see /tmp/lp-cfg-example.out");
+  ck_assert_msg(h_run(argv, "/tmp/lp-cfg-example.out") == 0, "see /tmp/lp-cfg-example.out");
 }
 END_TEST
 
@@ -766,10 +751,7 @@ START_TEST(auth_and_admin_listener) {
               "\"backends\": [\"http://127.0.0.1:1\"]}}}", tokens);
   close(fd);
   char *argv[] = {(char *)h_bin("LP_PROXY"), "--config", cfg, "--check-config", NULL};
-  pid_t p = h_spawn(argv, "/tmp/lp-cfg-auth.out");
-  int st;
-  waitpid(p, &st, 0);
-  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+  ck_assert_int_eq(h_run(argv, "/tmp/lp-cfg-auth.out"), 2);
   FILE *f = fopen("/tmp/lp-cfg-auth.out", "r");
   char out[1024] = "";
   size_t n = fread(out, 1, sizeof(out) - 1, f);

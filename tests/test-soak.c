@@ -209,10 +209,7 @@ static json_t *load(int port, const char *rate, const char *secs) {
   snprintf(json, sizeof(json), "/tmp/lp-overload-%d.json", port);
   char *argv[] = {(char *)h_bin("LP_LOADGEN"), "--url", url, "--rate", (char *)rate, "--duration",
                   (char *)secs, "--lengths", "fixed:16", "--verify", "--json", json, NULL};
-  pid_t p = h_spawn(argv, "/tmp/lp-overload-loadgen.out");
-  int st;
-  waitpid(p, &st, 0);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "loadgen status %d", st);
+  ck_assert_msg(h_run(argv, "/tmp/lp-overload-loadgen.out") == 0, "loadgen failed, see %s", "/tmp/lp-overload-loadgen.out");
   json_error_t e;
   json_t *j = json_load_file(json, 0, &e);
   ck_assert_ptr_nonnull(j);
