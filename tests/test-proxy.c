@@ -762,8 +762,72 @@ START_TEST(auth_and_admin_listener) {
 }
 END_TEST
 
+/* past the drain timeout, what is in flight and what is queued still gets an
+ * answer: 503 shutting_down; and the proxy exits 0 */
+START_TEST(drain_timeout) {
+  stack_t_ s;
+  start(&s, "--shapes 1x8 --cost-ms 3000", "\"drain_timeout_ms\": 200,",
+        "{\"default\": {\"shapes\": \"1x8\", \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 0, "
+        "\"max_inflight\": 1}}");
+  const char *req = "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 24\r\n\r\n{\"input_ids\": [1,2,3,4]}";
+  int fds[2];
+  for (int i = 0; i < 2; i++) {
+    fds[i] = h_connect(s.port);
+    h_send_all(fds[i], req, strlen(req));
+    usleep(50000);
+  }
+  kill(s.proxy, SIGTERM);
+  for (int i = 0; i < 2; i++) {
+    h_resp_t r;
+    ck_assert_int_eq(h_read_response(fds[i], &r, 5000), 0);
+    ck_assert_int_eq(r.status, 503);
+    ck_assert_ptr_nonnull(strstr(r.body, "shutting_down"));
+    h_resp_free(&r);
+    close(fds[i]);
+  }
+  ck_assert_int_eq(h_stop(s.proxy, 5000), 0);
+  h_stop(s.emu, 5000);
+}
+END_TEST
+
+/* every shape gone: the backend lacks the only one configured */
+START_TEST(no_shape_left) {
+  stack_t_ s;
+  start(&s, "--shapes 4x64 --cost-ms 1 --hide-shapes", NULL,
+        "{\"default\": {\"shapes\": \"8x16\", \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 1}}");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1, 2]}", 503, "no_shape_available");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [3]}", 503, "no_shape_available");
+  stop(&s);
+  /* a shape that never finishes compiling does not hold a request for ever */
+  start(&s, "--shapes 4x8 --cost-ms 1", NULL,
+        "{\"default\": {\"shapes\": \"4x8,2x64\", \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 1, "
+        "\"backend_timeout_ms\": 300}}");
+  int32_t t[20] = {0};
+  char *body = h_ids_body(t, 20, NULL);
+  expect(s.port, "POST", "/v1/infer", "", body, 503, "shape_compiling");
+  free(body);
+  stop(&s);
+}
+END_TEST
+
+START_TEST(bad_version) {
+  stack_t_ s;
+  start(&s, "--shapes 4x64 --cost-ms 1", NULL, DEFAULT_MODEL);
+  int fd = h_connect(s.port);
+  const char *req = "GET /healthz HTTP/7.3\r\nHost: x\r\n\r\n";
+  h_send_all(fd, req, strlen(req));
+  h_resp_t r;
+  ck_assert_int_eq(h_read_response(fd, &r, 5000), 0);
+  ck_assert_msg(r.status == 505 || r.status == 400, "status %d", r.status);
+  h_resp_free(&r);
+  close(fd);
+  stop(&s);
+}
+END_TEST
+
 LP_TEST_MAIN("proxy", answers_verify, concurrent_and_pipelined, client_errors, chunked_and_expect,
              backend_failures, no_backend, queue_full_and_deadline, cancel_on_disconnect,
              graceful_shutdown, models_shapes_ragged_per_segment, check_config, loadgen_run,
              loadgen_errors, slow_and_greedy_clients, example_config,
-             retries_and_shape_mismatch, auth_and_admin_listener)
+             retries_and_shape_mismatch, auth_and_admin_listener,
+             drain_timeout, no_shape_left, bad_version)

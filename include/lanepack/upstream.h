@@ -55,6 +55,8 @@ lp_xfer_t *lp_upstream_request(lp_upstream_t *up, const char *url, const char *b
 
 /* Stops a transfer: its callback runs at once with LP_XFER_CANCELLED. */
 void lp_upstream_cancel(lp_xfer_t *x);
+/* Stops every transfer in flight, the same way. */
+void lp_upstream_cancel_all(lp_upstream_t *up);
 
 const char *lp_xfer_result_name(lp_xfer_result_t r);
 

@@ -318,6 +318,10 @@ void lp_upstream_cancel(lp_xfer_t *x) {
   finish(up, x);
 }
 
+void lp_upstream_cancel_all(lp_upstream_t *up) {
+  while (up->active) lp_upstream_cancel(up->active);
+}
+
 static void maybe_free(lp_upstream_t *up) {
   if (up->closing && up->handles_open == 0) free(up);
 }
@@ -330,7 +334,7 @@ static void on_handle_closed(uv_handle_t *h) {
 
 void lp_upstream_close(lp_upstream_t *up) {
   up->closing = 1; /* callbacks of the cancelled cannot start new transfers */
-  while (up->active) lp_upstream_cancel(up->active);
+  lp_upstream_cancel_all(up);
   for (lp_xfer_t *x = up->free_list, *n; x; x = n) {
     n = x->_next;
     curl_easy_cleanup(x->_easy);

@@ -438,6 +438,8 @@ static void on_batch_retry(uv_timer_t *t) {
     if (job->answered) { /* the client left, or another sequence failed it */
       s->state = LP_SEQ_DONE;
       if (--job->unresolved == 0) lp__job_free(job);
+    } else if (m->proxy->hard_stop) {
+      seq_failed(s, 503, "shutting_down", "the proxy is shutting down");
     } else if (s->sched.deadline_ns && s->sched.deadline_ns <= now) {
       seq_failed(s, 504, "deadline_exceeded", "the deadline passed while retrying");
     } else if (requeue(m, s)) {

@@ -51,11 +51,6 @@ static void on_kick(uv_idle_t *h) {
   uv_idle_stop(&p->kick);
   p->kicking = 0;
   for (size_t i = 0; i < p->nmodels; i++) lp__model_schedule(&p->models[i]);
-  if (p->draining && p->batches == 0) {
-    int busy = 0;
-    for (size_t i = 0; i < p->nmodels; i++) busy |= p->models[i].qlen > 0;
-    if (!busy) uv_stop(p->loop);
-  }
 }
 
 void lp_proxy_kick(lp_proxy_t *p) {
@@ -223,12 +218,30 @@ static void on_cancel(lp_http_req_t *req, void *ud) {
 
 /* ---- shutdown ---- */
 
+/* The server has written every answer and closed every connection: done. */
+static void on_httpd_closed(void *arg) {
+  lp_proxy_t *p = arg;
+  lp_log(LP_LOG_INFO, "drained", "\"batches_in_flight\": %zu", p->batches);
+  uv_stop(p->loop);
+}
+
+static void on_last_resort(uv_timer_t *t) {
+  lp_proxy_t *p = t->data;
+  lp_log(LP_LOG_ERROR, "drain did not finish: stopping", NULL);
+  uv_stop(p->loop);
+}
+
+/* Past the drain timeout: whatever is still queued, in flight or waiting to
+ * be retried gets 503 shutting_down, so every accepted request is answered
+ * before the process goes. */
 static void on_drain_timeout(uv_timer_t *t) {
   lp_proxy_t *p = t->data;
   lp_log(LP_LOG_WARN, "drain timeout: failing what is left", "\"batches\": %zu", p->batches);
+  p->hard_stop = 1;
   for (size_t i = 0; i < p->nmodels; i++)
     lp__model_fail_all(&p->models[i], 503, "shutting_down", "the proxy is shutting down");
-  uv_stop(p->loop);
+  lp_upstream_cancel_all(p->up); /* their batches fail with shutting_down */
+  uv_timer_start(&p->drain, on_last_resort, 2000, 0);
 }
 
 static void on_signal(uv_signal_t *s, int signum) {
@@ -236,7 +249,8 @@ static void on_signal(uv_signal_t *s, int signum) {
   if (p->draining) return;
   p->draining = 1;
   lp_log(LP_LOG_INFO, "draining", "\"signal\": %d", signum);
-  lp_httpd_close(p->httpd, NULL, NULL);
+  /* connections close once their last answer is written; then we stop */
+  lp_httpd_close(p->httpd, on_httpd_closed, p);
   p->httpd = NULL;
   if (p->admin) lp_httpd_close(p->admin, NULL, NULL);
   p->admin = NULL;

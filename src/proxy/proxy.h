@@ -151,6 +151,7 @@ struct lp_proxy_s {
   uv_timer_t drain;
   uv_signal_t sigterm, sigint;
   int draining;
+  int hard_stop;           /* past the drain timeout: fail instead of retrying */
   uint64_t next_batch_id;
   size_t jobs;             /* jobs alive */
   size_t batches;          /* batches in flight */
