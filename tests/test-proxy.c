@@ -5,6 +5,7 @@
 #include <check.h>
 #include <jansson.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -813,6 +814,26 @@ END_TEST
 START_TEST(bad_version) {
   stack_t_ s;
   start(&s, "--shapes 4x64 --cost-ms 1", NULL, DEFAULT_MODEL);
+  {
+    /* HEAD answers headers only, so the next answer on the connection is intact */
+    int hfd = h_connect(s.port);
+    const char *two = "HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    h_send_all(hfd, two, strlen(two));
+    char buf[2048];
+    size_t got = 0;
+    for (int i = 0; i < 50 && got < sizeof(buf) - 1; i++) {
+      struct pollfd pf = {hfd, POLLIN, 0};
+      if (poll(&pf, 1, 100) <= 0) break;
+      ssize_t k = recv(hfd, buf + got, sizeof(buf) - 1 - got, 0);
+      if (k <= 0) break;
+      got += (size_t)k;
+    }
+    buf[got] = 0;
+    char *second = strstr(buf, "\r\n\r\n");
+    ck_assert_ptr_nonnull(second);
+    ck_assert_msg(strncmp(second + 4, "HTTP/1.1 200", 12) == 0, "after HEAD: %s", second + 4);
+    close(hfd);
+  }
   int fd = h_connect(s.port);
   const char *req = "GET /healthz HTTP/7.3\r\nHost: x\r\n\r\n";
   h_send_all(fd, req, strlen(req));

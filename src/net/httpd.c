@@ -173,7 +173,7 @@ void lp_http_respond(lp_http_req_t *req, int status, const char *headers,
   lp_buf_t out;
   lp_buf_init(&out);
   lp_http_head(req, &out, status, headers, content_type, len);
-  lp_buf_append(&out, body, len);
+  if (req->method != LP_HTTP_HEAD) lp_buf_append(&out, body, len); /* HEAD: the length only */
   if (out.oom) {
     /* no memory for the answer: the connection cannot stay consistent */
     lp_buf_free(&out);
