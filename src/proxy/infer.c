@@ -59,26 +59,76 @@ typedef struct {
   uint32_t off, len;
 } span_t;
 
-/* Finds the end of a token array (or array of arrays) by bracket depth alone:
- * its content is parsed strictly right after, so a full validating skip here
- * would read every number twice. Strings or deep nesting take the full scanner. */
-static const char *skip_token_array(const char *p, const char *end) {
-  if (p >= end || *p != '[') return lp_jscan_skip(p, end, LP_JSCAN_MAX_DEPTH);
-  int depth = 0;
-  for (const char *q = p; q < end; q++) {
-    if (*q == '[') {
-      if (++depth > 2) break;
-    } else if (*q == ']') {
-      if (--depth == 0) return q + 1;
-    } else if (*q == '"' || *q == '{') {
-      break;
-    }
+/* Token storage while a body is read: owned here until the job takes it. */
+typedef struct {
+  int32_t *tokens;
+  size_t cap, used;
+  span_t *spans;
+  size_t nspans, spans_cap;
+} toks_t;
+
+static void toks_free(toks_t *t) {
+  free(t->tokens);
+  free(t->spans);
+  memset(t, 0, sizeof(*t));
+}
+
+static int toks_span(toks_t *t, size_t n) {
+  if (t->nspans == t->spans_cap) {
+    size_t c = t->spans_cap ? t->spans_cap * 2 : 8;
+    span_t *ns = realloc(t->spans, c * sizeof(span_t));
+    if (!ns) return -1;
+    t->spans = ns;
+    t->spans_cap = c;
   }
-  return lp_jscan_skip(p, end, LP_JSCAN_MAX_DEPTH);
+  t->spans[t->nspans++] = (span_t){(uint32_t)t->used, (uint32_t)n};
+  t->used += n;
+  return 0;
+}
+
+/* Reads 'input_ids' (one array) or 'inputs' (an array of arrays) at v straight
+ * into token storage, in one pass; the vocabulary is checked once the model is
+ * known. Returns the byte after the value, or NULL with e set. */
+static const char *read_tokens(lp_proxy_t *p, toks_t *t, const char *v, const char *end, int multi,
+                               size_t body_len, perr_t *e) {
+  if (!t->tokens) {
+    t->cap = body_len / 2 + 1; /* "1," is the shortest token */
+    t->tokens = malloc(t->cap * sizeof(int32_t));
+    if (!t->tokens) return fail(e, 503, "out_of_memory", "proxy out of memory"), NULL;
+  }
+  size_t n;
+  int err;
+  if (!multi) {
+    const char *q = lp_jscan_int_array(v, end, t->tokens, t->cap, 0, INT32_MAX, &n, &err);
+    if (!q) return token_error(e, err, "input_ids", n, 0), NULL;
+    if (toks_span(t, n)) return fail(e, 503, "out_of_memory", "proxy out of memory"), NULL;
+    return q;
+  }
+  if (*v != '[') return fail(e, 400, "bad_field", "'inputs' must be an array of token arrays"), NULL;
+  const char *q = lp_jscan_ws(v + 1, end);
+  while (q < end && *q != ']') {
+    if (t->nspans == p->cfg.max_sequences_per_request)
+      return fail(e, 413, "too_many_sequences", "more than %u sequences in one request",
+                  p->cfg.max_sequences_per_request), NULL;
+    const char *r = lp_jscan_int_array(q, end, t->tokens + t->used, t->cap - t->used, 0, INT32_MAX,
+                                       &n, &err);
+    if (!r) {
+      char f[48];
+      snprintf(f, sizeof(f), "inputs[%zu]", t->nspans);
+      return token_error(e, err, f, n, 0), NULL;
+    }
+    if (toks_span(t, n)) return fail(e, 503, "out_of_memory", "proxy out of memory"), NULL;
+    q = lp_jscan_ws(r, end);
+    if (q < end && *q == ',') q = lp_jscan_ws(q + 1, end);
+    else if (q < end && *q != ']') return fail(e, 400, "malformed_json", "'inputs' is not valid JSON"), NULL;
+  }
+  if (q >= end) return fail(e, 400, "malformed_json", "'inputs' is not valid JSON"), NULL;
+  if (t->nspans == 0) return fail(e, 400, "empty_sequence", "'inputs' holds no sequence"), NULL;
+  return q + 1;
 }
 
 static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model,
-                       size_t path_model_len, perr_t *e) {
+                       size_t path_model_len, toks_t *t, perr_t *e) {
   const char *body = req->body, *end = req->body + req->body_len;
   const char *pp = lp_jscan_ws(body, end);
   if (pp >= end || *pp != '{')
@@ -105,11 +155,18 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
     if (pp >= end || *pp != ':') return fail(e, 400, "malformed_json", "the body is not valid JSON");
     pp = lp_jscan_ws(pp + 1, end);
     const char *v = pp;
-    pp = is_ids || is_inputs ? skip_token_array(pp, end) : lp_jscan_skip(pp, end, LP_JSCAN_MAX_DEPTH);
-    if (!pp) return fail(e, 400, "malformed_json", "the body is not valid JSON (or nests too deep)");
     if ((is_ids && ids_at) || (is_inputs && inputs_at) || (is_model && model_at) ||
         (is_prio && seen_prio) || (is_dead && seen_dead) || (is_id && id_at))
       return fail(e, 400, "duplicate_field", "field %.*s appears twice", (int)klen, k);
+    if ((is_ids && inputs_at) || (is_inputs && ids_at))
+      return fail(e, 400, "missing_input", "give exactly one of 'input_ids' or 'inputs'");
+    if (is_ids || is_inputs) {
+      pp = read_tokens(p, t, pp, end, is_inputs, req->body_len, e);
+      if (!pp) return NULL;
+    } else {
+      pp = lp_jscan_skip(pp, end, LP_JSCAN_MAX_DEPTH);
+      if (!pp) return fail(e, 400, "malformed_json", "the body is not valid JSON (or nests too deep)");
+    }
     if (is_ids) ids_at = v;
     else if (is_inputs) inputs_at = v;
     else if (is_model) {
@@ -204,73 +261,24 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
     return fail(e, 404, "unknown_model", "no model named '%s'", mname);
   }
 
-  /* tokens: at most one per two body bytes ("1," is the shortest) */
+  /* the vocabulary, now that the model is known */
   int64_t vocab = m->cfg->vocab_size;
-  int64_t maxid = vocab ? vocab - 1 : INT32_MAX;
-  size_t cap = req->body_len / 2 + 1;
+  if (vocab) {
+    for (size_t si = 0; si < t->nspans; si++)
+      for (uint32_t k = 0; k < t->spans[si].len; k++)
+        if (t->tokens[t->spans[si].off + k] >= vocab) {
+          char f[48];
+          if (inputs_at) snprintf(f, sizeof(f), "inputs[%zu]", si);
+          else snprintf(f, sizeof(f), "input_ids");
+          return token_error(e, LP_JSCAN_E_RANGE, f, k, vocab);
+        }
+  }
   lp_job_t *job = calloc(1, sizeof(*job));
   if (!job) return fail(e, 503, "out_of_memory", "proxy out of memory");
-  job->tokens = malloc(cap * sizeof(int32_t));
-  span_t one, *spans = &one;
-  size_t nspans = 0, spans_cap = 1;
-  const char *err_field = ids_at ? "input_ids" : "inputs";
-  if (!job->tokens) goto oom;
-  if (ids_at) {
-    size_t n;
-    int err;
-    if (!lp_jscan_int_array(ids_at, end, job->tokens, cap, 0, maxid, &n, &err)) {
-      token_error(e, err, err_field, n, vocab);
-      goto failed;
-    }
-    one = (span_t){0, (uint32_t)n};
-    nspans = 1;
-  } else {
-    const char *q = inputs_at;
-    if (*q != '[') {
-      fail(e, 400, "bad_field", "'inputs' must be an array of token arrays");
-      goto failed;
-    }
-    q = lp_jscan_ws(q + 1, end);
-    size_t used = 0;
-    spans = NULL;
-    spans_cap = 0;
-    while (q < end && *q != ']') {
-      if (nspans == p->cfg.max_sequences_per_request) {
-        fail(e, 413, "too_many_sequences", "more than %u sequences in one request",
-             p->cfg.max_sequences_per_request);
-        goto failed;
-      }
-      if (nspans == spans_cap) {
-        spans_cap = spans_cap ? spans_cap * 2 : 8;
-        span_t *ns = realloc(spans, spans_cap * sizeof(span_t));
-        if (!ns) goto oom;
-        spans = ns;
-      }
-      size_t n;
-      int err;
-      const char *r = lp_jscan_int_array(q, end, job->tokens + used, cap - used, 0, maxid, &n, &err);
-      if (!r) {
-        char f[48];
-        snprintf(f, sizeof(f), "inputs[%zu]", nspans);
-        token_error(e, err, f, n, vocab);
-        goto failed;
-      }
-      spans[nspans++] = (span_t){(uint32_t)used, (uint32_t)n};
-      used += n;
-      q = lp_jscan_ws(r, end);
-      if (q < end && *q == ',') q = lp_jscan_ws(q + 1, end);
-      else if (q < end && *q != ']') {
-        fail(e, 400, "malformed_json", "'inputs' is not valid JSON");
-        goto failed;
-      }
-    }
-    if (nspans == 0) {
-      fail(e, 400, "empty_sequence", "'inputs' holds no sequence");
-      goto failed;
-    }
-  }
+  span_t *spans = t->spans;
+  size_t nspans = t->nspans;
   job->seqs = calloc(nspans, sizeof(lp_seq_t));
-  if (!job->seqs) goto oom;
+  if (!job->seqs) goto failed;
   job->nseq = (uint32_t)nspans;
   job->multi = inputs_at != NULL;
   job->model = m;
@@ -299,28 +307,25 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
       goto failed;
     }
     s->job = job;
-    s->tokens = job->tokens + spans[i].off;
+    s->tokens = t->tokens + spans[i].off;
     s->len = spans[i].len;
     s->priority = (int)priority;
   }
-  if (spans != &one) free(spans);
   if (id_at) {
     job->id_json = strndup(id_at, (size_t)(id_end - id_at));
-    if (!job->id_json) goto oom_nospans;
+    if (!job->id_json) goto failed;
   }
+  /* the job takes the tokens; the spans were only for reading */
+  job->tokens = t->tokens;
+  t->tokens = NULL;
   job->arrive_ns = uv_hrtime();
   uint64_t dl = deadline_ms >= 0 ? (uint64_t)(deadline_ms * 1e6) : m->cfg->default_deadline_ms * 1000000ull;
   job->deadline_ns = dl ? job->arrive_ns + dl : 0;
   job->req = req;
   return job;
 
-oom:
-  fail(e, 503, "out_of_memory", "proxy out of memory");
 failed:
-  if (spans != &one) free(spans);
-oom_nospans:
   if (!e->status) fail(e, 503, "out_of_memory", "proxy out of memory");
-  free(job->tokens);
   free(job->seqs);
   free(job->id_json);
   free(job);
@@ -340,7 +345,9 @@ lp_job_t *lp__infer_parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_mo
                     "send the body with Content-Length or chunked encoding", NULL);
     return NULL;
   }
-  lp_job_t *job = parse(p, req, path_model, path_model_len, &e);
+  toks_t t = {0};
+  lp_job_t *job = parse(p, req, path_model, path_model_len, &t, &e);
+  toks_free(&t); /* what the job did not take */
   if (!job)
     lp_proxy_reject(p, req, LP_ROUTE_INFER, e.status, NULL, e.code, e.msg,
                     e.extra[0] ? e.extra : NULL);
