@@ -152,7 +152,10 @@ static int check_segments(job_t *j, json_t *segs, perr_t *e) {
     last_seg[lane] = (uint32_t)seg;
     size_t base = (size_t)lane * j->bucket + (size_t)off;
     for (json_int_t k = 0; k < len && rc == 0; k++) {
-      if (covered[base + k]) rc = bad(e, "segments[%ld] overlaps another", (long)i);
+      if (covered[base + k]) {
+        rc = bad(e, "segments[%ld] overlaps another", (long)i);
+        break;
+      }
       covered[base + k] = 1;
       if (j->sids[base + k] != seg)
         rc = bad(e, "segment_ids at lane %ld slot %ld disagree with segments", (long)lane, (long)(off + k));

@@ -119,6 +119,8 @@ struct lg_s {
   stats_t st;
   int tty;
   int printed_mismatch;
+  int32_t *vgot, *vwant;  /* --verify scratch, reused; owned */
+  size_t vcap;
 };
 
 static uint64_t now_ns(void) { return uv_hrtime(); }
@@ -257,10 +259,18 @@ static const char *check_one(lg_t *lg, const char *v, const char *end, const int
 
 static int verify(lg_t *lg, const body_t *r, const char *body, size_t len) {
   const char *end = body + len;
-  int32_t *scratch = malloc((r->ntokens + 2) * sizeof(int32_t));
-  int32_t *want = malloc((r->ntokens + 2) * sizeof(int32_t));
+  /* two reused arrays per worker: the answer's values and the expected ones */
+  if (r->ntokens + 2 > lg->vcap) {
+    size_t c = r->ntokens + 2;
+    int32_t *a = realloc(lg->vgot, c * sizeof(int32_t));
+    if (a) lg->vgot = a;
+    int32_t *b = realloc(lg->vwant, c * sizeof(int32_t));
+    if (b) lg->vwant = b;
+    if (!a || !b) return 0;
+    lg->vcap = c;
+  }
+  int32_t *scratch = lg->vgot, *want = lg->vwant;
   int ok = 0;
-  if (!scratch || !want) goto out;
   if (lg->seqs_per_req == 1) {
     const char *v = find_member(body, end, "output");
     if (v) check_one(lg, v, end, r->tokens, r->lens[0], scratch, want, &ok);
@@ -282,8 +292,6 @@ static int verify(lg_t *lg, const body_t *r, const char *body, size_t len) {
     }
   }
 out:
-  free(scratch);
-  free(want);
   return ok;
 }
 
@@ -1072,6 +1080,8 @@ int main(int argc, char **argv) {
   free(lg.pool);
   lp_lengths_free(&lg.lengths);
   for (size_t i = 0; i < threads; i++) {
+    free(w[i].vgot);
+    free(w[i].vwant);
     uv_close((uv_handle_t *)&w[i].arrivals, NULL);
     uv_close((uv_handle_t *)&w[i].ticker, NULL);
     uv_run(w[i].loop, UV_RUN_DEFAULT);

@@ -27,7 +27,8 @@ typedef struct {
 /* Starts an emulator with extra args (space-separated in one string) and a
  * proxy with a config whose "models" section is model_json (with %d for the
  * emulator port, at most twice). */
-static void start(stack_t_ *s, const char *emu_args, const char *top_json, const char *model_json) {
+static void start_at(stack_t_ *s, const char *emu_args, const char *top_json, const char *model_json,
+                     const char *ready_path) {
   memset(s, 0, sizeof(*s));
   s->emu_port = h_free_port();
   s->port = h_free_port();
@@ -52,7 +53,11 @@ static void start(stack_t_ *s, const char *emu_args, const char *top_json, const
   fclose(f);
   char *pargv[] = {(char *)h_bin("LP_PROXY"), "--config", s->cfg, NULL};
   s->proxy = h_spawn(pargv, s->log);
-  ck_assert_msg(h_wait_http(s->port, "/readyz", 0, 5000) == 0, "proxy not ready, see %s", s->log);
+  ck_assert_msg(h_wait_http(s->port, ready_path, 0, 5000) == 0, "proxy not ready, see %s", s->log);
+}
+
+static void start(stack_t_ *s, const char *emu_args, const char *top_json, const char *model_json) {
+  start_at(s, emu_args, top_json, model_json, "/readyz");
 }
 
 static void stop(stack_t_ *s) {
@@ -242,6 +247,23 @@ START_TEST(client_errors) {
   big[sizeof(big) - 2] = '}';
   big[sizeof(big) - 1] = 0;
   expect(s.port, "POST", "/v1/infer", "", big, 413, "body_too_large");
+  /* a chunked body over max_body_bytes (no Content-Length to refuse up front) */
+  {
+    int cfd = h_connect(s.port);
+    const char *head = "POST /v1/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    h_send_all(cfd, head, strlen(head));
+    char chunk[1100];
+    memset(chunk, ' ', sizeof(chunk));
+    memcpy(chunk, "400\r\n", 5);
+    memcpy(chunk + 5 + 1024, "\r\n", 2);
+    for (int i = 0; i < 5; i++) h_send_all(cfd, chunk, 5 + 1024 + 2);
+    h_resp_t cr;
+    ck_assert_int_eq(h_read_response(cfd, &cr, 5000), 0);
+    ck_assert_int_eq(cr.status, 413);
+    ck_assert_ptr_nonnull(strstr(cr.body, "body_too_large"));
+    h_resp_free(&cr);
+    close(cfd);
+  }
   /* headers over max_header_bytes */
   char hdr[1600];
   snprintf(hdr, sizeof(hdr), "X-Long: %01200d\r\n", 0);
@@ -846,9 +868,97 @@ START_TEST(bad_version) {
 }
 END_TEST
 
+/* the emulator checks every batch: each inconsistency is a 400 naming it,
+ * an unknown shape a 500 shape mismatch, like the chip */
+START_TEST(emulator_checks) {
+  int port = h_free_port();
+  char listen[64];
+  snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+  char *argv[] = {(char *)h_bin("LP_EMULATOR"), "--listen", listen, "--shapes", "2x4", NULL};
+  pid_t emu = h_spawn(argv, "/tmp/lp-it-emu-checks.log");
+  ck_assert_int_eq(h_wait_http(port, "/healthz", 0, 5000), 0);
+  static const struct {
+    const char *body;
+    int status;
+    const char *needle;
+  } cases[] = {
+      {"{\"batch_id\": 1, \"shape\": [2, 4], \"input_ids\": [[5,6,0,0],[7,0,0,0]], "
+       "\"segment_ids\": [[1,1,0,0],[1,0,0,0]], \"position_ids\": [[0,1,0,0],[0,0,0,0]], "
+       "\"segments\": [{\"lane\": 0, \"segment\": 1, \"offset\": 0, \"length\": 2}, "
+       "{\"lane\": 1, \"segment\": 1, \"offset\": 0, \"length\": 1}]}", 200, "\"outputs\""},
+      {"{\"shape\": [3, 4], \"input_ids\": []}", 500, "shape mismatch"},
+      {"{\"shape\": [2, 4], \"input_ids\": [[1,2,3,4]], \"segment_ids\": [[1,1,1,1]], "
+       "\"position_ids\": [[0,1,2,3]], \"segments\": []}", 400, "lanes"},
+      {"{\"shape\": [2, 4], \"input_ids\": [[1,2,3,4],[1,2,3]], \"segment_ids\": [[1,1,1,1],[0,0,0,0]], "
+       "\"position_ids\": [[0,1,2,3],[0,0,0,0]], \"segments\": []}", 400, "the bucket is 4"},
+      {"{\"shape\": [2, 4], \"input_ids\": [[1,2,0,0],[0,0,0,0]], \"segment_ids\": [[1,1,0,0],[0,0,0,0]], "
+       "\"position_ids\": [[0,2,0,0],[0,0,0,0]], \"segments\": [{\"lane\": 0, \"segment\": 1, "
+       "\"offset\": 0, \"length\": 2}]}", 400, "position_ids at lane 0 slot 1"},
+      {"{\"shape\": [2, 4], \"input_ids\": [[1,2,0,0],[0,0,0,0]], \"segment_ids\": [[1,2,0,0],[0,0,0,0]], "
+       "\"position_ids\": [[0,1,0,0],[0,0,0,0]], \"segments\": [{\"lane\": 0, \"segment\": 1, "
+       "\"offset\": 0, \"length\": 2}]}", 400, "segment_ids at lane 0 slot 1"},
+      {"{\"shape\": [2, 4], \"input_ids\": [[1,2,0,0],[0,0,0,0]], \"segment_ids\": [[1,1,0,0],[0,0,0,0]], "
+       "\"position_ids\": [[0,1,0,0],[0,0,0,0]], \"segments\": [{\"lane\": 0, \"segment\": 1, "
+       "\"offset\": 0, \"length\": 2}, {\"lane\": 0, \"segment\": 2, \"offset\": 1, \"length\": 2}]}",
+       400, "overlaps"},
+      {"{\"shape\": [2, 4], \"input_ids\": [[1,2,9,0],[0,0,0,0]], \"segment_ids\": [[1,1,0,0],[0,0,0,0]], "
+       "\"position_ids\": [[0,1,0,0],[0,0,0,0]], \"segments\": [{\"lane\": 0, \"segment\": 3, "
+       "\"offset\": 0, \"length\": 2}]}", 400, "count 1, 2"},
+      {"{\"shape\": [2, 4], \"input_ids\": [[1,2,0,0],[0,0,0,0]], \"segment_ids\": [[1,1,0,0],[0,0,0,5]], "
+       "\"position_ids\": [[0,1,0,0],[0,0,0,0]], \"segments\": [{\"lane\": 0, \"segment\": 1, "
+       "\"offset\": 0, \"length\": 2}]}", 400, "padding at lane 1 slot 3"},
+      {"{\"shape\": [2, 4], \"input_ids\": [[1,2,0,0],[0,0,0,0]]}", 400, "needs 'segment_ids'"},
+      {"[1]", 400, "not a JSON object"},
+      {"{\"input_ids\": [1, 2], \"cu_seqlens\": [0, 2]}", 500, "rectangles only"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    h_resp_t r;
+    ck_assert_int_eq(h_call(port, "POST", "/v1/batch", "", cases[i].body, &r), 0);
+    ck_assert_msg(r.status == cases[i].status && strstr(r.body, cases[i].needle),
+                  "case %zu: %d %s", i, r.status, r.body);
+    h_resp_free(&r);
+  }
+  expect(port, "GET", "/v1/batch", "", NULL, 405, "method_not_allowed");
+  expect(port, "GET", "/nowhere", "", NULL, 404, "not_found");
+  h_stop(emu, 5000);
+}
+END_TEST
+
+/* a ragged model in front of a backend that takes rectangles only: its one
+ * "shape" is missing there, so the model has none left and says so */
+START_TEST(ragged_against_rectangles) {
+  stack_t_ s;
+  start(&s, "--shapes 4x64 --cost-ms 1", "\"unhealthy_after\": 100,",
+        "{\"default\": {\"ragged\": true, \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 1, "
+        "\"retry_backoff_ms\": 1}}");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1, 2]}", 503, "no_shape_available");
+  expect(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [3]}", 503, "no_shape_available");
+  stop(&s);
+}
+END_TEST
+
+/* a backend that refuses the batch itself (4xx): retrying cannot help, the
+ * client gets 502 with what the backend said */
+START_TEST(backend_refuses) {
+  stack_t_ s;
+  /* its health probe fails too (404), so it is never ready: wait for /healthz */
+  start_at(&s, "--shapes 4x64 --cost-ms 1", "\"unhealthy_after\": 100,",
+           "{\"default\": {\"shapes\": \"4x64\", \"backends\": [\"http://127.0.0.1:%d/wrong-prefix\"], "
+           "\"max_wait_ms\": 1}}", "/healthz");
+  h_resp_t r;
+  ck_assert_int_eq(h_call(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1]}", &r), 0);
+  ck_assert_int_eq(r.status, 502);
+  ck_assert_msg(strstr(r.body, "backend_error") && strstr(r.body, "answered 404"), "%s", r.body);
+  h_resp_free(&r);
+  ck_assert_int_eq((int)h_metric(s.port, "lanepack_retries_total"), 0);
+  stop(&s);
+}
+END_TEST
+
 LP_TEST_MAIN("proxy", answers_verify, concurrent_and_pipelined, client_errors, chunked_and_expect,
              backend_failures, no_backend, queue_full_and_deadline, cancel_on_disconnect,
              graceful_shutdown, models_shapes_ragged_per_segment, check_config, loadgen_run,
              loadgen_errors, slow_and_greedy_clients, example_config,
              retries_and_shape_mismatch, auth_and_admin_listener,
-             drain_timeout, no_shape_left, bad_version)
+             drain_timeout, no_shape_left, bad_version, emulator_checks,
+             ragged_against_rectangles, backend_refuses)

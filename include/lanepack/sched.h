@@ -51,7 +51,6 @@ typedef struct lp_sched_s lp_sched_t;
 /* Returns NULL on allocation failure or a config out of range. */
 lp_sched_t *lp_sched_new(const lp_sched_config_t *cfg);
 void lp_sched_free(lp_sched_t *s);
-const lp_sched_config_t *lp_sched_config(const lp_sched_t *s);
 
 /* Decides for items[0..n) given in queue order (priority first, then arrival).
  * Due items (waited max_wait, deadline within the shape's cost, or bypassed

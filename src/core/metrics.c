@@ -30,18 +30,25 @@ static void put_value(lp_buf_t *b, double v) {
   else lp_buf_printf(b, "%.9g", v);
 }
 
-void lp_metric_sample(lp_buf_t *b, const char *name, const char *labels, double v) {
+/* "name{labels} " : what every sample line starts with */
+static void put_series(lp_buf_t *b, const char *name, const char *labels) {
   lp_buf_puts(b, name);
-  if (labels && *labels) lp_buf_printf(b, "{%s}", labels);
+  if (labels && *labels) {
+    lp_buf_puts(b, "{");
+    lp_buf_puts(b, labels);
+    lp_buf_puts(b, "}");
+  }
   lp_buf_puts(b, " ");
+}
+
+void lp_metric_sample(lp_buf_t *b, const char *name, const char *labels, double v) {
+  put_series(b, name, labels);
   put_value(b, v);
   lp_buf_puts(b, "\n");
 }
 
 void lp_metric_sample_u64(lp_buf_t *b, const char *name, const char *labels, uint64_t v) {
-  lp_buf_puts(b, name);
-  if (labels && *labels) lp_buf_printf(b, "{%s}", labels);
-  lp_buf_puts(b, " ");
+  put_series(b, name, labels);
   lp_buf_u64(b, v);
   lp_buf_puts(b, "\n");
 }

@@ -41,8 +41,6 @@ void lp_sched_free(lp_sched_t *s) {
   free(s);
 }
 
-const lp_sched_config_t *lp_sched_config(const lp_sched_t *s) { return &s->cfg; }
-
 static int reserve(lp_sched_t *s, size_t n) {
   if (n <= s->cap) return 0;
   size_t c = s->cap ? s->cap : 64;

@@ -172,6 +172,7 @@ void lp_http_respond(lp_http_req_t *req, int status, const char *headers,
                      const char *content_type, const void *body, size_t len) {
   lp_buf_t out;
   lp_buf_init(&out);
+  lp_buf_reserve(&out, len + 256); /* one allocation, not a doubling series */
   lp_http_head(req, &out, status, headers, content_type, len);
   if (req->method != LP_HTTP_HEAD) lp_buf_append(&out, body, len); /* HEAD: the length only */
   if (out.oom) {

@@ -34,7 +34,6 @@ struct lp_upstream_s {
   size_t max_answer;
   int closing;
   int handles_open;
-  int in_action;           /* inside curl_multi_socket_action: no re-entry */
 };
 
 static int curl_started;
@@ -55,9 +54,7 @@ static void check_done(lp_upstream_t *up);
 
 static void socket_action(lp_upstream_t *up, curl_socket_t fd, int flags) {
   int running;
-  up->in_action = 1;
   curl_multi_socket_action(up->multi, fd, flags, &running);
-  up->in_action = 0;
   check_done(up);
 }
 

@@ -170,9 +170,6 @@ static void drop_queued(lp_job_t *job) {
 void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg) {
   if (!job->answered) {
     job->answered = 1;
-    job->err_status = status;
-    snprintf(job->err_code, sizeof(job->err_code), "%s", code);
-    snprintf(job->err_msg, sizeof(job->err_msg), "%s", msg);
     if (job->req) {
       const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
       lp_proxy_reject(job->proxy, job->req, LP_ROUTE_INFER, status, hdr, code, msg, NULL);
@@ -311,6 +308,8 @@ static int answer(lp_job_t *job, const char *single, size_t single_len, int per_
   lp_hist_observe(&p->t_total, (double)(now - job->arrive_ns) / 1e9);
   lp_buf_t out;
   lp_buf_init(&out);
+  /* one allocation for the whole answer: head and body */
+  if (lp_buf_reserve(&out, body->len + 256)) return -ENOMEM;
   lp_http_head(job->req, &out, 200, NULL, "application/json", body->len);
   lp_buf_append(&out, body->data, body->len);
   lp_proxy_count(p, LP_ROUTE_INFER, 200);
@@ -489,7 +488,6 @@ static int retry_batch(lp_batch_t *bt, int status, const char *code, const char 
 /* A backend that does not have a shape: never send it that shape again, and if
  * no backend has it, the model no longer chooses or admits by it. */
 static void shape_missing(lp_model_t *m, lp_backend_t *be, int shape) {
-  if (shape < 0) return;
   be->bad_shapes |= 1u << shape;
   int anywhere = 0;
   for (size_t i = 0; i < m->nbackends; i++) anywhere |= !(m->backends[i].bad_shapes & (1u << shape));
@@ -536,7 +534,8 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
     int keep = 0;
     be->failures++;
     if (mismatch) {
-      /* the backend is fine; the shape is not there: re-pack at once */
+      /* the backend is fine; the shape is not there: re-pack at once (the shape
+       * is now barred on this backend, so this cannot repeat) */
       shape_missing(m, be, bt->shape);
       keep = retry_batch(bt, 502, "backend_error", msg, 1);
     } else if (x->status >= 500) {

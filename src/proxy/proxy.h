@@ -62,9 +62,6 @@ struct lp_job_s {
   int32_t *tokens;        /* owned */
   uint64_t arrive_ns;
   uint64_t deadline_ns;
-  int err_status;         /* first failure; 0 = none */
-  char err_code[48];
-  char err_msg[600];
 };
 
 typedef struct lp_backend_s {
@@ -86,7 +83,7 @@ struct lp_batch_s {
   lp_model_t *model;
   lp_backend_t *backend;
   uint64_t id;
-  int shape;              /* index in model->shapes, or -1 when ragged */
+  int shape;              /* index in model->shapes (a ragged model has one) */
   lp_seq_t **seqs;        /* layout item i is seqs[i]; owned array */
   size_t nseqs;
   size_t seqs_cap;
