@@ -800,14 +800,18 @@ START_TEST(drain_timeout) {
     usleep(50000);
   }
   kill(s.proxy, SIGTERM);
-  for (int i = 0; i < 2; i++) {
+  usleep(50000);
+  /* a request that arrives on an open connection while draining is refused */
+  h_send_all(fds[0], req, strlen(req));
+  for (int i = 0; i < 3; i++) {
     h_resp_t r;
-    ck_assert_int_eq(h_read_response(fds[i], &r, 5000), 0);
+    ck_assert_int_eq(h_read_response(fds[i == 2 ? 0 : i], &r, 5000), 0);
     ck_assert_int_eq(r.status, 503);
     ck_assert_ptr_nonnull(strstr(r.body, "shutting_down"));
     h_resp_free(&r);
-    close(fds[i]);
   }
+  close(fds[0]);
+  close(fds[1]);
   ck_assert_int_eq(h_stop(s.proxy, 5000), 0);
   h_stop(s.emu, 5000);
 }

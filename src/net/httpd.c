@@ -229,13 +229,16 @@ static void conn_flush(lp_http_conn_t *c) {
     if (c->head == NULL) c->tail = NULL;
     if (c->cur == r) c->cur = NULL;
     uv_buf_t buf = uv_buf_init(r->_resp.data, (unsigned)r->_resp.len);
-    if (r->_close_after) c->closing = 1;
+    int last = r->_close_after;
+    if (last) c->closing = 1;
     if (uv_write(&r->_write, (uv_stream_t *)&c->tcp, &buf, 1, on_written) < 0) {
       req_free(r);
       conn_close(c);
       return;
     }
-    if (c->closing) break; /* nothing after a closing answer is sent */
+    /* nothing after a closing answer is sent; a connection that is only
+     * draining (c->closing from the server) still gets every answer it owes */
+    if (last) break;
   }
 }
 
