@@ -40,10 +40,26 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  /* Hundreds of thousands of connections to one port use up the ephemeral
+   * ports of one source address (TIME_WAIT): each input comes from its own
+   * address in 127.0.0.0/8. Only a refused connection (the proxy gone) fails. */
+  static uint32_t source = 0;
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a))) abort();
+  int fd = -1;
+  for (int tries = 0; tries < 16 && fd < 0; tries++) {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) abort();
+    source = source % 0xfffffd + 1;
+    struct sockaddr_in from = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000000u | source)};
+    if (bind(fd, (struct sockaddr *)&from, sizeof(from)) == 0 &&
+        connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+      break;
+    if (errno == ECONNREFUSED) abort();
+    close(fd);
+    fd = -1;
+  }
+  if (fd < 0) abort();
   fcntl(fd, F_SETFL, O_NONBLOCK);
   size_t off = 0;
   char buf[65536];

@@ -7,10 +7,14 @@ set -u
 target=$1 seeds=$2 secs=${LP_FUZZ_SECONDS:-$3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# libFuzzer's own exit codes (77 on a crash, 70 on a timeout) must not reach
+# meson as 77, which it reads as "skipped": any failure exits 1
 "$target" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  -error_exitcode=1 -timeout_exitcode=1 \
   -artifact_prefix="$work/" "$work" "$seeds" 2>&1 | tail -25
 rc=${PIPESTATUS[0]}
 for f in "$work"/crash-* "$work"/leak-* "$work"/timeout-*; do
   [ -e "$f" ] && { echo "failing input ($f):"; od -c "$f" | head -20; }
 done
-exit "$rc"
+[ "$rc" -eq 0 ] || exit 1
+exit 0
