@@ -13,6 +13,9 @@
 #define LP_MAX_BACKENDS 16
 #define LP_URL_MAX 256
 #define LP_NAME_MAX 64
+/* Bounds on any shape, configured or reported by a backend. */
+#define LP_MAX_LANES 4096
+#define LP_MAX_BUCKET (1u << 20)
 
 typedef enum { LP_BALANCE_LEAST_INFLIGHT = 0, LP_BALANCE_ROUND_ROBIN } lp_balance_t;
 
@@ -38,6 +41,9 @@ typedef struct lp_model_config_s {
   uint64_t default_deadline_ms; /* 0 = none */
   uint32_t max_retries;         /* tries after the first, per sequence */
   uint64_t retry_backoff_ms;    /* first backoff; doubles per retry */
+  uint64_t max_request_ms;      /* a request's longest stay; 0 = derived from the above */
+  uint64_t max_queue_bytes;     /* memory queued requests may hold */
+  uint64_t max_batch_tokens;    /* lanes x bucket of any shape, at most */
 } lp_model_config_t;
 
 typedef struct lp_config_s {

@@ -25,28 +25,35 @@ void lp__backend_result(lp_backend_t *b, int ok) {
   }
 }
 
-lp_backend_t *lp__backend_pick(lp_model_t *m) {
-  lp_backend_t *best = NULL;
-  for (size_t k = 0; k < m->nbackends; k++) {
-    size_t i = (m->rr + k) % m->nbackends;
-    lp_backend_t *b = &m->backends[i];
-    if (!b->healthy || b->inflight >= m->cfg->max_inflight) continue;
-    if (m->cfg->balance == LP_BALANCE_ROUND_ROBIN && b->failures_in_row == 0) {
-      best = b;
-      break;
-    }
-    /* a backend that just failed comes last: a retry should go elsewhere */
-    if (!best || b->failures_in_row < best->failures_in_row ||
-        (b->failures_in_row == best->failures_in_row && b->inflight < best->inflight))
-      best = b;
-  }
-  return best; /* the round-robin cursor moves when a batch is really sent */
+/* Better first: fewer failures in a row (a retry should go elsewhere), then
+ * fewer batches in flight; round-robin keeps the cursor's order instead. */
+static int better(const lp_model_t *m, const lp_backend_t *a, const lp_backend_t *b) {
+  if (a->failures_in_row != b->failures_in_row) return a->failures_in_row < b->failures_in_row;
+  if (m->cfg->balance == LP_BALANCE_ROUND_ROBIN) return 0;
+  return a->inflight < b->inflight;
 }
 
-/* Merges a backend's {"shapes": [[lanes, bucket], ...]}: configured shapes it
- * does not list are compiling (admitted, not chosen); shapes it lists that are
- * not configured are added. */
-static void merge_shapes(lp_model_t *m, const lp_xfer_t *x) {
+size_t lp__backends_free(lp_model_t *m, lp_backend_t **out) {
+  size_t n = 0;
+  for (size_t k = 0; k < m->nbackends; k++) {
+    lp_backend_t *b = &m->backends[(m->rr + k) % m->nbackends];
+    if (!b->healthy || b->inflight >= m->cfg->max_inflight) continue;
+    size_t at = n++;
+    while (at > 0 && better(m, b, out[at - 1])) {
+      out[at] = out[at - 1];
+      at--;
+    }
+    out[at] = b;
+  }
+  return n; /* the round-robin cursor moves when a batch is really sent */
+}
+
+/* Merges a backend's {"shapes": [[lanes, bucket], ...]} into its own states:
+ * configured shapes it does not list are compiling there (admitted, not sent to
+ * it); shapes it lists that are not configured join the model's set, on this
+ * backend only. Shapes over the batch size bound are ignored. */
+static void merge_shapes(lp_backend_t *b, const lp_xfer_t *x) {
+  lp_model_t *m = b->model;
   if (m->cfg->ragged || x->status != 200) return;
   json_error_t je;
   json_t *root = json_loadb(x->body.data ? x->body.data : "", x->body.len, 0, &je);
@@ -57,31 +64,44 @@ static void merge_shapes(lp_model_t *m, const lp_xfer_t *x) {
   }
   lp_bucket_set_t seen;
   lp_bucket_set_init(&seen);
-  size_t i;
+  size_t i, ignored = 0;
   json_t *s;
   json_array_foreach(list, i, s) {
     json_int_t l = json_integer_value(json_array_get(s, 0));
-    json_int_t b = json_integer_value(json_array_get(s, 1));
-    if (l > 0 && b > 0 && l <= 65536 && b <= (1 << 24)) lp_bucket_set_add(&seen, (uint32_t)l, (uint32_t)b);
+    json_int_t k = json_integer_value(json_array_get(s, 1));
+    if (l > 0 && k > 0 && l <= LP_MAX_LANES && k <= LP_MAX_BUCKET &&
+        (uint64_t)l * (uint64_t)k <= m->cfg->max_batch_tokens)
+      lp_bucket_set_add(&seen, (uint32_t)l, (uint32_t)k);
+    else
+      ignored++;
   }
   json_decref(root);
+  size_t configured = m->cfg->ragged ? 1 : m->cfg->shapes.count;
   for (size_t k = 0; k < m->shapes.count; k++) {
-    lp_shape_t *sh = &m->shapes.shapes[k];
-    if (sh->state == LP_SHAPE_UNAVAILABLE) continue;
-    sh->state = lp_bucket_set_find(&seen, sh->lanes, sh->bucket) >= 0 ? LP_SHAPE_COMPILED
-                                                                       : LP_SHAPE_COMPILING;
+    int listed = lp_bucket_set_find(&seen, m->shapes.shapes[k].lanes, m->shapes.shapes[k].bucket) >= 0;
+    b->shape_state[k] = listed ? LP_SHAPE_COMPILED
+                      : k < configured ? LP_SHAPE_COMPILING : LP_SHAPE_UNAVAILABLE;
   }
-  for (size_t k = 0; k < seen.count; k++)
-    if (lp_bucket_set_find(&m->shapes, seen.shapes[k].lanes, seen.shapes[k].bucket) < 0)
-      lp_bucket_set_add(&m->shapes, seen.shapes[k].lanes, seen.shapes[k].bucket);
-  lp_log(LP_LOG_INFO, "shapes merged", "\"model\": \"%s\", \"reported\": %zu, \"known\": %zu",
-         m->cfg->name, seen.count, m->shapes.count);
-  lp_proxy_kick(m->proxy);
+  for (size_t k = 0; k < seen.count; k++) {
+    if (lp_bucket_set_find(&m->shapes, seen.shapes[k].lanes, seen.shapes[k].bucket) >= 0) continue;
+    int at = lp_bucket_set_add(&m->shapes, seen.shapes[k].lanes, seen.shapes[k].bucket);
+    if (at < 0) { /* the set is full */
+      ignored++;
+      continue;
+    }
+    for (size_t o = 0; o < m->nbackends; o++) m->backends[o].shape_state[at] = LP_SHAPE_UNAVAILABLE;
+    b->shape_state[at] = LP_SHAPE_COMPILED;
+  }
+  b->reported = 1;
+  lp_log(ignored ? LP_LOG_WARN : LP_LOG_INFO, "shapes merged",
+         "\"model\": \"%s\", \"backend\": \"%s\", \"reported\": %zu, \"ignored\": %zu, \"known\": %zu",
+         m->cfg->name, b->url, seen.count, ignored, m->shapes.count);
+  lp__model_shapes_changed(m);
 }
 
 static void on_shapes(lp_xfer_t *x, void *ud) {
   lp_backend_t *b = ud;
-  if (x->result == LP_XFER_OK) merge_shapes(b->model, x);
+  if (x->result == LP_XFER_OK) merge_shapes(b, x);
 }
 
 static void fetch_shapes(lp_backend_t *b) {
@@ -97,7 +117,14 @@ static void on_probe(lp_xfer_t *x, void *ud) {
   if (ok) {
     b->probed_ok = 1;
     if (!was) {
-      b->bad_shapes = 0; /* it may have come back with other shapes */
+      /* it may have come back with other shapes: the configured ones until it
+       * says which */
+      lp_model_t *m = b->model;
+      size_t configured = m->cfg->ragged ? 1 : m->cfg->shapes.count;
+      for (size_t k = 0; k < m->shapes.count; k++)
+        b->shape_state[k] = k < configured ? LP_SHAPE_COMPILED : LP_SHAPE_UNAVAILABLE;
+      b->reported = 0;
+      lp__model_shapes_changed(m);
       fetch_shapes(b);
     }
   }

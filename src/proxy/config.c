@@ -27,6 +27,8 @@ void lp_model_config_default(lp_model_config_t *m, const char *name) {
   m->ragged_max_tokens = 32768;
   m->max_retries = 2;
   m->retry_backoff_ms = 20;
+  m->max_queue_bytes = 256ull << 20;
+  m->max_batch_tokens = 1u << 21;
 }
 
 void lp_config_default(lp_config_t *c) {
@@ -176,6 +178,12 @@ static int load_model(ctx_t *x, lp_model_config_t *m, json_t *o, const char *mpa
       U64_FIELD(x, v, path, 1, 1024, m->max_inflight);
     } else if (strcmp(key, "backend_timeout_ms") == 0) {
       U64_FIELD(x, v, path, 1, 3600000, m->backend_timeout_ms);
+    } else if (strcmp(key, "max_request_ms") == 0) {
+      U64_FIELD(x, v, path, 0, 86400000, m->max_request_ms);
+    } else if (strcmp(key, "max_queue_bytes") == 0) {
+      U64_FIELD(x, v, path, 1 << 20, 1ull << 40, m->max_queue_bytes);
+    } else if (strcmp(key, "max_batch_tokens") == 0) {
+      U64_FIELD(x, v, path, 1, 1ull << 26, m->max_batch_tokens);
     } else if (strcmp(key, "max_retries") == 0) {
       U64_FIELD(x, v, path, 0, 100, m->max_retries);
     } else if (strcmp(key, "retry_backoff_ms") == 0) {
@@ -315,6 +323,17 @@ int lp_config_validate(const lp_config_t *c, char *err, size_t errlen) {
     snprintf(path, sizeof(path), "models.%s", m->name);
     if (m->nbackends == 0) return fail(&x, path, "needs at least one backend");
     if (!m->ragged && m->shapes.count == 0) return fail(&x, path, "needs at least one shape");
+    for (size_t k = 0; k < m->shapes.count; k++) {
+      const lp_shape_t *sh = &m->shapes.shapes[k];
+      if (sh->lanes > LP_MAX_LANES || sh->bucket > LP_MAX_BUCKET ||
+          (uint64_t)sh->lanes * sh->bucket > m->max_batch_tokens)
+        return fail(&x, path, "shape %ux%u is over the bounds (lanes <= %u, bucket <= %u, "
+                    "lanes x bucket <= max_batch_tokens = %llu)", sh->lanes, sh->bucket,
+                    LP_MAX_LANES, LP_MAX_BUCKET, (unsigned long long)m->max_batch_tokens);
+    }
+    if (m->ragged && m->ragged_max_tokens > m->max_batch_tokens)
+      return fail(&x, path, "ragged_max_tokens is over max_batch_tokens (%llu)",
+                  (unsigned long long)m->max_batch_tokens);
   }
   if (c->auth_tokens_file[0]) {
     char **tokens = NULL;
@@ -372,6 +391,9 @@ char *lp_config_dump(const lp_config_t *c) {
     json_object_set_new(o, "default_deadline_ms", json_integer((json_int_t)m->default_deadline_ms));
     json_object_set_new(o, "max_retries", json_integer(m->max_retries));
     json_object_set_new(o, "retry_backoff_ms", json_integer((json_int_t)m->retry_backoff_ms));
+    json_object_set_new(o, "max_request_ms", json_integer((json_int_t)m->max_request_ms));
+    json_object_set_new(o, "max_queue_bytes", json_integer((json_int_t)m->max_queue_bytes));
+    json_object_set_new(o, "max_batch_tokens", json_integer((json_int_t)m->max_batch_tokens));
     json_object_set_new(o, "balance", json_string(m->balance == LP_BALANCE_ROUND_ROBIN
                                                       ? "round_robin" : "least_inflight"));
     json_object_set_new(o, "ragged", json_boolean(m->ragged));

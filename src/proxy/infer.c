@@ -275,6 +275,7 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
   }
   lp_job_t *job = calloc(1, sizeof(*job));
   if (!job) return fail(e, 503, "out_of_memory", "proxy out of memory");
+  lp_theap_node_init(&job->timer);
   span_t *spans = t->spans;
   size_t nspans = t->nspans;
   job->seqs = calloc(nspans, sizeof(lp_seq_t));
@@ -309,15 +310,26 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
     s->job = job;
     s->tokens = t->tokens + spans[i].off;
     s->len = spans[i].len;
-    s->priority = (int)priority;
+    s->q.priority = (int)priority;
   }
   if (id_at) {
     job->id_json = strndup(id_at, (size_t)(id_end - id_at));
     if (!job->id_json) goto failed;
   }
-  /* the job takes the tokens; the spans were only for reading */
+  /* the job takes the tokens, sized to their count (the reader sized them by
+   * the body, half its bytes); the spans were only for reading */
+  if (t->used < t->cap) {
+    int32_t *fit = realloc(t->tokens, (t->used ? t->used : 1) * sizeof(int32_t));
+    if (fit) {
+      for (size_t i = 0; i < nspans; i++) job->seqs[i].tokens = fit + spans[i].off;
+      t->tokens = fit;
+      t->cap = t->used;
+    }
+  }
   job->tokens = t->tokens;
   t->tokens = NULL;
+  job->bytes = sizeof(*job) + nspans * sizeof(lp_seq_t) + t->used * sizeof(int32_t) +
+               (job->id_json ? strlen(job->id_json) + 1 : 0);
   job->arrive_ns = uv_hrtime();
   uint64_t dl = deadline_ms >= 0 ? (uint64_t)(deadline_ms * 1e6) : m->cfg->default_deadline_ms * 1000000ull;
   job->deadline_ns = dl ? job->arrive_ns + dl : 0;
@@ -348,6 +360,10 @@ lp_job_t *lp__infer_parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_mo
   toks_t t = {0};
   lp_job_t *job = parse(p, req, path_model, path_model_len, &t, &e);
   toks_free(&t); /* what the job did not take */
+  /* the tokens were copied out: a queued request holds no body */
+  free(req->body);
+  req->body = NULL;
+  req->body_len = 0;
   if (!job)
     lp_proxy_reject(p, req, LP_ROUTE_INFER, e.status, NULL, e.code, e.msg,
                     e.extra[0] ? e.extra : NULL);

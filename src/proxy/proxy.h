@@ -14,8 +14,10 @@
 #include "lanepack/httpd.h"
 #include "lanepack/layout.h"
 #include "lanepack/metrics.h"
+#include "lanepack/queue.h"
 #include "lanepack/scatter.h"
 #include "lanepack/sched.h"
+#include "lanepack/timeheap.h"
 #include "lanepack/upstream.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
@@ -33,9 +35,7 @@ typedef struct lp_seq_s {
   const int32_t *tokens;  /* into job->tokens */
   uint32_t len;
   int state;
-  int cancelled;          /* its client left: drop from the queue */
-  int priority;
-  uint64_t seqno;         /* arrival order within the model */
+  lp_qnode_t q;           /* its place in the model's queue (priority, arrival) */
   uint32_t attempts;      /* retries spent */
   lp_sched_item_t sched;
   /* where it ran */
@@ -61,7 +61,10 @@ struct lp_job_s {
   lp_seq_t *seqs;         /* owned */
   int32_t *tokens;        /* owned */
   uint64_t arrive_ns;
-  uint64_t deadline_ns;
+  uint64_t deadline_ns;   /* the client's; 0 = none */
+  uint64_t bound_ns;      /* the proxy's: answered by then whatever happens */
+  lp_theap_node_t timer;  /* in proxy->job_timers until answered */
+  size_t bytes;           /* what it holds, charged to the queue's budget */
 };
 
 typedef struct lp_backend_s {
@@ -76,7 +79,10 @@ typedef struct lp_backend_s {
   uint32_t inflight;
   lp_xfer_t *probe;       /* health probe in flight */
   uint64_t batches, failures;
-  uint32_t bad_shapes;    /* bit i: shape i answered "shape mismatch" here */
+  /* shape i as this backend has it: reported by /v1/shapes, or configured and
+   * not contradicted; UNAVAILABLE after a shape mismatch here */
+  lp_shape_state_t shape_state[LP_BUCKET_MAX_SHAPES];
+  int reported;           /* /v1/shapes answered since it last came up */
 } lp_backend_t;
 
 struct lp_batch_s {
@@ -99,14 +105,18 @@ struct lp_batch_s {
 struct lp_model_s {
   lp_proxy_t *proxy;
   const lp_model_config_t *cfg;
-  lp_bucket_set_t shapes;  /* the live set: configured merged with what backends report */
+  /* the union of every backend's shapes; a shape's state here is the best any
+   * backend has it in (admission looks at this), its counters the model's */
+  lp_bucket_set_t shapes;
   lp_sched_t *sched;       /* owned */
-  lp_seq_t **queue;        /* priority desc, then arrival; owned array of borrowed seqs */
-  size_t qlen, qcap;
+  lp_queue_t queue;        /* waiting sequences (lp_seq_t.q); owns its level array */
   uint64_t queued_tokens;
   size_t queued_requests;
+  uint64_t queued_bytes;
   uint64_t next_seqno;
+  uint64_t bound_ns;       /* a request's longest stay in the proxy */
   lp_sched_item_t *items;  /* scratch for decisions; owned */
+  lp_seq_t **win;          /* the sequences behind items; owned array */
   size_t items_cap;
   uv_timer_t wake;         /* the scheduler's next rule */
   lp_backend_t backends[LP_MAX_BACKENDS];
@@ -153,6 +163,9 @@ struct lp_proxy_s {
   size_t jobs;             /* jobs alive */
   size_t batches;          /* batches in flight */
   lp_buf_t scratch;        /* answers are built here, then handed to the server */
+  lp_theap_t job_timers;   /* every unanswered job by the time it must be looked at */
+  uv_timer_t job_timer;    /* fires at the heap's top */
+  uint64_t job_timer_at;   /* when job_timer fires; 0 = stopped */
   /* metrics */
   uint64_t requests[LP_ROUTE_COUNT][LP_STATUS_SLOTS];
   struct { const char *code; uint64_t n; } rejections[32];
@@ -173,21 +186,48 @@ void lp_proxy_reject(lp_proxy_t *p, lp_http_req_t *req, int route, int status,
 lp_job_t *lp__infer_parse(lp_proxy_t *p, lp_http_req_t *req, const char *model_from_path,
                           size_t model_len);
 
-/* model.c */
+/* model.c: admission, the queue, shape states, the scheduling loop */
 int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg);
 void lp__model_close(lp_model_t *m);
 int lp__model_admit(lp_model_t *m, lp_job_t *job);
 void lp__model_schedule(lp_model_t *m);
+void lp__model_fail_all(lp_model_t *m, int status, const char *code, const char *msg);
+int lp__model_ready(const lp_model_t *m);
+/* Takes a queued sequence out of the queue and its counts. */
+void lp__model_unqueue(lp_model_t *m, lp_seq_t *s, int state);
+/* Puts a retried sequence back; -ENOMEM, or -ERANGE when no shape holds it now. */
+int lp__model_requeue(lp_model_t *m, lp_seq_t *s);
+/* A backend's shape states changed: recompute the model's, and fail at once the
+ * queued sequences that no shape anywhere can hold any more. */
+void lp__model_shapes_changed(lp_model_t *m);
+/* The shapes as one backend has them. */
+void lp__backend_view(const lp_backend_t *be, lp_bucket_set_t *out);
+/* Largest bucket compiled on some backend. */
+uint32_t lp__model_compiled_max(const lp_model_t *m);
+
+/* job.c: a request's end, exactly once, and its time bound */
 void lp__job_cancel(lp_job_t *job);
 void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg);
 void lp__job_free(lp_job_t *job);
-void lp__model_fail_all(lp_model_t *m, int status, const char *code, const char *msg);
-int lp__model_ready(const lp_model_t *m);
+/* Starts the job's bound: answered by min(deadline, bound) whatever happens. */
+int lp__job_arm(lp_job_t *job);
+void lp__job_timers_init(lp_proxy_t *p);
+/* One sequence's output is here (slice, per-token outputs wrapped in [ ]). */
+void lp__seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment);
+void lp__seq_failed(lp_seq_t *s, int status, const char *code, const char *msg);
+
+/* batch.c: rectangles sent upstream and their answers */
+#define LP_MAX_BACKOFF_MS 60000
+/* The backoff before retry attempts+1: doubling, capped, never overflowing. */
+uint64_t lp__backoff_ms(const lp_model_t *m, uint32_t attempts);
+int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *plan);
+void lp__batches_free(lp_model_t *m);
 
 /* backend.c */
 void lp__backends_start(lp_proxy_t *p);
 void lp__backend_result(lp_backend_t *b, int ok);
-lp_backend_t *lp__backend_pick(lp_model_t *m);
+/* The healthy backends with a free slot, best first; returns how many. */
+size_t lp__backends_free(lp_model_t *m, lp_backend_t **out);
 
 /* status.c: /metrics, /v1/models, /v1/buckets/advice */
 void lp__render_metrics(lp_proxy_t *p, lp_buf_t *out);

@@ -14,7 +14,7 @@ extern const int lp__status_codes[LP_STATUS_SLOTS];
 typedef uint64_t (*model_value_fn)(const lp_model_t *m);
 typedef uint64_t (*backend_value_fn)(const lp_backend_t *b);
 
-static uint64_t m_qlen(const lp_model_t *m) { return m->qlen; }
+static uint64_t m_qlen(const lp_model_t *m) { return m->queue.n; }
 static uint64_t m_qtokens(const lp_model_t *m) { return m->queued_tokens; }
 static uint64_t m_done(const lp_model_t *m) { return m->sequences_done; }
 static uint64_t b_up(const lp_backend_t *b) { return (uint64_t)b->healthy; }
@@ -113,7 +113,7 @@ void lp__render_models(lp_proxy_t *p, lp_buf_t *b) {
     lp_buf_puts(b, "{\"name\": ");
     lp_buf_json_str(b, m->cfg->name, strlen(m->cfg->name));
     lp_buf_printf(b, ", \"ragged\": %s, \"ready\": %s, \"queue\": {\"sequences\": %zu, \"tokens\": %llu}, \"shapes\": [",
-                  m->cfg->ragged ? "true" : "false", lp__model_ready(m) ? "true" : "false", m->qlen,
+                  m->cfg->ragged ? "true" : "false", lp__model_ready(m) ? "true" : "false", m->queue.n,
                   (unsigned long long)m->queued_tokens);
     for (size_t s = 0; s < m->shapes.count; s++) {
       const lp_shape_t *sh = &m->shapes.shapes[s];

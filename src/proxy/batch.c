@@ -1,0 +1,337 @@
+/* Batches: a rectangle built from the scheduler's plan, sent to one backend,
+ * and what its answer becomes: slices for each client, a retry, or failures. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lanepack/log.h"
+#include "proxy.h"
+
+static void batch_destroy(lp_batch_t *b);
+
+#define LP_SPARE_BATCHES 4
+
+static void batch_destroy(lp_batch_t *b) {
+  lp_layout_free(&b->layout);
+  lp_buf_free(&b->body);
+  free(b->seqs);
+  free(b);
+}
+
+/* A finished batch goes back to its model's pool, buffers and all. */
+static void batch_free(lp_batch_t *b) {
+  lp_model_t *m = b->model;
+  if (m->nspare >= LP_SPARE_BATCHES) {
+    batch_destroy(b);
+    return;
+  }
+  b->next_spare = m->spare;
+  m->spare = b;
+  m->nspare++;
+}
+
+static lp_batch_t *batch_get(lp_model_t *m, size_t nseqs) {
+  lp_batch_t *b = m->spare;
+  if (b) {
+    m->spare = b->next_spare;
+    m->nspare--;
+  } else {
+    b = calloc(1, sizeof(*b));
+    if (!b) return NULL;
+    lp_layout_init(&b->layout);
+    lp_buf_init(&b->body);
+  }
+  if (nseqs > b->seqs_cap) {
+    lp_seq_t **s = realloc(b->seqs, nseqs * sizeof(*s));
+    if (!s) {
+      batch_destroy(b);
+      return NULL;
+    }
+    b->seqs = s;
+    b->seqs_cap = nseqs;
+  }
+  lp_buf_reset(&b->body);
+  b->model = m;
+  b->nseqs = 0;
+  b->xfer = NULL;
+  b->next_spare = NULL;
+  return b;
+}
+
+static void fail_batch(lp_batch_t *bt, int status, const char *code, const char *msg) {
+  for (size_t i = 0; i < bt->nseqs; i++)
+    if (bt->seqs[i]) lp__seq_failed(bt->seqs[i], status, code, msg);
+}
+
+static int contains(const lp_buf_t *b, const char *needle) {
+  size_t n = strlen(needle);
+  for (size_t i = 0; b->data && i + n <= b->len; i++)
+    if (memcmp(b->data + i, needle, n) == 0) return 1;
+  return 0;
+}
+
+static void on_batch_retry_closed(uv_handle_t *h) {
+  batch_free(container_of(h, lp_batch_t, retry));
+}
+
+/* Back in the queue after the backoff: the scheduler packs them anew, maybe with
+ * others, maybe into another shape, on the backend it picks. */
+static void on_batch_retry(uv_timer_t *t) {
+  lp_batch_t *bt = container_of(t, lp_batch_t, retry);
+  lp_model_t *m = bt->model;
+  uint64_t now = uv_hrtime();
+  for (size_t i = 0; i < bt->nseqs; i++) {
+    lp_seq_t *s = bt->seqs[i];
+    if (!s) continue;
+    lp_job_t *job = s->job;
+    if (job->answered) { /* the client left, or another sequence failed it */
+      s->state = LP_SEQ_DONE;
+      if (--job->unresolved == 0) lp__job_free(job);
+    } else if (m->proxy->hard_stop) {
+      lp__seq_failed(s, 503, "shutting_down", "the proxy is shutting down");
+    } else if (s->sched.deadline_ns && s->sched.deadline_ns <= now) {
+      lp__seq_failed(s, 504, "deadline_exceeded", "the deadline passed while retrying");
+    } else {
+      int rc = lp__model_requeue(m, s);
+      if (rc == -ERANGE)
+        lp__seq_failed(s, 503, "no_shape_available",
+                       "no backend has a shape that holds this sequence any more");
+      else if (rc)
+        lp__seq_failed(s, 503, "out_of_memory", "proxy out of memory");
+    }
+  }
+  uv_close((uv_handle_t *)&bt->retry, on_batch_retry_closed);
+  lp_proxy_kick(m->proxy);
+}
+
+/* The backoff before retry number attempts+1: doubling from retry_backoff_ms,
+ * capped (a shift past 63 bits is undefined, and earlier ones overflow). */
+uint64_t lp__backoff_ms(const lp_model_t *m, uint32_t attempts) {
+  uint64_t ms = m->cfg->retry_backoff_ms;
+  for (uint32_t i = 0; i < attempts && ms < LP_MAX_BACKOFF_MS; i++) ms *= 2;
+  return ms < LP_MAX_BACKOFF_MS ? ms : LP_MAX_BACKOFF_MS;
+}
+
+/* A batch failed before the backend computed it: its sequences are tried again
+ * (budget and deadline allowing) after a backoff; free_try (a shape mismatch,
+ * re-packed at once) does not spend the budget. The rest fail with status.
+ * Returns 1 when the batch is kept for the retry, 0 when it can be freed. */
+static int retry_batch(lp_batch_t *bt, int status, const char *code, const char *msg, int free_try) {
+  lp_model_t *m = bt->model;
+  uint64_t now = uv_hrtime();
+  uint32_t most = 0;
+  size_t kept = 0;
+  for (size_t i = 0; i < bt->nseqs; i++) {
+    lp_seq_t *s = bt->seqs[i];
+    bt->seqs[i] = NULL;
+    lp_job_t *job = s->job;
+    uint64_t backoff = free_try ? 0 : lp__backoff_ms(m, s->attempts) * 1000000ull;
+    if (job->answered) {
+      s->state = LP_SEQ_DONE;
+      if (--job->unresolved == 0) lp__job_free(job);
+    } else if (!free_try && s->attempts >= m->cfg->max_retries) {
+      lp__seq_failed(s, status, code, msg);
+    } else if (s->sched.deadline_ns && s->sched.deadline_ns <= now + backoff) {
+      lp__seq_failed(s, 504, "deadline_exceeded", "the deadline would pass before a retry");
+    } else {
+      if (!free_try) s->attempts++;
+      if (s->attempts > most) most = s->attempts;
+      m->proxy->retries++;
+      bt->seqs[i] = s;
+      kept++;
+    }
+  }
+  if (!kept) return 0;
+  bt->backoff_ms = free_try ? 0 : (uint32_t)lp__backoff_ms(m, most ? most - 1 : 0);
+  uv_timer_init(m->proxy->loop, &bt->retry);
+  uv_timer_start(&bt->retry, on_batch_retry, bt->backoff_ms, 0);
+  return 1;
+}
+
+/* A backend that does not have a shape: never send it that shape again, and if
+ * no backend has it, the model no longer chooses or admits by it. */
+static void shape_missing(lp_model_t *m, lp_backend_t *be, int shape) {
+  be->shape_state[shape] = LP_SHAPE_UNAVAILABLE;
+  lp__model_shapes_changed(m);
+  int anywhere = m->shapes.shapes[shape].state != LP_SHAPE_UNAVAILABLE;
+  lp_log(LP_LOG_WARN, "shape mismatch", "\"backend\": \"%s\", \"shape\": [%u, %u], \"anywhere\": %s",
+         be->url, m->shapes.shapes[shape].lanes, m->shapes.shapes[shape].bucket,
+         anywhere ? "true" : "false");
+}
+
+static void on_batch_done(lp_xfer_t *x, void *ud) {
+  lp_batch_t *bt = ud;
+  lp_model_t *m = bt->model;
+  lp_proxy_t *p = m->proxy;
+  lp_backend_t *be = bt->backend;
+  be->inflight--;
+  m->inflight--;
+  p->batches--;
+  char msg[600];
+  if (x->result != LP_XFER_OK) {
+    int timeout = x->result == LP_XFER_TIMEOUT;
+    snprintf(msg, sizeof(msg), "backend %s: %s (%s)", be->url,
+             timeout ? "no answer in time" : "transfer failed", x->error);
+    int keep = 0;
+    if (x->result != LP_XFER_CANCELLED) {
+      be->failures++;
+      lp__backend_result(be, 0);
+      lp_log(LP_LOG_WARN, "batch failed", "\"batch\": %llu, \"backend\": \"%s\", \"kind\": \"%s\"",
+             (unsigned long long)bt->id, be->url, lp_xfer_result_name(x->result));
+      keep = retry_batch(bt, timeout ? 504 : 502, timeout ? "backend_timeout" : "backend_error", msg, 0);
+    } else {
+      fail_batch(bt, 503, "shutting_down", msg);
+    }
+    if (keep) {
+      lp_proxy_kick(p);
+      return;
+    }
+  } else if (x->status != 200) {
+    size_t n = x->body.len > 160 ? 160 : x->body.len;
+    snprintf(msg, sizeof(msg), "backend %s answered %ld: %.*s", be->url, x->status, (int)n,
+             x->body.data ? x->body.data : "");
+    while (n && (msg[strlen(msg) - 1] == '\n')) msg[strlen(msg) - 1] = 0, n--;
+    int mismatch = x->status == 500 && (contains(&x->body, "shape mismatch") ||
+                                        contains(&x->body, "shape_mismatch"));
+    int keep = 0;
+    be->failures++;
+    if (mismatch) {
+      /* the backend is fine; the shape is not there: re-pack at once (the shape
+       * is now barred on this backend, so this cannot repeat) */
+      shape_missing(m, be, bt->shape);
+      keep = retry_batch(bt, 502, "backend_error", msg, 1);
+    } else if (x->status >= 500) {
+      lp__backend_result(be, 0);
+      keep = retry_batch(bt, 502, "backend_error", msg, 0);
+    } else {
+      lp__backend_result(be, 1); /* it answered: our batch was wrong, retrying cannot help */
+      fail_batch(bt, 502, "backend_error", msg);
+    }
+    if (keep) {
+      lp_proxy_kick(p);
+      return;
+    }
+  } else {
+    lp_scatter_t *sc = &m->scatter;
+    char err[200];
+    int rc = lp_scatter_index(sc, x->body.data ? x->body.data : "", x->body.len, &bt->layout,
+                              err, sizeof(err));
+    if (rc) {
+      snprintf(msg, sizeof(msg), "backend %s answered a malformed batch: %s", be->url, err);
+      be->failures++;
+      lp__backend_result(be, 0);
+      lp_log(LP_LOG_WARN, "bad backend answer", "\"batch\": %llu, \"error\": \"%s\"",
+             (unsigned long long)bt->id, err);
+      fail_batch(bt, 502, "bad_backend_answer", msg);
+    } else {
+      be->batches++;
+      lp__backend_result(be, 1);
+      for (size_t i = 0; i < bt->layout.nsegs; i++) {
+        const lp_segment_t *g = &bt->layout.segs[i];
+        const char *start;
+        size_t len;
+        lp_scatter_slice(sc, g, &start, &len);
+        lp__seq_done(bt->seqs[g->item], start, len, sc->per_segment);
+      }
+    }
+  }
+  batch_free(bt);
+  lp_proxy_kick(p);
+}
+
+/* Sends what the plan placed; the placed sequences leave the queue. */
+int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *plan) {
+  lp_proxy_t *p = m->proxy;
+  lp_batch_t *bt = batch_get(m, plan->placed + 1);
+  if (!bt) return -ENOMEM;
+  bt->backend = be;
+  bt->id = ++p->next_batch_id;
+  bt->shape = plan->shape;
+  if (plan->placed + 1 > m->scratch_cap) {
+    size_t c = plan->placed + 1;
+    lp_seq_ref_t *r = realloc(m->refs, c * sizeof(*r));
+    if (r) m->refs = r;
+    lp_place_t *pl = realloc(m->place, c * sizeof(*pl));
+    if (pl) m->place = pl;
+    if (!r || !pl) {
+      batch_free(bt);
+      return -ENOMEM;
+    }
+    m->scratch_cap = c;
+  }
+  lp_seq_ref_t *refs = m->refs;
+  lp_place_t *place = m->place;
+  size_t k = 0;
+  for (size_t i = 0; i < plan->n; i++) {
+    if (plan->place[i].bin < 0) continue;
+    lp_seq_t *s = m->win[i];
+    bt->seqs[k] = s;
+    refs[k] = (lp_seq_ref_t){s->tokens, s->len};
+    place[k] = plan->place[i];
+    k++;
+  }
+  bt->nseqs = k;
+  const lp_shape_t *sh = &m->shapes.shapes[plan->shape];
+  int rc = m->cfg->ragged ? lp_layout_build_ragged(&bt->layout, NULL, refs, k)
+                          : lp_layout_build(&bt->layout, sh->lanes, sh->bucket, m->cfg->pad_id,
+                                            place, refs, k);
+  if (rc) {
+    batch_free(bt);
+    return rc;
+  }
+  uint64_t now = uv_hrtime();
+  for (size_t i = 0; i < bt->layout.nsegs; i++) {
+    const lp_segment_t *g = &bt->layout.segs[i];
+    lp_seq_t *s = bt->seqs[g->item];
+    s->batch_id = bt->id;
+    s->lanes = bt->layout.lanes;
+    s->bucket = bt->layout.bucket;
+    s->lane = g->lane;
+    s->offset = g->offset;
+    s->dispatch_ns = now;
+    lp__model_unqueue(m, s, LP_SEQ_INFLIGHT);
+  }
+  lp_batchjson_write(&m->writer, &bt->body, &bt->layout, bt->id, m->cfg->name);
+  if (bt->body.oom) {
+    fail_batch(bt, 503, "out_of_memory", "proxy out of memory");
+    batch_free(bt);
+    return 0;
+  }
+  /* accounting: what the chip will compute */
+  uint64_t slots = (uint64_t)bt->layout.lanes * bt->layout.bucket;
+  lp_bucket_set_account(&m->shapes, (size_t)plan->shape, (uint32_t)bt->layout.nsegs,
+                        bt->layout.real_tokens);
+  m->batches_by_shape[plan->shape]++;
+  m->real_tokens += bt->layout.real_tokens;
+  m->pad_tokens += slots - bt->layout.real_tokens;
+  lp_hist_observe(&m->fill, (double)bt->layout.real_tokens / (double)slots);
+  bt->dispatch_ns = now;
+  m->rr = (size_t)(be - m->backends) + 1;
+  be->inflight++;
+  m->inflight++;
+  p->batches++;
+  lp_log(LP_LOG_DEBUG, "dispatch",
+         "\"batch\": %llu, \"shape\": [%u, %u], \"segments\": %zu, \"fill\": %.4f, "
+         "\"reason\": \"%s\", \"backend\": \"%s\"",
+         (unsigned long long)bt->id, bt->layout.lanes, bt->layout.bucket, bt->layout.nsegs,
+         plan->fill, plan->reason, be->url);
+  bt->xfer = lp_upstream_request(p->up, be->batch_url, bt->body.data, bt->body.len,
+                                 m->cfg->backend_timeout_ms, on_batch_done, bt);
+  if (!bt->xfer) {
+    be->inflight--;
+    m->inflight--;
+    p->batches--;
+    fail_batch(bt, 502, "backend_error", "could not start the upstream request");
+    batch_free(bt);
+  }
+  return 0;
+}
+
+void lp__batches_free(lp_model_t *m) {
+  while (m->spare) {
+    lp_batch_t *b = m->spare;
+    m->spare = b->next_spare;
+    batch_destroy(b);
+  }
+}

@@ -1,0 +1,278 @@
+/* A request's life after admission: its answer, built once every sequence has
+ * its output, or its failure; and its time bound, kept in a heap apart from
+ * the scheduler, so that no scheduling state can keep a request unanswered. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lanepack/log.h"
+#include "proxy.h"
+
+/* ---- ending jobs ---- */
+
+void lp__job_free(lp_job_t *job) {
+  lp_theap_remove(&job->proxy->job_timers, &job->timer);
+  for (uint32_t i = 0; i < job->nseq; i++) free(job->seqs[i].out);
+  free(job->seqs);
+  free(job->tokens);
+  free(job->id_json);
+  job->proxy->jobs--;
+  free(job);
+}
+
+/* Removes the job's queued sequences (they will never be sent). */
+static void drop_queued(lp_job_t *job) {
+  if (!job->queued) return;
+  lp_model_t *m = job->model;
+  for (uint32_t i = 0; i < job->nseq && job->queued; i++) {
+    lp_seq_t *s = &job->seqs[i];
+    if (s->state == LP_SEQ_QUEUED) {
+      lp__model_unqueue(m, s, LP_SEQ_DONE);
+      job->unresolved--;
+    }
+  }
+}
+
+/* The job has had its one answer (or its client left): nothing times it now. */
+static void settle(lp_job_t *job) {
+  job->answered = 1;
+  lp_theap_remove(&job->proxy->job_timers, &job->timer);
+}
+
+void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg) {
+  if (!job->answered) {
+    settle(job);
+    if (job->req) {
+      const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
+      lp_http_req_t *req = job->req;
+      req->app = NULL; /* before answering: a failed write frees req at once */
+      job->req = NULL;
+      lp_proxy_reject(job->proxy, req, LP_ROUTE_INFER, status, hdr, code, msg, NULL);
+    }
+  }
+  drop_queued(job);
+  if (job->unresolved == 0) lp__job_free(job);
+}
+
+void lp__job_cancel(lp_job_t *job) {
+  job->req = NULL;
+  settle(job);
+  drop_queued(job);
+  if (job->unresolved == 0) lp__job_free(job);
+}
+
+/* ---- the time bound ---- */
+
+static void on_job_timer(uv_timer_t *t);
+
+/* Keeps the loop timer at the heap's top: restarted only when the top moves
+ * earlier, so a stream of admissions costs a heap insertion each, no more. */
+static void timers_arm(lp_proxy_t *p) {
+  lp_theap_node_t *top = lp_theap_top(&p->job_timers);
+  if (!top) {
+    if (p->job_timer_at) uv_timer_stop(&p->job_timer);
+    p->job_timer_at = 0;
+    return;
+  }
+  if (p->job_timer_at && p->job_timer_at <= top->at) return;
+  uint64_t now = uv_hrtime();
+  uint64_t ms = top->at > now ? (top->at - now + 999999) / 1000000 : 0;
+  p->job_timer_at = top->at;
+  uv_timer_start(&p->job_timer, on_job_timer, ms, 0);
+}
+
+/* The next moment the job must be looked at: its deadline, its bound, or, while
+ * only a compiling shape could hold one of its sequences, the backend timeout. */
+static uint64_t next_check(const lp_job_t *job) {
+  uint64_t at = job->bound_ns;
+  if (job->deadline_ns && job->deadline_ns < at) at = job->deadline_ns;
+  const lp_model_t *m = job->model;
+  uint32_t compiled = lp__model_compiled_max(m);
+  uint64_t patience = job->arrive_ns + m->cfg->backend_timeout_ms * 1000000ull;
+  for (uint32_t i = 0; i < job->nseq && patience < at; i++)
+    if (job->seqs[i].state == LP_SEQ_QUEUED && job->seqs[i].len > compiled) {
+      at = patience;
+      break;
+    }
+  return at;
+}
+
+int lp__job_arm(lp_job_t *job) {
+  lp_proxy_t *p = job->proxy;
+  job->bound_ns = job->arrive_ns + job->model->bound_ns;
+  if (lp_theap_set(&p->job_timers, &job->timer, next_check(job))) return -ENOMEM;
+  timers_arm(p);
+  return 0;
+}
+
+/* A job's time has come: fail it for the reason that holds, or look again later. */
+static void check(lp_job_t *job, uint64_t now) {
+  lp_proxy_t *p = job->proxy;
+  char msg[160];
+  if (job->deadline_ns && now >= job->deadline_ns) {
+    lp__job_fail(job, 504, "deadline_exceeded",
+                 job->queued == job->nseq ? "the deadline passed while queued"
+                                          : "the deadline passed before the backend answered");
+    return;
+  }
+  if (now >= job->bound_ns) {
+    snprintf(msg, sizeof(msg), "no answer within the proxy's bound of %llu ms",
+             (unsigned long long)(job->model->bound_ns / 1000000));
+    lp_log(LP_LOG_WARN, "request bound reached", "\"model\": \"%s\", \"queued\": %u",
+           job->model->cfg->name, job->queued);
+    lp__job_fail(job, 504, "request_bound_exceeded", msg);
+    return;
+  }
+  uint64_t at = next_check(job);
+  if (at <= now) {
+    lp__job_fail(job, 503, "shape_compiling", "only a shape still compiling can hold this sequence");
+    return;
+  }
+  if (lp_theap_set(&p->job_timers, &job->timer, at)) /* cannot grow: re-keying never does */
+    lp__job_fail(job, 503, "out_of_memory", "proxy out of memory");
+}
+
+static void on_job_timer(uv_timer_t *t) {
+  lp_proxy_t *p = container_of(t, lp_proxy_t, job_timer);
+  p->job_timer_at = 0;
+  uint64_t now = uv_hrtime();
+  lp_theap_node_t *top;
+  while ((top = lp_theap_top(&p->job_timers)) && top->at <= now)
+    check(container_of(top, lp_job_t, timer), now);
+  timers_arm(p);
+  lp_proxy_kick(p);
+}
+
+void lp__job_timers_init(lp_proxy_t *p) {
+  lp_theap_init(&p->job_timers);
+  uv_timer_init(p->loop, &p->job_timer);
+  p->job_timer_at = 0;
+}
+
+/* ---- answering ---- */
+
+/* Nanoseconds as milliseconds with three decimals, without printf's float path
+ * (it showed in the profile of every answer). */
+static void put_ms(lp_buf_t *b, uint64_t ns) {
+  uint64_t us = (ns + 500) / 1000;
+  char frac[4] = {(char)('0' + us / 100 % 10), (char)('0' + us / 10 % 10), (char)('0' + us % 10), 0};
+  lp_buf_u64(b, us / 1000);
+  lp_buf_puts(b, ".");
+  lp_buf_puts(b, frac);
+}
+
+static void put_batch(lp_buf_t *b, const lp_seq_t *s) {
+  lp_buf_puts(b, "{\"id\": ");
+  lp_buf_u64(b, s->batch_id);
+  lp_buf_puts(b, ", \"shape\": [");
+  lp_buf_u64(b, s->lanes);
+  lp_buf_puts(b, ", ");
+  lp_buf_u64(b, s->bucket);
+  lp_buf_puts(b, "], \"lane\": ");
+  lp_buf_u64(b, s->lane);
+  lp_buf_puts(b, ", \"offset\": ");
+  lp_buf_u64(b, s->offset);
+  lp_buf_puts(b, "}");
+}
+
+/* The client's answer, once every sequence of the job has its output.
+ * Returns 0, or -ENOMEM with nothing sent. */
+static int answer(lp_job_t *job, const char *single, size_t single_len, int per_segment) {
+  lp_proxy_t *p = job->proxy;
+  lp_buf_t *body = &p->scratch;
+  lp_buf_reset(body);
+  uint64_t now = uv_hrtime(), queue_ns = 0, backend_ns = 0;
+  for (uint32_t i = 0; i < job->nseq; i++) {
+    const lp_seq_t *s = &job->seqs[i];
+    if (s->dispatch_ns - job->arrive_ns > queue_ns) queue_ns = s->dispatch_ns - job->arrive_ns;
+    if (s->done_ns - s->dispatch_ns > backend_ns) backend_ns = s->done_ns - s->dispatch_ns;
+  }
+  lp_buf_puts(body, "{");
+  if (job->id_json) {
+    lp_buf_puts(body, "\"id\": ");
+    lp_buf_puts(body, job->id_json);
+    lp_buf_puts(body, ", ");
+  }
+  if (!job->multi) {
+    lp_buf_puts(body, "\"output\": ");
+    if (!per_segment) lp_buf_puts(body, "[");
+    lp_buf_append(body, single, single_len);
+    if (!per_segment) lp_buf_puts(body, "]");
+    lp_buf_puts(body, ", \"batch\": ");
+    put_batch(body, &job->seqs[0]);
+  } else {
+    lp_buf_puts(body, "\"outputs\": [");
+    for (uint32_t i = 0; i < job->nseq; i++) {
+      if (i) lp_buf_puts(body, ", ");
+      lp_buf_append(body, job->seqs[i].out, job->seqs[i].out_len);
+    }
+    lp_buf_puts(body, "], \"batches\": [");
+    for (uint32_t i = 0; i < job->nseq; i++) {
+      if (i) lp_buf_puts(body, ", ");
+      put_batch(body, &job->seqs[i]);
+    }
+    lp_buf_puts(body, "]");
+  }
+  lp_buf_puts(body, ", \"timing_ms\": {\"queue\": ");
+  put_ms(body, queue_ns);
+  lp_buf_puts(body, ", \"backend\": ");
+  put_ms(body, backend_ns);
+  lp_buf_puts(body, ", \"total\": ");
+  put_ms(body, now - job->arrive_ns);
+  lp_buf_puts(body, "}}\n");
+  if (body->oom) return -ENOMEM;
+  lp_hist_observe(&p->t_queue, (double)queue_ns / 1e9);
+  lp_hist_observe(&p->t_backend, (double)backend_ns / 1e9);
+  lp_hist_observe(&p->t_total, (double)(now - job->arrive_ns) / 1e9);
+  lp_buf_t out;
+  lp_buf_init(&out);
+  /* one allocation for the whole answer: head and body */
+  if (lp_buf_reserve(&out, body->len + 256)) return -ENOMEM;
+  lp_http_head(job->req, &out, 200, NULL, "application/json", body->len);
+  lp_buf_append(&out, body->data, body->len);
+  lp_proxy_count(p, LP_ROUTE_INFER, 200);
+  lp_http_req_t *req = job->req;
+  req->app = NULL;
+  job->req = NULL;
+  settle(job);
+  lp_http_respond_raw(req, &out);
+  lp_buf_free(&out);
+  return 0;
+}
+
+void lp__seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment) {
+  lp_job_t *job = s->job;
+  s->state = LP_SEQ_DONE;
+  s->done_ns = uv_hrtime();
+  job->unresolved--;
+  job->model->sequences_done++;
+  if (!job->answered && job->req) {
+    int rc = 0;
+    if (!job->multi) {
+      rc = answer(job, slice, len, per_segment);
+    } else if ((s->out = malloc(len + 2)) == NULL) {
+      rc = -ENOMEM;
+    } else {
+      size_t k = 0;
+      if (!per_segment) s->out[k++] = '[';
+      memcpy(s->out + k, slice, len);
+      k += len;
+      if (!per_segment) s->out[k++] = ']';
+      s->out_len = k;
+      if (job->unresolved == 0) rc = answer(job, NULL, 0, per_segment);
+    }
+    if (rc) {
+      lp__job_fail(job, 503, "out_of_memory", "proxy out of memory"); /* frees at 0 */
+      return;
+    }
+  }
+  if (job->unresolved == 0) lp__job_free(job);
+}
+
+void lp__seq_failed(lp_seq_t *s, int status, const char *code, const char *msg) {
+  lp_job_t *job = s->job;
+  s->state = LP_SEQ_DONE;
+  job->unresolved--;
+  lp__job_fail(job, status, code, msg); /* frees the job when nothing refers to it */
+}
