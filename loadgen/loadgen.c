@@ -48,6 +48,7 @@ typedef struct conn_s conn_t;
 
 typedef struct req_s {
   uint64_t intended_ns;
+  uint64_t sent_ns;       /* when it went on a connection (0: not yet) */
   body_t *body;           /* from the pool (borrowed), or owned when pool is 0 */
   int owned;
   struct req_s *next;     /* pending queue, or its connection's in-flight queue */
@@ -67,7 +68,9 @@ struct conn_s {
   req_t *q_head, *q_tail;  /* requests in flight, answers come in this order */
   unsigned nq;
   req_t *first;            /* the request that opened it, sent once connected */
+  uint64_t opened_ns;
   struct conn_s *next_free;
+  struct conn_s *prev_all, *next_all; /* every open connection of the worker */
 };
 
 typedef struct {
@@ -77,6 +80,8 @@ typedef struct {
 
 typedef struct {
   uint64_t ok, failed, mismatches, by_status[MAX_STATUS], conn_errors, timeouts, tokens;
+  uint64_t client_errors;  /* requests this client could not build or start */
+  uint64_t unsent_timeouts;/* of the timeouts: never got a connection (too few) */
   uint64_t sent, answered;
   uint64_t last_ns;       /* when the last answer came */
   lp_hdr_t lat;
@@ -110,6 +115,7 @@ struct lg_s {
   size_t users;           /* closed loop: requests in flight */
   uint64_t max_requests, timeout_ns;
   conn_t *free_conns;
+  conn_t *all_conns;
   req_t *pending_head, *pending_tail;
   size_t npending, inflight;
   uv_timer_t arrivals, ticker;
@@ -182,6 +188,7 @@ static req_t *make_req(lg_t *lg, uint64_t intended) {
   req_t *r = calloc(1, sizeof(*r));
   if (!r) return NULL;
   r->intended_ns = intended;
+  lg->st.sent += intended >= lg->t0 + lg->ph.warmup_ns; /* issued, on a connection or waiting for one */
   if (lg->npool) {
     r->body = lg->pool[lg->next_body++ % lg->npool];
   } else {
@@ -311,7 +318,7 @@ static void record(lg_t *lg, req_t *r, int status, const char *body, size_t len,
     size_t sec = (size_t)((t - lg->t0) / 1000000000ull);
     if (sec < st->nseconds) st->per_second[sec]++;
     if (kind == 1) st->conn_errors++, st->failed++;
-    else if (kind == 2) st->timeouts++, st->failed++;
+    else if (kind == 2) st->timeouts++, st->failed++, st->unsent_timeouts += r->sent_ns == 0;
     else {
       st->by_status[status > 0 && status < MAX_STATUS ? status : 0]++;
       int ok = status == 200;
@@ -336,6 +343,9 @@ static void record(lg_t *lg, req_t *r, int status, const char *body, size_t len,
 static void on_conn_closed(uv_handle_t *h) {
   conn_t *c = container_of(h, conn_t, tcp);
   lg_t *lg = c->lg;
+  if (c->prev_all) c->prev_all->next_all = c->next_all;
+  else lg->all_conns = c->next_all;
+  if (c->next_all) c->next_all->prev_all = c->prev_all;
   lp_buf_free(&c->body);
   free(c);
   lg->nconns--;
@@ -468,7 +478,7 @@ static void conn_send(conn_t *c, req_t *r) {
   else c->q_head = r;
   c->q_tail = r;
   c->nq++;
-  lg->st.sent += r->intended_ns >= lg->t0 + lg->ph.warmup_ns;
+  r->sent_ns = now_ns();
   write_head(lg, r);
   uv_buf_t b[2] = {uv_buf_init(r->head, (unsigned)strlen(r->head)),
                    uv_buf_init(r->body->json.data, (unsigned)r->body->json.len)};
@@ -497,6 +507,8 @@ static void on_connect(uv_connect_t *cr, int status) {
 static void open_conn(lg_t *lg, req_t *r) {
   conn_t *c = calloc(1, sizeof(*c));
   if (!c) {
+    lg->st.client_errors++;
+    lg->st.failed++;
     lg->inflight--;
     free_req(r);
     return;
@@ -508,6 +520,10 @@ static void open_conn(lg_t *lg, req_t *r) {
   llhttp_init(&c->parser, HTTP_RESPONSE, &settings);
   c->parser.data = c;
   c->first = r;
+  c->opened_ns = now_ns();
+  c->next_all = lg->all_conns;
+  if (lg->all_conns) lg->all_conns->prev_all = c;
+  lg->all_conns = c;
   lg->nconns++;
   if (uv_tcp_connect(&c->creq, &c->tcp, (struct sockaddr *)&lg->addr, on_connect) < 0) conn_fail(c, 1);
 }
@@ -568,6 +584,7 @@ static void on_arrivals(uv_timer_t *t) {
       }
       req_t *r = make_req(lg, lg->next_arrival);
       if (r) submit(lg, r);
+      else lg->st.client_errors++, lg->st.failed++;
       lg->generated++;
       lg->next_arrival += lp_arrival_gap_ns(&lg->rng, lg->ph.rate);
     }
@@ -595,6 +612,25 @@ static void closed_loop_fill(lg_t *lg) {
   }
 }
 
+static void expire(lg_t *lg, uint64_t now, int all) {
+  size_t before = lg->inflight;
+  for (conn_t *c = lg->all_conns, *n; c; c = n) {
+    n = c->next_all;
+    if (c->closing) continue;
+    uint64_t since = c->q_head ? c->q_head->sent_ns : c->first ? c->opened_ns : 0;
+    if (since && (all || now - since > lg->timeout_ns)) conn_fail(c, 2);
+  }
+  while (lg->pending_head && (all || now - lg->pending_head->intended_ns > lg->timeout_ns)) {
+    req_t *r = lg->pending_head;
+    lg->pending_head = r->next;
+    if (!lg->pending_head) lg->pending_tail = NULL;
+    lg->npending--;
+    record(lg, r, 0, NULL, 0, 2);
+  }
+  if (all && before)
+    fprintf(stderr, "lanepack-loadgen: %zu requests unanswered after the timeout\n", before);
+}
+
 static void on_ticker(uv_timer_t *t) {
   lg_t *lg = t->data;
   uint64_t now = now_ns();
@@ -602,15 +638,10 @@ static void on_ticker(uv_timer_t *t) {
                            lg->ph.rate == 0))
     lg->stopping = 1;
   if (lg->ph.rate == 0) closed_loop_fill(lg);
-  /* requests stuck past the timeout: their connections are dropped */
-  if (lg->stopping && now > lg->t_end + lg->timeout_ns) {
-    for (conn_t *c = lg->free_conns; c; c = c->next_free) c->closing = 1;
-    fprintf(stderr, "lanepack-loadgen: %zu requests unanswered after the timeout\n", lg->inflight);
-    lg->st.timeouts += lg->inflight;
-    lg->st.failed += lg->inflight;
-    uv_stop(lg->loop);
-    return;
-  }
+  /* a request unanswered past --timeout is a timeout: HTTP/1.1 answers in
+   * order, so its connection is dropped with whatever waits behind it; past the
+   * end plus the timeout, everything left is. Nothing outlives the run. */
+  expire(lg, now, lg->stopping && now > lg->t_end + lg->timeout_ns);
   if (lg->tty && lg->worker == 0) { /* the first worker speaks for itself */
     double el = (double)(now - lg->t0) / 1e9;
     fprintf(stderr, "\r  %5.1fs  sent %llu  answered %llu  ok %llu  errors %llu  %.0f req/s   ",
@@ -723,6 +754,8 @@ static int run_phase(lg_t *w, size_t nw, const phase_t *ph, stats_t *out) {
     st->mismatches += o->mismatches;
     st->conn_errors += o->conn_errors;
     st->timeouts += o->timeouts;
+    st->client_errors += o->client_errors;
+    st->unsent_timeouts += o->unsent_timeouts;
     st->tokens += o->tokens;
     st->sent += o->sent;
     st->answered += o->answered;
@@ -762,6 +795,16 @@ static void print_report(const lg_t *lg, const stats_t *s, FILE *f) {
   if (s->conn_errors) fprintf(f, " connection: %llu", (unsigned long long)s->conn_errors);
   if (s->timeouts) fprintf(f, " timeout: %llu", (unsigned long long)s->timeouts);
   fprintf(f, "\n");
+  uint64_t server_status = 0;
+  for (int i = 0; i < MAX_STATUS; i++)
+    if (i != 200) server_status += s->by_status[i];
+  fprintf(f, "failures      server: %llu error answers, %llu connections closed or reset, "
+             "%llu not answered within --timeout%s; client: %llu not sent within --timeout "
+             "(no free connection: raise --connections), %llu not built or started\n",
+          (unsigned long long)server_status, (unsigned long long)s->conn_errors,
+          (unsigned long long)(s->timeouts - s->unsent_timeouts),
+          lg->verify ? ", wrong answers below" : "", (unsigned long long)s->unsent_timeouts,
+          (unsigned long long)s->client_errors);
   if (lg->verify) fprintf(f, "verified      %llu mismatches\n", (unsigned long long)s->mismatches);
   fprintf(f, "throughput    %.1f requests/s, %.0f tokens/s\n", (double)s->ok / el, (double)s->tokens / el);
   const lp_hdr_t *h = &s->lat;
@@ -781,10 +824,12 @@ static void json_report(FILE *f, const lg_t *lg, const stats_t *s, double rate) 
   double el = s->elapsed_s > 0 ? s->elapsed_s : 1;
   fprintf(f, "{\"rate\": %.3f, \"duration_s\": %.3f, \"sent\": %llu, \"answered\": %llu, \"ok\": %llu, "
              "\"failed\": %llu, \"mismatches\": %llu, \"connection_errors\": %llu, \"timeouts\": %llu, "
+             "\"client_errors\": %llu, \"unsent_timeouts\": %llu, "
              "\"by_status\": {",
           rate, el, (unsigned long long)s->sent, (unsigned long long)s->answered,
           (unsigned long long)s->ok, (unsigned long long)s->failed, (unsigned long long)s->mismatches,
-          (unsigned long long)s->conn_errors, (unsigned long long)s->timeouts);
+          (unsigned long long)s->conn_errors, (unsigned long long)s->timeouts,
+          (unsigned long long)s->client_errors, (unsigned long long)s->unsent_timeouts);
   int first = 1;
   for (int i = 0; i < MAX_STATUS; i++)
     if (s->by_status[i]) {

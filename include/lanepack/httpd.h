@@ -57,6 +57,7 @@ typedef struct lp_httpd_config_s {
   size_t max_pipeline;       /* unanswered requests per connection before reading pauses */
   uint64_t idle_timeout_ms;  /* a connection with nothing in progress is closed */
   uint64_t request_timeout_ms; /* a request must arrive whole within this: else 408 */
+  size_t max_unsent_bytes;   /* written but not taken by the peer: over it, reading stops */
 } lp_httpd_config_t;
 
 /* Fills cfg with defaults (handlers left NULL). */

@@ -4,12 +4,27 @@
 
 #include <errno.h>
 #include <llhttp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* Bytes read ahead while the pipeline is full, before reading stops. */
+#define PENDING_MAX (64 * 1024)
+/* Bytes read and dropped after a closing request, before reading stops. */
+#define DISCARD_MAX (1024 * 1024)
+/* Lingering close (as nginx's lingering_close): after an error answer to a
+ * client that may still be sending, reading goes on and is dropped, so that the
+ * client receives the answer instead of a reset; bounded in time and bytes. */
+#define LINGER_MS 5000
+#define LINGER_QUIET_MS 2000
+#define LINGER_MAX (64u * 1024 * 1024)
+/* While a connection is not read, how often its peer is checked for a hang-up. */
+#define WATCH_MS 1000
 
 struct lp_httpd_s {
   uv_loop_t *loop;
@@ -48,6 +63,20 @@ struct lp_http_conn_s {
   int reading;
   int closing;                 /* close once the queued answers are written */
   int closed;                  /* uv_close called */
+  int wblocked;                /* reading stopped: too much written and unread */
+  int discard;                 /* after a closing request or an error: bytes read are dropped */
+  int linger;                  /* linger after the closing answer is written */
+  int lingering;               /* write side shut, reading and dropping until EOF */
+  int close_ready;             /* the closing answer is written */
+  size_t discarded;
+  size_t writing;              /* uv_writes in flight */
+  size_t last_wq;              /* write queue size at the last timer */
+  uint64_t last_ns;            /* the last byte moved, either way (uv_now, ms) */
+  uint64_t linger_end;         /* uv_now ms */
+  int host_count;              /* Host headers of the request being parsed */
+  int te_count;                /* Transfer-Encoding headers */
+  char te[40];                 /* their value (truncated) */
+  uv_shutdown_t shutdown;
   int handles;                 /* open handles: free at 0 */
   int err_status;              /* set by a callback that rejects the request */
   const char *err_code;
@@ -59,6 +88,8 @@ static void conn_flush(lp_http_conn_t *c);
 static void conn_parse(lp_http_conn_t *c, const char *data, size_t len);
 static void conn_start_reading(lp_http_conn_t *c);
 static void conn_arm_timer(lp_http_conn_t *c);
+static void conn_update_reading(lp_http_conn_t *c);
+static void conn_resume(lp_http_conn_t *c);
 static void server_maybe_finish(lp_httpd_t *s);
 
 const char *lp_http_reason(int status) {
@@ -98,6 +129,7 @@ void lp_httpd_config_default(lp_httpd_config_t *cfg) {
   cfg->max_pipeline = 64;
   cfg->idle_timeout_ms = 60000;
   cfg->request_timeout_ms = 30000;
+  cfg->max_unsent_bytes = 1024 * 1024;
 }
 
 /* ---- requests ---- */
@@ -154,8 +186,13 @@ void lp_http_respond_raw(lp_http_req_t *req, lp_buf_t *out) {
   lp_http_conn_t *c = req->_conn;
   c->unanswered--;
   conn_flush(c);
-  /* room again in the pipeline: parse what was held back */
-  if (c->paused && !c->closed && c->unanswered < c->srv->cfg.max_pipeline) {
+  conn_resume(c);
+}
+
+/* Room again in the pipeline and the peer reading its answers: parse what was
+ * held back, and read again. */
+static void conn_resume(lp_http_conn_t *c) {
+  if (c->paused && !c->closed && !c->wblocked && c->unanswered < c->srv->cfg.max_pipeline) {
     c->paused = 0;
     llhttp_resume(&c->parser);
     char *p = c->pending;
@@ -164,7 +201,10 @@ void lp_http_respond_raw(lp_http_req_t *req, lp_buf_t *out) {
     c->pending_len = 0;
     if (n) conn_parse(c, p, n);
     free(p);
-    if (!c->paused && !c->closing && !c->closed && !c->reading) conn_start_reading(c);
+  }
+  if (!c->closed) {
+    conn_update_reading(c);
+    conn_arm_timer(c);
   }
 }
 
@@ -214,12 +254,68 @@ void lp_http_abort(lp_http_req_t *req, const char *partial, size_t n) {
 
 /* ---- writing answers in order ---- */
 
+static void on_shutdown(uv_shutdown_t *sh, int status) {
+  (void)sh;
+  (void)status; /* the linger timer or the peer's EOF ends it either way */
+}
+
+/* The closing answer is out: close, or linger so the client reads it. */
+static void conn_finish(lp_http_conn_t *c) {
+  if (c->closed || c->lingering) return;
+  if (!c->linger && c->discarded == 0) {
+    conn_close(c);
+    return;
+  }
+  c->lingering = 1;
+  c->discard = 1;
+  c->discarded = 0;
+  c->linger_end = uv_now(c->srv->loop) + LINGER_MS;
+  c->last_ns = uv_now(c->srv->loop);
+  if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown) < 0) {
+    conn_close(c);
+    return;
+  }
+  conn_update_reading(c);
+  conn_arm_timer(c);
+}
+
+/* After any write: progress for the idle clock; reading again once the peer has
+ * taken its answers; the end of a connection that owes nothing more. */
+static void conn_wrote(lp_http_conn_t *c, int status) {
+  c->writing--;
+  if (c->closed) return;
+  if (status < 0) {
+    conn_close(c);
+    return;
+  }
+  c->last_ns = uv_now(c->srv->loop);
+  if (c->wblocked &&
+      uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) <= c->srv->cfg.max_unsent_bytes / 2) {
+    c->wblocked = 0;
+    conn_resume(c);
+    if (c->closed) return;
+  }
+  if (c->close_ready) {
+    if (!c->writing) conn_finish(c);
+    return;
+  }
+  /* draining: a connection whose last answer is written goes */
+  if (c->srv->closing && !c->head && !c->cur && !c->writing && !c->lingering) conn_close(c);
+  else conn_arm_timer(c);
+}
+
 static void on_written(uv_write_t *w, int status) {
   lp_http_req_t *r = container_of(w, lp_http_req_t, _write);
   lp_http_conn_t *c = r->_conn;
-  int close = r->_close_after;
+  if (r->_close_after) c->close_ready = 1;
   req_free(r);
-  if (status < 0 || close) conn_close(c);
+  conn_wrote(c, status);
+}
+
+static void on_continue_written(uv_write_t *w, int status) {
+  lp_http_conn_t *c = w->data;
+  free(w);
+  conn_wrote(c, status);
 }
 
 static void conn_flush(lp_http_conn_t *c) {
@@ -236,9 +332,18 @@ static void conn_flush(lp_http_conn_t *c) {
       conn_close(c);
       return;
     }
+    c->writing++;
     /* nothing after a closing answer is sent; a connection that is only
      * draining (c->closing from the server) still gets every answer it owes */
     if (last) break;
+  }
+  /* a client that does not read its answers is not read either: what it can
+   * make us hold is bounded by max_unsent_bytes plus its pipeline */
+  if (!c->closed && !c->wblocked &&
+      uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > c->srv->cfg.max_unsent_bytes) {
+    c->wblocked = 1;
+    conn_update_reading(c);
+    conn_arm_timer(c);
   }
 }
 
@@ -254,11 +359,13 @@ static void conn_reject(lp_http_conn_t *c, int status, const char *code, const c
   c->cur = NULL;
   r->_close_after = 1;
   c->closing = 1;
-  if (c->reading) {
-    uv_read_stop((uv_stream_t *)&c->tcp);
-    c->reading = 0;
-  }
+  c->linger = 1;
+  c->discard = 1; /* the parser is done with this connection; keep reading, drop */
   lp_http_respond_error(r, status, NULL, code, msg, NULL);
+  if (!c->closed) {
+    conn_update_reading(c);
+    conn_arm_timer(c);
+  }
 }
 
 /* ---- parser callbacks ---- */
@@ -285,6 +392,9 @@ static int on_message_begin(llhttp_t *p) {
   c->field_len = 0;
   c->field_done = 0;
   c->expect[0] = '\0';
+  c->host_count = 0;
+  c->te_count = 0;
+  c->te[0] = '\0';
   c->cur = req_new(c);
   if (c->cur == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
   conn_arm_timer(c); /* a request has begun: it must now arrive whole in time */
@@ -352,7 +462,36 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
     put_value(r->authorization, sizeof(r->authorization), at, n);
   else if (strcasecmp(c->field, "expect") == 0)
     put_value(c->expect, sizeof(c->expect), at, n);
+  else if (strcasecmp(c->field, "transfer-encoding") == 0)
+    put_value(c->te, sizeof(c->te), at, n);
   return 0;
+}
+
+/* Headers that must be counted once each, whatever pieces their values came in. */
+static int on_header_field_complete(llhttp_t *p) {
+  lp_http_conn_t *c = CONN(p);
+  if (strcasecmp(c->field, "host") == 0) c->host_count++;
+  else if (strcasecmp(c->field, "transfer-encoding") == 0) c->te_count++;
+  return 0;
+}
+
+/* Chunk extensions are allowed and ignored, but they count against the header
+ * limit: without a bound a client could send one without end. */
+static int on_chunk_ext(llhttp_t *p, const char *at, size_t n) {
+  lp_http_conn_t *c = CONN(p);
+  (void)at;
+  c->header_bytes += n;
+  if (c->header_bytes > c->srv->cfg.max_header_bytes)
+    return fail_cb(c, 400, "chunk_extensions_too_large",
+                   "chunk extensions exceed the header size limit");
+  return 0;
+}
+
+static int is_chunked(const char *v) {
+  while (*v == ' ' || *v == '\t') v++;
+  size_t n = strlen(v);
+  while (n && (v[n - 1] == ' ' || v[n - 1] == '\t')) n--;
+  return n == 7 && strncasecmp(v, "chunked", 7) == 0;
 }
 
 static int on_header_value_complete(llhttp_t *p) {
@@ -371,6 +510,17 @@ static int on_headers_complete(llhttp_t *p) {
     if (r->url == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
   }
   r->method = p->method;
+  /* RFC 9112: what this server cannot or must not serve, said once, then closed */
+  if (p->method == HTTP_CONNECT)
+    return fail_cb(c, 405, "method_not_allowed", "CONNECT is not supported");
+  if (p->http_major != 1 || p->http_minor > 1)
+    return fail_cb(c, 505, "http_version_not_supported", "only HTTP/1.0 and HTTP/1.1 are served");
+  if (c->host_count > 1 || (p->http_minor == 1 && c->host_count == 0))
+    return fail_cb(c, 400, "bad_host", "an HTTP/1.1 request needs exactly one Host header");
+  if (c->te_count > 1 || (c->te_count == 1 && !is_chunked(c->te)))
+    return fail_cb(c, 501, "transfer_coding_not_implemented",
+                   "the only transfer coding served is 'chunked'");
+  p->upgrade = 0; /* no protocol switch: an Upgrade header is ignored */
   r->has_body_length = (p->flags & (F_CONTENT_LENGTH | F_CHUNKED)) != 0;
   if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->srv->cfg.max_body_bytes)
     return fail_cb(c, 413, "body_too_large", "request body exceeds the limit");
@@ -385,9 +535,17 @@ static int on_headers_complete(llhttp_t *p) {
     /* The interim answer may only go out when no earlier answer is owed; a
      * client that pipelines behind an Expect sends its body after a pause. */
     if (c->head == r && r->has_body_length) {
+      /* queued behind any answer still being written, never dropped */
       static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
       uv_buf_t b = uv_buf_init((char *)cont, sizeof(cont) - 1);
-      uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+      uv_write_t *w = malloc(sizeof(*w));
+      if (w == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
+      w->data = c;
+      if (uv_write(w, (uv_stream_t *)&c->tcp, &b, 1, on_continue_written) < 0) {
+        free(w);
+        return fail_cb(c, 503, "write_failed", "could not write 100 Continue");
+      }
+      c->writing++;
     }
   }
   return 0;
@@ -415,6 +573,7 @@ static int on_message_complete(llhttp_t *p) {
     r->_close_after = 1;
     c->closing = 1;
   }
+  c->last_ns = uv_now(c->srv->loop);
   conn_arm_timer(c); /* between requests only the idle timeout runs */
   c->srv->cfg.on_request(r, c->srv->cfg.ud);
   if (c->closed) return HPE_PAUSED;
@@ -464,11 +623,13 @@ static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
   llhttp_errno_t e = llhttp_execute(&c->parser, data, len);
   if (e == HPE_OK || c->closed) return;
   if (e == HPE_PAUSED) {
-    if (c->closing) { /* the rest after a closing request is dropped */
-      if (c->reading) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = 0;
-      }
+    if (c->closing) {
+      /* the rest after a closing request is dropped, but reading goes on, so
+       * that a client hanging up while its request waits is noticed */
+      c->discard = 1;
+      const char *pos = llhttp_get_error_pos(&c->parser);
+      c->discarded += pos ? len - (size_t)(pos - data) : 0;
+      conn_update_reading(c);
       return;
     }
     const char *pos = llhttp_get_error_pos(&c->parser);
@@ -483,18 +644,20 @@ static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
       c->pending = keep;
       c->pending_len = rest;
     }
-    if (c->reading) {
-      uv_read_stop((uv_stream_t *)&c->tcp);
-      c->reading = 0;
-    }
+    conn_update_reading(c);
+    conn_arm_timer(c);
     return;
   }
   if (c->err_status) {
     conn_reject(c, c->err_status, c->err_code, c->err_msg);
   } else {
     char msg[160];
-    snprintf(msg, sizeof(msg), "malformed HTTP request: %s", llhttp_get_error_reason(&c->parser));
-    conn_reject(c, e == HPE_INVALID_VERSION ? 505 : 400, "bad_http", msg);
+    const char *why = llhttp_get_error_reason(&c->parser);
+    snprintf(msg, sizeof(msg), "malformed HTTP request: %s", why ? why : "");
+    /* 505 for a well-formed version that is not served; a bare CR or other
+     * damage on the request line is a malformed request */
+    int version = e == HPE_INVALID_VERSION && why && strcmp(why, "Invalid HTTP version") == 0;
+    conn_reject(c, version ? 505 : 400, version ? "http_version_not_supported" : "bad_http", msg);
   }
 }
 
@@ -514,6 +677,26 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     return;
   }
   if (n == 0) return;
+  c->last_ns = uv_now(c->srv->loop);
+  if (c->discard) {
+    c->discarded += (size_t)n;
+    if (c->lingering && c->discarded > LINGER_MAX) conn_close(c);
+    else conn_update_reading(c);
+    return;
+  }
+  if (c->paused) {
+    /* the pipeline is full: hold a little more, so that a hang-up is seen */
+    char *p = realloc(c->pending, c->pending_len + (size_t)n);
+    if (p == NULL) {
+      conn_close(c);
+      return;
+    }
+    memcpy(p + c->pending_len, buf->base, (size_t)n);
+    c->pending = p;
+    c->pending_len += (size_t)n;
+    conn_update_reading(c);
+    return;
+  }
   conn_parse(c, buf->base, (size_t)n);
 }
 
@@ -522,21 +705,86 @@ static void conn_start_reading(lp_http_conn_t *c) {
   else conn_close(c);
 }
 
-/* The connection timer: idle between requests, or the whole-request deadline
- * while one is being received. Requests waiting on the app do not time out here. */
+/* Reads unless the peer does not take its answers, the held-back bytes of a
+ * full pipeline reach their bound, or the dropped bytes after a closing
+ * request do. */
+static void conn_update_reading(lp_http_conn_t *c) {
+  if (c->closed) return;
+  int want = !c->wblocked;
+  if (c->discard && !c->lingering && c->discarded >= DISCARD_MAX) want = 0;
+  if (!c->discard && c->paused && c->pending_len >= PENDING_MAX) want = 0;
+  if (want && !c->reading) {
+    conn_start_reading(c);
+  } else if (!want && c->reading) {
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = 0;
+  }
+}
+
+/* The peer has sent its FIN (or reset) although we are not reading. */
+static int peer_gone(lp_http_conn_t *c) {
+  uv_os_fd_t fd;
+  struct tcp_info ti;
+  socklen_t len = sizeof(ti);
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) < 0) return 0;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0) return 0;
+  return ti.tcpi_state == TCP_CLOSE_WAIT || ti.tcpi_state == TCP_CLOSE;
+}
+
+/* The connection timer: the whole-request deadline while one is being received;
+ * else idleness, timed from the last byte moved either way (a slow reader of a
+ * long answer is not idle while it reads); the linger deadline; and, while the
+ * connection is not read, a look at whether its peer hung up. Requests waiting
+ * on the app do not time out here. */
 static void on_conn_timer(uv_timer_t *t) {
   lp_http_conn_t *c = container_of(t, lp_http_conn_t, timer);
   if (c->closed) return;
-  if (c->cur) {
+  uint64_t now = uv_now(c->srv->loop);
+  if (c->lingering) {
+    if (now >= c->linger_end || now - c->last_ns >= LINGER_QUIET_MS) conn_close(c);
+    else conn_arm_timer(c);
+    return;
+  }
+  if (c->cur && !c->discard) {
     conn_reject(c, 408, "request_timeout", "the request did not arrive in time");
     return;
   }
-  if (c->unanswered == 0 && c->head == NULL) conn_close(c);
+  size_t wq = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+  if (wq != c->last_wq) {
+    c->last_wq = wq;
+    c->last_ns = now;
+  }
+  if (!c->reading && (c->unanswered || c->writing) && peer_gone(c)) {
+    conn_close(c);
+    return;
+  }
+  int waiting_on_app = c->unanswered > 0 || (c->head && !c->writing);
+  uint64_t idle = c->srv->cfg.idle_timeout_ms;
+  if (!waiting_on_app && idle && now - c->last_ns >= idle) {
+    conn_close(c);
+    return;
+  }
+  conn_arm_timer(c);
 }
 
 static void conn_arm_timer(lp_http_conn_t *c) {
-  uint64_t ms = c->cur ? c->srv->cfg.request_timeout_ms : c->srv->cfg.idle_timeout_ms;
-  if (ms) uv_timer_start(&c->timer, on_conn_timer, ms, ms);
+  if (c->closed) return;
+  uint64_t now = uv_now(c->srv->loop), ms;
+  if (c->lingering) {
+    ms = c->linger_end > now ? c->linger_end - now : 1;
+    if (ms > LINGER_QUIET_MS) ms = LINGER_QUIET_MS;
+  } else if (c->cur && !c->discard) {
+    ms = c->srv->cfg.request_timeout_ms;
+    if (!ms) return;
+  } else {
+    uint64_t idle = c->srv->cfg.idle_timeout_ms;
+    uint64_t since = now - c->last_ns;
+    ms = idle ? (since < idle ? idle - since : 1) : UINT64_MAX;
+    if (!c->reading && (c->unanswered || c->writing) && ms > WATCH_MS) ms = WATCH_MS;
+    if (c->writing && ms > idle / 4 + 1) ms = idle / 4 + 1; /* notice write progress */
+    if (ms == UINT64_MAX) return;
+  }
+  uv_timer_start(&c->timer, on_conn_timer, ms, 0);
 }
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -565,6 +813,7 @@ static void on_connection(uv_stream_t *server, int status) {
   if (s->conns) s->conns->prev = c;
   s->conns = c;
   s->nconns++;
+  c->last_ns = uv_now(s->loop);
   if (s->nconns > s->cfg.max_connections) {
     conn_reject(c, 503, "too_many_connections", "connection limit reached");
     return;
@@ -593,6 +842,9 @@ lp_httpd_t *lp_httpd_new(uv_loop_t *loop, const lp_httpd_config_t *cfg) {
   s->settings.on_header_field = on_header_field;
   s->settings.on_header_value = on_header_value;
   s->settings.on_header_value_complete = on_header_value_complete;
+  s->settings.on_header_field_complete = on_header_field_complete;
+  s->settings.on_chunk_extension_name = on_chunk_ext;
+  s->settings.on_chunk_extension_value = on_chunk_ext;
   s->settings.on_headers_complete = on_headers_complete;
   s->settings.on_body = on_body;
   s->settings.on_message_complete = on_message_complete;
@@ -666,7 +918,8 @@ void lp_httpd_close(lp_httpd_t *s, void (*done)(void *), void *arg) {
   /* idle connections go now; busy ones after their last answer */
   for (lp_http_conn_t *c = s->conns, *n; c; c = n) {
     n = c->next;
-    if (c->head == NULL && c->cur == NULL) conn_close(c);
+    /* an answer still being written is not cut: it closes when written */
+    if (c->head == NULL && c->cur == NULL && c->writing == 0 && !c->lingering) conn_close(c);
     else c->closing = 1;
   }
   if (s->listening) uv_close((uv_handle_t *)&s->listener, on_listener_closed);
