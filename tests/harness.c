@@ -270,3 +270,72 @@ double h_metric(int port, const char *prefix) {
   h_resp_free(&r);
   return sum;
 }
+
+long h_rss_kb(pid_t pid, const char *field) {
+  char path[64], line[256];
+  snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  long v = -1;
+  while (fgets(line, sizeof(line), f))
+    if (strncmp(line, field, strlen(field)) == 0) v = atol(line + strlen(field));
+  fclose(f);
+  return v;
+}
+
+pid_t h_start_emulator(const char *args, int *port) {
+  *port = h_free_port();
+  char listen[64], log[96], buf[1024];
+  snprintf(listen, sizeof(listen), "127.0.0.1:%d", *port);
+  snprintf(log, sizeof(log), "/tmp/lp-emu-%d.log", *port);
+  snprintf(buf, sizeof(buf), "%s", args);
+  char *argv[40] = {(char *)h_bin("LP_EMULATOR"), "--listen", listen};
+  int ac = 3;
+  for (char *sv, *t = strtok_r(buf, " ", &sv); t && ac < 38; t = strtok_r(NULL, " ", &sv)) argv[ac++] = t;
+  argv[ac] = NULL;
+  pid_t pid = h_spawn(argv, log);
+  if (h_wait_http(*port, "/healthz", 0, 5000)) return -1;
+  return pid;
+}
+
+pid_t h_start_proxy(const char *rest, const char *ready_path, int *port) {
+  *port = h_free_port();
+  char cfg[96], log[96];
+  snprintf(cfg, sizeof(cfg), "/tmp/lp-proxy-%d.json", *port);
+  snprintf(log, sizeof(log), "/tmp/lp-proxy-%d.log", *port);
+  FILE *f = fopen(cfg, "w");
+  if (!f) return -1;
+  fprintf(f, "{\"listen\": \"127.0.0.1:%d\", \"health_interval_ms\": 100, %s}\n", *port, rest);
+  fclose(f);
+  char *argv[] = {(char *)h_bin("LP_PROXY"), "--config", cfg, NULL};
+  pid_t pid = h_spawn(argv, log);
+  int any = ready_path[0] == '~';
+  if (h_wait_http(*port, ready_path + any, any, 8000)) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+  }
+  return pid;
+}
+
+char *h_read_for(int fd, int ms, size_t *n) {
+  size_t cap = 65536, len = 0;
+  char *b = malloc(cap + 1);
+  uint64_t end = ms_now() + (uint64_t)ms;
+  while (b && ms_now() < end) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, (int)(end - ms_now())) <= 0) break;
+    if (len == cap) {
+      char *nb = realloc(b, 2 * cap + 1);
+      if (!nb) break;
+      b = nb;
+      cap *= 2;
+    }
+    ssize_t k = recv(fd, b + len, cap - len, 0);
+    if (k <= 0) break;
+    len += (size_t)k;
+  }
+  if (b) b[len] = 0;
+  *n = len;
+  return b;
+}

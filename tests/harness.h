@@ -40,5 +40,17 @@ int h_check_output(const char *body, const int32_t *tokens, size_t n);
 /* Reads a counter from /metrics: sum of lines starting with prefix. */
 double h_metric(int port, const char *prefix);
 const char *h_bin(const char *env);
+/* A process's memory line from /proc (e.g. "VmRSS:") in kB, or -1. */
+long h_rss_kb(pid_t pid, const char *field);
+/* Starts the emulator on a free port with args (space-separated) and waits
+ * for it; *port gets the port. Log in /tmp/lp-emu-PORT.log. */
+pid_t h_start_emulator(const char *args, int *port);
+/* Writes a proxy config {"listen": ..., "health_interval_ms": 100, <rest>} and
+ * starts the proxy, waiting until ready_path answers 200 (any answer if
+ * ready_path starts with '~'). *port gets its port. Log in /tmp/lp-proxy-PORT.log. */
+pid_t h_start_proxy(const char *rest, const char *ready_path, int *port);
+/* Reads whatever arrives on fd for up to ms into a malloc'd NUL-terminated
+ * buffer (*n bytes); stops early at EOF. */
+char *h_read_for(int fd, int ms, size_t *n);
 
 #endif

@@ -61,6 +61,23 @@ START_TEST(key_compare) {
   ck_assert_ptr_eq(p, s + 9);
   lp_jscan_key(s, s + strlen(s), "output", &eq);
   ck_assert(!eq);
+  /* escaped keys compare by their decoded text, as jansson reads them */
+  static const struct { const char *json, *key; int eq; } esc[] = {
+      {"\"\\u0069nput_ids\"", "input_ids", 1},
+      {"\"input\\u005fids\"", "input_ids", 1},
+      {"\"\\u0069nput_idsx\"", "input_ids", 0},
+      {"\"\\u0069nput_id\"", "input_ids", 0},
+      {"\"a\\/b\\\\c\\\"d\\n\"", "a/b\\c\"d\n", 1},
+      {"\"\\u00e9t\\u00e9\"", "\xc3\xa9t\xc3\xa9", 1},
+      {"\"\\ud83d\\ude00\"", "\xf0\x9f\x98\x80", 1},
+      {"\"\\u20ac\"", "\xe2\x82\xac", 1},
+      {"\"\\u20ac\"", "\xe2\x82", 0},
+  };
+  for (size_t i = 0; i < sizeof(esc) / sizeof(esc[0]); i++) {
+    const char *e = lp_jscan_key(esc[i].json, esc[i].json + strlen(esc[i].json), esc[i].key, &eq);
+    ck_assert_ptr_eq(e, esc[i].json + strlen(esc[i].json));
+    ck_assert_msg(eq == esc[i].eq, "case %zu", i);
+  }
 }
 END_TEST
 

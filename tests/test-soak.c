@@ -82,17 +82,6 @@ static void client(int port, int id, long k, tally_t *t) {
   }
 }
 
-static long rss_kb(pid_t pid, const char *field) {
-  char path[64], line[256];
-  snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-  FILE *f = fopen(path, "r");
-  long v = -1;
-  while (f && fgets(line, sizeof(line), f))
-    if (strncmp(line, field, strlen(field)) == 0) v = atol(line + strlen(field) + 1);
-  if (f) fclose(f);
-  return v;
-}
-
 static pid_t start_emu(int port, const char *shapes, const char *faults, const char *log) {
   char listen[64];
   snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
@@ -128,7 +117,7 @@ START_TEST(nothing_lost) {
   /* baseline after a short warm-up */
   tally_t warm = {0};
   client(port, 999, 20, &warm);
-  long base = rss_kb(proxy, "VmRSS:");
+  long base = h_rss_kb(proxy, "VmRSS:");
 
   tally_t *tally = mmap(NULL, (size_t)clients * sizeof(tally_t), PROT_READ | PROT_WRITE,
                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -173,7 +162,7 @@ START_TEST(nothing_lost) {
   double retries = h_metric(port, "lanepack_retries_total");
   double queued = h_metric(port, "lanepack_queue_sequences{");
   double inflight = h_metric(port, "lanepack_inflight_batches");
-  long after = rss_kb(proxy, "VmRSS:"), peak = rss_kb(proxy, "VmHWM:");
+  long after = h_rss_kb(proxy, "VmRSS:"), peak = h_rss_kb(proxy, "VmHWM:");
   printf("soak: %ld clients x %ld requests: sent %ld, answered %ld, 200 verified %ld, mismatches %ld, "
          "duplicates %ld, reconnects %ld\n", clients, per, all.sent, all.answered, all.ok,
          all.mismatches, all.duplicates, all.reconnects);
@@ -241,10 +230,10 @@ START_TEST(overload) {
   ck_assert_int_eq(h_wait_http(port, "/readyz", 0, 5000), 0);
   json_t *warm = load(port, "300", "1s");
   json_decref(warm);
-  long base = rss_kb(proxy, "VmRSS:");
+  long base = h_rss_kb(proxy, "VmRSS:");
 
   json_t *over = load(port, "4500", dur);
-  long rss_over = rss_kb(proxy, "VmRSS:");
+  long rss_over = h_rss_kb(proxy, "VmRSS:");
   json_t *by = json_object_get(over, "by_status");
   long ok = jint(over, "ok"), full = (long)json_integer_value(json_object_get(by, "429"));
   double p99 = json_real_value(json_object_get(json_object_get(over, "latency_ms"), "p99"));
@@ -261,7 +250,7 @@ START_TEST(overload) {
 
   json_t *after = load(port, "500", "3s");
   double p99a = json_real_value(json_object_get(json_object_get(after, "latency_ms"), "p99"));
-  long rss_after = rss_kb(proxy, "VmRSS:");
+  long rss_after = h_rss_kb(proxy, "VmRSS:");
   printf("overload: then 3 s at 500/s: sent %ld, 200 %ld, failed %ld, p99 %.1f ms, RSS %ld kB\n",
          jint(after, "sent"), jint(after, "ok"), jint(after, "failed"), p99a, rss_after);
   fflush(stdout);

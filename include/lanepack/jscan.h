@@ -16,8 +16,8 @@ const char *lp_jscan_ws(const char *p, const char *end);
  * after it, or NULL when it is not valid JSON or nests deeper than max_depth. */
 const char *lp_jscan_skip(const char *p, const char *end, int max_depth);
 
-/* p points at a JSON string; sets *eq to whether it equals key exactly (escapes
- * are compared decoded only for plain ASCII keys). Returns the byte after it or NULL. */
+/* p points at a JSON string; sets *eq to whether its decoded text equals key
+ * ("\u0069d" equals "id"). Returns the byte after it or NULL. */
 const char *lp_jscan_key(const char *p, const char *end, const char *key, int *eq);
 
 /* Reads a JSON array of integers at p (no leading whitespace) into out[0..cap),

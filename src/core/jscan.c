@@ -147,12 +147,68 @@ const char *lp_jscan_skip(const char *p, const char *end, int max_depth) {
   }
 }
 
+/* Compares the escaped string body [p, end) (already validated) with key by its
+ * decoded text, without decoding into memory: "\u0069d" equals "id". */
+static int escaped_eq(const char *p, const char *end, const char *key) {
+  const unsigned char *k = (const unsigned char *)key;
+  while (p < end) {
+    unsigned char buf[4];
+    size_t n = 1;
+    if (*p != '\\') {
+      buf[0] = (unsigned char)*p++;
+    } else {
+      char e = p[1];
+      p += 2;
+      switch (e) {
+        case 'b': buf[0] = '\b'; break;
+        case 'f': buf[0] = '\f'; break;
+        case 'n': buf[0] = '\n'; break;
+        case 'r': buf[0] = '\r'; break;
+        case 't': buf[0] = '\t'; break;
+        case 'u': {
+          long cp = hex4(p, end);
+          p += 4;
+          if (cp >= 0xd800 && cp <= 0xdbff && end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
+            long lo = hex4(p + 2, end);
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            p += 6;
+          }
+          if (cp < 0x80) buf[0] = (unsigned char)cp;
+          else if (cp < 0x800) {
+            buf[0] = (unsigned char)(0xc0 | (cp >> 6));
+            buf[1] = (unsigned char)(0x80 | (cp & 0x3f));
+            n = 2;
+          } else if (cp < 0x10000) {
+            buf[0] = (unsigned char)(0xe0 | (cp >> 12));
+            buf[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
+            buf[2] = (unsigned char)(0x80 | (cp & 0x3f));
+            n = 3;
+          } else {
+            buf[0] = (unsigned char)(0xf0 | (cp >> 18));
+            buf[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f));
+            buf[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
+            buf[3] = (unsigned char)(0x80 | (cp & 0x3f));
+            n = 4;
+          }
+          break;
+        }
+        default: buf[0] = (unsigned char)e; /* " \\ / */
+      }
+    }
+    for (size_t i = 0; i < n; i++, k++)
+      if (*k == 0 || *k != buf[i]) return 0;
+  }
+  return *k == 0;
+}
+
 const char *lp_jscan_key(const char *p, const char *end, const char *key, int *eq) {
   const char *after = skip_string(p, end);
   *eq = 0;
   if (after == NULL) return NULL;
   size_t n = strlen(key);
-  *eq = (size_t)(after - p - 2) == n && memcmp(p + 1, key, n) == 0;
+  size_t raw = (size_t)(after - p - 2);
+  if (raw == n && memcmp(p + 1, key, n) == 0) *eq = 1;
+  else if (raw > n && memchr(p + 1, '\\', raw)) *eq = escaped_eq(p + 1, after - 1, key);
   return after;
 }
 

@@ -20,6 +20,7 @@ static uint64_t m_done(const lp_model_t *m) { return m->sequences_done; }
 static uint64_t b_up(const lp_backend_t *b) { return (uint64_t)b->healthy; }
 static uint64_t b_inflight(const lp_backend_t *b) { return b->inflight; }
 static uint64_t b_failures(const lp_backend_t *b) { return b->failures; }
+static uint64_t b_batches(const lp_backend_t *b) { return b->batches; }
 
 static void per_model(lp_buf_t *b, lp_proxy_t *p, const char *name, const char *type,
                       const char *help, model_value_fn value) {
@@ -103,6 +104,7 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   per_backend(b, p, "lanepack_backend_up", "gauge", "1 if the backend is healthy.", b_up);
   per_backend(b, p, "lanepack_backend_inflight", "gauge", "Batches in flight, by backend.", b_inflight);
   per_backend(b, p, "lanepack_backend_failures_total", "counter", "Batches a backend failed.", b_failures);
+  per_backend(b, p, "lanepack_backend_batches_total", "counter", "Batches a backend answered.", b_batches);
 }
 
 void lp__render_models(lp_proxy_t *p, lp_buf_t *b) {
