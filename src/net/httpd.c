@@ -6,6 +6,8 @@
 #include <llhttp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -721,6 +723,19 @@ static void conn_update_reading(lp_http_conn_t *c) {
   }
 }
 
+/* Bytes written and not yet taken by the peer: libuv's queue and the kernel's
+ * unacknowledged send queue (the kernel only reports the socket writable once
+ * much of its buffer is free, so libuv's queue alone hides a slow reader's
+ * progress). */
+static size_t unsent(lp_http_conn_t *c) {
+  size_t n = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+  uv_os_fd_t fd;
+  int out = 0;
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && ioctl(fd, SIOCOUTQ, &out) == 0 && out > 0)
+    n += (size_t)out;
+  return n;
+}
+
 /* The peer has sent its FIN (or reset) although we are not reading. */
 static int peer_gone(lp_http_conn_t *c) {
   uv_os_fd_t fd;
@@ -749,7 +764,7 @@ static void on_conn_timer(uv_timer_t *t) {
     conn_reject(c, 408, "request_timeout", "the request did not arrive in time");
     return;
   }
-  size_t wq = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+  size_t wq = unsent(c);
   if (wq != c->last_wq) {
     c->last_wq = wq;
     c->last_ns = now;

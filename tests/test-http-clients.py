@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Python's http.client (what `requests` uses) against the proxy: a client that
+sends a whole oversized body or header before reading gets the 413 or 431, not
+a broken pipe or a reset (lingering close), several times over, and the proxy
+still serves. Arguments: the lanepack and lanepack-emulator binaries."""
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_http(port, path, timeout=8.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            c.request("GET", path)
+            if c.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise SystemExit(f"nothing answered on port {port}{path}")
+
+
+def main():
+    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
+    emu_port, port = free_port(), free_port()
+    emu = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{emu_port}", "--shapes", "4x64",
+                            "--cost-ms", "1"], stderr=subprocess.DEVNULL)
+    cfg = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    json.dump({"listen": f"127.0.0.1:{port}", "health_interval_ms": 100,
+               "models": {"m": {"shapes": "4x64", "backends": [f"http://127.0.0.1:{emu_port}"]}}}, cfg)
+    cfg.close()
+    proxy = subprocess.Popen([proxy_bin, "--config", cfg.name], stderr=subprocess.DEVNULL)
+    failures = 0
+    try:
+        wait_http(emu_port, "/healthz")
+        wait_http(port, "/readyz")
+        cases = [
+            ("9 MB body", 413, "body_too_large",
+             lambda c: c.request("POST", "/v1/infer", body=b"{" + b" " * (9 * 1024 * 1024) + b"}",
+                                 headers={"Content-Type": "application/json"})),
+            ("2 MB header", 431, "headers_too_large",
+             lambda c: c.request("GET", "/healthz", headers={"X-Big": "a" * (2 * 1024 * 1024)})),
+        ]
+        for name, want, code, send in cases:
+            for attempt in range(3):
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                try:
+                    send(c)
+                    r = c.getresponse()
+                    body = r.read().decode()
+                    ok = r.status == want and code in body and json.loads(body)["error"]["code"] == code
+                    print(f"{name}, try {attempt + 1}: {r.status} {body.strip()[:80]}")
+                except (OSError, http.client.HTTPException) as e:
+                    ok = False
+                    print(f"{name}, try {attempt + 1}: {type(e).__name__}: {e}")
+                failures += not ok
+                c.close()
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        c.request("POST", "/v1/infer", body=json.dumps({"input_ids": [1, 2, 3]}))
+        r = c.getresponse()
+        r.read()
+        print(f"afterwards: {r.status}")
+        failures += r.status != 200
+    finally:
+        proxy.terminate()
+        emu.terminate()
+        rc = proxy.wait(10)
+        emu.wait(10)
+        os.unlink(cfg.name)
+    if rc != 0:
+        print(f"proxy exit status {rc}")
+        failures += 1
+    print(f"{failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
