@@ -542,6 +542,65 @@ START_TEST(deep_queue_does_not_block_the_loop) {
 }
 END_TEST
 
+/* The load generator against failing, slow and shape-lacking backends, with
+ * --verify and a short --timeout: it ends on time, accounts for every request
+ * and says whose failures they were. Run under the sanitizers too. */
+START_TEST(loadgen_against_failing_backends) {
+  int pe, port;
+  pid_t e = h_start_emulator("--shapes 4x64 --cost-ms 2 --fail-rate 0.2 --stall-rate 0.05", &pe);
+  char rest[512];
+  snprintf(rest, sizeof(rest),
+           "\"models\": {\"m\": {\"shapes\": \"4x64,2x128\", \"backends\": [\"http://127.0.0.1:%d\"], "
+           "\"max_wait_ms\": 2, \"backend_timeout_ms\": 1000, \"max_retries\": 1}}", pe);
+  pid_t proxy = h_start_proxy(rest, "/readyz", &port);
+  ck_assert_int_gt(proxy, 0);
+  FILE *lf = fopen("/tmp/lp-lg-lengths.txt", "w");
+  fprintf(lf, "40\n100\n30\n120\n");
+  fclose(lf);
+  char url[64], json[96];
+  snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+  snprintf(json, sizeof(json), "/tmp/lp-lg-%d.json", port);
+  char *argv[] = {(char *)h_bin("LP_LOADGEN"), "--url", url, "--rate", "150", "--connections", "64",
+                  "--verify", "--timeout", "4s", "--duration", "2s", "--lengths",
+                  "/tmp/lp-lg-lengths.txt", "--json", json, NULL};
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int rc = h_run(argv, "/tmp/lp-lg-failing.log");
+  double ms = ms_since(&t0);
+  ck_assert_msg(rc == 0, "loadgen exit %d, see /tmp/lp-lg-failing.log", rc);
+  ck_assert_msg(ms < 2000 + 4000 + 3000, "ran %.0f ms", ms);
+  json_error_t je;
+  json_t *j = json_load_file(json, 0, &je);
+  ck_assert_ptr_nonnull(j);
+  json_int_t sent = json_integer_value(json_object_get(j, "sent"));
+  json_int_t answered = json_integer_value(json_object_get(j, "answered"));
+  json_int_t ok = json_integer_value(json_object_get(j, "ok"));
+  json_int_t failed = json_integer_value(json_object_get(j, "failed"));
+  json_t *by = json_object_get(j, "by_status");
+  printf("loadgen vs failing backends: sent %lld, answered %lld, ok %lld, failed %lld, 503 %lld, "
+         "timeouts %lld, mismatches %lld\n", (long long)sent, (long long)answered, (long long)ok,
+         (long long)failed, (long long)json_integer_value(json_object_get(by, "503")),
+         (long long)json_integer_value(json_object_get(j, "timeouts")),
+         (long long)json_integer_value(json_object_get(j, "mismatches")));
+  ck_assert_int_gt(sent, 150);
+  ck_assert_int_eq(sent, answered);
+  ck_assert_int_eq(ok + failed, answered);
+  ck_assert_int_gt(ok, 0);
+  ck_assert_int_gt(json_integer_value(json_object_get(by, "503")), 0); /* the missing shape */
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "mismatches")), 0);
+  json_decref(j);
+  /* the text report names whose failures they were */
+  FILE *f = fopen("/tmp/lp-lg-failing.log", "r");
+  char line[512];
+  int said = 0;
+  while (f && fgets(line, sizeof(line), f)) said |= strncmp(line, "failures      server:", 21) == 0;
+  if (f) fclose(f);
+  ck_assert(said);
+  pid_t all[] = {proxy, e};
+  stop_all(all, 2);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("nothing-lost");
   TCase *tc = tcase_create("integration");
@@ -553,6 +612,7 @@ int main(void) {
   tcase_add_test(tc, queued_bodies_hold_nothing);
   tcase_add_test(tc, absurd_backend_shapes_ignored);
   tcase_add_test(tc, deep_queue_does_not_block_the_loop);
+  tcase_add_test(tc, loadgen_against_failing_backends);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_VERBOSE);

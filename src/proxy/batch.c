@@ -109,6 +109,7 @@ static void on_batch_retry(uv_timer_t *t) {
  * capped (a shift past 63 bits is undefined, and earlier ones overflow). */
 uint64_t lp__backoff_ms(const lp_model_t *m, uint32_t attempts) {
   uint64_t ms = m->cfg->retry_backoff_ms;
+  if (ms == 0) return 0;
   for (uint32_t i = 0; i < attempts && ms < LP_MAX_BACKOFF_MS; i++) ms *= 2;
   return ms < LP_MAX_BACKOFF_MS ? ms : LP_MAX_BACKOFF_MS;
 }
