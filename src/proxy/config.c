@@ -39,6 +39,7 @@ void lp_config_default(lp_config_t *c) {
   c->max_body_bytes = 8 * 1024 * 1024;
   c->max_connections = 10000;
   c->max_pipeline = 64;
+  c->max_unsent_bytes = 1024 * 1024;
   c->idle_timeout_ms = 60000;
   c->request_timeout_ms = 30000;
   c->max_sequences_per_request = 1024;
@@ -240,6 +241,9 @@ int lp_config_load_text(lp_config_t *c, const char *text, size_t len, const char
     } else if (strcmp(key, "max_connections") == 0) {
       uint64_t t = 0;
       if (!(rc = get_u64(&x, v, key, 1, 1000000, &t))) c->max_connections = t;
+    } else if (strcmp(key, "max_unsent_bytes") == 0) {
+      uint64_t t = 0;
+      if (!(rc = get_u64(&x, v, key, 4096, 1ull << 32, &t))) c->max_unsent_bytes = t;
     } else if (strcmp(key, "max_pipeline") == 0) {
       uint64_t t = 0;
       if (!(rc = get_u64(&x, v, key, 1, 100000, &t))) c->max_pipeline = t;
@@ -356,6 +360,7 @@ char *lp_config_dump(const lp_config_t *c) {
   json_object_set_new(root, "max_body_bytes", json_integer((json_int_t)c->max_body_bytes));
   json_object_set_new(root, "max_connections", json_integer((json_int_t)c->max_connections));
   json_object_set_new(root, "max_pipeline", json_integer((json_int_t)c->max_pipeline));
+  json_object_set_new(root, "max_unsent_bytes", json_integer((json_int_t)c->max_unsent_bytes));
   json_object_set_new(root, "idle_timeout_ms", json_integer((json_int_t)c->idle_timeout_ms));
   json_object_set_new(root, "request_timeout_ms", json_integer((json_int_t)c->request_timeout_ms));
   json_object_set_new(root, "max_sequences_per_request",

@@ -288,6 +288,7 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
   hc.max_body_bytes = cfg->max_body_bytes;
   hc.max_connections = cfg->max_connections;
   hc.max_pipeline = cfg->max_pipeline;
+  hc.max_unsent_bytes = cfg->max_unsent_bytes;
   hc.idle_timeout_ms = cfg->idle_timeout_ms;
   hc.request_timeout_ms = cfg->request_timeout_ms;
   p->httpd = lp_httpd_new(loop, &hc);
