@@ -61,6 +61,24 @@ static int count(const char *hay, const char *needle) {
 
 static const char *one_tok = "{\"input_ids\": [5, 6, 7]}";
 
+/* {"inputs": [...]} of k copies of t[0..n): a long answer. */
+static void inputs_body(lp_buf_t *b, const int32_t *t, size_t n, int k) {
+  lp_buf_puts(b, "{\"inputs\": [");
+  for (int i = 0; i < k; i++) {
+    if (i) lp_buf_puts(b, ",");
+    lp_buf_i32_array(b, t, n);
+  }
+  lp_buf_puts(b, "]}");
+}
+
+/* A connection with a small receive window, so answers back up in the proxy. */
+static int small_window(int port) {
+  int fd = h_connect(port);
+  int small = 65536;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  return fd;
+}
+
 /* ---- the tests ---- */
 
 START_TEST(rfc9112_rules) {
@@ -214,9 +232,7 @@ START_TEST(slow_reader_not_cut) {
     lp_buf_i32_array(&body, tok[i], L);
   }
   lp_buf_puts(&body, "]}");
-  int fd = h_connect(s.port);
-  int small = 65536;
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  int fd = small_window(s.port);
   char head[128];
   snprintf(head, sizeof(head), "POST /v1/infer HTTP/1.1\r\nHost: a\r\nContent-Length: %zu\r\n\r\n", body.len);
   h_send_all(fd, head, strlen(head));
@@ -281,20 +297,13 @@ START_TEST(non_reader_is_bounded) {
   start(&s, "--shapes 8x1024 --cost-ms 0", "", "\"shapes\": \"8x1024\", \"max_wait_ms\": 0");
   lp_buf_t body;
   lp_buf_init(&body);
-  lp_buf_puts(&body, "{\"inputs\": [");
   int32_t t[1000];
   for (int j = 0; j < 1000; j++) t[j] = j;
-  for (int i = 0; i < 8; i++) {
-    if (i) lp_buf_puts(&body, ",");
-    lp_buf_i32_array(&body, t, 1000);
-  }
-  lp_buf_puts(&body, "]}");
+  inputs_body(&body, t, 1000, 8);
   char head[128];
   snprintf(head, sizeof(head), "POST /v1/infer HTTP/1.1\r\nHost: a\r\nContent-Length: %zu\r\n\r\n", body.len);
   long base = h_rss_kb(s.proxy, "VmRSS:");
-  int fd = h_connect(s.port);
-  int small = 65536;
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  int fd = small_window(s.port);
   /* send for 3 s without reading; sending blocks once the proxy stops reading */
   struct timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -328,17 +337,10 @@ START_TEST(continue_behind_queued_answer) {
   start(&s, "--shapes 8x1024 --cost-ms 0", "", "\"shapes\": \"8x1024\", \"max_wait_ms\": 0");
   lp_buf_t body;
   lp_buf_init(&body);
-  lp_buf_puts(&body, "{\"inputs\": [");
   int32_t t[1000];
   for (int j = 0; j < 1000; j++) t[j] = j + 1;
-  for (int i = 0; i < 700; i++) {
-    if (i) lp_buf_puts(&body, ",");
-    lp_buf_i32_array(&body, t, 1000);
-  }
-  lp_buf_puts(&body, "]}");
-  int fd = h_connect(s.port);
-  int small = 65536;
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  inputs_body(&body, t, 1000, 700);
+  int fd = small_window(s.port);
   char head[160];
   snprintf(head, sizeof(head), "POST /v1/infer HTTP/1.1\r\nHost: a\r\nContent-Length: %zu\r\n\r\n", body.len);
   h_send_all(fd, head, strlen(head));

@@ -185,6 +185,25 @@ static void stop_all(pid_t *pids, size_t n) {
     if (pids[i] > 0) h_stop(pids[i], 5000);
 }
 
+/* An emulator with emu_args and a proxy serving model "m" from it alone, with
+ * more model keys (top: more top-level keys, each ending with a comma). */
+typedef struct {
+  pid_t emu, proxy;
+  int emu_port, port;
+} one_t;
+
+static one_t one_backend(const char *emu_args, const char *top, const char *model_keys) {
+  one_t o;
+  o.emu = h_start_emulator(emu_args, &o.emu_port);
+  ck_assert_int_gt(o.emu, 0);
+  char rest[768];
+  snprintf(rest, sizeof(rest), "%s \"models\": {\"m\": {\"backends\": [\"http://127.0.0.1:%d\"], %s}}",
+           top, o.emu_port, model_keys);
+  o.proxy = h_start_proxy(rest, "/readyz", &o.port);
+  ck_assert_int_gt(o.proxy, 0);
+  return o;
+}
+
 /* ---- the tests ---- */
 
 /* Two backends of one model with different shape sets: shape state is per
@@ -227,14 +246,9 @@ END_TEST
 /* A configured shape the backend lacks, without /v1/shapes: the backend's
  * "shape mismatch" ends the wait at once, not after backend_timeout_ms. */
 START_TEST(hidden_missing_shape_fails_at_once) {
-  int pe, port;
-  pid_t e = h_start_emulator("--shapes 4x64 --cost-ms 2 --hide-shapes", &pe);
-  char rest[512];
-  snprintf(rest, sizeof(rest),
-           "\"models\": {\"m\": {\"shapes\": \"4x64,2x128\", \"backends\": [\"http://127.0.0.1:%d\"], "
-           "\"max_wait_ms\": 2, \"backend_timeout_ms\": 6000}}", pe);
-  pid_t proxy = h_start_proxy(rest, "/readyz", &port);
-  ck_assert_int_gt(proxy, 0);
+  one_t o = one_backend("--shapes 4x64 --cost-ms 2 --hide-shapes", "",
+                        "\"shapes\": \"4x64,2x128\", \"max_wait_ms\": 2, \"backend_timeout_ms\": 6000");
+  int port = o.port;
   double ms;
   char *body = NULL;
   int st = infer(port, 100, NULL, &ms, &body);
@@ -246,7 +260,7 @@ START_TEST(hidden_missing_shape_fails_at_once) {
   ck_assert_msg(st == 413 && strstr(body, "\"max_len\": 64"), "%d %s", st, body);
   free(body);
   ck_assert_int_eq(infer(port, 50, NULL, NULL, NULL), 200);
-  pid_t all[] = {proxy, e};
+  pid_t all[] = {o.proxy, o.emu};
   stop_all(all, 2);
 }
 END_TEST
@@ -254,14 +268,10 @@ END_TEST
 /* A backend that never answers: the request is answered at the proxy's bound
  * (max_request_ms), not left to the backend timeout. */
 START_TEST(bound_holds_when_backend_stalls) {
-  int pe, port;
-  pid_t e = h_start_emulator("--shapes 4x64 --stall-rate 1", &pe);
-  char rest[512];
-  snprintf(rest, sizeof(rest),
-           "\"models\": {\"m\": {\"shapes\": \"4x64\", \"backends\": [\"http://127.0.0.1:%d\"], "
-           "\"max_wait_ms\": 2, \"backend_timeout_ms\": 60000, \"max_request_ms\": 1500}}", pe);
-  pid_t proxy = h_start_proxy(rest, "/readyz", &port);
-  ck_assert_int_gt(proxy, 0);
+  one_t o = one_backend("--shapes 4x64 --stall-rate 1", "",
+                        "\"shapes\": \"4x64\", \"max_wait_ms\": 2, \"backend_timeout_ms\": 60000, "
+                        "\"max_request_ms\": 1500");
+  int port = o.port;
   double ms;
   char *body = NULL;
   int st = infer(port, 10, NULL, &ms, &body);
@@ -273,7 +283,7 @@ START_TEST(bound_holds_when_backend_stalls) {
   ck_assert_msg(st == 504 && strstr(body, "deadline_exceeded"), "%d %s", st, body);
   ck_assert_msg(ms < 1200, "answered after %.0f ms", ms);
   free(body);
-  pid_t all[] = {proxy, e};
+  pid_t all[] = {o.proxy, o.emu};
   stop_all(all, 2);
 }
 END_TEST
@@ -374,15 +384,11 @@ END_TEST
 /* Bodies are freed once parsed: queued one-token requests padded to the body
  * limit hold little. */
 START_TEST(queued_bodies_hold_nothing) {
-  int pe, port;
-  pid_t e = h_start_emulator("--shapes 4x64 --cost-ms 4000", &pe);
-  char rest[512];
-  snprintf(rest, sizeof(rest),
-           "\"max_body_bytes\": 8388608, \"models\": {\"m\": {\"shapes\": \"4x64\", \"backends\": "
-           "[\"http://127.0.0.1:%d\"], \"max_wait_ms\": 0, \"max_inflight\": 1, "
-           "\"max_segments_per_lane\": 1}}", pe);
-  pid_t proxy = h_start_proxy(rest, "/readyz", &port);
-  ck_assert_int_gt(proxy, 0);
+  one_t o = one_backend("--shapes 4x64 --cost-ms 4000", "\"max_body_bytes\": 8388608,",
+                        "\"shapes\": \"4x64\", \"max_wait_ms\": 0, \"max_inflight\": 1, "
+                        "\"max_segments_per_lane\": 1");
+  int port = o.port;
+  pid_t proxy = o.proxy;
   long base = h_rss_kb(proxy, "VmRSS:");
   enum { N = 40 };
   size_t len = 8 * 1024 * 1024 - 64;
@@ -409,7 +415,7 @@ START_TEST(queued_bodies_hold_nothing) {
     ck_assert_msg(held - base < 64 * 1024, "RSS grew by %ld kB", held - base);
   for (int i = 0; i < N; i++) close(fds[i]);
   free(body);
-  pid_t all[] = {proxy, e};
+  pid_t all[] = {o.proxy, o.emu};
   stop_all(all, 2);
 }
 END_TEST
@@ -476,15 +482,11 @@ END_TEST
  * priority requests and health checks are not held up; the drain's failing of
  * everything is linear. */
 START_TEST(deep_queue_does_not_block_the_loop) {
-  int pe, port;
-  pid_t e = h_start_emulator("--shapes 4x64 --cost-ms 30000", &pe);
-  char rest[512];
-  snprintf(rest, sizeof(rest),
-           "\"drain_timeout_ms\": 500, \"models\": {\"m\": {\"shapes\": \"4x64\", \"backends\": "
-           "[\"http://127.0.0.1:%d\"], \"max_wait_ms\": 0, \"max_inflight\": 1, "
-           "\"max_queue_requests\": 100000}}", pe);
-  pid_t proxy = h_start_proxy(rest, "/readyz", &port);
-  ck_assert_int_gt(proxy, 0);
+  one_t o = one_backend("--shapes 4x64 --cost-ms 30000", "\"drain_timeout_ms\": 500,",
+                        "\"shapes\": \"4x64\", \"max_wait_ms\": 0, \"max_inflight\": 1, "
+                        "\"max_queue_requests\": 100000");
+  int port = o.port;
+  pid_t proxy = o.proxy;
   /* 147 requests of 1,024 one-token sequences, pipelined on 8 connections */
   lp_buf_t one;
   lp_buf_init(&one);
@@ -538,7 +540,7 @@ START_TEST(deep_queue_does_not_block_the_loop) {
   close(pfd);
   lp_buf_free(&one);
   lp_buf_free(&prio);
-  h_stop(e, 5000);
+  h_stop(o.emu, 5000);
 }
 END_TEST
 
@@ -546,14 +548,10 @@ END_TEST
  * --verify and a short --timeout: it ends on time, accounts for every request
  * and says whose failures they were. Run under the sanitizers too. */
 START_TEST(loadgen_against_failing_backends) {
-  int pe, port;
-  pid_t e = h_start_emulator("--shapes 4x64 --cost-ms 2 --fail-rate 0.2 --stall-rate 0.05", &pe);
-  char rest[512];
-  snprintf(rest, sizeof(rest),
-           "\"models\": {\"m\": {\"shapes\": \"4x64,2x128\", \"backends\": [\"http://127.0.0.1:%d\"], "
-           "\"max_wait_ms\": 2, \"backend_timeout_ms\": 1000, \"max_retries\": 1}}", pe);
-  pid_t proxy = h_start_proxy(rest, "/readyz", &port);
-  ck_assert_int_gt(proxy, 0);
+  one_t o = one_backend("--shapes 4x64 --cost-ms 2 --fail-rate 0.2 --stall-rate 0.05", "",
+                        "\"shapes\": \"4x64,2x128\", \"max_wait_ms\": 2, \"backend_timeout_ms\": 1000, "
+                        "\"max_retries\": 1");
+  int port = o.port;
   FILE *lf = fopen("/tmp/lp-lg-lengths.txt", "w");
   fprintf(lf, "40\n100\n30\n120\n");
   fclose(lf);
@@ -596,7 +594,7 @@ START_TEST(loadgen_against_failing_backends) {
   while (f && fgets(line, sizeof(line), f)) said |= strncmp(line, "failures      server:", 21) == 0;
   if (f) fclose(f);
   ck_assert(said);
-  pid_t all[] = {proxy, e};
+  pid_t all[] = {o.proxy, o.emu};
   stop_all(all, 2);
 }
 END_TEST
