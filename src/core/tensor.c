@@ -1,0 +1,175 @@
+/* Tensor datatypes and elements: reading raw little-endian bytes of any OIP
+ * numeric type and writing them as exact JSON numbers. */
+#include "lanepack/tensor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "binary tensors are little-endian: this code reads them in host order"
+#endif
+
+static const struct {
+  const char *name;
+  size_t size;
+} dtypes[] = {
+    [LP_DT_INVALID] = {"INVALID", 0}, [LP_DT_BOOL] = {"BOOL", 1},     [LP_DT_UINT8] = {"UINT8", 1},
+    [LP_DT_UINT16] = {"UINT16", 2},   [LP_DT_UINT32] = {"UINT32", 4}, [LP_DT_UINT64] = {"UINT64", 8},
+    [LP_DT_INT8] = {"INT8", 1},       [LP_DT_INT16] = {"INT16", 2},   [LP_DT_INT32] = {"INT32", 4},
+    [LP_DT_INT64] = {"INT64", 8},     [LP_DT_FP16] = {"FP16", 2},     [LP_DT_BF16] = {"BF16", 2},
+    [LP_DT_FP32] = {"FP32", 4},       [LP_DT_FP64] = {"FP64", 8},     [LP_DT_BYTES] = {"BYTES", 0},
+};
+
+lp_dtype_t lp_dtype_parse(const char *name) {
+  for (int t = LP_DT_BOOL; t <= LP_DT_BYTES; t++)
+    if (strcmp(name, dtypes[t].name) == 0) return (lp_dtype_t)t;
+  return LP_DT_INVALID;
+}
+
+const char *lp_dtype_name(lp_dtype_t t) { return t <= LP_DT_BYTES ? dtypes[t].name : "INVALID"; }
+size_t lp_dtype_size(lp_dtype_t t) { return t <= LP_DT_BYTES ? dtypes[t].size : 0; }
+int lp_dtype_is_float(lp_dtype_t t) { return t >= LP_DT_FP16 && t <= LP_DT_FP64; }
+
+float lp_half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else { /* subnormal: normalise */
+      exp = 127 - 15 + 1;
+      while (!(man & 0x400)) {
+        man <<= 1;
+        exp--;
+      }
+      bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+float lp_bf16_to_float(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+/* Unaligned little-endian reads of element i. */
+static uint16_t u16_at(const uint8_t *p, size_t i) { uint16_t v; memcpy(&v, p + i * 2, 2); return v; }
+static uint32_t u32_at(const uint8_t *p, size_t i) { uint32_t v; memcpy(&v, p + i * 4, 4); return v; }
+static uint64_t u64_at(const uint8_t *p, size_t i) { uint64_t v; memcpy(&v, p + i * 8, 8); return v; }
+
+int64_t lp_tensor_int(const lp_tensor_t *t, size_t i) {
+  if (!t->raw) return t->ints ? t->ints[i] : (int64_t)t->reals[i];
+  switch (t->dtype) {
+    case LP_DT_BOOL: return t->raw[i] != 0;
+    case LP_DT_UINT8: return t->raw[i];
+    case LP_DT_UINT16: return u16_at(t->raw, i);
+    case LP_DT_UINT32: return u32_at(t->raw, i);
+    case LP_DT_UINT64: return (int64_t)u64_at(t->raw, i);
+    case LP_DT_INT8: return (int8_t)t->raw[i];
+    case LP_DT_INT16: return (int16_t)u16_at(t->raw, i);
+    case LP_DT_INT32: return (int32_t)u32_at(t->raw, i);
+    case LP_DT_INT64: return (int64_t)u64_at(t->raw, i);
+    default: return (int64_t)lp_tensor_real(t, i);
+  }
+}
+
+double lp_tensor_real(const lp_tensor_t *t, size_t i) {
+  if (!t->raw) return t->reals ? t->reals[i] : (double)t->ints[i];
+  switch (t->dtype) {
+    case LP_DT_FP16: return lp_half_to_float(u16_at(t->raw, i));
+    case LP_DT_BF16: return lp_bf16_to_float(u16_at(t->raw, i));
+    case LP_DT_FP32: {
+      uint32_t b = u32_at(t->raw, i);
+      float f;
+      memcpy(&f, &b, 4);
+      return f;
+    }
+    case LP_DT_FP64: {
+      uint64_t b = u64_at(t->raw, i);
+      double d;
+      memcpy(&d, &b, 8);
+      return d;
+    }
+    case LP_DT_UINT64: return (double)u64_at(t->raw, i);
+    default: return (double)lp_tensor_int(t, i);
+  }
+}
+
+/* Shortest round trip: the fewest significant digits whose text parses back to
+ * the same value. Tried from the usual case up; a number needs at most 9
+ * (float) or 17 (double) digits. */
+size_t lp_fmt_double(char *out, double v) {
+  if (v == 0) {
+    strcpy(out, signbit(v) ? "-0.0" : "0");
+    return strlen(out);
+  }
+  for (int p = 1; p <= 17; p++) {
+    int n = snprintf(out, 32, "%.*g", p, v);
+    if (strtod(out, NULL) == v || p == 17) return (size_t)n;
+  }
+  return 0;
+}
+
+size_t lp_fmt_float(char *out, float v) {
+  if (v == 0) {
+    strcpy(out, signbit(v) ? "-0.0" : "0");
+    return strlen(out);
+  }
+  for (int p = 1; p <= 9; p++) {
+    int n = snprintf(out, 32, "%.*g", p, (double)v);
+    if (strtof(out, NULL) == v || p == 9) return (size_t)n;
+  }
+  return 0;
+}
+
+static void put_elem(lp_buf_t *b, const lp_tensor_t *t, size_t i) {
+  char tmp[32];
+  size_t n;
+  if (!lp_dtype_is_float(t->dtype)) {
+    if (t->dtype == LP_DT_UINT64 && t->raw) {
+      lp_buf_u64(b, u64_at(t->raw, i));
+      return;
+    }
+    if (t->dtype == LP_DT_BOOL) {
+      lp_buf_puts(b, lp_tensor_int(t, i) ? "true" : "false");
+      return;
+    }
+    lp_buf_i64(b, lp_tensor_int(t, i));
+    return;
+  }
+  double v = lp_tensor_real(t, i);
+  if (!isfinite(v)) {
+    lp_buf_puts(b, "null");
+    return;
+  }
+  n = t->dtype == LP_DT_FP64 ? lp_fmt_double(tmp, v) : lp_fmt_float(tmp, (float)v);
+  lp_buf_append(b, tmp, n);
+}
+
+void lp_tensor_write_json(lp_buf_t *b, const lp_tensor_t *t, size_t first, size_t n, size_t inner) {
+  if (inner <= 1) {
+    for (size_t i = 0; i < n; i++) {
+      if (i) lp_buf_puts(b, ",");
+      put_elem(b, t, first + i);
+    }
+    return;
+  }
+  for (size_t g = 0; g < n / inner; g++) {
+    lp_buf_puts(b, g ? ",[" : "[");
+    for (size_t k = 0; k < inner; k++) {
+      if (k) lp_buf_puts(b, ",");
+      put_elem(b, t, first + g * inner + k);
+    }
+    lp_buf_puts(b, "]");
+  }
+}
