@@ -24,50 +24,9 @@
 #include "lanepack/jscan.h"
 #include "lanepack/rng.h"
 
-#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#include "emulator.h"
 
-typedef struct emu_s emu_t;
-
-/* One batch from parse to answer; owns its arrays. */
-typedef struct job_s {
-  emu_t *emu;
-  lp_http_req_t *req;     /* NULL once the client went away */
-  uv_timer_t timer;
-  struct job_s *next;     /* device queue */
-  int64_t batch_id;
-  int shape;              /* index in the shape set, -1 for ragged */
-  uint32_t lanes, bucket;
-  int32_t *ids, *sids, *pos;  /* lanes * bucket each */
-  int32_t *cu;            /* ragged: nsegs + 1 */
-  size_t ncu;
-  int fault;              /* 0 none, else which fault to act out */
-  int stalled;            /* held without an answer until the client leaves */
-} job_t;
-
-struct emu_s {
-  uv_loop_t *loop;
-  lp_httpd_t *httpd;
-  lp_bucket_set_t shapes;
-  uint64_t cost_ms[LP_BUCKET_MAX_SHAPES];
-  int used[LP_BUCKET_MAX_SHAPES];  /* compiled on first use when compile_ms > 0 */
-  uint64_t default_cost_ms;
-  uint64_t compile_ms;
-  int per_segment;
-  int ragged_ok;
-  int hide_shapes;        /* no /v1/shapes route, like a backend that lacks one */
-  unsigned devices, busy;
-  job_t *qhead, *qtail;
-  /* faults */
-  double fail_rate, reset_rate, stall_rate, garbage_rate;
-  uint64_t delay_ms;
-  lp_rng_t rng;
-  uint64_t batches, rejected;
-  uv_signal_t sigterm, sigint;
-};
-
-enum { FAULT_NONE, FAULT_FAIL, FAULT_RESET, FAULT_STALL, FAULT_GARBAGE };
-
-static void job_free(job_t *j) {
+void emu_job_free(job_t *j) {
   free(j->ids);
   free(j->sids);
   free(j->pos);
@@ -75,7 +34,7 @@ static void job_free(job_t *j) {
   free(j);
 }
 
-static void on_job_timer_closed(uv_handle_t *h) { job_free(container_of(h, job_t, timer)); }
+void emu_job_timer_closed(uv_handle_t *h) { emu_job_free(container_of(h, job_t, timer)); }
 
 /* ---- parsing and checking a batch ---- */
 
@@ -403,12 +362,14 @@ static void on_job_done(uv_timer_t *t) {
       /* half the resets come before any byte, half mid-answer */
       size_t n = lp_rng_below(&emu->rng, 2) ? sizeof(part) - 1 : 0;
       lp_http_abort(j->req, part, n);
+    } else if (j->v2) {
+      emu_v2_answer(j);
     } else {
       answer(j);
     }
   }
   emu->batches++;
-  uv_close((uv_handle_t *)&j->timer, on_job_timer_closed);
+  uv_close((uv_handle_t *)&j->timer, emu_job_timer_closed);
   start_next(emu);
 }
 
@@ -418,7 +379,7 @@ static void start_next(emu_t *emu) {
     emu->qhead = j->next;
     if (!emu->qhead) emu->qtail = NULL;
     if (j->req == NULL) { /* cancelled while queued */
-      uv_close((uv_handle_t *)&j->timer, on_job_timer_closed);
+      uv_close((uv_handle_t *)&j->timer, emu_job_timer_closed);
       continue;
     }
     uint64_t ms = emu->delay_ms;
@@ -454,9 +415,13 @@ static void handle_batch(emu_t *emu, lp_http_req_t *req) {
     emu->rejected++;
     lp_http_respond_error(req, status, NULL, status == 500 ? "shape_mismatch" : "bad_batch", e.msg,
                           NULL);
-    job_free(j);
+    emu_job_free(j);
     return;
   }
+  emu_enqueue(emu, j, req);
+}
+
+void emu_enqueue(emu_t *emu, job_t *j, lp_http_req_t *req) {
   double u = lp_rng_double(&emu->rng);
   if ((u -= emu->fail_rate) < 0) j->fault = FAULT_FAIL;
   else if ((u -= emu->reset_rate) < 0) j->fault = FAULT_RESET;
@@ -477,7 +442,12 @@ static int path_is(const lp_http_req_t *r, const char *p) {
 
 static void on_request(lp_http_req_t *req, void *ud) {
   emu_t *emu = ud;
-  if (path_is(req, "/v1/batch")) {
+  if ((emu->protocols & EMU_PROTO_V2) && emu_v2_route(emu, req)) return;
+  if (path_is(req, "/healthz")) { /* liveness, whatever the protocol */
+    lp_http_respond(req, 200, NULL, "application/json", "{\"status\": \"ok\"}\n", 17);
+  } else if (!(emu->protocols & EMU_PROTO_LANEPACK)) {
+    lp_http_respond_error(req, 404, NULL, "not_found", "this emulator speaks v2 only", NULL);
+  } else if (path_is(req, "/v1/batch")) {
     if (req->method != LP_HTTP_POST) {
       lp_http_respond_error(req, 405, "Allow: POST\r\n", "method_not_allowed", "use POST", NULL);
       return;
@@ -505,7 +475,7 @@ static void on_cancel(lp_http_req_t *req, void *ud) {
   job_t *j = req->app;
   if (!j) return;
   j->req = NULL; /* freed when its turn comes or its timer ends */
-  if (j->stalled) uv_close((uv_handle_t *)&j->timer, on_job_timer_closed);
+  if (j->stalled) uv_close((uv_handle_t *)&j->timer, emu_job_timer_closed);
 }
 
 static void on_closed(void *arg) {
@@ -530,7 +500,8 @@ static void usage(FILE *f) {
           "         [--cost-ms SHAPE=MS]... [--cost-ms MS] [--compile-ms MS] [--devices N]\n"
           "         [--per-segment] [--ragged] [--fail-rate P] [--reset-rate P]\n"
           "         [--stall-rate P] [--garbage-rate P] [--delay-ms MS] [--seed S]\n"
-          "         [--hide-shapes]\n");
+          "         [--hide-shapes] [--protocol lanepack|v2|both] [--v2-model TEMPLATE]\n"
+          "         [--v2-output NAME] [--v2-dims K]\n");
 }
 
 static int parse_rate(const char *s, double *out) {
@@ -558,6 +529,9 @@ int main(int argc, char **argv) {
   size_t ncost = 0;
   uint64_t devices = 1, seed = 1;
   emu.default_cost_ms = 5;
+  emu.protocols = EMU_PROTO_LANEPACK;
+  snprintf(emu.v2_model, sizeof(emu.v2_model), "lanepack_{lanes}x{bucket}");
+  snprintf(emu.v2_output, sizeof(emu.v2_output), "output");
   static const struct option opts[] = {
       {"listen", required_argument, 0, 'l'},       {"shapes", required_argument, 0, 's'},
       {"cost-ms", required_argument, 0, 'c'},      {"compile-ms", required_argument, 0, 'C'},
@@ -566,6 +540,8 @@ int main(int argc, char **argv) {
       {"reset-rate", required_argument, 0, 'R'},   {"stall-rate", required_argument, 0, 'S'},
       {"garbage-rate", required_argument, 0, 'G'}, {"delay-ms", required_argument, 0, 'D'},
       {"seed", required_argument, 0, 'e'},         {"hide-shapes", no_argument, 0, 'H'},
+      {"protocol", required_argument, 0, 'P'},     {"v2-model", required_argument, 0, 'M'},
+      {"v2-output", required_argument, 0, 'O'},    {"v2-dims", required_argument, 0, 'K'},
       {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'Z'},
       {0, 0, 0, 0}};
   int c, idx = 0;
@@ -588,6 +564,24 @@ int main(int argc, char **argv) {
       case 'D': bad_arg = parse_u64(optarg, &emu.delay_ms); break;
       case 'e': bad_arg = parse_u64(optarg, &seed); break;
       case 'H': emu.hide_shapes = 1; break;
+      case 'P':
+        if (strcmp(optarg, "lanepack") == 0) emu.protocols = EMU_PROTO_LANEPACK;
+        else if (strcmp(optarg, "v2") == 0) emu.protocols = EMU_PROTO_V2;
+        else if (strcmp(optarg, "both") == 0) emu.protocols = EMU_PROTO_LANEPACK | EMU_PROTO_V2;
+        else bad_arg = 1;
+        break;
+      case 'M': bad_arg = strlen(optarg) == 0 || strlen(optarg) >= sizeof(emu.v2_model);
+        if (!bad_arg) snprintf(emu.v2_model, sizeof(emu.v2_model), "%s", optarg);
+        break;
+      case 'O': bad_arg = strlen(optarg) == 0 || strlen(optarg) >= sizeof(emu.v2_output);
+        if (!bad_arg) snprintf(emu.v2_output, sizeof(emu.v2_output), "%s", optarg);
+        break;
+      case 'K': {
+        uint64_t k = 0;
+        bad_arg = parse_u64(optarg, &k) || k > 64;
+        emu.v2_dims = (unsigned)k;
+        break;
+      }
       case 'Z': printf("%s %s\n", "lanepack-emulator", LP_VERSION); return 0;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;

@@ -18,6 +18,17 @@
 #define LP_MAX_BUCKET (1u << 20)
 
 typedef enum { LP_BALANCE_LEAST_INFLIGHT = 0, LP_BALANCE_ROUND_ROBIN } lp_balance_t;
+typedef enum { LP_PROTO_LANEPACK = 0, LP_PROTO_V2 } lp_protocol_t;
+
+/* How a "protocol": "v2" model talks to its backends (Open Inference Protocol). */
+typedef struct lp_v2_config_s {
+  char model[128];        /* name template: {lanes}, {bucket}, {model}; "" = the model's name */
+  int binary;             /* binary tensors both ways (else JSON data) */
+  char output[64];        /* the output to read; "" = the answer's first */
+  int per_segment;        /* output_kind: per_segment, else per_token */
+  char inputs[3][64];     /* names of input_ids, segment_ids, position_ids; "" = not sent */
+  int int64;              /* INT64 token tensors, else INT32 */
+} lp_v2_config_t;
 
 typedef struct lp_model_config_s {
   char name[LP_NAME_MAX];
@@ -44,6 +55,8 @@ typedef struct lp_model_config_s {
   uint64_t max_request_ms;      /* a request's longest stay; 0 = derived from the above */
   uint64_t max_queue_bytes;     /* memory queued requests may hold */
   uint64_t max_batch_tokens;    /* lanes x bucket of any shape, at most */
+  lp_protocol_t protocol;
+  lp_v2_config_t v2;
 } lp_model_config_t;
 
 typedef struct lp_config_s {

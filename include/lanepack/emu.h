@@ -31,4 +31,10 @@ static inline int32_t lp_emu_last(const int32_t *tokens, size_t n) {
   return (int32_t)h;
 }
 
+/* Feature k of an output h in the emulator's float form (v2 with a trailing
+ * dimension): small enough for FP32 (and FP16) to hold exactly. */
+static inline float lp_emu_feature(int32_t h, unsigned k) {
+  return (float)(h % 1000) + 0.25f * (float)k;
+}
+
 #endif

@@ -29,6 +29,7 @@ typedef struct lp_http_req_s {
   char content_type[96];  /* "" when absent; truncated if longer */
   char authorization[256];/* "" when absent */
   int has_body_length;    /* Content-Length given or chunked */
+  int64_t inference_header_len; /* Inference-Header-Content-Length (v2 binary): -1 absent, -2 bad */
   char *body;             /* owned; NUL-terminated (not counted in body_len) */
   size_t body_len;
   uint64_t start_ns;      /* when the request's first byte was parsed (uv_hrtime) */
@@ -39,6 +40,7 @@ typedef struct lp_http_req_s {
   size_t _body_cap;
   int _answered;
   int _close_after;
+  char _ihcl[24];
   lp_buf_t _resp;
   uv_write_t _write;
 } lp_http_req_t;

@@ -32,7 +32,9 @@ struct lp_xfer_s {
   lp_buf_t body;         /* the answer's body, owned by the transfer */
   char error[256];       /* curl's message for failures */
   uint64_t start_ns, end_ns;
+  int64_t inference_header_len; /* the answer's Inference-Header-Content-Length; -1: none */
   /* private */
+  struct curl_slist *_headers;  /* this request's own header lines; owned */
   lp_upstream_t *_up;
   void *_easy;
   lp_xfer_cb _cb;
@@ -52,6 +54,12 @@ void lp_upstream_close(lp_upstream_t *up);
  * a GET when body is NULL. Returns the transfer, or NULL on failure. */
 lp_xfer_t *lp_upstream_request(lp_upstream_t *up, const char *url, const char *body,
                                size_t len, uint64_t timeout_ms, lp_xfer_cb cb, void *ud);
+
+/* The same, with this request's own header lines (each "Name: value", the list
+ * NULL-terminated; copied), which replace the default Content-Type. */
+lp_xfer_t *lp_upstream_request_h(lp_upstream_t *up, const char *url, const char *body, size_t len,
+                                 const char *const *headers, uint64_t timeout_ms, lp_xfer_cb cb,
+                                 void *ud);
 
 /* Stops a transfer: its callback runs at once with LP_XFER_CANCELLED. */
 void lp_upstream_cancel(lp_xfer_t *x);

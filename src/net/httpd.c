@@ -466,6 +466,8 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
     put_value(c->expect, sizeof(c->expect), at, n);
   else if (strcasecmp(c->field, "transfer-encoding") == 0)
     put_value(c->te, sizeof(c->te), at, n);
+  else if (strcasecmp(c->field, "inference-header-content-length") == 0)
+    put_value(r->_ihcl, sizeof(r->_ihcl), at, n);
   return 0;
 }
 
@@ -523,6 +525,12 @@ static int on_headers_complete(llhttp_t *p) {
     return fail_cb(c, 501, "transfer_coding_not_implemented",
                    "the only transfer coding served is 'chunked'");
   p->upgrade = 0; /* no protocol switch: an Upgrade header is ignored */
+  r->inference_header_len = -1;
+  if (r->_ihcl[0]) {
+    char *end;
+    long long v = strtoll(r->_ihcl, &end, 10);
+    r->inference_header_len = *end == '\0' && v >= 0 && r->_ihcl[0] != '-' ? v : -2;
+  }
   r->has_body_length = (p->flags & (F_CONTENT_LENGTH | F_CHUNKED)) != 0;
   if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->srv->cfg.max_body_bytes)
     return fail_cb(c, 413, "body_too_large", "request body exceeds the limit");

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
@@ -174,6 +175,25 @@ static size_t on_write(char *data, size_t size, size_t n, void *userp) {
   return x->body.oom ? 0 : len;
 }
 
+/* Picks the one answer header the v2 protocol needs. */
+static size_t on_header(char *data, size_t size, size_t n, void *userp) {
+  lp_xfer_t *x = userp;
+  size_t len = size * n;
+  static const char name[] = "inference-header-content-length:";
+  if (len > sizeof(name) - 1 && strncasecmp(data, name, sizeof(name) - 1) == 0) {
+    char num[32];
+    size_t k = len - (sizeof(name) - 1);
+    if (k >= sizeof(num)) k = sizeof(num) - 1;
+    memcpy(num, data + sizeof(name) - 1, k);
+    num[k] = '\0';
+    char *end;
+    long long v = strtoll(num, &end, 10);
+    while (*end == ' ' || *end == '\r' || *end == '\n') end++;
+    x->inference_header_len = *end == '\0' && v >= 0 ? v : -2; /* -2: present but bad */
+  }
+  return len;
+}
+
 static void finish(lp_upstream_t *up, lp_xfer_t *x) {
   x->end_ns = uv_hrtime();
   x->_active = 0;
@@ -184,6 +204,11 @@ static void finish(lp_upstream_t *up, lp_xfer_t *x) {
   x->_cb(x, x->_ud);
   /* back to the free list: the easy handle keeps its settings for reuse */
   lp_buf_reset(&x->body);
+  if (x->_headers) {
+    curl_slist_free_all(x->_headers);
+    x->_headers = NULL;
+    curl_easy_setopt(x->_easy, CURLOPT_HTTPHEADER, up->headers);
+  }
   x->_next = up->free_list;
   up->free_list = x;
 }
@@ -250,6 +275,12 @@ lp_upstream_t *lp_upstream_new(uv_loop_t *loop, size_t max_answer) {
 
 lp_xfer_t *lp_upstream_request(lp_upstream_t *up, const char *url, const char *body, size_t len,
                                uint64_t timeout_ms, lp_xfer_cb cb, void *ud) {
+  return lp_upstream_request_h(up, url, body, len, NULL, timeout_ms, cb, ud);
+}
+
+lp_xfer_t *lp_upstream_request_h(lp_upstream_t *up, const char *url, const char *body, size_t len,
+                                 const char *const *headers, uint64_t timeout_ms, lp_xfer_cb cb,
+                                 void *ud) {
   if (up->closing) return NULL;
   lp_xfer_t *x = up->free_list;
   if (x) {
@@ -275,6 +306,8 @@ lp_xfer_t *lp_upstream_request(lp_upstream_t *up, const char *url, const char *b
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, up);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
   }
   CURL *e = x->_easy;
   x->result = LP_XFER_OK;
@@ -284,7 +317,27 @@ lp_xfer_t *lp_upstream_request(lp_upstream_t *up, const char *url, const char *b
   x->_ud = ud;
   x->_next = NULL;
   x->start_ns = uv_hrtime();
+  x->inference_header_len = -1;
   lp_buf_reset(&x->body);
+  if (headers) {
+    struct curl_slist *l = curl_slist_append(NULL, "Expect:");
+    for (size_t i = 0; l && headers[i]; i++) {
+      struct curl_slist *n = curl_slist_append(l, headers[i]);
+      if (!n) {
+        curl_slist_free_all(l);
+        l = NULL;
+      } else {
+        l = n;
+      }
+    }
+    if (!l) {
+      x->_next = up->free_list;
+      up->free_list = x;
+      return NULL;
+    }
+    x->_headers = l;
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, l);
+  }
   curl_easy_setopt(e, CURLOPT_URL, url);
   curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
   if (body) {
@@ -295,6 +348,11 @@ lp_xfer_t *lp_upstream_request(lp_upstream_t *up, const char *url, const char *b
     curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
   }
   if (curl_multi_add_handle(up->multi, e) != CURLM_OK) {
+    if (x->_headers) {
+      curl_slist_free_all(x->_headers);
+      x->_headers = NULL;
+      curl_easy_setopt(e, CURLOPT_HTTPHEADER, up->headers);
+    }
     x->_next = up->free_list;
     up->free_list = x;
     return NULL;

@@ -105,6 +105,10 @@ static void on_shapes(lp_xfer_t *x, void *ud) {
 }
 
 static void fetch_shapes(lp_backend_t *b) {
+  if (b->model->cfg->protocol == LP_PROTO_V2) {
+    lp__v2_probe_shapes(b);
+    return;
+  }
   lp_upstream_request(b->model->proxy->up, b->shapes_url, NULL, 0, 5000, on_shapes, b);
 }
 

@@ -189,12 +189,15 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
       return;
     }
   } else if (x->status != 200) {
+    int v2 = m->cfg->protocol == LP_PROTO_V2;
     size_t n = x->body.len > 160 ? 160 : x->body.len;
     snprintf(msg, sizeof(msg), "backend %s answered %ld: %.*s", be->url, x->status, (int)n,
              x->body.data ? x->body.data : "");
     while (n && (msg[strlen(msg) - 1] == '\n')) msg[strlen(msg) - 1] = 0, n--;
-    int mismatch = x->status == 500 && (contains(&x->body, "shape mismatch") ||
-                                        contains(&x->body, "shape_mismatch"));
+    /* a v2 server without the shape's model says 404 (or "unavailable") */
+    int mismatch = (x->status == 500 && (contains(&x->body, "shape mismatch") ||
+                                         contains(&x->body, "shape_mismatch"))) ||
+                   (v2 && (x->status == 404 || (x->status == 503 && contains(&x->body, "unavailable"))));
     int keep = 0;
     be->failures++;
     if (mismatch) {
@@ -215,9 +218,11 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
     }
   } else {
     lp_scatter_t *sc = &m->scatter;
-    char err[200];
-    int rc = lp_scatter_index(sc, x->body.data ? x->body.data : "", x->body.len, &bt->layout,
-                              err, sizeof(err));
+    char err[300];
+    int v2 = m->cfg->protocol == LP_PROTO_V2;
+    int rc = v2 ? lp__v2_deliver(m, bt, x, err, sizeof(err))
+                : lp_scatter_index(sc, x->body.data ? x->body.data : "", x->body.len, &bt->layout,
+                                   err, sizeof(err));
     if (rc) {
       snprintf(msg, sizeof(msg), "backend %s answered a malformed batch: %s", be->url, err);
       be->failures++;
@@ -228,7 +233,7 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
     } else {
       be->batches++;
       lp__backend_result(be, 1);
-      for (size_t i = 0; i < bt->layout.nsegs; i++) {
+      for (size_t i = 0; !v2 && i < bt->layout.nsegs; i++) {
         const lp_segment_t *g = &bt->layout.segs[i];
         const char *start;
         size_t len;
@@ -293,7 +298,12 @@ int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *p
     s->dispatch_ns = now;
     lp__model_unqueue(m, s, LP_SEQ_INFLIGHT);
   }
-  lp_batchjson_write(&m->writer, &bt->body, &bt->layout, bt->id, m->cfg->name);
+  bt->backend = be;
+  if (m->cfg->protocol == LP_PROTO_V2) {
+    if (lp__v2_encode(m, bt)) bt->body.oom = 1;
+  } else {
+    lp_batchjson_write(&m->writer, &bt->body, &bt->layout, bt->id, m->cfg->name);
+  }
   if (bt->body.oom) {
     fail_batch(bt, 503, "out_of_memory", "proxy out of memory");
     batch_free(bt);
@@ -317,8 +327,12 @@ int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *p
          "\"reason\": \"%s\", \"backend\": \"%s\"",
          (unsigned long long)bt->id, bt->layout.lanes, bt->layout.bucket, bt->layout.nsegs,
          plan->fill, plan->reason, be->url);
-  bt->xfer = lp_upstream_request(p->up, be->batch_url, bt->body.data, bt->body.len,
-                                 m->cfg->backend_timeout_ms, on_batch_done, bt);
+  if (m->cfg->protocol == LP_PROTO_V2)
+    bt->xfer = lp_upstream_request_h(p->up, bt->url, bt->body.data, bt->body.len, bt->headers,
+                                     m->cfg->backend_timeout_ms, on_batch_done, bt);
+  else
+    bt->xfer = lp_upstream_request(p->up, be->batch_url, bt->body.data, bt->body.len,
+                                   m->cfg->backend_timeout_ms, on_batch_done, bt);
   if (!bt->xfer) {
     be->inflight--;
     m->inflight--;

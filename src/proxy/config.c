@@ -28,6 +28,10 @@ void lp_model_config_default(lp_model_config_t *m, const char *name) {
   m->max_retries = 2;
   m->retry_backoff_ms = 20;
   m->max_queue_bytes = 256ull << 20;
+  m->v2.binary = 1;
+  snprintf(m->v2.inputs[0], sizeof(m->v2.inputs[0]), "input_ids");
+  snprintf(m->v2.inputs[1], sizeof(m->v2.inputs[1]), "segment_ids");
+  snprintf(m->v2.inputs[2], sizeof(m->v2.inputs[2]), "position_ids");
   m->max_batch_tokens = 1u << 21;
 }
 
@@ -86,6 +90,56 @@ static int get_str(ctx_t *x, json_t *v, const char *path, char *out, size_t cap)
   if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= cap)
     return fail(x, path, "must be a non-empty string of at most %zu bytes", cap - 1);
   memcpy(out, json_string_value(v), json_string_length(v) + 1);
+  return 0;
+}
+
+/* The "v2" object of a model: how its backends are spoken to. */
+static int load_v2(ctx_t *x, lp_v2_config_t *c, json_t *o, const char *vpath) {
+  static const char *const input_keys[3] = {"input_ids", "segment_ids", "position_ids"};
+  char path[300];
+  const char *key;
+  json_t *v;
+  if (!json_is_object(o)) return fail(x, vpath, "must be an object");
+  json_object_foreach(o, key, v) {
+    snprintf(path, sizeof(path), "%s.%s", vpath, key);
+    if (strcmp(key, "model") == 0) {
+      if (get_str(x, v, path, c->model, sizeof(c->model))) return -EINVAL;
+    } else if (strcmp(key, "binary") == 0) {
+      if (!json_is_boolean(v)) return fail(x, path, "must be true or false");
+      c->binary = json_is_true(v);
+    } else if (strcmp(key, "output") == 0) {
+      if (get_str(x, v, path, c->output, sizeof(c->output))) return -EINVAL;
+    } else if (strcmp(key, "output_kind") == 0) {
+      const char *s = json_is_string(v) ? json_string_value(v) : "";
+      if (strcmp(s, "per_token") == 0) c->per_segment = 0;
+      else if (strcmp(s, "per_segment") == 0) c->per_segment = 1;
+      else return fail(x, path, "must be \"per_token\" or \"per_segment\"");
+    } else if (strcmp(key, "datatype") == 0) {
+      const char *s = json_is_string(v) ? json_string_value(v) : "";
+      if (strcmp(s, "INT32") == 0) c->int64 = 0;
+      else if (strcmp(s, "INT64") == 0) c->int64 = 1;
+      else return fail(x, path, "must be \"INT32\" or \"INT64\"");
+    } else if (strcmp(key, "inputs") == 0) {
+      const char *ik;
+      json_t *iv;
+      if (!json_is_object(v)) return fail(x, path, "must be an object of input names");
+      json_object_foreach(v, ik, iv) {
+        char ipath[360];
+        snprintf(ipath, sizeof(ipath), "%s.%s", path, ik);
+        int k = 0;
+        while (k < 3 && strcmp(ik, input_keys[k]) != 0) k++;
+        if (k == 3) return fail(x, ipath, "unknown input (input_ids, segment_ids, position_ids)");
+        if (json_is_null(iv)) {
+          if (k == 0) return fail(x, ipath, "input_ids is always sent");
+          c->inputs[k][0] = '\0';
+        } else if (get_str(x, iv, ipath, c->inputs[k], sizeof(c->inputs[k]))) {
+          return -EINVAL;
+        }
+      }
+    } else {
+      return fail(x, path, "unknown key");
+    }
+  }
   return 0;
 }
 
@@ -201,6 +255,13 @@ static int load_model(ctx_t *x, lp_model_config_t *m, json_t *o, const char *mpa
       m->ragged = json_is_true(v);
     } else if (strcmp(key, "ragged_max_tokens") == 0) {
       U64_FIELD(x, v, path, 1, 1u << 24, m->ragged_max_tokens);
+    } else if (strcmp(key, "protocol") == 0) {
+      const char *s = json_is_string(v) ? json_string_value(v) : "";
+      if (strcmp(s, "lanepack") == 0) m->protocol = LP_PROTO_LANEPACK;
+      else if (strcmp(s, "v2") == 0) m->protocol = LP_PROTO_V2;
+      else return fail(x, path, "must be \"lanepack\" or \"v2\"");
+    } else if (strcmp(key, "v2") == 0) {
+      if (load_v2(x, &m->v2, v, path)) return -EINVAL;
     } else {
       return fail(x, path, "unknown key");
     }
@@ -399,6 +460,21 @@ char *lp_config_dump(const lp_config_t *c) {
     json_object_set_new(o, "max_request_ms", json_integer((json_int_t)m->max_request_ms));
     json_object_set_new(o, "max_queue_bytes", json_integer((json_int_t)m->max_queue_bytes));
     json_object_set_new(o, "max_batch_tokens", json_integer((json_int_t)m->max_batch_tokens));
+    json_object_set_new(o, "protocol", json_string(m->protocol == LP_PROTO_V2 ? "v2" : "lanepack"));
+    if (m->protocol == LP_PROTO_V2) {
+      json_t *v2 = json_object();
+      json_object_set_new(v2, "model", json_string(m->v2.model[0] ? m->v2.model : m->name));
+      json_object_set_new(v2, "binary", json_boolean(m->v2.binary));
+      json_object_set_new(v2, "output", m->v2.output[0] ? json_string(m->v2.output) : json_null());
+      json_object_set_new(v2, "output_kind", json_string(m->v2.per_segment ? "per_segment" : "per_token"));
+      json_object_set_new(v2, "datatype", json_string(m->v2.int64 ? "INT64" : "INT32"));
+      json_t *in = json_object();
+      static const char *const keys[3] = {"input_ids", "segment_ids", "position_ids"};
+      for (int k = 0; k < 3; k++)
+        json_object_set_new(in, keys[k], m->v2.inputs[k][0] ? json_string(m->v2.inputs[k]) : json_null());
+      json_object_set_new(v2, "inputs", in);
+      json_object_set_new(o, "v2", v2);
+    }
     json_object_set_new(o, "balance", json_string(m->balance == LP_BALANCE_ROUND_ROBIN
                                                       ? "round_robin" : "least_inflight"));
     json_object_set_new(o, "ragged", json_boolean(m->ragged));

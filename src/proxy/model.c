@@ -58,6 +58,7 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   if (lp_batchjson_init(&m->writer, maxb ? maxb : 1)) return -ENOMEM;
   lp_hist_init(&m->fill, fill_bounds, sizeof(fill_bounds) / sizeof(fill_bounds[0]));
   lp_scatter_init(&m->scatter);
+  lp_buf_init(&m->render);
   uv_timer_init(p->loop, &m->wake);
   m->wake.data = m;
   for (size_t i = 0; i < cfg->nbackends; i++) {
@@ -65,7 +66,8 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
     b->model = m;
     snprintf(b->url, sizeof(b->url), "%s", cfg->backends[i]);
     snprintf(b->batch_url, sizeof(b->batch_url), "%s/v1/batch", cfg->backends[i]);
-    snprintf(b->health_url, sizeof(b->health_url), "%s/healthz", cfg->backends[i]);
+    snprintf(b->health_url, sizeof(b->health_url),
+             cfg->protocol == LP_PROTO_V2 ? "%s/v2/health/ready" : "%s/healthz", cfg->backends[i]);
     snprintf(b->shapes_url, sizeof(b->shapes_url), "%s/v1/shapes", cfg->backends[i]);
     b->healthy = 1; /* until probes or batches say otherwise */
     for (size_t k = 0; k < m->shapes.count; k++) b->shape_state[k] = m->shapes.shapes[k].state;
@@ -82,6 +84,7 @@ void lp__model_close(lp_model_t *m) {
   lp_lenhist_free(&m->lengths);
   lp_batchjson_free(&m->writer);
   lp_scatter_free(&m->scatter);
+  lp_buf_free(&m->render);
   lp__batches_free(m);
   free(m->refs);
   free(m->place);

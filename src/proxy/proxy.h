@@ -100,6 +100,11 @@ struct lp_batch_s {
   lp_xfer_t *xfer;
   uv_timer_t retry;       /* backoff before its sequences go back in the queue */
   uint32_t backoff_ms;
+  /* v2 backends: where it goes and the header lines it needs */
+  char url[LP_URL_MAX + 200];
+  char v2_header[64];
+  const char *headers[3];
+  int32_t v2_scalar;      /* max_seqlen of a ragged batch */
 };
 
 struct lp_model_s {
@@ -130,6 +135,7 @@ struct lp_model_s {
   lp_batch_t *spare;       /* finished batches with their buffers; owned */
   size_t nspare;
   lp_scatter_t scatter;    /* answer index, one answer at a time */
+  lp_buf_t render;         /* one sequence's output written from a v2 answer */
   lp_seq_ref_t *refs;      /* dispatch scratch; owned */
   lp_place_t *place;
   size_t scratch_cap;
@@ -215,6 +221,16 @@ void lp__job_timers_init(lp_proxy_t *p);
 /* One sequence's output is here (slice, per-token outputs wrapped in [ ]). */
 void lp__seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment);
 void lp__seq_failed(lp_seq_t *s, int status, const char *code, const char *msg);
+
+/* v2link.c: Open Inference Protocol backends */
+int lp__v2_model_name(const lp_model_t *m, int shape, char *out, size_t cap);
+/* The batch as a v2 request: bt->body, bt->url, bt->headers. 0 or -errno. */
+int lp__v2_encode(lp_model_t *m, lp_batch_t *bt);
+/* A 200 answer sliced to every sequence of the batch; -EPROTO with err when
+ * the answer is malformed (nothing delivered then). */
+int lp__v2_deliver(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen);
+/* Asks the backend whether each shape's model is ready; answers set its states. */
+void lp__v2_probe_shapes(lp_backend_t *b);
 
 /* batch.c: rectangles sent upstream and their answers */
 #define LP_MAX_BACKOFF_MS 60000

@@ -1,0 +1,78 @@
+/* The emulator's state, shared by its HTTP front (emulator.c) and its Open
+ * Inference Protocol side (emulator_v2.c). Private to lanepack-emulator. */
+#ifndef LANEPACK_EMULATOR_H
+#define LANEPACK_EMULATOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "lanepack/bucket.h"
+#include "lanepack/httpd.h"
+#include "lanepack/rng.h"
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+typedef struct emu_s emu_t;
+
+/* One batch from parse to answer; owns its arrays. */
+typedef struct job_s {
+  emu_t *emu;
+  lp_http_req_t *req;     /* NULL once the client went away */
+  uv_timer_t timer;
+  struct job_s *next;     /* device queue */
+  int64_t batch_id;
+  int shape;              /* index in the shape set, -1 for ragged */
+  uint32_t lanes, bucket;
+  int32_t *ids, *sids, *pos;  /* lanes * bucket each */
+  int32_t *cu;            /* ragged: nsegs + 1 */
+  size_t ncu;
+  int fault;              /* 0 none, else which fault to act out */
+  int stalled;            /* held without an answer until the client leaves */
+  /* v2 jobs */
+  int v2;
+  int v2_binary;          /* answer with binary tensors */
+  char v2_id[128];        /* the request's id, echoed */
+  char v2_model[160];
+} job_t;
+
+struct emu_s {
+  uv_loop_t *loop;
+  lp_httpd_t *httpd;
+  lp_bucket_set_t shapes;
+  uint64_t cost_ms[LP_BUCKET_MAX_SHAPES];
+  int used[LP_BUCKET_MAX_SHAPES];  /* compiled on first use when compile_ms > 0 */
+  uint64_t default_cost_ms;
+  uint64_t compile_ms;
+  int per_segment;
+  int ragged_ok;
+  int hide_shapes;        /* no /v1/shapes route, like a backend that lacks one */
+  unsigned devices, busy;
+  job_t *qhead, *qtail;
+  /* faults */
+  double fail_rate, reset_rate, stall_rate, garbage_rate;
+  uint64_t delay_ms;
+  lp_rng_t rng;
+  uint64_t batches, rejected;
+  uv_signal_t sigterm, sigint;
+  /* Open Inference Protocol */
+  int protocols;          /* EMU_PROTO_* bits */
+  char v2_model[128];     /* model name template per shape */
+  char v2_output[64];
+  unsigned v2_dims;       /* 0: INT32 outputs; K: FP32 outputs with a trailing dimension K */
+};
+
+enum { FAULT_NONE, FAULT_FAIL, FAULT_RESET, FAULT_STALL, FAULT_GARBAGE };
+enum { EMU_PROTO_LANEPACK = 1, EMU_PROTO_V2 = 2 };
+
+void emu_job_free(job_t *j);
+void emu_job_timer_closed(uv_handle_t *h);
+/* Queues a parsed job on the devices (faults drawn here). */
+void emu_enqueue(emu_t *emu, job_t *j, lp_http_req_t *req);
+
+/* emulator_v2.c: routes under /v2; returns 1 when it answered req. */
+int emu_v2_route(emu_t *emu, lp_http_req_t *req);
+/* Writes a v2 job's answer. */
+void emu_v2_answer(job_t *j);
+
+#endif

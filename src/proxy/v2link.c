@@ -1,0 +1,199 @@
+/* The link to Open Inference Protocol (v2) backends: a batch's layout as one
+ * inference request (binary tensors by default) on the model that was compiled
+ * for its shape, the answer's output sliced back per sequence, and readiness of
+ * each shape's model as that backend's shape state. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lanepack/log.h"
+#include "lanepack/v2.h"
+#include "proxy.h"
+
+/* The backend's model for a shape: the template with {lanes}, {bucket} and
+ * {model} filled in. Returns 0 or -ENAMETOOLONG. */
+int lp__v2_model_name(const lp_model_t *m, int shape, char *out, size_t cap) {
+  const char *t = m->cfg->v2.model[0] ? m->cfg->v2.model : m->cfg->name;
+  const lp_shape_t *sh = &m->shapes.shapes[shape];
+  size_t k = 0;
+  while (*t) {
+    char num[24];
+    const char *put = NULL;
+    size_t skip = 1;
+    if (strncmp(t, "{lanes}", 7) == 0) {
+      snprintf(num, sizeof(num), "%u", sh->lanes);
+      put = num;
+      skip = 7;
+    } else if (strncmp(t, "{bucket}", 8) == 0) {
+      snprintf(num, sizeof(num), "%u", sh->bucket);
+      put = num;
+      skip = 8;
+    } else if (strncmp(t, "{model}", 7) == 0) {
+      put = m->cfg->name;
+      skip = 7;
+    }
+    size_t n = put ? strlen(put) : 1;
+    if (k + n + 1 > cap) return -ENAMETOOLONG;
+    memcpy(out + k, put ? put : t, n);
+    k += n;
+    t += skip;
+  }
+  out[k] = '\0';
+  return 0;
+}
+
+int lp__v2_encode(lp_model_t *m, lp_batch_t *bt) {
+  const lp_v2_config_t *c = &m->cfg->v2;
+  const lp_layout_t *l = &bt->layout;
+  lp_dtype_t it = c->int64 ? LP_DT_INT64 : LP_DT_INT32;
+  lp_v2_out_t in[3];
+  int n = 0;
+  if (l->ragged) {
+    static const char *const names[3] = {"input_ids", "cu_seqlens", "max_seqlen"};
+    int32_t max = (int32_t)l->max_seqlen;
+    bt->v2_scalar = max;
+    const void *data[3] = {l->input_ids, l->cu_seqlens, &bt->v2_scalar};
+    int64_t dim[3] = {(int64_t)l->bucket, (int64_t)l->nsegs + 1, 1};
+    for (int k = 0; k < 3; k++)
+      in[n++] = (lp_v2_out_t){.name = k == 0 ? c->inputs[0] : names[k], .dtype = it, .ndim = 1,
+                              .shape = {dim[k]}, .data = data[k], .count = (size_t)dim[k],
+                              .widen_i32 = c->int64};
+  } else {
+    const int32_t *data[3] = {l->input_ids, l->segment_ids, l->position_ids};
+    for (int k = 0; k < 3; k++) {
+      if (!c->inputs[k][0]) continue;
+      in[n++] = (lp_v2_out_t){.name = c->inputs[k], .dtype = it, .ndim = 2,
+                              .shape = {l->lanes, l->bucket}, .data = data[k],
+                              .count = (size_t)l->lanes * l->bucket, .widen_i32 = c->int64};
+    }
+  }
+  char members[200];
+  if (c->output[0])
+    snprintf(members, sizeof(members), "\"id\":\"%llu\",\"outputs\":[{\"name\":\"%s\",\"parameters\":"
+             "{\"binary_data\":%s}}]", (unsigned long long)bt->id, c->output,
+             c->binary ? "true" : "false");
+  else
+    snprintf(members, sizeof(members), "\"id\":\"%llu\",\"parameters\":{\"binary_data_output\":%s}",
+             (unsigned long long)bt->id, c->binary ? "true" : "false");
+  size_t hl;
+  lp_buf_reset(&bt->body);
+  if (lp_v2_write(&bt->body, members, "inputs", in, n, c->binary, &hl)) return -ENOMEM;
+  char name[160];
+  if (lp__v2_model_name(m, bt->shape, name, sizeof(name))) return -ENAMETOOLONG;
+  snprintf(bt->url, sizeof(bt->url), "%s/v2/models/%s/infer", bt->backend->url, name);
+  snprintf(bt->v2_header, sizeof(bt->v2_header), "Inference-Header-Content-Length: %zu", hl);
+  bt->headers[0] = c->binary ? "Content-Type: application/octet-stream" : "Content-Type: application/json";
+  bt->headers[1] = c->binary ? bt->v2_header : NULL;
+  bt->headers[2] = NULL;
+  return 0;
+}
+
+int lp__v2_deliver(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen) {
+  const lp_v2_config_t *c = &m->cfg->v2;
+  const lp_layout_t *l = &bt->layout;
+  if (x->inference_header_len == -2) {
+    snprintf(err, errlen, "Inference-Header-Content-Length is not a size");
+    return -EPROTO;
+  }
+  lp_v2_msg_t msg;
+  int rc = lp_v2_decode(&msg, x->body.data ? x->body.data : "", x->body.len, x->inference_header_len,
+                        0, err, errlen);
+  if (rc) {
+    lp_v2_msg_free(&msg);
+    return rc;
+  }
+  const lp_tensor_t *t = c->output[0] ? lp_v2_find(&msg, c->output) : &msg.t[0];
+  if (!t) {
+    snprintf(err, errlen, "the answer has no output '%s'", c->output);
+    lp_v2_msg_free(&msg);
+    return -EPROTO;
+  }
+  /* the leading dimensions say where each sequence's part is */
+  int lead = l->ragged ? 1 : 2;
+  uint64_t rows = l->ragged ? (c->per_segment ? l->nsegs : l->bucket) : l->lanes;
+  uint64_t cols = 0;
+  if (!l->ragged) {
+    uint32_t maxseg = 0;
+    for (size_t i = 0; i < l->nsegs; i++)
+      if (l->segs[i].segment > maxseg) maxseg = l->segs[i].segment;
+    cols = c->per_segment ? maxseg : l->bucket;
+  }
+  int ok = t->ndim >= lead && (uint64_t)t->shape[0] == rows &&
+           (l->ragged || (c->per_segment ? (uint64_t)t->shape[1] >= cols : (uint64_t)t->shape[1] == cols));
+  size_t inner = 1;
+  for (int d = lead; ok && d < t->ndim; d++) inner *= (size_t)t->shape[d];
+  if (!ok || inner == 0) {
+    char got[96] = "";
+    for (int d = 0; d < t->ndim; d++)
+      snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (l->ragged)
+      snprintf(err, errlen, "output '%s' has shape [%s], the batch needs [%llu, ...]", t->name, got,
+               (unsigned long long)rows);
+    else
+      snprintf(err, errlen, "output '%s' has shape [%s], the batch needs [%llu, %s%llu, ...]", t->name,
+               got, (unsigned long long)rows, c->per_segment ? ">= " : "", (unsigned long long)cols);
+    lp_v2_msg_free(&msg);
+    return -EPROTO;
+  }
+  size_t per_row = l->ragged ? inner : (size_t)t->shape[1] * inner;
+  lp_buf_t *out = &m->render;
+  for (size_t i = 0; i < l->nsegs; i++) {
+    const lp_segment_t *g = &l->segs[i];
+    size_t first, n;
+    if (c->per_segment) {
+      first = l->ragged ? i * inner : g->lane * per_row + (g->segment - 1) * inner;
+      n = inner;
+    } else {
+      first = l->ragged ? (size_t)g->offset * inner : g->lane * per_row + (size_t)g->offset * inner;
+      n = (size_t)g->length * inner;
+    }
+    lp_buf_reset(out);
+    lp_tensor_write_json(out, t, first, n, inner);
+    if (out->oom) {
+      lp_v2_msg_free(&msg);
+      snprintf(err, errlen, "proxy out of memory");
+      return -ENOMEM;
+    }
+    lp__seq_done(bt->seqs[g->item], out->data, out->len, c->per_segment);
+  }
+  lp_v2_msg_free(&msg);
+  return 0;
+}
+
+/* ---- readiness of each shape's model on a backend ---- */
+
+typedef struct {
+  lp_backend_t *b;
+  int shape;
+} probe_t;
+
+static void on_ready(lp_xfer_t *x, void *ud) {
+  probe_t *pr = ud;
+  lp_backend_t *b = pr->b;
+  int k = pr->shape;
+  free(pr);
+  if (x->result == LP_XFER_CANCELLED) return;
+  lp_shape_state_t s = x->result == LP_XFER_OK && x->status == 200 ? LP_SHAPE_COMPILED
+                                                                    : LP_SHAPE_UNAVAILABLE;
+  if (b->shape_state[k] == s) return;
+  b->shape_state[k] = s;
+  lp_log(s == LP_SHAPE_COMPILED ? LP_LOG_INFO : LP_LOG_WARN, "v2 model readiness",
+         "\"backend\": \"%s\", \"shape\": [%u, %u], \"ready\": %s", b->url,
+         b->model->shapes.shapes[k].lanes, b->model->shapes.shapes[k].bucket,
+         s == LP_SHAPE_COMPILED ? "true" : "false");
+  lp__model_shapes_changed(b->model);
+}
+
+void lp__v2_probe_shapes(lp_backend_t *b) {
+  lp_model_t *m = b->model;
+  for (size_t k = 0; k < m->shapes.count; k++) {
+    char name[160], url[LP_URL_MAX + 200];
+    if (lp__v2_model_name(m, (int)k, name, sizeof(name))) continue;
+    snprintf(url, sizeof(url), "%s/v2/models/%s/ready", b->url, name);
+    probe_t *pr = malloc(sizeof(*pr));
+    if (!pr) return;
+    *pr = (probe_t){b, (int)k};
+    if (!lp_upstream_request(m->proxy->up, url, NULL, 0, 5000, on_ready, pr)) free(pr);
+  }
+}
