@@ -54,7 +54,7 @@ def post(url, body):
         return json.loads(r.read())
 
 
-def run(mask, outputs, segment_mask=True):
+def run(mask, outputs, segment_mask=True, protocol="lanepack"):
     """Returns (sequences compared, packed with others, largest difference)."""
     bport, pport = free_port(), free_port()
     tmp = tempfile.mkdtemp()
@@ -65,9 +65,14 @@ def run(mask, outputs, segment_mask=True):
     backend = subprocess.Popen(args, stderr=open(os.path.join(tmp, "backend.log"), "w"))
     cfg = os.path.join(tmp, "lp.json")
     with open(cfg, "w") as f:
+        model_cfg = {"shapes": SHAPES, "backends": ["http://127.0.0.1:%d" % bport],
+                     "vocab_size": 1000, "max_wait_ms": 50, "max_inflight": 1}
+        if protocol == "v2":  # binary tensors, one v2 model per shape
+            model_cfg.update({"protocol": "v2", "v2": {
+                "model": "lanepack_{lanes}x{bucket}", "output": "output",
+                "output_kind": outputs.replace("-", "_"), "datatype": "INT64"}})
         json.dump({"listen": "127.0.0.1:%d" % pport, "health_interval_ms": 200,
-                   "models": {"default": {"shapes": SHAPES, "backends": ["http://127.0.0.1:%d" % bport],
-                                          "vocab_size": 1000, "max_wait_ms": 50, "max_inflight": 1}}}, f)
+                   "models": {"default": model_cfg}}, f)
     proxy = subprocess.Popen([lanepack, "--config", cfg], stderr=open(os.path.join(tmp, "proxy.log"), "w"))
     try:
         wait("http://127.0.0.1:%d/healthz" % bport)
@@ -103,14 +108,15 @@ def run(mask, outputs, segment_mask=True):
 
 
 passed = failed = 0
-for mask in ("bidirectional", "causal"):
-    for outputs in ("per-token", "per-segment"):
-        n, packed, worst = run(mask, outputs)
-        ok = worst <= TOL and packed > n // 4
-        print("%-13s %-11s %d sequences, %d packed behind another in a lane, largest difference %.3g: %s"
-              % (mask, outputs, n, packed, worst, "ok" if ok else "FAIL"), flush=True)
-        passed += ok
-        failed += not ok
+cases = [(m, o, "lanepack") for m in ("bidirectional", "causal") for o in ("per-token", "per-segment")]
+cases += [("bidirectional", o, "v2") for o in ("per-token", "per-segment")]
+for mask, outputs, protocol in cases:
+    n, packed, worst = run(mask, outputs, protocol=protocol)
+    ok = worst <= TOL and packed > n // 4
+    print("%-8s %-13s %-11s %d sequences, %d packed behind another in a lane, largest difference %.3g: %s"
+          % (protocol, mask, outputs, n, packed, worst, "ok" if ok else "FAIL"), flush=True)
+    passed += ok
+    failed += not ok
 # the control: without the segment mask, packing must show
 n, packed, worst = run("bidirectional", "per-token", segment_mask=False)
 ok = worst > 1e-2

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Reference backend for lanepack: a small transformer encoder on PyTorch that
 implements the backend contract (GET /v1/shapes, GET /healthz, POST /v1/batch)
-like a static-shape device. Attention is block-diagonal by segment, so a packed
-sequence computes exactly what it computes alone.
+and the Open Inference Protocol (KServe v2, binary tensors decoded with numpy:
+GET /v2/health/ready, /v2/models/NAME[/ready], POST /v2/models/NAME/infer, one
+model per compiled shape) like a static-shape device. Attention is block-diagonal
+by segment, so a packed sequence computes exactly what it computes alone.
 
 Port to an accelerator: build the model on the device (see DEVICE below) and keep
 the shapes fixed; nothing else changes.
@@ -14,8 +16,13 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import numpy as np
 import torch
 from torch import nn
+
+V2_DTYPES = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
+             "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
+             "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64}
 
 
 class Layer(nn.Module):
@@ -88,10 +95,50 @@ def rounded(values):
     return [float(v) for v in values]
 
 
+def bench_codec(lanes=4, bucket=8192, features=4, repeat=5):
+    """What the wire costs the accelerator host per 4x8192 batch, in each form:
+    turning the request into tensors and the per-token outputs into the answer."""
+    import time
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 32000, size=(lanes, bucket), dtype=np.int32)
+    out = rng.standard_normal((lanes, bucket, features)).astype(np.float32)
+    json_req = json.dumps({"input_ids": ids.tolist(), "segment_ids": ids.tolist(),
+                           "position_ids": ids.tolist()}).encode()
+    bin_req = ids.tobytes() * 3
+
+    def best(f):
+        t = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            f()
+            t.append(time.perf_counter() - t0)
+        return min(t) * 1000
+
+    def dec_json():
+        r = json.loads(json_req)
+        for k in ("input_ids", "segment_ids", "position_ids"):
+            torch.tensor(r[k], dtype=torch.long)
+
+    def dec_bin():
+        n = lanes * bucket
+        for k in range(3):
+            torch.from_numpy(np.frombuffer(bin_req, dtype=np.int32, count=n, offset=k * n * 4)
+                             .reshape(lanes, bucket).astype(np.int64))
+
+    rows = [("lanepack JSON", best(dec_json), best(lambda: json.dumps({"outputs": out.tolist()}))),
+            ("v2 binary tensors", best(dec_bin), best(lambda: out.tobytes()))]
+    print("reference server, one %dx%d batch, %d floats per token out:" % (lanes, bucket, features))
+    print("%-20s %16s %16s" % ("form", "decode inputs ms", "encode outputs ms"))
+    for name, d, e in rows:
+        print("%-20s %16.3f %16.3f" % (name, d, e))
+
+
 class Device:
     """A static-shape device: one batch at a time, only its compiled shapes."""
 
     def __init__(self, args):
+        self.v2_model = args.v2_model
+        self.v2_output = args.v2_output
         self.shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
         self.causal = args.mask == "causal"
         self.per_segment = args.outputs == "per-segment"
@@ -103,6 +150,23 @@ class Device:
         max_len = max(b for _, b in self.shapes)
         self.model = Encoder(args.vocab, max_len, seed=args.seed).to(self.device).eval()
         self.lock = threading.Lock()
+
+    def compute(self, ids, pos, seg):
+        """[lanes, bucket] long tensors in; per-token outputs [lanes, bucket, 4]
+        (padding zeros) or per-segment pooled states [lanes, max_segments, d]."""
+        with self.lock, torch.no_grad():
+            hidden, out = self.model(ids.to(self.device), pos.to(self.device), seg.to(self.device),
+                                     causal=self.causal, segment_mask=self.segment_mask)
+        hidden, out = hidden.cpu(), out.cpu()
+        if not self.per_segment:
+            return out * (seg != 0)[:, :, None]
+        lanes = seg.shape[0]
+        nseg = max(int(seg.max()), 1)
+        pooled = torch.zeros(lanes, nseg, hidden.shape[-1])
+        for lane in range(lanes):
+            for s in range(1, int(seg[lane].max()) + 1):
+                pooled[lane, s - 1] = hidden[lane][seg[lane] == s].mean(dim=0)
+        return pooled
 
     def batch(self, req):
         shape = tuple(req.get("shape") or ())
@@ -120,25 +184,57 @@ class Device:
             if tuple(t.shape) != (lanes, bucket):
                 return 400, {"error": {"code": "bad_batch",
                                        "message": "%s is %s, the shape says %s" % (name, list(t.shape), [lanes, bucket])}}
-        kind = req.get("outputs", "per-segment" if self.per_segment else "per-token")
-        with self.lock, torch.no_grad():
-            hidden, out = self.model(ids.to(self.device), pos.to(self.device), seg.to(self.device),
-                                     causal=self.causal, segment_mask=self.segment_mask)
-        hidden, out = hidden.cpu(), out.cpu()
-        if kind == "per-token":
-            # padding answers zeros; a token's answer is its few output floats
-            mask = (seg != 0)[:, :, None]
-            out = out * mask
-            return 200, {"batch_id": req.get("batch_id"),
-                         "outputs": [[rounded(out[l, k]) for k in range(bucket)] for l in range(lanes)]}
-        # per segment: the mean-pooled hidden state of the segment's tokens
-        segs = []
-        for lane in range(lanes):
-            row = []
-            for s in sorted(set(seg[lane].tolist()) - {0}):
-                row.append(rounded(hidden[lane][seg[lane] == s].mean(dim=0)))
-            segs.append(row)
+        res = self.compute(ids, pos, seg)
+        if not self.per_segment:
+            return 200, {"batch_id": req.get("batch_id"), "outputs": res.tolist()}
+        segs = [res[lane, :int(seg[lane].max())].tolist() for lane in range(lanes)]
         return 200, {"batch_id": req.get("batch_id"), "segment_outputs": segs}
+
+    # ---- the Open Inference Protocol ----
+
+    def v2_shape(self, name):
+        for lanes, bucket in self.shapes:
+            if self.v2_model.replace("{lanes}", str(lanes)).replace("{bucket}", str(bucket)) == name:
+                return lanes, bucket
+        return None
+
+    def v2_infer(self, name, raw, header_len):
+        """Returns (status, header dict, binary tail or None)."""
+        shape = self.v2_shape(name)
+        if shape is None:
+            return 404, {"error": "unknown model '%s'" % name}, None
+        try:
+            head = json.loads(raw[:header_len] if header_len is not None else raw)
+            offset = header_len or 0
+            tensors = {}
+            for t in head["inputs"]:
+                dt = V2_DTYPES[t["datatype"]]
+                size = (t.get("parameters") or {}).get("binary_data_size")
+                if size is not None:
+                    arr = np.frombuffer(raw, dtype=dt, count=size // np.dtype(dt).itemsize, offset=offset)
+                    offset += size
+                else:
+                    arr = np.asarray(t["data"], dtype=dt)
+                tensors[t["name"]] = torch.from_numpy(arr.reshape(t["shape"]).astype(np.int64))
+            ids, seg, pos = tensors["input_ids"], tensors["segment_ids"], tensors["position_ids"]
+        except (KeyError, ValueError, TypeError) as e:
+            return 400, {"error": "bad request: %s" % e}, None
+        for n, t in (("input_ids", ids), ("segment_ids", seg), ("position_ids", pos)):
+            if tuple(t.shape) != shape:
+                return 400, {"error": "%s is %s, model %s takes %s" % (n, list(t.shape), name, list(shape))}, None
+        res = self.compute(ids, pos, seg).numpy().astype(np.float32)
+        asked = head.get("outputs") or []
+        binary = bool((head.get("parameters") or {}).get("binary_data_output")) or any(
+            (o.get("parameters") or {}).get("binary_data") for o in asked)
+        out = {"name": self.v2_output, "datatype": "FP32", "shape": list(res.shape)}
+        if binary:
+            tail = res.tobytes()
+            out["parameters"] = {"binary_data_size": len(tail)}
+        else:
+            tail = None
+            out["data"] = res.ravel().tolist()
+        return 200, {"model_name": name, "model_version": "1", "id": head.get("id", ""),
+                     "outputs": [out]}, tail
 
 
 def make_handler(device):
@@ -148,25 +244,54 @@ def make_handler(device):
         def log_message(self, fmt, *a):  # quiet: one line per batch is noise
             pass
 
-        def send(self, status, obj):
+        def send(self, status, obj, tail=None):
             body = json.dumps(obj).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            if tail is not None:  # v2 binary: the JSON header, then the raw tensors
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Inference-Header-Content-Length", str(len(body)))
+                body += tail
+            else:
+                self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
 
         def do_GET(self):
-            if self.path == "/healthz":
+            path = self.path
+            if path in ("/healthz", "/v2/health/live", "/v2/health/ready"):
                 self.send(200, {"status": "ok"})
-            elif self.path == "/v1/shapes":
+            elif path == "/v1/shapes":
                 self.send(200, {"shapes": [list(s) for s in device.shapes]})
+            elif path == "/v2":
+                self.send(200, {"name": "lanepack-reference", "version": "1",
+                                "extensions": ["binary_tensor_data"]})
+            elif path.startswith("/v2/models/"):
+                name, _, rest = path[len("/v2/models/"):].partition("/")
+                shape = device.v2_shape(name)
+                if shape is None:
+                    self.send(404, {"error": "unknown model '%s'" % name})
+                elif rest == "ready":
+                    self.send(200, {})
+                elif rest == "":
+                    self.send(200, {"name": name, "versions": ["1"], "platform": "pytorch",
+                                    "inputs": [{"name": n, "datatype": "INT64", "shape": list(shape)}
+                                               for n in ("input_ids", "segment_ids", "position_ids")],
+                                    "outputs": [{"name": device.v2_output, "datatype": "FP32",
+                                                 "shape": [shape[0], -1, -1]}]})
+                else:
+                    self.send(404, {"error": "no such route"})
             else:
                 self.send(404, {"error": {"code": "not_found", "message": "no such route"}})
 
         def do_POST(self):
             n = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(n)
+            if self.path.startswith("/v2/models/") and self.path.endswith("/infer"):
+                name = self.path[len("/v2/models/"):-len("/infer")]
+                hl = self.headers.get("Inference-Header-Content-Length")
+                self.send(*device.v2_infer(name, raw, int(hl) if hl is not None else None))
+                return
             if self.path != "/v1/batch":
                 self.send(404, {"error": {"code": "not_found", "message": "no such route"}})
                 return
@@ -191,7 +316,15 @@ def main(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--no-segment-mask", action="store_true",
                    help="debug: let tokens see their whole lane (breaks packing; for the control test)")
+    p.add_argument("--v2-model", default="lanepack_{lanes}x{bucket}",
+                   help="v2 model name per compiled shape")
+    p.add_argument("--v2-output", default="output", help="v2 output tensor name")
+    p.add_argument("--bench-codec", action="store_true",
+                   help="print the time to decode a 4x8192 batch and encode its outputs, JSON vs v2 binary")
     args = p.parse_args(argv)
+    if args.bench_codec:
+        bench_codec()
+        return
     host, port = args.listen.rsplit(":", 1)
     torch.set_num_threads(1)
     server = ThreadingHTTPServer((host, int(port)), make_handler(Device(args)))
