@@ -12,12 +12,7 @@
 #include "lanepack/jscan.h"
 #include "proxy.h"
 
-typedef struct {
-  int status;
-  const char *code;
-  char msg[256];
-  char extra[96];
-} perr_t;
+typedef lp_perr_t perr_t;
 
 static lp_job_t *fail(perr_t *e, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -261,46 +256,65 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
     return fail(e, 404, "unknown_model", "no model named '%s'", mname);
   }
 
+  /* the job takes the tokens (the reader sized them by the body, half its
+   * bytes: lp__job_new fits them to their count); the spans were only for reading */
+  uint32_t *lens = malloc((t->nspans ? t->nspans : 1) * sizeof(uint32_t));
+  if (!lens) return fail(e, 503, "out_of_memory", "proxy out of memory");
+  for (size_t i = 0; i < t->nspans; i++) lens[i] = t->spans[i].len;
+  lp_job_t *job = lp__job_new(p, m, &t->tokens, t->used, lens, t->nspans, inputs_at != NULL,
+                              (int)priority, deadline_ms, id_at, id_at ? (size_t)(id_end - id_at) : 0,
+                              inputs_at ? "inputs" : "input_ids", e);
+  free(lens);
+  if (job) job->req = req;
+  return job;
+}
+
+lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, int32_t **tokens, size_t ntokens,
+                      const uint32_t *lens, size_t nseq, int multi, int priority, double deadline_ms,
+                      const char *id_json, size_t id_len, const char *field, lp_perr_t *e) {
   /* the vocabulary, now that the model is known */
   int64_t vocab = m->cfg->vocab_size;
   if (vocab) {
-    for (size_t si = 0; si < t->nspans; si++)
-      for (uint32_t k = 0; k < t->spans[si].len; k++)
-        if (t->tokens[t->spans[si].off + k] >= vocab) {
+    size_t off = 0;
+    for (size_t si = 0; si < nseq; si++) {
+      for (uint32_t k = 0; k < lens[si]; k++)
+        if ((*tokens)[off + k] >= vocab || (*tokens)[off + k] < 0) {
           char f[48];
-          if (inputs_at) snprintf(f, sizeof(f), "inputs[%zu]", si);
-          else snprintf(f, sizeof(f), "input_ids");
+          if (multi) snprintf(f, sizeof(f), "%s[%zu]", field, si);
+          else snprintf(f, sizeof(f), "%s", field);
           return token_error(e, LP_JSCAN_E_RANGE, f, k, vocab);
         }
+      off += lens[si];
+    }
   }
   lp_job_t *job = calloc(1, sizeof(*job));
   if (!job) return fail(e, 503, "out_of_memory", "proxy out of memory");
   lp_theap_node_init(&job->timer);
-  span_t *spans = t->spans;
-  size_t nspans = t->nspans;
-  job->seqs = calloc(nspans, sizeof(lp_seq_t));
+  job->seqs = calloc(nseq ? nseq : 1, sizeof(lp_seq_t));
   if (!job->seqs) goto failed;
-  job->nseq = (uint32_t)nspans;
-  job->multi = inputs_at != NULL;
+  job->nseq = (uint32_t)nseq;
+  job->multi = multi;
   job->model = m;
   job->proxy = p;
-  for (size_t i = 0; i < nspans; i++) {
+  size_t off = 0;
+  for (size_t i = 0; i < nseq; i++) {
     lp_seq_t *s = &job->seqs[i];
     uint32_t maxlen;
-    int v = lp_bucket_set_admit(&m->shapes, spans[i].len, &maxlen);
+    int v = lp_bucket_set_admit(&m->shapes, lens[i], &maxlen);
     if (v == LP_ADMIT_EMPTY) {
-      if (job->multi) fail(e, 400, "empty_sequence", "inputs[%zu] is empty", i);
-      else fail(e, 400, "empty_sequence", "'input_ids' is empty");
+      if (multi) fail(e, 400, "empty_sequence", "%s[%zu] is empty", field, i);
+      else fail(e, 400, "empty_sequence", "'%s' is empty", field);
       goto failed;
     }
     if (v == LP_ADMIT_TOO_LONG) {
-      if (job->multi)
-        fail(e, 413, "sequence_too_long", "inputs[%zu] has %u tokens, the largest bucket holds %u",
-             i, spans[i].len, maxlen);
+      if (multi)
+        fail(e, 413, "sequence_too_long", "%s[%zu] has %u tokens, the largest bucket holds %u",
+             field, i, lens[i], maxlen);
       else
-        fail(e, 413, "sequence_too_long", "'input_ids' has %u tokens, the largest bucket holds %u",
-             spans[i].len, maxlen);
+        fail(e, 413, "sequence_too_long", "'%s' has %u tokens, the largest bucket holds %u",
+             field, lens[i], maxlen);
       snprintf(e->extra, sizeof(e->extra), ", \"max_len\": %u", maxlen);
+      e->max_len = maxlen;
       goto failed;
     }
     if (v == LP_ADMIT_NO_SHAPE) {
@@ -308,32 +322,27 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
       goto failed;
     }
     s->job = job;
-    s->tokens = t->tokens + spans[i].off;
-    s->len = spans[i].len;
-    s->q.priority = (int)priority;
+    s->tokens = (const int32_t *)(uintptr_t)off; /* an offset until the tokens are final */
+    s->len = lens[i];
+    s->q.priority = priority;
+    off += lens[i];
   }
-  if (id_at) {
-    job->id_json = strndup(id_at, (size_t)(id_end - id_at));
+  if (id_json) {
+    job->id_json = strndup(id_json, id_len);
     if (!job->id_json) goto failed;
   }
-  /* the job takes the tokens, sized to their count (the reader sized them by
-   * the body, half its bytes); the spans were only for reading */
-  if (t->used < t->cap) {
-    int32_t *fit = realloc(t->tokens, (t->used ? t->used : 1) * sizeof(int32_t));
-    if (fit) {
-      for (size_t i = 0; i < nspans; i++) job->seqs[i].tokens = fit + spans[i].off;
-      t->tokens = fit;
-      t->cap = t->used;
-    }
-  }
-  job->tokens = t->tokens;
-  t->tokens = NULL;
-  job->bytes = sizeof(*job) + nspans * sizeof(lp_seq_t) + t->used * sizeof(int32_t) +
+  /* fitted to their count: a queued request holds what it needs only */
+  int32_t *fit = realloc(*tokens, (ntokens ? ntokens : 1) * sizeof(int32_t));
+  if (fit) *tokens = fit;
+  job->tokens = *tokens;
+  *tokens = NULL;
+  for (size_t i = 0; i < nseq; i++)
+    job->seqs[i].tokens = job->tokens + (size_t)(uintptr_t)job->seqs[i].tokens;
+  job->bytes = sizeof(*job) + nseq * sizeof(lp_seq_t) + ntokens * sizeof(int32_t) +
                (job->id_json ? strlen(job->id_json) + 1 : 0);
   job->arrive_ns = uv_hrtime();
   uint64_t dl = deadline_ms >= 0 ? (uint64_t)(deadline_ms * 1e6) : m->cfg->default_deadline_ms * 1000000ull;
   job->deadline_ns = dl ? job->arrive_ns + dl : 0;
-  job->req = req;
   return job;
 
 failed:

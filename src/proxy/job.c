@@ -48,7 +48,8 @@ void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg) 
       lp_http_req_t *req = job->req;
       req->app = NULL; /* before answering: a failed write frees req at once */
       job->req = NULL;
-      lp_proxy_reject(job->proxy, req, LP_ROUTE_INFER, status, hdr, code, msg, NULL);
+      if (job->v2) lp__v2_reject(job->proxy, req, status, code, msg);
+      else lp_proxy_reject(job->proxy, req, LP_ROUTE_INFER, status, hdr, code, msg, NULL);
     }
   }
   drop_queued(job);
@@ -183,10 +184,22 @@ static int answer(lp_job_t *job, const char *single, size_t single_len, int per_
   lp_buf_t *body = &p->scratch;
   lp_buf_reset(body);
   uint64_t now = uv_hrtime(), queue_ns = 0, backend_ns = 0;
+  const char *ctype = "application/json";
+  char extra[96] = "";
   for (uint32_t i = 0; i < job->nseq; i++) {
     const lp_seq_t *s = &job->seqs[i];
     if (s->dispatch_ns - job->arrive_ns > queue_ns) queue_ns = s->dispatch_ns - job->arrive_ns;
     if (s->done_ns - s->dispatch_ns > backend_ns) backend_ns = s->done_ns - s->dispatch_ns;
+  }
+  if (job->v2) {
+    int rc = lp__v2_answer(job, per_segment, body, &ctype, extra, sizeof(extra));
+    if (rc == -EPROTO) {
+      lp__job_fail(job, 502, "bad_backend_answer",
+                   "the backend's outputs are not numbers: use /v1/infer for this model");
+      return 0;
+    }
+    if (rc) return rc;
+    goto send;
   }
   lp_buf_puts(body, "{");
   if (job->id_json) {
@@ -221,6 +234,7 @@ static int answer(lp_job_t *job, const char *single, size_t single_len, int per_
   lp_buf_puts(body, ", \"total\": ");
   put_ms(body, now - job->arrive_ns);
   lp_buf_puts(body, "}}\n");
+send:
   if (body->oom) return -ENOMEM;
   lp_hist_observe(&p->t_queue, (double)queue_ns / 1e9);
   lp_hist_observe(&p->t_backend, (double)backend_ns / 1e9);
@@ -229,9 +243,9 @@ static int answer(lp_job_t *job, const char *single, size_t single_len, int per_
   lp_buf_init(&out);
   /* one allocation for the whole answer: head and body */
   if (lp_buf_reserve(&out, body->len + 256)) return -ENOMEM;
-  lp_http_head(job->req, &out, 200, NULL, "application/json", body->len);
+  lp_http_head(job->req, &out, 200, extra[0] ? extra : NULL, ctype, body->len);
   lp_buf_append(&out, body->data, body->len);
-  lp_proxy_count(p, LP_ROUTE_INFER, 200);
+  lp_proxy_count(p, job->v2 ? LP_ROUTE_V2_INFER : LP_ROUTE_INFER, 200);
   lp_http_req_t *req = job->req;
   req->app = NULL;
   job->req = NULL;

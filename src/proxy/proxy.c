@@ -22,7 +22,7 @@ void lp_proxy_count(lp_proxy_t *p, int route, int status) {
   p->requests[route][s]++;
 }
 
-static void count_rejection(lp_proxy_t *p, const char *code) {
+void lp__count_rejection(lp_proxy_t *p, const char *code) {
   for (size_t i = 0; i < p->nrejections; i++)
     if (strcmp(p->rejections[i].code, code) == 0) {
       p->rejections[i].n++;
@@ -40,7 +40,7 @@ static void count_rejection(lp_proxy_t *p, const char *code) {
 void lp_proxy_reject(lp_proxy_t *p, lp_http_req_t *req, int route, int status, const char *headers,
                      const char *code, const char *msg, const char *extra) {
   lp_proxy_count(p, route, status);
-  count_rejection(p, code);
+  lp__count_rejection(p, code);
   lp_http_respond_error(req, status, headers, code, msg, extra);
 }
 
@@ -143,12 +143,16 @@ static void route(lp_proxy_t *p, lp_http_req_t *req, int on_admin) {
                     on_admin ? "not on the admin listener" : "no such route", NULL);
     return;
   }
-  if (!on_admin && !probe && strncmp(req->url, "/v1/", 4) == 0 && !authorized(p, req)) {
+  int client_route = strncmp(req->url, "/v1/", 4) == 0 || strncmp(req->url, "/v2/models", 10) == 0 ||
+                     path_is(req, "/v2");
+  if (!on_admin && !probe && client_route && !authorized(p, req)) {
     lp_proxy_reject(p, req, LP_ROUTE_OTHER, 401, "WWW-Authenticate: Bearer\r\n", "unauthorized",
                     "a valid 'Authorization: Bearer TOKEN' header is required", NULL);
     return;
   }
-  if (path_is(req, "/v1/infer")) {
+  if (!on_admin && lp__v2_route(p, req)) {
+    /* the Open Inference Protocol: its own routes and error form */
+  } else if (path_is(req, "/v1/infer")) {
     handle_infer(p, req, NULL, 0);
   } else if (req->path_len > sizeof(prefix) - 1 && strncmp(req->url, prefix, sizeof(prefix) - 1) == 0) {
     const char *name = req->url + sizeof(prefix) - 1;

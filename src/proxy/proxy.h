@@ -17,6 +17,7 @@
 #include "lanepack/queue.h"
 #include "lanepack/scatter.h"
 #include "lanepack/sched.h"
+#include "lanepack/tensor.h"
 #include "lanepack/timeheap.h"
 #include "lanepack/upstream.h"
 
@@ -54,6 +55,9 @@ struct lp_job_s {
   lp_http_req_t *req;     /* NULL once the client left */
   char *id_json;          /* the client's id as JSON text, or NULL; owned */
   int multi;              /* "inputs" form: answers "outputs" */
+  int v2;                 /* an Open Inference Protocol client: answered as a tensor */
+  int v2_binary;          /* ... in binary */
+  size_t v2_rows;         /* k of its [k, n] input_ids */
   uint32_t nseq;
   uint32_t unresolved;    /* sequences queued or in flight */
   uint32_t queued;        /* sequences still in the model's queue */
@@ -136,6 +140,7 @@ struct lp_model_s {
   size_t nspare;
   lp_scatter_t scatter;    /* answer index, one answer at a time */
   lp_buf_t render;         /* one sequence's output written from a v2 answer */
+  lp_dtype_t v2_out_dtype; /* the datatype v2 backends last answered in */
   lp_seq_ref_t *refs;      /* dispatch scratch; owned */
   lp_place_t *place;
   size_t scratch_cap;
@@ -145,7 +150,7 @@ struct lp_model_s {
   lp_hist_t fill;
 };
 
-#define LP_ROUTE_COUNT 8
+#define LP_ROUTE_COUNT 9
 #define LP_STATUS_SLOTS 20
 
 struct lp_proxy_s {
@@ -185,12 +190,28 @@ struct lp_proxy_s {
 int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *port);
 void lp_proxy_kick(lp_proxy_t *p);
 void lp_proxy_count(lp_proxy_t *p, int route, int status);
+void lp__count_rejection(lp_proxy_t *p, const char *code);
 void lp_proxy_reject(lp_proxy_t *p, lp_http_req_t *req, int route, int status,
                      const char *headers, const char *code, const char *msg, const char *extra);
+
+/* Why a request was refused: status, code, message, more error members. */
+typedef struct lp_perr_s {
+  int status;
+  const char *code;
+  char msg[256];
+  char extra[96];
+  uint32_t max_len;       /* sequence_too_long: the limit */
+} lp_perr_t;
 
 /* infer.c: parses a body into a job; on failure answers the client itself. */
 lp_job_t *lp__infer_parse(lp_proxy_t *p, lp_http_req_t *req, const char *model_from_path,
                           size_t model_len);
+/* A job of nseq sequences of lens[i] tokens laid end to end in *tokens (taken:
+ * *tokens is NULL on success), checked against the model's vocabulary and
+ * shapes; field names the input in messages. NULL with e set on refusal. */
+lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, int32_t **tokens, size_t ntokens,
+                      const uint32_t *lens, size_t nseq, int multi, int priority, double deadline_ms,
+                      const char *id_json, size_t id_len, const char *field, lp_perr_t *e);
 
 /* model.c: admission, the queue, shape states, the scheduling loop */
 int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg);
@@ -232,6 +253,15 @@ int lp__v2_deliver(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err,
 /* Asks the backend whether each shape's model is ready; answers set its states. */
 void lp__v2_probe_shapes(lp_backend_t *b);
 
+/* v2front.c: Open Inference Protocol clients */
+/* Handles /v2 routes; returns 0 when req is not one. */
+int lp__v2_route(lp_proxy_t *p, lp_http_req_t *req);
+void lp__v2_reject(lp_proxy_t *p, lp_http_req_t *req, int status, const char *code, const char *msg);
+/* A v2 job's answer body (its sequences' outputs as one tensor), its content
+ * type and extra header lines. -EPROTO when the outputs are not numbers. */
+int lp__v2_answer(lp_job_t *job, int per_segment, lp_buf_t *body, const char **ctype, char *hdr,
+                  size_t hdrlen);
+
 /* batch.c: rectangles sent upstream and their answers */
 #define LP_MAX_BACKOFF_MS 60000
 /* The backoff before retry attempts+1: doubling, capped, never overflowing. */
@@ -252,6 +282,6 @@ int lp__render_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, lp_buf_t *out, c
                       size_t errlen);
 
 enum { LP_ROUTE_INFER = 0, LP_ROUTE_MODELS, LP_ROUTE_HEALTHZ, LP_ROUTE_READYZ, LP_ROUTE_METRICS,
-       LP_ROUTE_ADVICE, LP_ROUTE_OTHER };
+       LP_ROUTE_ADVICE, LP_ROUTE_OTHER, LP_ROUTE_V2_INFER, LP_ROUTE_V2 };
 
 #endif

@@ -7,7 +7,7 @@
 #include "proxy.h"
 
 static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", "readyz",
-                                                  "metrics", "advice", "other", "other"};
+                                                  "metrics", "advice", "other", "v2_infer", "v2"};
 extern const int lp__status_codes[LP_STATUS_SLOTS];
 
 /* One sample per model, or per backend, of a value read by a small function. */
@@ -47,7 +47,7 @@ static void per_backend(lp_buf_t *b, lp_proxy_t *p, const char *name, const char
 void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   char labels[512];
   lp_metric_family(b, "lanepack_requests_total", "counter", "HTTP requests answered, by route and status.");
-  for (int r = 0; r < LP_ROUTE_OTHER + 1; r++)
+  for (int r = 0; r < LP_ROUTE_COUNT; r++)
     for (int s = 0; s < LP_STATUS_SLOTS; s++) {
       if (!p->requests[r][s]) continue;
       if (lp__status_codes[s])

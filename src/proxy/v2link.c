@@ -109,6 +109,7 @@ int lp__v2_deliver(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err,
     lp_v2_msg_free(&msg);
     return -EPROTO;
   }
+  m->v2_out_dtype = t->dtype;
   /* the leading dimensions say where each sequence's part is */
   int lead = l->ragged ? 1 : 2;
   uint64_t rows = l->ragged ? (c->per_segment ? l->nsegs : l->bucket) : l->lanes;
