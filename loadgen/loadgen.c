@@ -29,6 +29,7 @@
 #include "lanepack/jscan.h"
 #include "lanepack/lengths.h"
 #include "lanepack/rng.h"
+#include "lanepack/v2.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 #define MAX_STATUS 600
@@ -41,7 +42,8 @@ typedef struct body_s {
   uint32_t lens[64];
   uint32_t nseq;
   uint64_t ntokens;
-  lp_buf_t json;          /* owned */
+  lp_buf_t json;          /* owned: the body (a v2 binary body is JSON header + tensor) */
+  size_t v2_header_len;   /* v2 binary: the JSON header's length */
 } body_t;
 
 typedef struct conn_s conn_t;
@@ -104,6 +106,7 @@ struct lg_s {
   int port;
   char path[256];
   char model[64];
+  int v2, v2_binary;      /* --protocol v2 [--binary] */
   lp_lengths_t lengths;
   lp_rng_t rng;
   body_t **pool;          /* prebuilt bodies, cycled, so the client stays cheap */
@@ -145,7 +148,8 @@ static body_t *make_body(lg_t *lg) {
   r->nseq = lg->seqs_per_req;
   uint64_t total = 0;
   for (uint32_t i = 0; i < r->nseq; i++) {
-    r->lens[i] = lp_lengths_next(&lg->lengths, &lg->rng);
+    /* v2: one tensor [k, n], every row as long as the first */
+    r->lens[i] = lg->v2 && i ? r->lens[0] : lp_lengths_next(&lg->lengths, &lg->rng);
     total += r->lens[i];
   }
   r->ntokens = total;
@@ -157,6 +161,17 @@ static body_t *make_body(lg_t *lg) {
   for (uint64_t k = 0; k < total; k++) r->tokens[k] = (int32_t)lp_rng_below(&lg->rng, lg->vocab);
   lp_buf_t *j = &r->json;
   lp_buf_init(j);
+  if (lg->v2) {
+    lp_v2_out_t in = {.name = "input_ids", .dtype = LP_DT_INT32, .ndim = 2,
+                      .shape = {r->nseq, r->lens[0]}, .data = r->tokens, .count = (size_t)r->ntokens};
+    if (lp_v2_write(j, lg->v2_binary ? "\"id\":\"lg\",\"parameters\":{\"binary_data_output\":true}"
+                                     : "\"id\":\"lg\"",
+                    "inputs", &in, 1, lg->v2_binary, &r->v2_header_len)) {
+      free_body(r);
+      return NULL;
+    }
+    return r;
+  }
   lp_buf_puts(j, "{");
   if (lg->model[0]) {
     lp_buf_puts(j, "\"model\": ");
@@ -213,10 +228,15 @@ static void free_req(req_t *r) {
 
 /* The head goes in the request; the body is sent from the pool. */
 static void write_head(lg_t *lg, req_t *r) {
+  char ihcl[64] = "";
+  if (lg->v2 && lg->v2_binary)
+    snprintf(ihcl, sizeof(ihcl), "Inference-Header-Content-Length: %zu\r\n", r->body->v2_header_len);
   int n = snprintf(r->head, sizeof(r->head),
-                   "POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+                   "POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: %s\r\n%s"
                    "Content-Length: %zu\r\n\r\n",
-                   lg->path, lg->host, lg->port, r->body->json.len);
+                   lg->path, lg->host, lg->port,
+                   lg->v2 && lg->v2_binary ? "application/octet-stream" : "application/json", ihcl,
+                   r->body->json.len);
   if (n < 0 || (size_t)n >= sizeof(r->head)) n = (int)sizeof(r->head) - 1;
   r->head[n] = 0;
 }
@@ -264,6 +284,33 @@ static const char *check_one(lg_t *lg, const char *v, const char *end, const int
   return e;
 }
 
+/* A v2 answer: the output tensor [k, n] (per token) or [k] (per segment), in
+ * either form (a binary body's JSON header ends where its object closes). */
+static int verify_v2(const body_t *r, const char *body, size_t len, int32_t *want) {
+  const char *hend = lp_jscan_skip(lp_jscan_ws(body, body + len), body + len, LP_JSCAN_MAX_DEPTH);
+  if (!hend) return 0;
+  int64_t hl = hend == body + len ? -1 : (int64_t)(hend - body);
+  lp_v2_msg_t m;
+  char err[128];
+  int ok = lp_v2_decode(&m, body, len, hl, 0, err, sizeof(err)) == 0 && m.n == 1;
+  const lp_tensor_t *t = ok ? &m.t[0] : NULL;
+  uint32_t n = r->lens[0];
+  int per_token = ok && t->ndim == 2;
+  ok = ok && (size_t)t->shape[0] == r->nseq &&
+       (per_token ? (uint32_t)t->shape[1] == n && t->count == (size_t)r->nseq * n
+                  : t->ndim == 1 && t->count == r->nseq);
+  for (uint32_t i = 0; ok && i < r->nseq; i++) {
+    lp_emu_outputs(r->tokens + (size_t)i * n, n, want);
+    if (per_token) {
+      for (uint32_t k = 0; ok && k < n; k++) ok = lp_tensor_int(t, (size_t)i * n + k) == want[k];
+    } else {
+      ok = lp_tensor_int(t, i) == want[n - 1];
+    }
+  }
+  lp_v2_msg_free(&m);
+  return ok;
+}
+
 static int verify(lg_t *lg, const body_t *r, const char *body, size_t len) {
   const char *end = body + len;
   /* two reused arrays per worker: the answer's values and the expected ones */
@@ -278,6 +325,7 @@ static int verify(lg_t *lg, const body_t *r, const char *body, size_t len) {
   }
   int32_t *scratch = lg->vgot, *want = lg->vwant;
   int ok = 0;
+  if (lg->v2) return verify_v2(r, body, len, want);
   if (lg->seqs_per_req == 1) {
     const char *v = find_member(body, end, "output");
     if (v) check_one(lg, v, end, r->tokens, r->lens[0], scratch, want, &ok);
@@ -935,9 +983,12 @@ static void usage(FILE *f) {
           "         [--warmup 0s] [--connections N] [--model M] [--vocab V]\n"
           "         [--sequences-per-request K] [--max-requests N] [--timeout 30s]\n"
           "         [--seed S] [--verify] [--json FILE] [--plot FILE.svg] [--pool N]\n"
-          "         [--threads N] [--pipeline N]\n"
+          "         [--threads N] [--pipeline N] [--protocol v1|v2 [--binary]]\n"
           "--pool N: bodies built before the run and cycled (default 4096, and at least\n"
-          "          a length file's lines); 0 builds a fresh body for every request\n");
+          "          a length file's lines); 0 builds a fresh body for every request\n"
+          "--protocol v2: Open Inference Protocol requests to /v2/models/MODEL/infer (MODEL\n"
+          "          from --model, else 'default'), input_ids [k, n] with the k rows of a\n"
+          "          request as long as its first; --binary sends and asks for binary tensors\n");
 }
 
 static int die(const char *fmt, const char *a) {
@@ -967,6 +1018,7 @@ int main(int argc, char **argv) {
       {"json", required_argument, 0, 'j'},        {"plot", required_argument, 0, 'p'},
       {"sweep", required_argument, 0, 'S'},       {"pool", required_argument, 0, 'P'},
       {"threads", required_argument, 0, 'T'},      {"pipeline", required_argument, 0, 'Q'},
+      {"protocol", required_argument, 0, 'X'},    {"binary", no_argument, 0, 'B'},
       {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'Z'},
       {0, 0, 0, 0}};
   int c, idx = 0;
@@ -993,6 +1045,12 @@ int main(int argc, char **argv) {
       case 'Q': depth = strtoul(optarg, &end, 10); if (*end || depth == 0 || depth > 1024) return die("--pipeline must be 1..1024, got '%s'", optarg); break;
       case 'T': threads = strtoul(optarg, &end, 10); if (*end || threads == 0 || threads > 64) return die("--threads must be 1..64, got '%s'", optarg); break;
       case 'P': pool = strtoul(optarg, &end, 10); if (*end || pool > 1000000) return die("--pool must be 0..1000000, got '%s'", optarg); break;
+      case 'X':
+        if (strcmp(optarg, "v1") == 0 || strcmp(optarg, "lanepack") == 0) lg.v2 = 0;
+        else if (strcmp(optarg, "v2") == 0) lg.v2 = 1;
+        else return die("--protocol must be v1 or v2, got '%s'", optarg);
+        break;
+      case 'B': lg.v2_binary = 1; break;
       case 'Z': printf("%s %s\n", "lanepack-loadgen", LP_VERSION); return 0;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
@@ -1004,6 +1062,9 @@ int main(int argc, char **argv) {
   if (!!rate + !!conc + !!sweep != 1) return die("%s", "give one of --rate, --concurrency or --sweep");
   if (warmup >= duration) return die("%s", "--warmup must be shorter than --duration");
   if (parse_url(&lg, url)) return die("bad --url '%s': want http://HOST:PORT[/PATH]", url);
+  if (lg.v2_binary && !lg.v2) return die("%s", "--binary goes with --protocol v2");
+  if (lg.v2 && strcmp(lg.path, "/v1/infer") == 0) /* no path given: the model's v2 route */
+    snprintf(lg.path, sizeof(lg.path), "/v2/models/%s/infer", lg.model[0] ? lg.model : "default");
   char err[256];
   if (lp_lengths_load(&lg.lengths, lengths, err, sizeof(err))) return die("--lengths: %s", err);
   double rates[64];

@@ -79,6 +79,9 @@ START_TEST(binary_and_json_per_token) {
                      "\"binary\": true, \"output\": \"feats\", \"output_kind\": \"per_token\"}");
   verified_load(s.port, "uniform:1,200", NULL);
   verified_load(s.port, "uniform:1,200", "--sequences-per-request 3");
+  /* v2 clients too, binary and JSON, end to end over v2 binary */
+  verified_load(s.port, "uniform:1,200", "--model m --protocol v2 --binary --sequences-per-request 2");
+  verified_load(s.port, "uniform:1,200", "--model m --protocol v2");
   stop(&s);
   /* JSON tensors, INT64 inputs, every output asked for */
   s = start("--shapes 4x256,8x64",
