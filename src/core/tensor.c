@@ -105,19 +105,100 @@ double lp_tensor_real(const lp_tensor_t *t, size_t i) {
   }
 }
 
-/* Shortest round trip: the fewest significant digits whose text parses back to
- * the same value. Tried from the usual case up; a number needs at most 9
- * (float) or 17 (double) digits. */
+/* Writes digits (p significant, as an integer m with decimal exponent e10 of
+ * its first digit) the way %g would: fixed for -4 <= e10 < p, else d.ddde+XX. */
+static size_t put_digits(char *out, int neg, uint64_t m, int p, int e10) {
+  char d[20];
+  for (int i = p - 1; i >= 0; i--) {
+    d[i] = (char)('0' + m % 10);
+    m /= 10;
+  }
+  while (p > 1 && d[p - 1] == '0') p--; /* %g drops trailing zeros */
+  size_t k = 0;
+  if (neg) out[k++] = '-';
+  if (e10 >= -4 && e10 < p) {
+    if (e10 < 0) {
+      out[k++] = '0';
+      out[k++] = '.';
+      for (int i = -1; i > e10; i--) out[k++] = '0';
+      for (int i = 0; i < p; i++) out[k++] = d[i];
+    } else {
+      for (int i = 0; i <= e10; i++) out[k++] = d[i];
+      if (p > e10 + 1) {
+        out[k++] = '.';
+        for (int i = e10 + 1; i < p; i++) out[k++] = d[i];
+      }
+    }
+  } else {
+    out[k++] = d[0];
+    if (p > 1) {
+      out[k++] = '.';
+      for (int i = 1; i < p; i++) out[k++] = d[i];
+    }
+    out[k++] = 'e';
+    out[k++] = e10 < 0 ? '-' : '+';
+    int a = e10 < 0 ? -e10 : e10;
+    if (a >= 100) out[k++] = (char)('0' + a / 100);
+    out[k++] = (char)('0' + a / 10 % 10);
+    out[k++] = (char)('0' + a % 10);
+  }
+  out[k] = '\0';
+  return k;
+}
+
+/* Shortest round trip without printf: for p = 1, 2, ... significant digits the
+ * value is scaled to a p-digit integer in long double (enough headroom that the
+ * scaling's own error stays far below half a unit of the last digit), written,
+ * and kept when it parses back to the same value. A value whose digits the
+ * scaling cannot pin down (at the range's ends) falls back to printf. */
+/* Powers of ten 10^-360 .. 10^360 in long double, filled once (powl is slow). */
+#define P10_MIN (-360)
+#define P10_N 721
+static long double p10[P10_N];
+static int p10_ready;
+
+static long double pow10l_(int e) {
+  if (!p10_ready) {
+    for (int i = 0; i < P10_N; i++) p10[i] = powl(10.0L, (long double)(i + P10_MIN));
+    p10_ready = 1;
+  }
+  return p10[e - P10_MIN];
+}
+
+static size_t shortest(char *out, long double v, int maxp, int is_float) {
+  int neg = v < 0;
+  long double a = neg ? -v : v;
+  /* the decimal exponent of the first digit: from the binary one, then exact */
+  int e2;
+  frexpl(a, &e2);
+  int e10 = (int)floor((double)(e2 - 1) * 0.30102999566398120);
+  while (e10 + 1 < 330 && a >= pow10l_(e10 + 1)) e10++;
+  while (e10 > -345 && a < pow10l_(e10)) e10--;
+  uint64_t top = 1;
+  for (int p = 1; p <= maxp; p++) {
+    top *= 10;
+    int sh = p - 1 - e10;
+    if (sh < P10_MIN || sh >= P10_MIN + P10_N) break;
+    uint64_t m = (uint64_t)llroundl(a * pow10l_(sh));
+    int e = e10;
+    if (m >= top) { /* rounding carried into a new digit */
+      m /= 10;
+      e++;
+    }
+    if (m == 0 || m < top / 10) continue;
+    size_t n = put_digits(out, neg, m, p, e);
+    if (is_float ? strtof(out, NULL) == (float)v : strtod(out, NULL) == (double)v) return n;
+  }
+  int n = snprintf(out, 32, is_float ? "%.9g" : "%.17g", (double)v);
+  return (size_t)n;
+}
+
 size_t lp_fmt_double(char *out, double v) {
   if (v == 0) {
     strcpy(out, signbit(v) ? "-0.0" : "0");
     return strlen(out);
   }
-  for (int p = 1; p <= 17; p++) {
-    int n = snprintf(out, 32, "%.*g", p, v);
-    if (strtod(out, NULL) == v || p == 17) return (size_t)n;
-  }
-  return 0;
+  return shortest(out, (long double)v, 17, 0);
 }
 
 size_t lp_fmt_float(char *out, float v) {
@@ -125,11 +206,7 @@ size_t lp_fmt_float(char *out, float v) {
     strcpy(out, signbit(v) ? "-0.0" : "0");
     return strlen(out);
   }
-  for (int p = 1; p <= 9; p++) {
-    int n = snprintf(out, 32, "%.*g", p, (double)v);
-    if (strtof(out, NULL) == v || p == 9) return (size_t)n;
-  }
-  return 0;
+  return shortest(out, (long double)v, 9, 1);
 }
 
 static void put_elem(lp_buf_t *b, const lp_tensor_t *t, size_t i) {
