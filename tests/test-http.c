@@ -108,6 +108,16 @@ START_TEST(rfc9112_rules) {
     if (cases[i].status[9] != '2') ck_assert_msg(strstr(out, "\"error\""), "case %zu: %s", i, out);
     free(out);
   }
+  /* JSON keys compare by their decoded text */
+  {
+    h_resp_t r;
+    ck_assert_int_eq(h_call(s.port, "POST", "/v1/infer", "", "{\"\\u0069nput_ids\": [5, 6, 7]}", &r), 0);
+    ck_assert_msg(r.status == 200, "escaped key: %d %s", r.status, r.body);
+    h_resp_free(&r);
+    ck_assert_int_eq(h_call(s.port, "POST", "/v1/infer", "", "{\"input_ids\": [1], \"\\u0069nput_ids\": [2]}", &r), 0);
+    ck_assert_msg(r.status == 400 && strstr(r.body, "duplicate_field"), "%d %s", r.status, r.body);
+    h_resp_free(&r);
+  }
   /* chunked with a small extension is fine; one past the header limit is not */
   char req[256];
   snprintf(req, sizeof(req),

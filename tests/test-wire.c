@@ -157,6 +157,18 @@ START_TEST(missing_model_and_bad_answers) {
   h_resp_free(&r);
   free(body);
   stop(&s);
+  /* a model whose metadata lacks the output we read is not used */
+  s = start("--shapes 4x64", "\"shapes\": \"4x64\", \"v2\": {\"model\": \"lanepack_{lanes}x{bucket}\", "
+            "\"output\": \"logits\"}");
+  ck_assert_int_eq(h_call(s.port, "GET", "/v1/models", "", NULL, &r), 0);
+  ck_assert_msg(strstr(r.body, "\"state\": \"unavailable\""), "%s", r.body);
+  h_resp_free(&r);
+  body = h_ids_body(t, 10, NULL);
+  ck_assert_int_eq(h_call(s.port, "POST", "/v1/infer", "", body, &r), 0);
+  ck_assert_msg(r.status == 503 && strstr(r.body, "no_shape_available"), "%d %s", r.status, r.body);
+  h_resp_free(&r);
+  free(body);
+  stop(&s);
   s = start("--shapes 4x64 --garbage-rate 1", "\"shapes\": \"4x64\", \"v2\": {\"model\": \"lanepack_{lanes}x{bucket}\"}");
   /* each garbled answer fails its batch (never sliced); three in a row mark the
    * backend down, and then requests are refused at once */

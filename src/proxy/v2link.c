@@ -3,6 +3,7 @@
  * for its shape, the answer's output sliced back per sequence, and readiness of
  * each shape's model as that backend's shape state. */
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,28 +163,78 @@ int lp__v2_deliver(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err,
   return 0;
 }
 
-/* ---- readiness of each shape's model on a backend ---- */
+/* ---- readiness of each shape's model on a backend: ready, and its metadata
+ * names what we send and read ---- */
 
 typedef struct {
   lp_backend_t *b;
   int shape;
 } probe_t;
 
-static void on_ready(lp_xfer_t *x, void *ud) {
+static void set_state(lp_backend_t *b, int k, lp_shape_state_t s, const char *why) {
+  if (b->shape_state[k] == s) return;
+  b->shape_state[k] = s;
+  lp_log(s == LP_SHAPE_COMPILED ? LP_LOG_INFO : LP_LOG_WARN, "v2 model readiness",
+         "\"backend\": \"%s\", \"shape\": [%u, %u], \"ready\": %s, \"why\": \"%s\"", b->url,
+         b->model->shapes.shapes[k].lanes, b->model->shapes.shapes[k].bucket,
+         s == LP_SHAPE_COMPILED ? "true" : "false", why);
+  lp__model_shapes_changed(b->model);
+}
+
+static int lists(json_t *arr, const char *name) {
+  size_t i;
+  json_t *o;
+  json_array_foreach(arr, i, o) {
+    const char *n = json_string_value(json_object_get(o, "name"));
+    if (n && strcmp(n, name) == 0) return 1;
+  }
+  return 0;
+}
+
+/* The model's metadata must name every input we send and the output we read. */
+static void on_metadata(lp_xfer_t *x, void *ud) {
   probe_t *pr = ud;
   lp_backend_t *b = pr->b;
   int k = pr->shape;
   free(pr);
   if (x->result == LP_XFER_CANCELLED) return;
-  lp_shape_state_t s = x->result == LP_XFER_OK && x->status == 200 ? LP_SHAPE_COMPILED
-                                                                    : LP_SHAPE_UNAVAILABLE;
-  if (b->shape_state[k] == s) return;
-  b->shape_state[k] = s;
-  lp_log(s == LP_SHAPE_COMPILED ? LP_LOG_INFO : LP_LOG_WARN, "v2 model readiness",
-         "\"backend\": \"%s\", \"shape\": [%u, %u], \"ready\": %s", b->url,
-         b->model->shapes.shapes[k].lanes, b->model->shapes.shapes[k].bucket,
-         s == LP_SHAPE_COMPILED ? "true" : "false");
-  lp__model_shapes_changed(b->model);
+  const lp_v2_config_t *c = &b->model->cfg->v2;
+  if (x->result != LP_XFER_OK || x->status != 200) {
+    set_state(b, k, LP_SHAPE_UNAVAILABLE, "no model metadata");
+    return;
+  }
+  json_error_t je;
+  json_t *root = json_loadb(x->body.data ? x->body.data : "", x->body.len, 0, &je);
+  json_t *inputs = json_object_get(root, "inputs"), *outputs = json_object_get(root, "outputs");
+  const char *missing = NULL;
+  if (!json_is_array(inputs) || !json_is_array(outputs)) missing = "metadata without inputs and outputs";
+  static const char *const flat[3] = {NULL, "cu_seqlens", "max_seqlen"};
+  for (int i = 0; !missing && i < 3; i++) {
+    const char *n = b->model->cfg->ragged && i ? flat[i] : c->inputs[i];
+    if (n && n[0] && !lists(inputs, n)) missing = "an input lanepack sends is not in the metadata";
+  }
+  if (!missing && c->output[0] && !lists(outputs, c->output)) missing = "the output is not in the metadata";
+  json_decref(root);
+  set_state(b, k, missing ? LP_SHAPE_UNAVAILABLE : LP_SHAPE_COMPILED, missing ? missing : "ready");
+}
+
+static void on_ready(lp_xfer_t *x, void *ud) {
+  probe_t *pr = ud;
+  lp_backend_t *b = pr->b;
+  int k = pr->shape;
+  if (x->result == LP_XFER_CANCELLED) {
+    free(pr);
+    return;
+  }
+  if (x->result != LP_XFER_OK || x->status != 200) {
+    free(pr);
+    set_state(b, k, LP_SHAPE_UNAVAILABLE, "model not ready");
+    return;
+  }
+  char name[160], url[LP_URL_MAX + 200];
+  lp__v2_model_name(b->model, k, name, sizeof(name));
+  snprintf(url, sizeof(url), "%s/v2/models/%s", b->url, name);
+  if (!lp_upstream_request(b->model->proxy->up, url, NULL, 0, 5000, on_metadata, pr)) free(pr);
 }
 
 void lp__v2_probe_shapes(lp_backend_t *b) {
