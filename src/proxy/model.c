@@ -130,21 +130,32 @@ void lp__model_shapes_changed(lp_model_t *m) {
     m->shapes.shapes[k].state = best;
   }
   /* a sequence that no shape anywhere holds now would otherwise wait for its
-   * bound: tell its client at once (a rare event, so a walk of the queue) */
+   * bound: tell its client at once (a rare event, so a walk of the queue). The
+   * jobs are collected first: failing one takes all its sequences out, wherever
+   * they stand, and may free it. */
   uint32_t max_len = lp_bucket_set_max_len(&m->shapes);
-  lp_qnode_t *n = lp_queue_first(&m->queue);
-  while (n) {
+  lp_job_t **doomed = NULL;
+  size_t nd = 0, cap = 0;
+  for (lp_qnode_t *n = lp_queue_first(&m->queue); n; n = lp_queue_next(&m->queue, n)) {
     lp_seq_t *s = seq_of(n);
-    n = lp_queue_next(&m->queue, n);
-    if (s->len <= max_len) continue;
-    lp_job_t *job = s->job;
-    /* failing the job takes all its sequences out: step past them first */
-    while (n && seq_of(n)->job == job) n = lp_queue_next(&m->queue, n);
-    char msg[160];
-    snprintf(msg, sizeof(msg), "no backend has a shape that holds %u tokens any more (largest: %u)",
-             s->len, max_len);
-    lp__job_fail(job, 503, "no_shape_available", msg);
+    if (s->len <= max_len || s->job->doomed) continue;
+    if (nd == cap) {
+      size_t c = cap ? cap * 2 : 16;
+      lp_job_t **d = realloc(doomed, c * sizeof(*d));
+      if (!d) break; /* out of memory: the job timers still answer them in time */
+      doomed = d;
+      cap = c;
+    }
+    s->job->doomed = 1;
+    doomed[nd++] = s->job;
   }
+  for (size_t i = 0; i < nd; i++) {
+    char msg[160];
+    snprintf(msg, sizeof(msg), "no backend has a shape that holds this request's sequences any more "
+             "(largest: %u tokens)", max_len);
+    lp__job_fail(doomed[i], 503, "no_shape_available", msg);
+  }
+  free(doomed);
   lp_proxy_kick(m->proxy);
 }
 

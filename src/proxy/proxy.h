@@ -62,6 +62,7 @@ struct lp_job_s {
   uint32_t unresolved;    /* sequences queued or in flight */
   uint32_t queued;        /* sequences still in the model's queue */
   int answered;           /* the client has had its one answer */
+  int doomed;             /* picked to fail (no shape holds it any more) */
   lp_seq_t *seqs;         /* owned */
   int32_t *tokens;        /* owned */
   uint64_t arrive_ns;
