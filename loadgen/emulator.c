@@ -338,7 +338,9 @@ static void answer(job_t *j) {
       if (c) memmove(c, c + 1, body.len - (size_t)(c - body.data) - 1), body.len--;
     }
   }
-  lp_http_head(j->req, &out, 200, NULL, "application/json", body.len);
+  char hdr[64];
+  snprintf(hdr, sizeof(hdr), "X-Device-Time-Us: %llu\r\n", (unsigned long long)j->device_ms * 1000);
+  lp_http_head(j->req, &out, 200, hdr, "application/json", body.len);
   lp_buf_append(&out, body.data, body.len);
   lp_buf_free(&body);
   lp_http_respond_raw(j->req, &out);
@@ -392,6 +394,12 @@ static void start_next(emu_t *emu) {
     } else {
       ms += emu->default_cost_ms;
     }
+    if (emu->cost_jitter > 0) {
+      double f = 1 + emu->cost_jitter * (2 * lp_rng_double(&emu->rng) - 1);
+      ms = (uint64_t)((double)ms * (f > 0 ? f : 0) + 0.5);
+    }
+    if (emu->slow_rate > 0 && lp_rng_double(&emu->rng) < emu->slow_rate) ms += emu->slow_ms;
+    j->device_ms = ms;
     emu->busy++;
     if (j->fault == FAULT_STALL) { /* never answers; freed when the client leaves */
       emu->busy--;
@@ -462,7 +470,7 @@ static void on_request(lp_http_req_t *req, void *ud) {
     for (size_t i = 0; i < emu->shapes.count; i++)
       lp_buf_printf(&b, "%s[%u, %u]", i ? ", " : "", emu->shapes.shapes[i].lanes,
                     emu->shapes.shapes[i].bucket);
-    lp_buf_puts(&b, "]}\n");
+    lp_buf_printf(&b, "], \"devices\": %u}\n", emu->devices);
     lp_http_respond(req, 200, NULL, "application/json", b.data, b.len);
     lp_buf_free(&b);
   } else {
@@ -501,7 +509,7 @@ static void usage(FILE *f) {
           "         [--per-segment] [--ragged] [--fail-rate P] [--reset-rate P]\n"
           "         [--stall-rate P] [--garbage-rate P] [--delay-ms MS] [--seed S]\n"
           "         [--hide-shapes] [--protocol lanepack|v2|both] [--v2-model TEMPLATE]\n"
-          "         [--v2-output NAME] [--v2-dims K]\n");
+          "         [--v2-output NAME] [--v2-dims K] [--cost-jitter F] [--slow-rate P --slow-ms MS]\n");
 }
 
 static int parse_rate(const char *s, double *out) {
@@ -542,6 +550,8 @@ int main(int argc, char **argv) {
       {"seed", required_argument, 0, 'e'},         {"hide-shapes", no_argument, 0, 'H'},
       {"protocol", required_argument, 0, 'P'},     {"v2-model", required_argument, 0, 'M'},
       {"v2-output", required_argument, 0, 'O'},    {"v2-dims", required_argument, 0, 'K'},
+      {"cost-jitter", required_argument, 0, 'J'},  {"slow-rate", required_argument, 0, 'W'},
+      {"slow-ms", required_argument, 0, 'X'},
       {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'Z'},
       {0, 0, 0, 0}};
   int c, idx = 0;
@@ -564,6 +574,9 @@ int main(int argc, char **argv) {
       case 'D': bad_arg = parse_u64(optarg, &emu.delay_ms); break;
       case 'e': bad_arg = parse_u64(optarg, &seed); break;
       case 'H': emu.hide_shapes = 1; break;
+      case 'J': bad_arg = parse_rate(optarg, &emu.cost_jitter); break;
+      case 'W': bad_arg = parse_rate(optarg, &emu.slow_rate); break;
+      case 'X': bad_arg = parse_u64(optarg, &emu.slow_ms); break;
       case 'P':
         if (strcmp(optarg, "lanepack") == 0) emu.protocols = EMU_PROTO_LANEPACK;
         else if (strcmp(optarg, "v2") == 0) emu.protocols = EMU_PROTO_V2;

@@ -29,6 +29,7 @@ typedef struct job_s {
   size_t ncu;
   int fault;              /* 0 none, else which fault to act out */
   int stalled;            /* held without an answer until the client leaves */
+  uint64_t device_ms;     /* what it cost on its device, reported to the client */
   /* v2 jobs */
   int v2;
   int v2_binary;          /* answer with binary tensors */
@@ -60,6 +61,9 @@ struct emu_s {
   char v2_model[128];     /* model name template per shape */
   char v2_output[64];
   unsigned v2_dims;       /* 0: INT32 outputs; K: FP32 outputs with a trailing dimension K */
+  double cost_jitter;     /* each batch costs up to this fraction more or less */
+  double slow_rate;       /* a batch is slow (a recompile, say) at this rate ... */
+  uint64_t slow_ms;       /* ... costing this much more */
 };
 
 enum { FAULT_NONE, FAULT_FAIL, FAULT_RESET, FAULT_STALL, FAULT_GARBAGE };

@@ -349,8 +349,9 @@ void emu_v2_answer(job_t *j) {
     if (lp_rng_below(&emu->rng, 2) && body.len > 8) body.len = body.len * 2 / 3;
     else hl += 3;
   }
-  char hdr[96] = "";
-  if (j->v2_binary) snprintf(hdr, sizeof(hdr), "Inference-Header-Content-Length: %zu\r\n", hl);
+  char hdr[160];
+  int k = snprintf(hdr, sizeof(hdr), "X-Device-Time-Us: %llu\r\n", (unsigned long long)j->device_ms * 1000);
+  if (j->v2_binary) snprintf(hdr + k, sizeof(hdr) - (size_t)k, "Inference-Header-Content-Length: %zu\r\n", hl);
   lp_buf_t out;
   lp_buf_init(&out);
   lp_http_head(j->req, &out, 200, hdr[0] ? hdr : NULL,

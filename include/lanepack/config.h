@@ -44,7 +44,13 @@ typedef struct lp_model_config_s {
   uint32_t max_bypass;
   size_t max_queue_requests;
   uint64_t max_queue_tokens;
-  uint32_t max_inflight;        /* batches in flight per backend */
+  uint32_t max_inflight;        /* safety cap on batches in flight per backend; 0 = 2 x devices */
+  uint32_t devices;             /* per backend, until a backend reports its own */
+  struct {                      /* "cost_ms": seeds the device clock per shape; else learned */
+    uint32_t lanes, bucket;
+    uint64_t ms;
+  } cost_spec[LP_BUCKET_MAX_SHAPES];
+  size_t ncosts;
   uint64_t backend_timeout_ms;
   lp_balance_t balance;
   int ragged;                   /* GPU backend: flat token budget, cu_seqlens */

@@ -52,6 +52,13 @@ typedef struct lp_sched_s lp_sched_t;
 lp_sched_t *lp_sched_new(const lp_sched_config_t *cfg);
 void lp_sched_free(lp_sched_t *s);
 
+/* When a plan may leave (the device clock's say, see lp_sched_decide_mode). */
+typedef enum {
+  LP_SCHED_RULES = 0,  /* the fill target and the due rules (max_wait, deadline, bypass) */
+  LP_SCHED_NOW,        /* a device is free or about to be: the best plan leaves now */
+  LP_SCHED_FULL_ONLY   /* every device is busy: only a plan that reaches the fill target */
+} lp_sched_mode_t;
+
 /* Decides for items[0..n) given in queue order (priority first, then arrival).
  * Due items (waited max_wait, deadline within the shape's cost, or bypassed
  * max_bypass times) are placed before any other. On DISPATCH, every item left
@@ -59,5 +66,9 @@ void lp_sched_free(lp_sched_t *s);
  * Returns 0, or a negative errno. */
 int lp_sched_decide(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_item_t *items,
                     size_t n, uint64_t now_ns, lp_sched_plan_t *plan);
+/* The same in a mode. When every compiled shape has a cost_ns, shapes are
+ * scored by expected device time per real token rather than padding. */
+int lp_sched_decide_mode(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_item_t *items,
+                         size_t n, uint64_t now_ns, lp_sched_mode_t mode, lp_sched_plan_t *plan);
 
 #endif

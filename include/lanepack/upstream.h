@@ -33,6 +33,7 @@ struct lp_xfer_s {
   char error[256];       /* curl's message for failures */
   uint64_t start_ns, end_ns;
   int64_t inference_header_len; /* the answer's Inference-Header-Content-Length; -1: none */
+  uint64_t device_ns;           /* the answer's X-Device-Time-Us, in ns; 0: none */
   /* private */
   struct curl_slist *_headers;  /* this request's own header lines; owned */
   lp_upstream_t *_up;

@@ -94,6 +94,11 @@ static size_t window(const lp_sched_config_t *cfg, const lp_bucket_set_t *set,
 
 int lp_sched_decide(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_item_t *items,
                     size_t n, uint64_t now, lp_sched_plan_t *plan) {
+  return lp_sched_decide_mode(s, set, items, n, now, LP_SCHED_RULES, plan);
+}
+
+int lp_sched_decide_mode(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_item_t *items,
+                         size_t n, uint64_t now, lp_sched_mode_t mode, lp_sched_plan_t *plan) {
   memset(plan, 0, sizeof(*plan));
   plan->shape = -1;
   if (n == 0) {
@@ -126,8 +131,12 @@ int lp_sched_decide(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_item_t *
     if (!due_reason(cfg, &items[i], now, cost)) s->perm[k++] = (uint32_t)i;
   for (size_t j = 0; j < m; j++) s->lens[j] = items[s->perm[j]].len;
 
-  /* Score each compiled shape: all due items placed first, then least padding
-   * per real token, then most tokens. */
+  /* Score each compiled shape: all due items placed first, then least device
+   * time per real token when every shape's cost is known (else least padding
+   * per real token, the same when cost follows the slots), then most tokens. */
+  int by_cost = 1;
+  for (size_t si = 0; si < set->count; si++)
+    if (set->shapes[si].state == LP_SHAPE_COMPILED && set->shapes[si].cost_ns == 0) by_cost = 0;
   int best = -1;
   uint32_t best_pinned = 0;
   uint64_t best_real = 0;
@@ -149,7 +158,7 @@ int lp_sched_decide(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_item_t *
       if (j < npin) pinned++;
     }
     uint64_t slots = (uint64_t)sh->lanes * sh->bucket;
-    double waste = (double)(slots - real) / (double)real;
+    double waste = by_cost ? (double)sh->cost_ns / (double)real : (double)(slots - real) / (double)real;
     int better = best < 0 || pinned > best_pinned ||
                  (pinned == best_pinned &&
                   (waste < best_waste || (waste == best_waste && real > best_real)));
@@ -174,7 +183,13 @@ int lp_sched_decide(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_item_t *
   }
   const lp_shape_t *sh = &set->shapes[best];
   double fill = (double)best_real / ((double)sh->lanes * sh->bucket);
-  if (npin == 0 && fill < cfg->fill_target) {
+  if (mode == LP_SCHED_FULL_ONLY && fill < cfg->fill_target) {
+    plan->action = LP_SCHED_WAIT;
+    plan->wake_ns = UINT64_MAX; /* the device clock says when */
+    plan->fill = fill;
+    return 0;
+  }
+  if (mode == LP_SCHED_RULES && npin == 0 && fill < cfg->fill_target) {
     uint64_t wake = UINT64_MAX;
     for (size_t i = 0; i < m; i++) {
       uint64_t t = items[i].enqueued_ns + cfg->max_wait_ns;

@@ -191,6 +191,11 @@ static size_t on_header(char *data, size_t size, size_t n, void *userp) {
     while (*end == ' ' || *end == '\r' || *end == '\n') end++;
     x->inference_header_len = *end == '\0' && v >= 0 ? v : -2; /* -2: present but bad */
   }
+  static const char dev[] = "x-device-time-us:";
+  if (len > sizeof(dev) - 1 && strncasecmp(data, dev, sizeof(dev) - 1) == 0) {
+    unsigned long long us = strtoull(data + sizeof(dev) - 1, NULL, 10);
+    x->device_ns = us < (1ull << 40) ? us * 1000ull : 0;
+  }
   return len;
 }
 
@@ -318,6 +323,7 @@ lp_xfer_t *lp_upstream_request_h(lp_upstream_t *up, const char *url, const char 
   x->_next = NULL;
   x->start_ns = uv_hrtime();
   x->inference_header_len = -1;
+  x->device_ns = 0;
   lp_buf_reset(&x->body);
   if (headers) {
     struct curl_slist *l = curl_slist_append(NULL, "Expect:");

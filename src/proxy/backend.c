@@ -37,7 +37,8 @@ size_t lp__backends_free(lp_model_t *m, lp_backend_t **out) {
   size_t n = 0;
   for (size_t k = 0; k < m->nbackends; k++) {
     lp_backend_t *b = &m->backends[(m->rr + k) % m->nbackends];
-    if (!b->healthy || b->inflight >= m->cfg->max_inflight) continue;
+    uint32_t cap = m->cfg->max_inflight ? m->cfg->max_inflight : 2 * b->clock.devices;
+    if (!b->healthy || b->inflight >= cap) continue;
     size_t at = n++;
     while (at > 0 && better(m, b, out[at - 1])) {
       out[at] = out[at - 1];
@@ -75,6 +76,9 @@ static void merge_shapes(lp_backend_t *b, const lp_xfer_t *x) {
     else
       ignored++;
   }
+  json_t *devices = json_object_get(root, "devices");
+  if (json_is_integer(devices) && json_integer_value(devices) >= 1 && json_integer_value(devices) <= LP_CLOCK_MAX_DEVICES)
+    lp_devclock_set_devices(&b->clock, (uint32_t)json_integer_value(devices));
   json_decref(root);
   size_t configured = m->cfg->ragged ? 1 : m->cfg->shapes.count;
   for (size_t k = 0; k < m->shapes.count; k++) {

@@ -169,6 +169,14 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
   be->inflight--;
   m->inflight--;
   p->batches--;
+  /* the device is free again: what it took teaches the clock, if it ran */
+  if (x->result == LP_XFER_OK && x->status == 200) {
+    uint64_t slots = (uint64_t)bt->layout.lanes * bt->layout.bucket;
+    lp_devclock_finish(&be->clock, bt->device, bt->shape, bt->dispatch_ns, bt->expect_ns, uv_hrtime(),
+                       x->device_ns, slots ? (double)bt->layout.real_tokens / (double)slots : 0);
+  } else {
+    lp_devclock_abandon(&be->clock, bt->device, bt->expect_ns, uv_hrtime());
+  }
   char msg[600];
   if (x->result != LP_XFER_OK) {
     int timeout = x->result == LP_XFER_TIMEOUT;
@@ -318,6 +326,7 @@ int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *p
   m->pad_tokens += slots - bt->layout.real_tokens;
   lp_hist_observe(&m->fill, (double)bt->layout.real_tokens / (double)slots);
   bt->dispatch_ns = now;
+  bt->device = lp_devclock_start(&be->clock, plan->shape, now, &bt->expect_ns);
   m->rr = (size_t)(be - m->backends) + 1;
   be->inflight++;
   m->inflight++;
@@ -334,6 +343,7 @@ int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *p
     bt->xfer = lp_upstream_request(p->up, be->batch_url, bt->body.data, bt->body.len,
                                    m->cfg->backend_timeout_ms, on_batch_done, bt);
   if (!bt->xfer) {
+    lp_devclock_abandon(&be->clock, bt->device, bt->expect_ns, uv_hrtime());
     be->inflight--;
     m->inflight--;
     p->batches--;

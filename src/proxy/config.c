@@ -22,7 +22,8 @@ void lp_model_config_default(lp_model_config_t *m, const char *name) {
   m->max_bypass = 8;
   m->max_queue_requests = 10000;
   m->max_queue_tokens = 16u * 1024 * 1024;
-  m->max_inflight = 2;
+  m->max_inflight = 0;
+  m->devices = 1;
   m->backend_timeout_ms = 30000;
   m->ragged_max_tokens = 32768;
   m->max_retries = 2;
@@ -229,6 +230,28 @@ static int load_model(ctx_t *x, lp_model_config_t *m, json_t *o, const char *mpa
       U64_FIELD(x, v, path, 1, 10000000, m->max_queue_requests);
     } else if (strcmp(key, "max_queue_tokens") == 0) {
       U64_FIELD(x, v, path, 1, 1ull << 40, m->max_queue_tokens);
+    } else if (strcmp(key, "devices") == 0) {
+      U64_FIELD(x, v, path, 1, 64, m->devices);
+    } else if (strcmp(key, "cost_ms") == 0) {
+      /* {"4x8192": 20, ...}: matched to the shapes once both are read */
+      if (!json_is_object(v)) return fail(x, path, "must be an object of \"LANESxBUCKET\": ms");
+      const char *sk;
+      json_t *sv;
+      json_object_foreach(v, sk, sv) {
+        char cpath[320], err[160];
+        snprintf(cpath, sizeof(cpath), "%s.%s", path, sk);
+        lp_bucket_set_t one;
+        lp_bucket_set_init(&one);
+        if (lp_bucket_set_parse(&one, sk, err, sizeof(err)) || one.count != 1)
+          return fail(x, cpath, "is not a shape LANESxBUCKET");
+        if (!json_is_integer(sv) || json_integer_value(sv) < 0 || json_integer_value(sv) > 3600000)
+          return fail(x, cpath, "must be an integer number of ms in [0, 3600000]");
+        if (m->ncosts == sizeof(m->cost_spec) / sizeof(m->cost_spec[0]))
+          return fail(x, cpath, "too many shapes");
+        m->cost_spec[m->ncosts].lanes = one.shapes[0].lanes;
+        m->cost_spec[m->ncosts].bucket = one.shapes[0].bucket;
+        m->cost_spec[m->ncosts++].ms = (uint64_t)json_integer_value(sv);
+      }
     } else if (strcmp(key, "max_inflight") == 0) {
       U64_FIELD(x, v, path, 1, 1024, m->max_inflight);
     } else if (strcmp(key, "backend_timeout_ms") == 0) {
@@ -396,6 +419,10 @@ int lp_config_validate(const lp_config_t *c, char *err, size_t errlen) {
                     "lanes x bucket <= max_batch_tokens = %llu)", sh->lanes, sh->bucket,
                     LP_MAX_LANES, LP_MAX_BUCKET, (unsigned long long)m->max_batch_tokens);
     }
+    for (size_t k = 0; k < m->ncosts; k++)
+      if (lp_bucket_set_find(&m->shapes, m->cost_spec[k].lanes, m->cost_spec[k].bucket) < 0)
+        return fail(&x, path, "cost_ms names %ux%u, which is not in its shapes", m->cost_spec[k].lanes,
+                    m->cost_spec[k].bucket);
     if (m->ragged && m->ragged_max_tokens > m->max_batch_tokens)
       return fail(&x, path, "ragged_max_tokens is over max_batch_tokens (%llu)",
                   (unsigned long long)m->max_batch_tokens);
@@ -453,6 +480,14 @@ char *lp_config_dump(const lp_config_t *c) {
     json_object_set_new(o, "max_queue_requests", json_integer((json_int_t)m->max_queue_requests));
     json_object_set_new(o, "max_queue_tokens", json_integer((json_int_t)m->max_queue_tokens));
     json_object_set_new(o, "max_inflight", json_integer(m->max_inflight));
+    json_object_set_new(o, "devices", json_integer(m->devices));
+    json_t *costs = json_object();
+    for (size_t k = 0; k < m->ncosts; k++) {
+      char spec[48];
+      snprintf(spec, sizeof(spec), "%ux%u", m->cost_spec[k].lanes, m->cost_spec[k].bucket);
+      json_object_set_new(costs, spec, json_integer((json_int_t)m->cost_spec[k].ms));
+    }
+    json_object_set_new(o, "cost_ms", costs);
     json_object_set_new(o, "backend_timeout_ms", json_integer((json_int_t)m->backend_timeout_ms));
     json_object_set_new(o, "default_deadline_ms", json_integer((json_int_t)m->default_deadline_ms));
     json_object_set_new(o, "max_retries", json_integer(m->max_retries));

@@ -71,6 +71,11 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
     snprintf(b->shapes_url, sizeof(b->shapes_url), "%s/v1/shapes", cfg->backends[i]);
     b->healthy = 1; /* until probes or batches say otherwise */
     for (size_t k = 0; k < m->shapes.count; k++) b->shape_state[k] = m->shapes.shapes[k].state;
+    lp_devclock_init(&b->clock, cfg->devices);
+    for (size_t k = 0; k < cfg->ncosts; k++) {
+      int si = lp_bucket_set_find(&m->shapes, cfg->cost_spec[k].lanes, cfg->cost_spec[k].bucket);
+      if (si >= 0) lp_devclock_seed(&b->clock, si, cfg->cost_spec[k].ms * 1000000ull);
+    }
   }
   return 0;
 }
@@ -106,7 +111,10 @@ static int any_healthy(const lp_model_t *m) {
 
 void lp__backend_view(const lp_backend_t *be, lp_bucket_set_t *out) {
   *out = be->model->shapes;
-  for (size_t i = 0; i < out->count; i++) out->shapes[i].state = be->shape_state[i];
+  for (size_t i = 0; i < out->count; i++) {
+    out->shapes[i].state = be->shape_state[i];
+    out->shapes[i].cost_ns = lp_devclock_cost(&be->clock, (int)i); /* what its devices take */
+  }
 }
 
 uint32_t lp__model_compiled_max(const lp_model_t *m) {
@@ -203,6 +211,30 @@ int lp__model_admit(lp_model_t *m, lp_job_t *job) {
   }
   uint64_t tokens = 0;
   for (uint32_t i = 0; i < job->nseq; i++) tokens += job->seqs[i].len;
+  /* a deadline that even the fastest shape cannot meet is told at once */
+  if (job->deadline_ns) {
+    uint32_t longest = 0;
+    for (uint32_t i = 0; i < job->nseq; i++)
+      if (job->seqs[i].len > longest) longest = job->seqs[i].len;
+    uint64_t fastest = UINT64_MAX;
+    for (size_t b = 0; b < m->nbackends; b++) {
+      const lp_backend_t *be = &m->backends[b];
+      if (!be->healthy) continue;
+      for (size_t k = 0; k < m->shapes.count; k++) {
+        uint64_t c = lp_devclock_cost(&be->clock, (int)k);
+        if (be->shape_state[k] != LP_SHAPE_COMPILED || m->shapes.shapes[k].bucket < longest || !c) continue;
+        c += lp_devclock_lead(&be->clock);
+        if (c < fastest) fastest = c;
+      }
+    }
+    if (fastest != UINT64_MAX && job->arrive_ns + fastest > job->deadline_ns) {
+      char msg[160];
+      snprintf(msg, sizeof(msg), "the deadline is too close: the fastest shape takes %.1f ms",
+               (double)fastest / 1e6);
+      lp__job_fail(job, 504, "deadline_exceeded", msg);
+      return -1;
+    }
+  }
   if (m->queued_requests + 1 > m->cfg->max_queue_requests ||
       m->queued_tokens + tokens > m->cfg->max_queue_tokens ||
       m->queued_bytes + job->bytes > m->cfg->max_queue_bytes) {
@@ -310,8 +342,22 @@ void lp__model_schedule(lp_model_t *m) {
       lp_backend_t *be = order[k];
       lp_bucket_set_t view;
       lp__backend_view(be, &view);
+      /* the device clock: an idle device gets a batch at once; while all are
+       * busy the next rectangle keeps filling and leaves when the first is
+       * expected free, less the time to deliver it */
+      lp_sched_mode_t mode = LP_SCHED_NOW;
+      if (p->draining) {
+        mode = LP_SCHED_RULES; /* everything is due */
+      } else if (lp_devclock_idle_device(&be->clock) < 0) {
+        uint64_t free_at = lp_devclock_next_free(&be->clock), lead = lp_devclock_lead(&be->clock);
+        uint64_t leave = free_at == UINT64_MAX ? UINT64_MAX : free_at > lead ? free_at - lead : 0;
+        if (now < leave) {
+          mode = LP_SCHED_FULL_ONLY; /* unknown (UINT64_MAX): an answer reschedules */
+          if (leave < wake) wake = leave;
+        }
+      }
       lp_sched_plan_t plan;
-      if (lp_sched_decide(m->sched, &view, m->items, n, t, &plan)) return;
+      if (lp_sched_decide_mode(m->sched, &view, m->items, n, t, mode, &plan)) return;
       if (plan.action == LP_SCHED_WAIT && plan.wake_ns < wake) wake = plan.wake_ns;
       if (plan.action != LP_SCHED_DISPATCH) continue;
       for (size_t i = 0; i < n; i++) m->win[i]->sched.bypassed = m->items[i].bypassed;

@@ -11,6 +11,7 @@
 #include "lanepack/bucket.h"
 #include "lanepack/buf.h"
 #include "lanepack/config.h"
+#include "lanepack/devclock.h"
 #include "lanepack/httpd.h"
 #include "lanepack/layout.h"
 #include "lanepack/metrics.h"
@@ -88,6 +89,7 @@ typedef struct lp_backend_s {
    * not contradicted; UNAVAILABLE after a shape mismatch here */
   lp_shape_state_t shape_state[LP_BUCKET_MAX_SHAPES];
   int reported;           /* /v1/shapes answered since it last came up */
+  lp_devclock_t clock;    /* its devices: when free, how long each shape takes */
 } lp_backend_t;
 
 struct lp_batch_s {
@@ -110,6 +112,8 @@ struct lp_batch_s {
   char v2_header[64];
   const char *headers[3];
   int32_t v2_scalar;      /* max_seqlen of a ragged batch */
+  int device;             /* the device the clock expects it on */
+  uint64_t expect_ns;     /* when it is expected back; 0 = unknown */
 };
 
 struct lp_model_s {

@@ -1,0 +1,156 @@
+#define _GNU_SOURCE
+/* The device clock in the proxy, against the emulator: an idle device gets a
+ * batch at once (no waiting for company), a deadline shorter than max_wait_ms
+ * is met by an idle backend, a deadline no shape can meet is told at once,
+ * requests that arrive while the device is busy leave together when it frees,
+ * and a backend's reported devices each get a batch. */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "testutil.h"
+
+typedef struct {
+  pid_t emu, proxy;
+  int emu_port, port;
+} stack_t_;
+
+static stack_t_ start(const char *emu_args, const char *model_keys) {
+  stack_t_ s;
+  s.emu = h_start_emulator(emu_args, &s.emu_port);
+  ck_assert_int_gt(s.emu, 0);
+  char rest[768];
+  snprintf(rest, sizeof(rest), "\"models\": {\"m\": {\"backends\": [\"http://127.0.0.1:%d\"], %s}}",
+           s.emu_port, model_keys);
+  s.proxy = h_start_proxy(rest, "/readyz", &s.port);
+  ck_assert_int_gt(s.proxy, 0);
+  usleep(200000);
+  return s;
+}
+
+static void stop(stack_t_ *s) {
+  int rc = h_stop(s->proxy, 5000);
+  h_stop(s->emu, 5000);
+  ck_assert_int_eq(rc, 0);
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* One request of n tokens with extra body members; status and time taken. */
+static int one(int port, size_t n, const char *extra, double *ms) {
+  int32_t t[64];
+  for (size_t i = 0; i < n; i++) t[i] = (int32_t)(i * 7 + 1);
+  char *body = h_ids_body(t, n, extra);
+  double t0 = now_ms();
+  h_resp_t r;
+  int rc = h_call(port, "POST", "/v1/infer", "", body, &r);
+  *ms = now_ms() - t0;
+  int st = rc ? -1 : r.status;
+  if (st == 200 && !h_check_output(r.body, t, n)) st = -2;
+  if (!rc) h_resp_free(&r);
+  free(body);
+  return st;
+}
+
+START_TEST(idle_device_gets_a_batch_at_once) {
+  stack_t_ s = start("--shapes 8x64 --cost-ms 5",
+                     "\"shapes\": \"8x64\", \"max_wait_ms\": 1000, \"fill_target\": 0.95");
+  double ms;
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(one(s.port, 10, NULL, &ms), 200);
+    ck_assert_msg(ms < 400, "a lone request on an idle device took %.0f ms (max_wait 1000)", ms);
+  }
+  /* a deadline shorter than max_wait_ms, met by the idle backend */
+  ck_assert_int_eq(one(s.port, 10, ", \"deadline_ms\": 300", &ms), 200);
+  stop(&s);
+}
+END_TEST
+
+START_TEST(impossible_deadline_told_at_once) {
+  stack_t_ s = start("--shapes 8x64 --cost-ms 500",
+                     "\"shapes\": \"8x64\", \"cost_ms\": {\"8x64\": 500}");
+  double ms;
+  int st = one(s.port, 10, ", \"deadline_ms\": 100", &ms);
+  ck_assert_msg(st == 504 && ms < 300, "status %d after %.0f ms", st, ms);
+  ck_assert_int_eq(one(s.port, 10, ", \"deadline_ms\": 2000", &ms), 200);
+  stop(&s);
+}
+END_TEST
+
+typedef struct {
+  int port;
+  int delay_ms;
+  int status;
+} wave_t;
+
+static void *wave(void *arg) {
+  wave_t *w = arg;
+  usleep((useconds_t)w->delay_ms * 1000);
+  double ms;
+  w->status = one(w->port, 5, NULL, &ms);
+  return NULL;
+}
+
+/* One request makes the device busy for 300 ms; two waves arrive meanwhile:
+ * they leave together when it frees (max_inflight used to send the first
+ * wave at once, to wait behind the running batch). */
+static double run_waves(int port, int devices_expected_batches) {
+  double b0 = h_metric(port, "lanepack_batches_total{");
+  enum { N = 13 };
+  wave_t w[N];
+  pthread_t th[N];
+  for (int i = 0; i < N; i++) {
+    w[i] = (wave_t){port, i == 0 ? 0 : i <= 6 ? 60 : 160, 0};
+    pthread_create(&th[i], NULL, wave, &w[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    pthread_join(th[i], NULL);
+    ck_assert_int_eq(w[i].status, 200);
+  }
+  double batches = h_metric(port, "lanepack_batches_total{") - b0;
+  ck_assert_msg(batches == devices_expected_batches, "%.0f batches", batches);
+  return batches;
+}
+
+START_TEST(busy_device_packs_what_arrives) {
+  stack_t_ s = start("--shapes 8x64 --cost-ms 300",
+                     "\"shapes\": \"8x64\", \"max_wait_ms\": 5, \"fill_target\": 0.95");
+  run_waves(s.port, 2);  /* first, unknown cost: the answer frees the device */
+  run_waves(s.port, 2);  /* then with the learned cost: just in time */
+  stop(&s);
+}
+END_TEST
+
+START_TEST(reported_devices_each_get_a_batch) {
+  stack_t_ s = start("--shapes 8x64 --cost-ms 300 --devices 2", "\"shapes\": \"8x64\", \"max_wait_ms\": 5");
+  /* two requests 30 ms apart: each on its own device, not one behind the other */
+  enum { N = 2 };
+  wave_t w[N];
+  pthread_t th[N];
+  double t0 = now_ms();
+  for (int i = 0; i < N; i++) {
+    w[i] = (wave_t){s.port, i * 30, 0};
+    pthread_create(&th[i], NULL, wave, &w[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    pthread_join(th[i], NULL);
+    ck_assert_int_eq(w[i].status, 200);
+  }
+  double ms = now_ms() - t0;
+  ck_assert_msg(ms < 520, "two devices took %.0f ms for two 300 ms batches", ms);
+  ck_assert(h_metric(s.port, "lanepack_batches_total{") == 2);
+  stop(&s);
+}
+END_TEST
+
+LP_TEST_MAIN("clock", idle_device_gets_a_batch_at_once, impossible_deadline_told_at_once,
+             busy_device_packs_what_arrives, reported_devices_each_get_a_batch)
