@@ -152,5 +152,56 @@ START_TEST(reported_devices_each_get_a_batch) {
 }
 END_TEST
 
-LP_TEST_MAIN("clock", idle_device_gets_a_batch_at_once, impossible_deadline_told_at_once,
+typedef struct {
+  int port;
+  volatile int *stop;
+  long sent;
+} flood_t;
+
+static void *flood(void *arg) {
+  flood_t *f = arg;
+  /* 60 tokens: a dozen waiting overflow the decision window (twice a 2x64) */
+  int32_t t[60];
+  for (int i = 0; i < 60; i++) t[i] = i + 3;
+  char *body = h_ids_body(t, 60, ", \"priority\": 5");
+  while (!*f->stop) {
+    h_resp_t r;
+    if (h_call(f->port, "POST", "/v1/infer", "", body, &r) == 0) h_resp_free(&r);
+    f->sent++;
+  }
+  free(body);
+  return NULL;
+}
+
+/* A flood of priority-5 requests keeps the device saturated; a priority-0
+ * request still goes within about max_wait_ms, not when the flood ends. */
+START_TEST(low_priority_not_starved) {
+  stack_t_ s = start("--shapes 2x64 --cost-ms 20",
+                     "\"shapes\": \"2x64\", \"max_wait_ms\": 50, \"max_segments_per_lane\": 1");
+  enum { F = 12 };
+  volatile int halt = 0;
+  flood_t f[F];
+  pthread_t th[F];
+  for (int i = 0; i < F; i++) {
+    f[i] = (flood_t){s.port, &halt, 0};
+    pthread_create(&th[i], NULL, flood, &f[i]);
+  }
+  usleep(500000);
+  double ms;
+  int st = one(s.port, 10, ", \"priority\": 0", &ms);
+  usleep(200000);
+  halt = 1;
+  long sent = 0;
+  for (int i = 0; i < F; i++) {
+    pthread_join(th[i], NULL);
+    sent += f[i].sent;
+  }
+  printf("flood: %ld priority-5 requests; the priority-0 one took %.0f ms\n", sent, ms);
+  ck_assert_int_eq(st, 200);
+  ck_assert_msg(ms < 600, "priority 0 waited %.0f ms under the flood", ms);
+  stop(&s);
+}
+END_TEST
+
+LP_TEST_MAIN("clock", low_priority_not_starved, idle_device_gets_a_batch_at_once, impossible_deadline_told_at_once,
              busy_device_packs_what_arrives, reported_devices_each_get_a_batch)

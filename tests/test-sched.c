@@ -161,4 +161,43 @@ START_TEST(only_compiling_fits) {
 }
 END_TEST
 
-LP_TEST_MAIN("sched", idle_and_no_shape, wait_then_max_wait, fill_target, deadline, shape_choice, bounded_bypass, only_compiling_fits)
+/* A due item no compiled shape can hold does not force a dispatch of the rest. */
+START_TEST(unholdable_due_item_forces_nothing) {
+  lp_sched_config_t c = config();
+  lp_sched_t *s = lp_sched_new(&c);
+  lp_bucket_set_t set = shapes("4x64");
+  lp_sched_item_t it[2] = {{.len = 100, .enqueued_ns = 0}, {.len = 5, .enqueued_ns = 99 * MS}};
+  lp_sched_plan_t plan;
+  ck_assert_int_eq(lp_sched_decide(s, &set, it, 2, 100 * MS, &plan), 0);
+  ck_assert_int_eq(plan.action, LP_SCHED_WAIT);
+  lp_sched_free(s);
+}
+END_TEST
+
+/* The modes: NOW sends the best plan whatever its fill; FULL_ONLY only a full
+ * one, even with due items; with every cost known the shape with least device
+ * time per real token wins over the least padded. */
+START_TEST(modes_and_costs) {
+  lp_sched_config_t c = config();
+  lp_sched_t *s = lp_sched_new(&c);
+  lp_bucket_set_t set = shapes("4x64,1x256");
+  lp_sched_item_t it[1] = {{.len = 10, .enqueued_ns = 0}};
+  lp_sched_plan_t plan;
+  ck_assert_int_eq(lp_sched_decide_mode(s, &set, it, 1, 1 * MS, LP_SCHED_NOW, &plan), 0);
+  ck_assert_int_eq(plan.action, LP_SCHED_DISPATCH);
+  ck_assert_int_eq(lp_sched_decide_mode(s, &set, it, 1, 100 * MS, LP_SCHED_FULL_ONLY, &plan), 0);
+  ck_assert_int_eq(plan.action, LP_SCHED_WAIT);
+  /* by padding 4x64 and 1x256 tie (256 slots); by cost the cheaper one wins */
+  set.shapes[0].cost_ns = 30 * MS;
+  set.shapes[1].cost_ns = 10 * MS;
+  ck_assert_int_eq(lp_sched_decide_mode(s, &set, it, 1, 1 * MS, LP_SCHED_NOW, &plan), 0);
+  ck_assert_int_eq(plan.shape, 1);
+  set.shapes[0].cost_ns = 5 * MS;
+  ck_assert_int_eq(lp_sched_decide_mode(s, &set, it, 1, 1 * MS, LP_SCHED_NOW, &plan), 0);
+  ck_assert_int_eq(plan.shape, 0);
+  lp_sched_free(s);
+}
+END_TEST
+
+LP_TEST_MAIN("sched", idle_and_no_shape, wait_then_max_wait, fill_target, deadline, shape_choice,
+             bounded_bypass, only_compiling_fits, unholdable_due_item_forces_nothing, modes_and_costs)

@@ -116,11 +116,16 @@ int lp_sched_decide_mode(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_ite
   size_t m = window(cfg, set, items, n);
   if (reserve(s, m)) return -ENOMEM;
 
-  /* Due items first, in queue order, then the rest in queue order. */
+  /* Due items first, in queue order, then the rest in queue order. An item no
+   * compiled shape here can hold is never due: it would force a dispatch on
+   * every decision and turn batching off for everyone. */
+  uint32_t maxb = 0;
+  for (size_t i = 0; i < set->count; i++)
+    if (set->shapes[i].state == LP_SHAPE_COMPILED && set->shapes[i].bucket > maxb) maxb = set->shapes[i].bucket;
   size_t npin = 0;
   const char *why = NULL;
   for (size_t i = 0; i < m; i++) {
-    const char *r = due_reason(cfg, &items[i], now, cost);
+    const char *r = items[i].len <= maxb ? due_reason(cfg, &items[i], now, cost) : NULL;
     if (r) {
       if (!why) why = r;
       s->perm[npin++] = (uint32_t)i;
@@ -128,7 +133,7 @@ int lp_sched_decide_mode(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_ite
   }
   size_t k = npin;
   for (size_t i = 0; i < m; i++)
-    if (!due_reason(cfg, &items[i], now, cost)) s->perm[k++] = (uint32_t)i;
+    if (items[i].len > maxb || !due_reason(cfg, &items[i], now, cost)) s->perm[k++] = (uint32_t)i;
   for (size_t j = 0; j < m; j++) s->lens[j] = items[s->perm[j]].len;
 
   /* Score each compiled shape: all due items placed first, then least device

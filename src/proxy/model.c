@@ -298,9 +298,24 @@ static size_t gather(lp_model_t *m) {
     m->items_cap = c;
   }
   size_t n = 0;
+  uint64_t gen = ++m->gather_gen;
+  /* age raises priority: whatever its level, a sequence that has waited
+   * max_wait_ms is seen first (each level is in arrival order, so its head is
+   * its oldest and the walk stops at the first younger one) */
+  uint64_t now = uv_hrtime(), max_wait = m->cfg->max_wait_ms * 1000000ull;
+  for (size_t l = 1; max_wait && l < m->queue.nlevels && n < want / 2; l++)
+    for (lp_qnode_t *q = m->queue.levels[l].head; q && n < want / 2 && acc < cap; q = q->next) {
+      lp_seq_t *s = seq_of(q);
+      if (now - s->sched.enqueued_ns < max_wait) break;
+      s->gather_gen = gen;
+      m->win[n] = s;
+      m->items[n++] = s->sched;
+      acc += s->len;
+    }
   for (lp_qnode_t *q = lp_queue_first(&m->queue); q && n < want && acc < 2 * cap;
        q = lp_queue_next(&m->queue, q)) {
     lp_seq_t *s = seq_of(q);
+    if (s->gather_gen == gen) continue;
     m->win[n] = s;
     m->items[n++] = s->sched;
     acc += s->len;

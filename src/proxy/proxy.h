@@ -38,6 +38,7 @@ typedef struct lp_seq_s {
   uint32_t len;
   int state;
   lp_qnode_t q;           /* its place in the model's queue (priority, arrival) */
+  uint64_t gather_gen;    /* already in this decision's window */
   uint32_t attempts;      /* retries spent */
   lp_sched_item_t sched;
   /* where it ran */
@@ -128,6 +129,7 @@ struct lp_model_s {
   size_t queued_requests;
   uint64_t queued_bytes;
   uint64_t next_seqno;
+  uint64_t gather_gen;
   uint64_t bound_ns;       /* a request's longest stay in the proxy */
   lp_sched_item_t *items;  /* scratch for decisions; owned */
   lp_seq_t **win;          /* the sequences behind items; owned array */
