@@ -1,6 +1,7 @@
 /* What the proxy tells about itself: /metrics (Prometheus text), /v1/models
  * and /v1/buckets/advice. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,6 +22,22 @@ static uint64_t b_up(const lp_backend_t *b) { return (uint64_t)b->healthy; }
 static uint64_t b_inflight(const lp_backend_t *b) { return b->inflight; }
 static uint64_t b_failures(const lp_backend_t *b) { return b->failures; }
 static uint64_t b_batches(const lp_backend_t *b) { return b->batches; }
+static uint64_t b_devices(const lp_backend_t *b) { return b->clock.devices; }
+
+/* Per backend, a value in seconds from nanoseconds. */
+static void per_backend_seconds(lp_buf_t *b, lp_proxy_t *p, const char *name, const char *type,
+                                const char *help, size_t offset) {
+  char labels[512];
+  lp_metric_family(b, name, type, help);
+  for (size_t i = 0; i < p->nmodels; i++)
+    for (size_t k = 0; k < p->models[i].nbackends; k++) {
+      const lp_backend_t *be = &p->models[i].backends[k];
+      uint64_t ns;
+      memcpy(&ns, (const char *)&be->clock + offset, sizeof(ns));
+      snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\"", p->models[i].cfg->name, be->url);
+      lp_metric_sample(b, name, labels, (double)ns / 1e9);
+    }
+}
 
 static void per_model(lp_buf_t *b, lp_proxy_t *p, const char *name, const char *type,
                       const char *help, model_value_fn value) {
@@ -105,6 +122,30 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   per_backend(b, p, "lanepack_backend_inflight", "gauge", "Batches in flight, by backend.", b_inflight);
   per_backend(b, p, "lanepack_backend_failures_total", "counter", "Batches a backend failed.", b_failures);
   per_backend(b, p, "lanepack_backend_batches_total", "counter", "Batches a backend answered.", b_batches);
+  /* the device clock */
+  per_backend(b, p, "lanepack_backend_devices", "gauge", "Devices a backend runs batches on.", b_devices);
+  per_backend_seconds(b, p, "lanepack_device_busy_seconds_total", "counter",
+                      "Device time spent on batches (rate / devices = busy ratio).",
+                      offsetof(lp_devclock_t, busy_ns));
+  per_backend_seconds(b, p, "lanepack_device_useful_seconds_total", "counter",
+                      "Device time times fill: the share doing real work (effective utilization).",
+                      offsetof(lp_devclock_t, useful_ns));
+  per_backend_seconds(b, p, "lanepack_lead_time_seconds", "gauge",
+                      "Learned time from dispatch to device start (encode and delivery).",
+                      offsetof(lp_devclock_t, lead) + offsetof(lp_window_t, median));
+  lp_metric_family(b, "lanepack_service_time_seconds", "gauge",
+                   "Expected device time of a batch, by backend and shape: learned median or configured cost.");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    const lp_model_t *m = &p->models[i];
+    for (size_t k = 0; k < m->nbackends; k++)
+      for (size_t sh = 0; sh < m->shapes.count; sh++) {
+        uint64_t c = lp_devclock_cost(&m->backends[k].clock, (int)sh);
+        if (!c) continue;
+        snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\",shape=\"%ux%u\"", m->cfg->name,
+                 m->backends[k].url, m->shapes.shapes[sh].lanes, m->shapes.shapes[sh].bucket);
+        lp_metric_sample(b, "lanepack_service_time_seconds", labels, (double)c / 1e9);
+      }
+  }
 }
 
 void lp__render_models(lp_proxy_t *p, lp_buf_t *b) {
