@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,36 +125,43 @@ int h_send_all(int fd, const void *p, size_t n) {
   return 0;
 }
 
-/* Reads into a per-fd carry buffer so pipelined answers can be split. */
+/* Reads into a per-fd carry buffer so pipelined answers can be split. Tests
+ * call from several threads (each on its own descriptors): the table is locked. */
 static struct {
   int fd;
   char *data;
   size_t len;
 } carry[64];
+static pthread_mutex_t carry_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static char **carry_for(int fd, size_t **len) {
-  for (int i = 0; i < 64; i++)
+  char **out = NULL;
+  pthread_mutex_lock(&carry_lock);
+  for (int i = 0; i < 64 && !out; i++)
     if (carry[i].fd == fd && carry[i].data) {
       *len = &carry[i].len;
-      return &carry[i].data;
+      out = &carry[i].data;
     }
-  for (int i = 0; i < 64; i++)
+  for (int i = 0; i < 64 && !out; i++)
     if (!carry[i].data) {
       carry[i].fd = fd;
       carry[i].data = malloc(1);
       carry[i].len = 0;
       *len = &carry[i].len;
-      return &carry[i].data;
+      out = &carry[i].data;
     }
-  return NULL;
+  pthread_mutex_unlock(&carry_lock);
+  return out;
 }
 
 static void carry_drop(int fd) {
+  pthread_mutex_lock(&carry_lock);
   for (int i = 0; i < 64; i++)
     if (carry[i].fd == fd && carry[i].data) {
       free(carry[i].data);
       carry[i].data = NULL;
     }
+  pthread_mutex_unlock(&carry_lock);
 }
 
 int h_read_response(int fd, h_resp_t *r, int timeout_ms) {
