@@ -85,12 +85,19 @@ def simulate(lengths, rate, seconds, shapes, costs, seed=7):
 
 
 def capacity(lengths, shapes, costs):
-    """Requests/s the device sustains with everything packed full."""
-    cap = 0.0
-    for (lanes, bucket), cost in zip(shapes, costs):
-        cap = max(cap, lanes * bucket / (cost / 1000.0))  # tokens per second at fill 1
-    fit = [n for n in lengths if n <= max(b for _, b in shapes)]
-    return cap * 0.97 / (sum(fit) / len(fit))
+    """Requests/s the device sustains under the ideal policy: the largest rate
+    (bisection) at which its queue stays bounded, p99 under 20 batch times."""
+    limit = 20 * max(costs)
+    lo, hi = 1.0, 1.0
+    while simulate(lengths, hi, 20, shapes, costs)[1] < limit:
+        lo, hi = hi, hi * 2
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        if simulate(lengths, mid, 20, shapes, costs)[1] < limit:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def metric(port, prefix):
