@@ -203,5 +203,76 @@ START_TEST(low_priority_not_starved) {
 }
 END_TEST
 
-LP_TEST_MAIN("clock", low_priority_not_starved, idle_device_gets_a_batch_at_once, impossible_deadline_told_at_once,
+/* Batches that stall (a recompile-style slow batch of 3 s at 10%) are hedged on
+ * the other device (or backend): every request answered once, verified, none
+ * waiting for the slow batch; the late answers are dropped. */
+typedef struct {
+  int port, n;
+  int ok, bad;
+  double max_ms;
+} hclient_t;
+
+static void *hedge_client(void *arg) {
+  hclient_t *c = arg;
+  for (int i = 0; i < c->n; i++) {
+    double ms;
+    int st = one(c->port, 3 + (size_t)(i % 40), NULL, &ms);
+    if (st == 200) c->ok++;
+    else c->bad++;
+    if (ms > c->max_ms) c->max_ms = ms;
+  }
+  return NULL;
+}
+
+static void hedged_run(int port, const char *what) {
+  enum { C = 4 };
+  hclient_t c[C];
+  pthread_t th[C];
+  for (int i = 0; i < C; i++) {
+    c[i] = (hclient_t){port, 25, 0, 0, 0};
+    pthread_create(&th[i], NULL, hedge_client, &c[i]);
+  }
+  int ok = 0, bad = 0;
+  double max = 0;
+  for (int i = 0; i < C; i++) {
+    pthread_join(th[i], NULL);
+    ok += c[i].ok;
+    bad += c[i].bad;
+    if (c[i].max_ms > max) max = c[i].max_ms;
+  }
+  double stalls = h_metric(port, "lanepack_stalls_total"), won = h_metric(port, "lanepack_hedges_won_total");
+  printf("hedging (%s): %d ok, %d other, slowest %.0f ms, %.0f stalls, %.0f hedges won\n", what, ok, bad,
+         max, stalls, won);
+  ck_assert_int_eq(ok, C * 25);
+  ck_assert_msg(stalls > 0 && won > 0, "no stall was hedged");
+  ck_assert_msg(max < 2500, "a request waited %.0f ms for a stalled batch", max);
+}
+
+START_TEST(stalls_hedged_on_another_device) {
+  stack_t_ s = start("--shapes 8x64 --cost-ms 20 --devices 4 --slow-rate 0.02 --slow-ms 3000 --seed 5",
+                     "\"shapes\": \"8x64\", \"max_wait_ms\": 2, \"cost_ms\": {\"8x64\": 20}");
+  hedged_run(s.port, "second device");
+  stop(&s);
+}
+END_TEST
+
+START_TEST(stalls_hedged_on_another_backend) {
+  int pa, pb, port;
+  pid_t a = h_start_emulator("--shapes 8x64 --cost-ms 20 --slow-rate 0.15 --slow-ms 3000 --seed 9", &pa);
+  pid_t b = h_start_emulator("--shapes 8x64 --cost-ms 20", &pb);
+  char rest[512];
+  snprintf(rest, sizeof(rest), "\"models\": {\"m\": {\"shapes\": \"8x64\", \"backends\": "
+           "[\"http://127.0.0.1:%d\", \"http://127.0.0.1:%d\"], \"max_wait_ms\": 2, "
+           "\"cost_ms\": {\"8x64\": 20}}}", pa, pb);
+  pid_t proxy = h_start_proxy(rest, "/readyz", &port);
+  ck_assert_int_gt(proxy, 0);
+  hedged_run(port, "second backend");
+  ck_assert_int_eq(h_stop(proxy, 8000), 0);
+  h_stop(a, 5000);
+  h_stop(b, 5000);
+}
+END_TEST
+
+LP_TEST_MAIN("clock", stalls_hedged_on_another_device, stalls_hedged_on_another_backend,
+             low_priority_not_starved, idle_device_gets_a_batch_at_once, impossible_deadline_told_at_once,
              busy_device_packs_what_arrives, reported_devices_each_get_a_batch)

@@ -48,6 +48,10 @@ int lp_devclock_idle_device(const lp_devclock_t *c);
 /* When the first device is expected to be free (UINT64_MAX when unknown:
  * a busy device whose batch has no expected time). */
 uint64_t lp_devclock_next_free(const lp_devclock_t *c);
+/* The same, skipping devices overdue at now by more than slack_ns: a device
+ * late past its expected finish (a stall, a recompile) counts as busy until it
+ * answers, so nothing more is sent to wait behind it. */
+uint64_t lp_devclock_next_free_at(const lp_devclock_t *c, uint64_t now, uint64_t slack_ns);
 /* A batch of shape leaves now: the device it will run on (the one free
  * earliest) and when it is expected to finish (*finish_ns; 0 when unknown). */
 int lp_devclock_start(lp_devclock_t *c, int shape, uint64_t now, uint64_t *finish_ns);

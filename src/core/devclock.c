@@ -60,6 +60,16 @@ uint64_t lp_devclock_next_free(const lp_devclock_t *c) {
   return t;
 }
 
+uint64_t lp_devclock_next_free_at(const lp_devclock_t *c, uint64_t now, uint64_t slack_ns) {
+  uint64_t t = UINT64_MAX;
+  for (uint32_t d = 0; d < c->devices; d++) {
+    if (c->dev[d].batches == 0) return 0;
+    uint64_t f = c->dev[d].free_ns;
+    if (f && f + slack_ns >= now && f < t) t = f;
+  }
+  return t;
+}
+
 int lp_devclock_start(lp_devclock_t *c, int shape, uint64_t now, uint64_t *finish_ns) {
   int best = 0;
   for (uint32_t d = 0; d < c->devices; d++) {

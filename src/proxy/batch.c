@@ -9,6 +9,7 @@
 #include "proxy.h"
 
 static void batch_destroy(lp_batch_t *b);
+static void stall_arm(lp_proxy_t *p);
 
 #define LP_SPARE_BATCHES 4
 
@@ -20,8 +21,24 @@ static void batch_destroy(lp_batch_t *b) {
 }
 
 /* A finished batch goes back to its model's pool, buffers and all. */
+/* Lets go of sequence i (a batch holds a reference to each it lists). */
+static void drop(lp_batch_t *b, size_t i) {
+  lp_seq_t *s = b->seqs[i];
+  if (!s) return;
+  b->seqs[i] = NULL;
+  s->refs--;
+  s->job->refs--;
+  lp__job_release(s->job);
+}
+
+/* Another batch holds this sequence, or its hedge waits in the queue: this
+ * batch's failure is not the sequence's. */
+static int other_copy(const lp_seq_t *s) { return s->refs > 1 || s->state == LP_SEQ_QUEUED; }
+
 static void batch_free(lp_batch_t *b) {
   lp_model_t *m = b->model;
+  lp_theap_remove(&m->proxy->stall_timers, &b->stall);
+  for (size_t i = 0; i < b->nseqs; i++) drop(b, i);
   if (m->nspare >= LP_SPARE_BATCHES) {
     batch_destroy(b);
     return;
@@ -39,6 +56,7 @@ static lp_batch_t *batch_get(lp_model_t *m, size_t nseqs) {
   } else {
     b = calloc(1, sizeof(*b));
     if (!b) return NULL;
+    lp_theap_node_init(&b->stall);
     lp_layout_init(&b->layout);
     lp_buf_init(&b->body);
   }
@@ -61,7 +79,7 @@ static lp_batch_t *batch_get(lp_model_t *m, size_t nseqs) {
 
 static void fail_batch(lp_batch_t *bt, int status, const char *code, const char *msg) {
   for (size_t i = 0; i < bt->nseqs; i++)
-    if (bt->seqs[i]) lp__seq_failed(bt->seqs[i], status, code, msg);
+    if (bt->seqs[i] && !other_copy(bt->seqs[i])) lp__seq_failed(bt->seqs[i], status, code, msg);
 }
 
 static int contains(const lp_buf_t *b, const char *needle) {
@@ -85,9 +103,11 @@ static void on_batch_retry(uv_timer_t *t) {
     lp_seq_t *s = bt->seqs[i];
     if (!s) continue;
     lp_job_t *job = s->job;
-    if (job->answered) { /* the client left, or another sequence failed it */
+    if (s->state == LP_SEQ_DONE || other_copy(s)) {
+      /* answered meanwhile, or its hedge carries it */
+    } else if (job->answered) { /* the client left, or another sequence failed it */
       s->state = LP_SEQ_DONE;
-      if (--job->unresolved == 0) lp__job_free(job);
+      job->unresolved--;
     } else if (m->proxy->hard_stop) {
       lp__seq_failed(s, 503, "shutting_down", "the proxy is shutting down");
     } else if (s->sched.deadline_ns && s->sched.deadline_ns <= now) {
@@ -125,22 +145,26 @@ static int retry_batch(lp_batch_t *bt, int status, const char *code, const char 
   size_t kept = 0;
   for (size_t i = 0; i < bt->nseqs; i++) {
     lp_seq_t *s = bt->seqs[i];
-    bt->seqs[i] = NULL;
+    if (!s) continue;
     lp_job_t *job = s->job;
     uint64_t backoff = free_try ? 0 : lp__backoff_ms(m, s->attempts) * 1000000ull;
-    if (job->answered) {
+    if (s->state == LP_SEQ_DONE || other_copy(s)) {
+      drop(bt, i); /* answered, or carried by its hedge */
+    } else if (job->answered) {
       s->state = LP_SEQ_DONE;
-      if (--job->unresolved == 0) lp__job_free(job);
+      job->unresolved--;
+      drop(bt, i);
     } else if (!free_try && s->attempts >= m->cfg->max_retries) {
       lp__seq_failed(s, status, code, msg);
+      drop(bt, i);
     } else if (s->sched.deadline_ns && s->sched.deadline_ns <= now + backoff) {
       lp__seq_failed(s, 504, "deadline_exceeded", "the deadline would pass before a retry");
+      drop(bt, i);
     } else {
       if (!free_try) s->attempts++;
       if (s->attempts > most) most = s->attempts;
       m->proxy->retries++;
-      bt->seqs[i] = s;
-      kept++;
+      kept++; /* held until the backoff ends, then requeued */
     }
   }
   if (!kept) return 0;
@@ -169,6 +193,9 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
   be->inflight--;
   m->inflight--;
   p->batches--;
+  bt->in_flight = 0;
+  lp_theap_remove(&p->stall_timers, &bt->stall);
+  p->delivering = bt->id;
   /* the device is free again: what it took teaches the clock, if it ran */
   if (x->result == LP_XFER_OK && x->status == 200) {
     uint64_t slots = (uint64_t)bt->layout.lanes * bt->layout.bucket;
@@ -254,6 +281,61 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
   lp_proxy_kick(p);
 }
 
+/* ---- stalls: a batch far past its expected time is hedged ---- */
+
+static void on_stall_timer(uv_timer_t *t);
+
+static void stall_arm(lp_proxy_t *p) {
+  lp_theap_node_t *top = lp_theap_top(&p->stall_timers);
+  if (!top) return;
+  if (p->stall_timer_at && p->stall_timer_at <= top->at) return;
+  uint64_t now = uv_hrtime();
+  p->stall_timer_at = top->at;
+  uv_timer_start(&p->stall_timer, on_stall_timer, top->at > now ? (top->at - now + 999999) / 1000000 : 0, 0);
+}
+
+/* Its sequences go back in the queue as well as staying in it: the scheduler
+ * packs them anew on a free device (of this backend or another), the first
+ * answer wins and the other is dropped when it comes; the stalled device counts
+ * as busy until it answers or its connection is dropped. */
+static void hedge(lp_batch_t *bt) {
+  lp_model_t *m = bt->model;
+  size_t n = 0;
+  for (size_t i = 0; i < bt->nseqs; i++) {
+    lp_seq_t *s = bt->seqs[i];
+    /* the latest copy only, and at most three copies in all */
+    if (!s || s->state != LP_SEQ_INFLIGHT || s->batch_id != bt->id || s->refs >= 3 || s->job->answered)
+      continue;
+    if (lp__model_requeue(m, s) == 0) {
+      s->hedged = 1;
+      n++;
+    }
+  }
+  m->proxy->stalls++;
+  lp_log(LP_LOG_WARN, "batch stalled: hedged", "\"batch\": %llu, \"backend\": \"%s\", \"sequences\": %zu",
+         (unsigned long long)bt->id, bt->backend->url, n);
+  lp_proxy_kick(m->proxy);
+}
+
+static void on_stall_timer(uv_timer_t *t) {
+  lp_proxy_t *p = container_of(t, lp_proxy_t, stall_timer);
+  p->stall_timer_at = 0;
+  uint64_t now = uv_hrtime();
+  lp_theap_node_t *top;
+  while ((top = lp_theap_top(&p->stall_timers)) && top->at <= now) {
+    lp_batch_t *bt = container_of(top, lp_batch_t, stall);
+    lp_theap_remove(&p->stall_timers, top);
+    if (bt->in_flight) hedge(bt);
+  }
+  stall_arm(p);
+}
+
+void lp__stall_timers_init(lp_proxy_t *p) {
+  lp_theap_init(&p->stall_timers);
+  uv_timer_init(p->loop, &p->stall_timer);
+  p->stall_timer_at = 0;
+}
+
 /* Sends what the plan placed; the placed sequences leave the queue. */
 int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *plan) {
   lp_proxy_t *p = m->proxy;
@@ -281,6 +363,8 @@ int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *p
     if (plan->place[i].bin < 0) continue;
     lp_seq_t *s = m->win[i];
     bt->seqs[k] = s;
+    s->refs++;
+    s->job->refs++;
     refs[k] = (lp_seq_ref_t){s->tokens, s->len};
     place[k] = plan->place[i];
     k++;
@@ -342,7 +426,15 @@ int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *p
   else
     bt->xfer = lp_upstream_request(p->up, be->batch_url, bt->body.data, bt->body.len,
                                    m->cfg->backend_timeout_ms, on_batch_done, bt);
-  if (!bt->xfer) {
+  if (bt->xfer) {
+    bt->in_flight = 1;
+    /* past stall_factor times its expected time it counts as stalled */
+    double f = m->cfg->stall_factor;
+    if (f > 0 && bt->expect_ns > now) {
+      uint64_t at = now + (uint64_t)(f * (double)(bt->expect_ns - now));
+      if (lp_theap_set(&p->stall_timers, &bt->stall, at) == 0) stall_arm(p);
+    }
+  } else {
     lp_devclock_abandon(&be->clock, bt->device, bt->expect_ns, uv_hrtime());
     be->inflight--;
     m->inflight--;

@@ -21,6 +21,10 @@ void lp__job_free(lp_job_t *job) {
   free(job);
 }
 
+void lp__job_release(lp_job_t *job) {
+  if (job->unresolved == 0 && job->refs == 0) lp__job_free(job);
+}
+
 /* Removes the job's queued sequences (they will never be sent). */
 static void drop_queued(lp_job_t *job) {
   if (!job->queued) return;
@@ -53,14 +57,14 @@ void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg) 
     }
   }
   drop_queued(job);
-  if (job->unresolved == 0) lp__job_free(job);
+  lp__job_release(job);
 }
 
 void lp__job_cancel(lp_job_t *job) {
   job->req = NULL;
   settle(job);
   drop_queued(job);
-  if (job->unresolved == 0) lp__job_free(job);
+  lp__job_release(job);
 }
 
 /* ---- the time bound ---- */
@@ -257,6 +261,10 @@ send:
 
 void lp__seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment) {
   lp_job_t *job = s->job;
+  if (s->state == LP_SEQ_DONE) return; /* a hedged copy answered first */
+  if (s->state == LP_SEQ_QUEUED) lp__model_unqueue(job->model, s, LP_SEQ_INFLIGHT); /* its hedge had not left */
+  /* the latest copy is the hedge: its winning is what hedging bought */
+  if (s->hedged && job->proxy->delivering == s->batch_id) job->proxy->hedges_won++;
   s->state = LP_SEQ_DONE;
   s->done_ns = uv_hrtime();
   job->unresolved--;
@@ -281,11 +289,13 @@ void lp__seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment) {
       return;
     }
   }
-  if (job->unresolved == 0) lp__job_free(job);
+  lp__job_release(job);
 }
 
 void lp__seq_failed(lp_seq_t *s, int status, const char *code, const char *msg) {
   lp_job_t *job = s->job;
+  if (s->state == LP_SEQ_DONE) return;
+  if (s->state == LP_SEQ_QUEUED) lp__model_unqueue(job->model, s, LP_SEQ_INFLIGHT);
   s->state = LP_SEQ_DONE;
   job->unresolved--;
   lp__job_fail(job, status, code, msg); /* frees the job when nothing refers to it */

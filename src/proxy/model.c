@@ -364,7 +364,9 @@ void lp__model_schedule(lp_model_t *m) {
       if (p->draining) {
         mode = LP_SCHED_RULES; /* everything is due */
       } else if (lp_devclock_idle_device(&be->clock) < 0) {
-        uint64_t free_at = lp_devclock_next_free(&be->clock), lead = lp_devclock_lead(&be->clock);
+        uint64_t lead = lp_devclock_lead(&be->clock);
+        uint64_t slack = lead > 2000000 ? lead : 2000000;
+        uint64_t free_at = lp_devclock_next_free_at(&be->clock, now, slack);
         uint64_t leave = free_at == UINT64_MAX ? UINT64_MAX : free_at > lead ? free_at - lead : 0;
         if (now < leave) {
           mode = LP_SCHED_FULL_ONLY; /* unknown (UINT64_MAX): an answer reschedules */

@@ -272,6 +272,7 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
   lp_hist_init(&p->t_backend, latency_bounds, sizeof(latency_bounds) / sizeof(latency_bounds[0]));
   lp_hist_init(&p->t_total, latency_bounds, sizeof(latency_bounds) / sizeof(latency_bounds[0]));
   lp__job_timers_init(p);
+  lp__stall_timers_init(p);
   p->up = lp_upstream_new(loop, 1ull << 30);
   if (!p->up) return -ENOMEM;
   for (size_t i = 0; i < p->cfg.nmodels; i++) {

@@ -40,6 +40,8 @@ typedef struct lp_seq_s {
   lp_qnode_t q;           /* its place in the model's queue (priority, arrival) */
   uint64_t gather_gen;    /* already in this decision's window */
   uint32_t attempts;      /* retries spent */
+  uint32_t refs;          /* batches holding it (two while hedged) */
+  int hedged;             /* a copy went out again: the first answer wins */
   lp_sched_item_t sched;
   /* where it ran */
   uint64_t batch_id;
@@ -65,6 +67,7 @@ struct lp_job_s {
   uint32_t queued;        /* sequences still in the model's queue */
   int answered;           /* the client has had its one answer */
   int doomed;             /* picked to fail (no shape holds it any more) */
+  uint32_t refs;          /* batch references to its sequences: freed at 0 */
   lp_seq_t *seqs;         /* owned */
   int32_t *tokens;        /* owned */
   uint64_t arrive_ns;
@@ -115,6 +118,8 @@ struct lp_batch_s {
   int32_t v2_scalar;      /* max_seqlen of a ragged batch */
   int device;             /* the device the clock expects it on */
   uint64_t expect_ns;     /* when it is expected back; 0 = unknown */
+  lp_theap_node_t stall;  /* in proxy->stall_timers while it may stall */
+  int in_flight;          /* its transfer is running */
 };
 
 struct lp_model_s {
@@ -184,6 +189,11 @@ struct lp_proxy_s {
   lp_theap_t job_timers;   /* every unanswered job by the time it must be looked at */
   uv_timer_t job_timer;    /* fires at the heap's top */
   uint64_t job_timer_at;   /* when job_timer fires; 0 = stopped */
+  lp_theap_t stall_timers; /* batches in flight by when they count as stalled */
+  uv_timer_t stall_timer;
+  uint64_t stall_timer_at;
+  uint64_t stalls, hedges_won;
+  uint64_t delivering;     /* the batch whose answer is being sliced */
   /* metrics */
   uint64_t requests[LP_ROUTE_COUNT][LP_STATUS_SLOTS];
   struct { const char *code; uint64_t n; } rejections[32];
@@ -243,6 +253,8 @@ uint32_t lp__model_compiled_max(const lp_model_t *m);
 void lp__job_cancel(lp_job_t *job);
 void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg);
 void lp__job_free(lp_job_t *job);
+/* Frees the job once no sequence is unresolved and no batch holds one. */
+void lp__job_release(lp_job_t *job);
 /* Starts the job's bound: answered by min(deadline, bound) whatever happens. */
 int lp__job_arm(lp_job_t *job);
 void lp__job_timers_init(lp_proxy_t *p);
@@ -274,6 +286,7 @@ int lp__v2_answer(lp_job_t *job, int per_segment, lp_buf_t *body, const char **c
 /* The backoff before retry attempts+1: doubling, capped, never overflowing. */
 uint64_t lp__backoff_ms(const lp_model_t *m, uint32_t attempts);
 int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *plan);
+void lp__stall_timers_init(lp_proxy_t *p);
 void lp__batches_free(lp_model_t *m);
 
 /* backend.c */

@@ -80,6 +80,12 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   }
   lp_metric_family(b, "lanepack_retries_total", "counter", "Sequences sent again after a failed batch.");
   lp_metric_sample_u64(b, "lanepack_retries_total", NULL, p->retries);
+  lp_metric_family(b, "lanepack_stalls_total", "counter",
+                   "Batches past stall_factor times their expected time: their sequences were hedged.");
+  lp_metric_sample_u64(b, "lanepack_stalls_total", NULL, p->stalls);
+  lp_metric_family(b, "lanepack_hedges_won_total", "counter",
+                   "Sequences whose hedged copy answered before the stalled batch.");
+  lp_metric_sample_u64(b, "lanepack_hedges_won_total", NULL, p->hedges_won);
   lp_metric_family(b, "lanepack_connections", "gauge", "Open client connections.");
   lp_metric_sample_u64(b, "lanepack_connections", NULL,
                        (p->httpd ? lp_httpd_connections(p->httpd) : 0) +
