@@ -113,22 +113,27 @@ def main():
     ap.add_argument("--cost", default="4x8192=20,8x2048=8")
     ap.add_argument("--duration", type=float, default=5)
     ap.add_argument("--steps", default="10,20,40,60,80,90,95")
+    ap.add_argument("--protocol", default="lanepack", choices=["v2", "lanepack"],
+                    help="to the emulator: lanepack JSON (default) or v2 binary tensors")
     a = ap.parse_args()
     lengths = [int(l) for l in open(a.lengths) if l.strip()]
     shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")]
     cost_of = dict(c.split("=") for c in a.cost.split(","))
     costs = [float(cost_of["%dx%d" % s]) for s in shapes]
     cap = capacity(lengths, shapes, costs)
-    print("capacity of one device for %s on %s (costs %s ms): %.0f requests/s"
-          % (os.path.basename(a.lengths), a.shapes, a.cost, cap))
+    print("capacity of one device for %s on %s (costs %s ms): %.0f requests/s; upstream %s"
+          % (os.path.basename(a.lengths), a.shapes, a.cost, cap, a.protocol))
     ep, pp = free_port(), free_port()
     tmp = tempfile.mkdtemp()
     emu = subprocess.Popen([a.build + "/loadgen/lanepack-emulator", "--listen", "127.0.0.1:%d" % ep,
-                            "--shapes", a.shapes] + sum((["--cost-ms", c] for c in a.cost.split(",")), []),
+                            "--shapes", a.shapes, "--protocol", "both"] +
+                           sum((["--cost-ms", c] for c in a.cost.split(",")), []),
                            stderr=open(os.path.join(tmp, "emu.log"), "w"))
     cfg = os.path.join(tmp, "lp.json")
-    json.dump({"listen": "127.0.0.1:%d" % pp, "log_level": "warn",
-               "models": {"default": {"shapes": a.shapes, "backends": ["http://127.0.0.1:%d" % ep]}}},
+    model = {"shapes": a.shapes, "backends": ["http://127.0.0.1:%d" % ep]}
+    if a.protocol == "v2":
+        model.update({"protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}"}})
+    json.dump({"listen": "127.0.0.1:%d" % pp, "log_level": "warn", "models": {"default": model}},
               open(cfg, "w"))
     lp = subprocess.Popen([a.build + "/src/lanepack", "--config", cfg], stderr=open(os.path.join(tmp, "lp.log"), "w"))
     try:
