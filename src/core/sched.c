@@ -122,15 +122,26 @@ int lp_sched_decide_mode(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_ite
   uint32_t maxb = 0;
   for (size_t i = 0; i < set->count; i++)
     if (set->shapes[i].state == LP_SHAPE_COMPILED && set->shapes[i].bucket > maxb) maxb = set->shapes[i].bucket;
-  size_t npin = 0;
+  /* Under the device clock (NOW, FULL_ONLY) an item merely older than max_wait
+   * is placed first but does not choose the shape: at saturation almost every
+   * item is that old, and letting them pick would always pick the largest shape.
+   * Deadlines and bypass still choose (bypass bounds how long an item the
+   * cheaper shapes cannot hold waits). */
+  int clocked = mode != LP_SCHED_RULES;
+  size_t npin = 0, nstrong = 0;
   const char *why = NULL;
-  for (size_t i = 0; i < m; i++) {
-    const char *r = items[i].len <= maxb ? due_reason(cfg, &items[i], now, cost) : NULL;
-    if (r) {
-      if (!why) why = r;
-      s->perm[npin++] = (uint32_t)i;
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < m; i++) {
+      const char *r = items[i].len <= maxb ? due_reason(cfg, &items[i], now, cost) : NULL;
+      /* "max_wait" is soft when clocked, until the item has also sat out two of
+       * the longest batches */
+      int strong = r && !(clocked && r[0] == 'm' && now - items[i].enqueued_ns < cfg->max_wait_ns + 2 * cost);
+      if (r && strong == (pass == 0)) {
+        if (!why) why = r;
+        s->perm[npin++] = (uint32_t)i;
+        nstrong += strong;
+      }
     }
-  }
   size_t k = npin;
   for (size_t i = 0; i < m; i++)
     if (items[i].len > maxb || !due_reason(cfg, &items[i], now, cost)) s->perm[k++] = (uint32_t)i;
@@ -160,7 +171,7 @@ int lp_sched_decide_mode(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_ite
     for (size_t j = 0; j < m; j++) {
       if (s->trial[j].bin < 0) continue;
       real += s->lens[j];
-      if (j < npin) pinned++;
+      if (j < nstrong) pinned++;
     }
     uint64_t slots = (uint64_t)sh->lanes * sh->bucket;
     double waste = by_cost ? (double)sh->cost_ns / (double)real : (double)(slots - real) / (double)real;
