@@ -221,6 +221,12 @@ START_TEST(json_writing_of_slices) {
   lp_buf_reset(&b);
   lp_tensor_write_json(&b, &tn, 0, 1, 1);
   ck_assert_str_eq(lp_buf_cstr(&b), "null");
+  /* found by the fuzzer: an FP16 tensor's JSON data past single precision */
+  double big[2] = {2.5e57, 1.5};
+  lp_tensor_t th = {.dtype = LP_DT_FP16, .reals = big, .count = 2};
+  lp_buf_reset(&b);
+  lp_tensor_write_json(&b, &th, 0, 2, 1);
+  ck_assert_str_eq(lp_buf_cstr(&b), "null,1.5");
   lp_buf_free(&b);
 }
 END_TEST

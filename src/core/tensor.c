@@ -225,6 +225,9 @@ static void put_elem(lp_buf_t *b, const lp_tensor_t *t, size_t i) {
     return;
   }
   double v = lp_tensor_real(t, i);
+  /* single precision for every float type but FP64: a JSON value too large for
+   * it (an FP16 tensor's "data" may hold anything) becomes infinite there */
+  if (t->dtype != LP_DT_FP64) v = (double)(float)v;
   if (!isfinite(v)) {
     lp_buf_puts(b, "null");
     return;
