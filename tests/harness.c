@@ -347,3 +347,24 @@ char *h_read_for(int fd, int ms, size_t *n) {
   *n = len;
   return b;
 }
+
+int h_stack_start(h_stack_t *s, const char *emu_args, const char *top, const char *model_keys) {
+  memset(s, 0, sizeof(*s));
+  s->emu = h_start_emulator(emu_args, &s->emu_port);
+  if (s->emu <= 0) return -1;
+  char rest[2048];
+  snprintf(rest, sizeof(rest), "%s \"models\": {\"m\": {\"backends\": [\"http://127.0.0.1:%d\"], %s}}",
+           top, s->emu_port, model_keys);
+  s->proxy = h_start_proxy(rest, "/readyz", &s->port);
+  if (s->proxy <= 0) {
+    h_stop(s->emu, 5000);
+    return -1;
+  }
+  return 0;
+}
+
+int h_stack_stop(h_stack_t *s) {
+  int rc = h_stop(s->proxy, 8000);
+  h_stop(s->emu, 5000);
+  return rc;
+}

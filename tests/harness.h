@@ -49,6 +49,18 @@ pid_t h_start_emulator(const char *args, int *port);
  * starts the proxy, waiting until ready_path answers 200 (any answer if
  * ready_path starts with '~'). *port gets its port. Log in /tmp/lp-proxy-PORT.log. */
 pid_t h_start_proxy(const char *rest, const char *ready_path, int *port);
+/* An emulator and a proxy serving model "m" from it: emu_args for the
+ * emulator (space-separated), top for more top-level keys (each ending with a
+ * comma, or ""), model_keys for more keys of the model. 0, or -1 when either
+ * did not start (then nothing is left running). */
+typedef struct {
+  pid_t emu, proxy;
+  int emu_port, port;
+} h_stack_t;
+int h_stack_start(h_stack_t *s, const char *emu_args, const char *top, const char *model_keys);
+/* Stops both; returns the proxy's exit status (0 when it drained cleanly). */
+int h_stack_stop(h_stack_t *s);
+
 /* Reads whatever arrives on fd for up to ms into a malloc'd NUL-terminated
  * buffer (*n bytes); stops early at EOF. */
 char *h_read_for(int fd, int ms, size_t *n);

@@ -15,29 +15,16 @@
 #include "harness.h"
 #include "testutil.h"
 
-typedef struct {
-  pid_t emu, proxy;
-  int emu_port, port;
-} stack_t_;
+typedef h_stack_t stack_t_;
 
 static stack_t_ start(const char *emu_args, const char *model_keys) {
   stack_t_ s;
-  s.emu = h_start_emulator(emu_args, &s.emu_port);
-  ck_assert_int_gt(s.emu, 0);
-  char rest[768];
-  snprintf(rest, sizeof(rest), "\"models\": {\"m\": {\"backends\": [\"http://127.0.0.1:%d\"], %s}}",
-           s.emu_port, model_keys);
-  s.proxy = h_start_proxy(rest, "/readyz", &s.port);
-  ck_assert_int_gt(s.proxy, 0);
-  usleep(200000);
+  ck_assert_int_eq(h_stack_start(&s, emu_args, "", model_keys), 0);
+  usleep(200000); /* the backend has reported its shapes and devices */
   return s;
 }
 
-static void stop(stack_t_ *s) {
-  int rc = h_stop(s->proxy, 5000);
-  h_stop(s->emu, 5000);
-  ck_assert_int_eq(rc, 0);
-}
+static void stop(stack_t_ *s) { ck_assert_int_eq(h_stack_stop(s), 0); }
 
 static double now_ms(void) {
   struct timespec t;

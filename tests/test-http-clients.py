@@ -12,27 +12,7 @@ import sys
 import tempfile
 import time
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_http(port, path, timeout=8.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            c.request("GET", path)
-            if c.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise SystemExit(f"nothing answered on port {port}{path}")
+from lphelp import free_port, wait_http
 
 
 def main():

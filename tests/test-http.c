@@ -21,26 +21,13 @@
 #include "lanepack/emu.h"
 #include "lanepack/jscan.h"
 
-typedef struct {
-  pid_t emu, proxy;
-  int emu_port, port;
-} stack_t_;
+typedef h_stack_t stack_t_;
 
 static void start(stack_t_ *s, const char *emu_args, const char *top, const char *model) {
-  s->emu = h_start_emulator(emu_args, &s->emu_port);
-  ck_assert_int_gt(s->emu, 0);
-  char rest[1024];
-  snprintf(rest, sizeof(rest), "%s \"models\": {\"m\": {\"backends\": [\"http://127.0.0.1:%d\"], %s}}",
-           top, s->emu_port, model);
-  s->proxy = h_start_proxy(rest, "/readyz", &s->port);
-  ck_assert_int_gt(s->proxy, 0);
+  ck_assert_int_eq(h_stack_start(s, emu_args, top, model), 0);
 }
 
-static void stop(stack_t_ *s) {
-  int rc = h_stop(s->proxy, 8000);
-  h_stop(s->emu, 5000);
-  ck_assert_int_eq(rc, 0);
-}
+static void stop(stack_t_ *s) { ck_assert_int_eq(h_stack_stop(s), 0); }
 
 /* The whole of one raw exchange: sends req, reads for ms. */
 static char *exchange(int port, const char *req, int ms, size_t *n) {

@@ -187,20 +187,11 @@ static void stop_all(pid_t *pids, size_t n) {
 
 /* An emulator with emu_args and a proxy serving model "m" from it alone, with
  * more model keys (top: more top-level keys, each ending with a comma). */
-typedef struct {
-  pid_t emu, proxy;
-  int emu_port, port;
-} one_t;
+typedef h_stack_t one_t;
 
 static one_t one_backend(const char *emu_args, const char *top, const char *model_keys) {
   one_t o;
-  o.emu = h_start_emulator(emu_args, &o.emu_port);
-  ck_assert_int_gt(o.emu, 0);
-  char rest[768];
-  snprintf(rest, sizeof(rest), "%s \"models\": {\"m\": {\"backends\": [\"http://127.0.0.1:%d\"], %s}}",
-           top, o.emu_port, model_keys);
-  o.proxy = h_start_proxy(rest, "/readyz", &o.port);
-  ck_assert_int_gt(o.proxy, 0);
+  ck_assert_int_eq(h_stack_start(&o, emu_args, top, model_keys), 0);
   return o;
 }
 

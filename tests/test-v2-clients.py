@@ -14,6 +14,8 @@ import sys
 import tempfile
 import time
 
+from lphelp import free_port, wait_http
+
 import numpy as np
 
 MOD = 1000000007
@@ -25,28 +27,6 @@ def emu(tokens):
         h = (h * 31 + int(t) + 1) % MOD
         out.append(h)
     return out
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait(port, path, timeout=8.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            c.request("GET", path)
-            if c.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise SystemExit("not ready: %d%s" % (port, path))
 
 
 def call(port, method, path, body=None, headers=None):
@@ -110,8 +90,8 @@ def scenario(lanepack, emulator, emu_args, model_cfg, title):
     cfg.close()
     p = subprocess.Popen([lanepack, "--config", cfg.name], stderr=subprocess.DEVNULL)
     try:
-        wait(ep, "/healthz")
-        wait(pp, "/v2/health/ready")
+        wait_http(ep, "/healthz")
+        wait_http(pp, "/v2/health/ready")
         print("== " + title)
         rng = np.random.default_rng(3)
         for binary in (False, True):

@@ -16,31 +16,20 @@
 #include "lanepack/emu.h"
 #include "lanepack/rng.h"
 
-typedef struct {
-  pid_t emu, proxy;
-  int emu_port, port;
-} stack_t_;
+typedef h_stack_t stack_t_;
 
+/* The emulator speaking v2, lanepack's model "m" speaking v2 to it. */
 static stack_t_ start(const char *emu_args, const char *model_keys) {
   stack_t_ s;
-  char args[512];
+  char args[512], keys[1024];
   snprintf(args, sizeof(args), "--protocol v2 --cost-ms 1 %s", emu_args);
-  s.emu = h_start_emulator(args, &s.emu_port);
-  ck_assert_int_gt(s.emu, 0);
-  char rest[1024];
-  snprintf(rest, sizeof(rest), "\"models\": {\"m\": {\"backends\": [\"http://127.0.0.1:%d\"], "
-           "\"protocol\": \"v2\", \"max_wait_ms\": 2, %s}}", s.emu_port, model_keys);
-  s.proxy = h_start_proxy(rest, "/readyz", &s.port);
-  ck_assert_int_gt(s.proxy, 0);
+  snprintf(keys, sizeof(keys), "\"protocol\": \"v2\", \"max_wait_ms\": 2, %s", model_keys);
+  ck_assert_int_eq(h_stack_start(&s, args, "", keys), 0);
   usleep(200000); /* the shapes' readiness probes have answered */
   return s;
 }
 
-static void stop(stack_t_ *s) {
-  int rc = h_stop(s->proxy, 5000);
-  h_stop(s->emu, 5000);
-  ck_assert_int_eq(rc, 0);
-}
+static void stop(stack_t_ *s) { ck_assert_int_eq(h_stack_stop(s), 0); }
 
 /* Loadgen with --verify: every answer checked; returns the ok count. */
 static long verified_load(int port, const char *lengths, const char *extra) {

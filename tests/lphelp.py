@@ -1,0 +1,28 @@
+"""Shared by the Python tests: a free loopback port, and waiting until an HTTP
+route answers 200."""
+import http.client
+import socket
+import time
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_http(port, path, timeout=8.0):
+    """Until GET path on port answers 200; SystemExit after timeout seconds."""
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            c.request("GET", path)
+            if c.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise SystemExit("nothing answered on port %d%s" % (port, path))
