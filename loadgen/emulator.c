@@ -355,8 +355,9 @@ static void on_job_done(uv_timer_t *t) {
   emu->busy--;
   if (j->req) {
     j->req->app = NULL;
-    if (j->fault == FAULT_FAIL)
-      lp_http_respond_error(j->req, 500, NULL, "injected_failure", "injected failure", NULL);
+    if (j->fault == FAULT_FAIL || j->poisoned)
+      lp_http_respond_error(j->req, 500, NULL, "injected_failure",
+                            j->poisoned ? "the batch holds the poison token" : "injected failure", NULL);
     else if (j->fault == FAULT_RESET) {
       static const char part[] =
           "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
@@ -431,6 +432,10 @@ static void handle_batch(emu_t *emu, lp_http_req_t *req) {
 
 void emu_enqueue(emu_t *emu, job_t *j, lp_http_req_t *req) {
   double u = lp_rng_double(&emu->rng);
+  if (emu->poison_token >= 0) { /* content that makes the model fail, like a bad input */
+    size_t n = (size_t)j->lanes * j->bucket;
+    for (size_t i = 0; j->ids && i < n && !j->poisoned; i++) j->poisoned = j->ids[i] == emu->poison_token;
+  }
   if ((u -= emu->fail_rate) < 0) j->fault = FAULT_FAIL;
   else if ((u -= emu->reset_rate) < 0) j->fault = FAULT_RESET;
   else if ((u -= emu->stall_rate) < 0) j->fault = FAULT_STALL;
@@ -509,7 +514,8 @@ static void usage(FILE *f) {
           "         [--per-segment] [--ragged] [--fail-rate P] [--reset-rate P]\n"
           "         [--stall-rate P] [--garbage-rate P] [--delay-ms MS] [--seed S]\n"
           "         [--hide-shapes] [--protocol lanepack|v2|both] [--v2-model TEMPLATE]\n"
-          "         [--v2-output NAME] [--v2-dims K] [--cost-jitter F] [--slow-rate P --slow-ms MS]\n");
+          "         [--v2-output NAME] [--v2-dims K] [--cost-jitter F] [--slow-rate P --slow-ms MS]\n"
+          "         [--poison-token T]\n");
 }
 
 static int parse_rate(const char *s, double *out) {
@@ -538,6 +544,7 @@ int main(int argc, char **argv) {
   uint64_t devices = 1, seed = 1;
   emu.default_cost_ms = 5;
   emu.protocols = EMU_PROTO_LANEPACK;
+  emu.poison_token = -1;
   snprintf(emu.v2_model, sizeof(emu.v2_model), "lanepack_{lanes}x{bucket}");
   snprintf(emu.v2_output, sizeof(emu.v2_output), "output");
   static const struct option opts[] = {
@@ -551,7 +558,7 @@ int main(int argc, char **argv) {
       {"protocol", required_argument, 0, 'P'},     {"v2-model", required_argument, 0, 'M'},
       {"v2-output", required_argument, 0, 'O'},    {"v2-dims", required_argument, 0, 'K'},
       {"cost-jitter", required_argument, 0, 'J'},  {"slow-rate", required_argument, 0, 'W'},
-      {"slow-ms", required_argument, 0, 'X'},
+      {"slow-ms", required_argument, 0, 'X'},      {"poison-token", required_argument, 0, 'Y'},
       {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'Z'},
       {0, 0, 0, 0}};
   int c, idx = 0;
@@ -577,6 +584,12 @@ int main(int argc, char **argv) {
       case 'J': bad_arg = parse_rate(optarg, &emu.cost_jitter); break;
       case 'W': bad_arg = parse_rate(optarg, &emu.slow_rate); break;
       case 'X': bad_arg = parse_u64(optarg, &emu.slow_ms); break;
+      case 'Y': {
+        uint64_t t = 0;
+        bad_arg = parse_u64(optarg, &t) || t > INT32_MAX;
+        emu.poison_token = (int64_t)t;
+        break;
+      }
       case 'P':
         if (strcmp(optarg, "lanepack") == 0) emu.protocols = EMU_PROTO_LANEPACK;
         else if (strcmp(optarg, "v2") == 0) emu.protocols = EMU_PROTO_V2;

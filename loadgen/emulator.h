@@ -30,6 +30,7 @@ typedef struct job_s {
   int fault;              /* 0 none, else which fault to act out */
   int stalled;            /* held without an answer until the client leaves */
   uint64_t device_ms;     /* what it cost on its device, reported to the client */
+  int poisoned;           /* holds the poison token: fails */
   /* v2 jobs */
   int v2;
   int v2_binary;          /* answer with binary tensors */
@@ -64,6 +65,7 @@ struct emu_s {
   double cost_jitter;     /* each batch costs up to this fraction more or less */
   double slow_rate;       /* a batch is slow (a recompile, say) at this rate ... */
   uint64_t slow_ms;       /* ... costing this much more */
+  int64_t poison_token;   /* a batch holding this token id fails (500); -1: none */
 };
 
 enum { FAULT_NONE, FAULT_FAIL, FAULT_RESET, FAULT_STALL, FAULT_GARBAGE };

@@ -590,6 +590,45 @@ START_TEST(loadgen_against_failing_backends) {
 }
 END_TEST
 
+/* One sequence the backend always refuses (500) shares batches with fifteen
+ * good ones: the batch's sequences are retried each alone, so the bad one
+ * spends its own retries and the others are answered. */
+START_TEST(poison_sequence_isolated) {
+  one_t o = one_backend("--shapes 8x64 --cost-ms 30 --poison-token 77777", "",
+                        "\"shapes\": \"8x64\", \"max_wait_ms\": 50, \"max_retries\": 2, "
+                        "\"retry_backoff_ms\": 5");
+  enum { N = 16 };
+  int fds[N];
+  int32_t tok[N][8];
+  /* a first request keeps the device busy, so the rest share the next batch */
+  for (int i = 0; i < N; i++) {
+    for (int k = 0; k < 8; k++) tok[i][k] = i == 5 && k == 3 ? 77777 : i * 10 + k + 1;
+    char *body = h_ids_body(tok[i], 8, NULL);
+    char head[128];
+    snprintf(head, sizeof(head), "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", strlen(body));
+    fds[i] = h_connect(o.port);
+    h_send_all(fds[i], head, strlen(head));
+    h_send_all(fds[i], body, strlen(body));
+    free(body);
+    if (i == 0) usleep(5000);
+  }
+  int ok = 0;
+  for (int i = 0; i < N; i++) {
+    h_resp_t r;
+    ck_assert_int_eq(h_read_response(fds[i], &r, 10000), 0);
+    if (i == 5) ck_assert_msg(r.status == 502, "the poisoned request: %d %s", r.status, r.body);
+    else if (r.status == 200 && h_check_output(r.body, tok[i], 8)) ok++;
+    else ck_assert_msg(0, "request %d: %d %s", i, r.status, r.body);
+    h_resp_free(&r);
+    close(fds[i]);
+  }
+  printf("poison: %d of %d good requests answered 200 beside the poisoned one\n", ok, N - 1);
+  ck_assert_int_eq(ok, N - 1);
+  pid_t all[] = {o.proxy, o.emu};
+  stop_all(all, 2);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("nothing-lost");
   TCase *tc = tcase_create("integration");
@@ -602,6 +641,7 @@ int main(void) {
   tcase_add_test(tc, absurd_backend_shapes_ignored);
   tcase_add_test(tc, deep_queue_does_not_block_the_loop);
   tcase_add_test(tc, loadgen_against_failing_backends);
+  tcase_add_test(tc, poison_sequence_isolated);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_VERBOSE);

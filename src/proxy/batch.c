@@ -138,7 +138,22 @@ uint64_t lp__backoff_ms(const lp_model_t *m, uint32_t attempts) {
  * (budget and deadline allowing) after a backoff; free_try (a shape mismatch,
  * re-packed at once) does not spend the budget. The rest fail with status.
  * Returns 1 when the batch is kept for the retry, 0 when it can be freed. */
-static int retry_batch(lp_batch_t *bt, int status, const char *code, const char *msg, int free_try) {
+enum { RETRY_SPEND = 0, RETRY_FREE = 1, RETRY_ISOLATE = 2, RETRY_ELSEWHERE = 3 };
+
+/* How a failed batch's sequences are tried again. An otherwise healthy backend
+ * that answers 5xx to a batch of several sequences may be refusing one of
+ * them: each goes alone next time, at no cost to its budget, so one bad
+ * sequence spends its own retries and not its neighbours'. A batch that timed
+ * out may still be computing there: its retry goes elsewhere when it can. */
+static int retry_kind(const lp_batch_t *bt, const lp_xfer_t *x) {
+  if (x->result == LP_XFER_TIMEOUT) return RETRY_ELSEWHERE;
+  if (x->result == LP_XFER_OK && x->status >= 500 && bt->nseqs > 1 && bt->backend->failures_in_row <= 1)
+    return RETRY_ISOLATE;
+  return RETRY_SPEND;
+}
+
+static int retry_batch(lp_batch_t *bt, int status, const char *code, const char *msg, int kind) {
+  int free_try = kind == RETRY_FREE || kind == RETRY_ISOLATE;
   lp_model_t *m = bt->model;
   uint64_t now = uv_hrtime();
   uint32_t most = 0;
@@ -162,13 +177,15 @@ static int retry_batch(lp_batch_t *bt, int status, const char *code, const char 
       drop(bt, i);
     } else {
       if (!free_try) s->attempts++;
+      if (kind == RETRY_ISOLATE) s->isolate = 1;
+      if (kind == RETRY_ELSEWHERE) s->avoid = (int)(bt->backend - m->backends) + 1;
       if (s->attempts > most) most = s->attempts;
       m->proxy->retries++;
       kept++; /* held until the backoff ends, then requeued */
     }
   }
   if (!kept) return 0;
-  bt->backoff_ms = free_try ? 0 : (uint32_t)lp__backoff_ms(m, most ? most - 1 : 0);
+  bt->backoff_ms = kind == RETRY_FREE ? 0 : (uint32_t)lp__backoff_ms(m, most ? most - 1 : 0);
   uv_timer_init(m->proxy->loop, &bt->retry);
   uv_timer_start(&bt->retry, on_batch_retry, bt->backoff_ms, 0);
   return 1;
@@ -215,7 +232,8 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
       lp__backend_result(be, 0);
       lp_log(LP_LOG_WARN, "batch failed", "\"batch\": %llu, \"backend\": \"%s\", \"kind\": \"%s\"",
              (unsigned long long)bt->id, be->url, lp_xfer_result_name(x->result));
-      keep = retry_batch(bt, timeout ? 504 : 502, timeout ? "backend_timeout" : "backend_error", msg, 0);
+      keep = retry_batch(bt, timeout ? 504 : 502, timeout ? "backend_timeout" : "backend_error", msg,
+                         retry_kind(bt, x));
     } else {
       fail_batch(bt, 503, "shutting_down", msg);
     }
@@ -239,10 +257,10 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
       /* the backend is fine; the shape is not there: re-pack at once (the shape
        * is now barred on this backend, so this cannot repeat) */
       shape_missing(m, be, bt->shape);
-      keep = retry_batch(bt, 502, "backend_error", msg, 1);
+      keep = retry_batch(bt, 502, "backend_error", msg, RETRY_FREE);
     } else if (x->status >= 500) {
       lp__backend_result(be, 0);
-      keep = retry_batch(bt, 502, "backend_error", msg, 0);
+      keep = retry_batch(bt, 502, "backend_error", msg, retry_kind(bt, x));
     } else {
       lp__backend_result(be, 1); /* it answered: our batch was wrong, retrying cannot help */
       fail_batch(bt, 502, "backend_error", msg);

@@ -85,6 +85,7 @@ void lp__model_close(lp_model_t *m) {
   lp_sched_free(m->sched);
   lp_queue_free(&m->queue);
   free(m->items);
+  free(m->items2);
   free(m->win);
   lp_lenhist_free(&m->lengths);
   lp_batchjson_free(&m->writer);
@@ -299,6 +300,14 @@ static size_t gather(lp_model_t *m) {
   }
   size_t n = 0;
   uint64_t gen = ++m->gather_gen;
+  /* a sequence marked to go alone is a window by itself when it leads, and
+   * waits its turn otherwise */
+  lp_qnode_t *head = lp_queue_first(&m->queue);
+  if (head && seq_of(head)->isolate) {
+    m->win[0] = seq_of(head);
+    m->items[0] = seq_of(head)->sched;
+    return 1;
+  }
   /* age raises priority: whatever its level, a sequence that has waited
    * max_wait_ms is seen first (each level is in arrival order, so its head is
    * its oldest and the walk stops at the first younger one) */
@@ -307,6 +316,7 @@ static size_t gather(lp_model_t *m) {
     for (lp_qnode_t *q = m->queue.levels[l].head; q && n < want / 2 && acc < cap; q = q->next) {
       lp_seq_t *s = seq_of(q);
       if (now - s->sched.enqueued_ns < max_wait) break;
+      if (s->isolate) continue;
       s->gather_gen = gen;
       m->win[n] = s;
       m->items[n++] = s->sched;
@@ -315,12 +325,31 @@ static size_t gather(lp_model_t *m) {
   for (lp_qnode_t *q = lp_queue_first(&m->queue); q && n < want && acc < 2 * cap;
        q = lp_queue_next(&m->queue, q)) {
     lp_seq_t *s = seq_of(q);
-    if (s->gather_gen == gen) continue;
+    if (s->gather_gen == gen || s->isolate) continue;
     m->win[n] = s;
     m->items[n++] = s->sched;
     acc += s->len;
   }
   return n;
+}
+
+/* The window as backend be may take it: m->items, or a copy in which the
+ * sequences to keep away from be cannot be placed. */
+static lp_sched_item_t *avoiding(lp_model_t *m, const lp_backend_t *be, size_t n) {
+  int mark = (int)(be - m->backends) + 1, any = 0, others = 0;
+  for (size_t i = 0; i < n && !any; i++) any = m->win[i]->avoid == mark;
+  for (size_t b = 0; b < m->nbackends; b++) others += &m->backends[b] != be && m->backends[b].healthy;
+  if (!any || !others) return m->items;
+  if (m->items2_cap < n) {
+    lp_sched_item_t *c = realloc(m->items2, n * sizeof(*c));
+    if (!c) return m->items;
+    m->items2 = c;
+    m->items2_cap = n;
+  }
+  memcpy(m->items2, m->items, n * sizeof(*m->items2));
+  for (size_t i = 0; i < n; i++)
+    if (m->win[i]->avoid == mark) m->items2[i].len = UINT32_MAX;
+  return m->items2;
 }
 
 /* Runs the policy until it says wait: each decision dispatches one batch to a
@@ -373,8 +402,13 @@ void lp__model_schedule(lp_model_t *m) {
           if (leave < wake) wake = leave;
         }
       }
+      /* a sequence that timed out on this backend (it may still be computing
+       * it) goes elsewhere while another backend is healthy */
+      lp_sched_item_t *items = avoiding(m, be, n);
       lp_sched_plan_t plan;
-      if (lp_sched_decide_mode(m->sched, &view, m->items, n, t, mode, &plan)) return;
+      if (lp_sched_decide_mode(m->sched, &view, items, n, t, mode, &plan)) return;
+      if (items != m->items)
+        for (size_t i = 0; i < n; i++) m->items[i].bypassed = items[i].bypassed;
       if (plan.action == LP_SCHED_WAIT && plan.wake_ns < wake) wake = plan.wake_ns;
       if (plan.action != LP_SCHED_DISPATCH) continue;
       for (size_t i = 0; i < n; i++) m->win[i]->sched.bypassed = m->items[i].bypassed;

@@ -42,6 +42,8 @@ typedef struct lp_seq_s {
   uint32_t attempts;      /* retries spent */
   uint32_t refs;          /* batches holding it (two while hedged) */
   int hedged;             /* a copy went out again: the first answer wins */
+  int isolate;            /* goes alone: it was in a batch an otherwise healthy backend refused */
+  int avoid;              /* 1 + the backend that may still be computing it (timed out); 0: none */
   lp_sched_item_t sched;
   /* where it ran */
   uint64_t batch_id;
@@ -138,6 +140,8 @@ struct lp_model_s {
   uint64_t bound_ns;       /* a request's longest stay in the proxy */
   lp_sched_item_t *items;  /* scratch for decisions; owned */
   lp_seq_t **win;          /* the sequences behind items; owned array */
+  lp_sched_item_t *items2; /* items as one backend may take them; owned */
+  size_t items2_cap;
   size_t items_cap;
   uv_timer_t wake;         /* the scheduler's next rule */
   lp_backend_t backends[LP_MAX_BACKENDS];
