@@ -215,8 +215,14 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
   p->delivering = bt->id;
   /* the device is free again: what it took teaches the clock, if it ran */
   if (x->result == LP_XFER_OK && x->status == 200) {
-    uint64_t slots = (uint64_t)bt->layout.lanes * bt->layout.bucket;
-    lp_devclock_finish(&be->clock, bt->device, bt->shape, bt->dispatch_ns, bt->expect_ns, uv_hrtime(),
+    uint64_t slots = (uint64_t)bt->layout.lanes * bt->layout.bucket, end = uv_hrtime();
+    uint64_t took = end - bt->dispatch_ns;
+    lp_hist_observe(&m->service, (double)(x->device_ns ? x->device_ns : took) / 1e9);
+    if (bt->expect_ns > bt->dispatch_ns) { /* how good the clock's prediction was */
+      double want = (double)(bt->expect_ns - bt->dispatch_ns);
+      lp_hist_observe(&m->service_error, ((double)took > want ? (double)took - want : want - (double)took) / want);
+    }
+    lp_devclock_finish(&be->clock, bt->device, bt->shape, bt->dispatch_ns, bt->expect_ns, end,
                        x->device_ns, slots ? (double)bt->layout.real_tokens / (double)slots : 0);
   } else {
     lp_devclock_abandon(&be->clock, bt->device, bt->expect_ns, uv_hrtime());

@@ -241,6 +241,7 @@ static int answer(lp_job_t *job, const char *single, size_t single_len, int per_
 send:
   if (body->oom) return -ENOMEM;
   lp_hist_observe(&p->t_queue, (double)queue_ns / 1e9);
+  lp_hist_observe(&job->model->queue_delay, (double)queue_ns / 1e9);
   lp_hist_observe(&p->t_backend, (double)backend_ns / 1e9);
   lp_hist_observe(&p->t_total, (double)(now - job->arrive_ns) / 1e9);
   lp_buf_t out;

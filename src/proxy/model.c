@@ -9,6 +9,10 @@
 #include "proxy.h"
 
 static const double fill_bounds[] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0};
+/* fine around typical batch times */
+static const double time_bounds[] = {0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.012, 0.015, 0.02,
+                                     0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2, 5, 10};
+static const double error_bounds[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5};
 
 /* Sequences looked at per decision, at most (the scheduler narrows further). */
 #define LP_WINDOW_MAX 4096
@@ -57,6 +61,9 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   if (lp_lenhist_init(&m->lengths, maxb ? maxb : 1)) return -ENOMEM;
   if (lp_batchjson_init(&m->writer, maxb ? maxb : 1)) return -ENOMEM;
   lp_hist_init(&m->fill, fill_bounds, sizeof(fill_bounds) / sizeof(fill_bounds[0]));
+  lp_hist_init(&m->service, time_bounds, sizeof(time_bounds) / sizeof(time_bounds[0]));
+  lp_hist_init(&m->queue_delay, time_bounds, sizeof(time_bounds) / sizeof(time_bounds[0]));
+  lp_hist_init(&m->service_error, error_bounds, sizeof(error_bounds) / sizeof(error_bounds[0]));
   lp_scatter_init(&m->scatter);
   lp_buf_init(&m->render);
   uv_timer_init(p->loop, &m->wake);

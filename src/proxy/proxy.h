@@ -164,6 +164,9 @@ struct lp_model_s {
   uint64_t batches_by_shape[LP_BUCKET_MAX_SHAPES];
   uint64_t real_tokens, pad_tokens, sequences_done;
   lp_hist_t fill;
+  lp_hist_t service;       /* observed device time per batch (or dispatch to answer) */
+  lp_hist_t service_error; /* |observed - expected| / expected, per batch */
+  lp_hist_t queue_delay;   /* arrival to dispatch, per answered request */
 };
 
 #define LP_ROUTE_COUNT 9

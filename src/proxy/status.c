@@ -119,6 +119,24 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
     snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
     lp_metric_hist(b, "lanepack_batch_fill_ratio", labels, &p->models[i].fill);
   }
+  lp_metric_family(b, "lanepack_service_seconds", "histogram",
+                   "Device time per batch (as the backend reports it, else dispatch to answer), by model.");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
+    lp_metric_hist(b, "lanepack_service_seconds", labels, &p->models[i].service);
+  }
+  lp_metric_family(b, "lanepack_service_prediction_error_ratio", "histogram",
+                   "|answer time - the clock's expectation| / expectation, per batch, by model.");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
+    lp_metric_hist(b, "lanepack_service_prediction_error_ratio", labels, &p->models[i].service_error);
+  }
+  lp_metric_family(b, "lanepack_queue_delay_seconds", "histogram",
+                   "Arrival to dispatch of answered requests, by model.");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
+    lp_metric_hist(b, "lanepack_queue_delay_seconds", labels, &p->models[i].queue_delay);
+  }
   lp_metric_family(b, "lanepack_request_duration_seconds", "histogram",
                    "Time of answered inference requests: queued, at the backend, total.");
   lp_metric_hist(b, "lanepack_request_duration_seconds", "phase=\"queue\"", &p->t_queue);
