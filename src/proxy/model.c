@@ -224,20 +224,23 @@ int lp__model_admit(lp_model_t *m, lp_job_t *job) {
     uint32_t longest = 0;
     for (uint32_t i = 0; i < job->nseq; i++)
       if (job->seqs[i].len > longest) longest = job->seqs[i].len;
+    /* the wait for a device (when its clock knows) plus the service time */
     uint64_t fastest = UINT64_MAX;
     for (size_t b = 0; b < m->nbackends; b++) {
       const lp_backend_t *be = &m->backends[b];
       if (!be->healthy) continue;
+      uint64_t free_at = lp_devclock_next_free(&be->clock);
+      uint64_t wait = free_at != UINT64_MAX && free_at > job->arrive_ns ? free_at - job->arrive_ns : 0;
       for (size_t k = 0; k < m->shapes.count; k++) {
         uint64_t c = lp_devclock_cost(&be->clock, (int)k);
         if (be->shape_state[k] != LP_SHAPE_COMPILED || m->shapes.shapes[k].bucket < longest || !c) continue;
-        c += lp_devclock_lead(&be->clock);
+        c += wait + lp_devclock_lead(&be->clock);
         if (c < fastest) fastest = c;
       }
     }
     if (fastest != UINT64_MAX && job->arrive_ns + fastest > job->deadline_ns) {
       char msg[160];
-      snprintf(msg, sizeof(msg), "the deadline is too close: the fastest shape takes %.1f ms",
+      snprintf(msg, sizeof(msg), "the deadline is too close: the earliest answer is expected in %.1f ms",
                (double)fastest / 1e6);
       lp__job_fail(job, 504, "deadline_exceeded", msg);
       return -1;
