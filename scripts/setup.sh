@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
       libuv1-dev node-llhttp libjansson-dev libcurl4-openssl-dev check curl
       python3 python3-yaml)
-# the reference model server's framework; the container build skips it
-if [ "${LP_SETUP_TORCH:-1}" = 1 ]; then PKGS+=(python3-torch); fi
+# the reference model server's framework (and numpy, which the v2 client test
+# uses too); the container build skips them
+if [ "${LP_SETUP_TORCH:-1}" = 1 ]; then PKGS+=(python3-torch python3-numpy); fi
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
