@@ -134,10 +134,9 @@ uint64_t lp__backoff_ms(const lp_model_t *m, uint32_t attempts) {
   return ms < LP_MAX_BACKOFF_MS ? ms : LP_MAX_BACKOFF_MS;
 }
 
-/* A batch failed before the backend computed it: its sequences are tried again
- * (budget and deadline allowing) after a backoff; free_try (a shape mismatch,
- * re-packed at once) does not spend the budget. The rest fail with status.
- * Returns 1 when the batch is kept for the retry, 0 when it can be freed. */
+/* How a failed batch's sequences are tried again: spending their budget, for
+ * free and at once (a shape mismatch), each alone for free (see retry_kind), or
+ * away from the backend that may still be computing them. */
 enum { RETRY_SPEND = 0, RETRY_FREE = 1, RETRY_ISOLATE = 2, RETRY_ELSEWHERE = 3 };
 
 /* How a failed batch's sequences are tried again. An otherwise healthy backend
@@ -152,6 +151,10 @@ static int retry_kind(const lp_batch_t *bt, const lp_xfer_t *x) {
   return RETRY_SPEND;
 }
 
+/* A batch failed before the backend computed it: its sequences are tried again
+ * (budget and deadline allowing) after a backoff, as kind says; the rest fail
+ * with status. Returns 1 when the batch is kept for the retry, 0 when it can be
+ * freed. */
 static int retry_batch(lp_batch_t *bt, int status, const char *code, const char *msg, int kind) {
   int free_try = kind == RETRY_FREE || kind == RETRY_ISOLATE;
   lp_model_t *m = bt->model;
