@@ -206,49 +206,34 @@ static void infer(emu_t *emu, lp_http_req_t *req, int shape, const char *name, s
 }
 
 int emu_v2_route(emu_t *emu, lp_http_req_t *req) {
-  const char *p = req->url;
-  size_t n = req->path_len;
-  if (n < 3 || strncmp(p, "/v2", 3) != 0 || (n > 3 && p[3] != '/')) return 0;
-  lp_buf_t b;
-  lp_buf_init(&b);
-  if (n == 3) {
+  const char *name;
+  size_t nlen;
+  lp_v2_route_t r = lp_v2_route(req->url, req->path_len, &name, &nlen);
+  if (r == LP_V2_NOT_V2) return 0;
+  if (r == LP_V2_SERVER) {
+    lp_buf_t b;
+    lp_buf_init(&b);
     lp_buf_puts(&b, "{\"name\":\"lanepack-emulator\",\"version\":\"" LP_VERSION
                     "\",\"extensions\":[\"binary_tensor_data\"]}");
     respond_json(req, &b);
-    return 1;
-  }
-  if ((n == 15 && strncmp(p, "/v2/health/live", 15) == 0) ||
-      (n == 16 && strncmp(p, "/v2/health/ready", 16) == 0)) {
+  } else if (r == LP_V2_LIVE || r == LP_V2_READY) {
     lp_http_respond(req, 200, NULL, "application/json", "{}", 2);
-    return 1;
-  }
-  static const char models[] = "/v2/models/";
-  if (n <= sizeof(models) - 1 || strncmp(p, models, sizeof(models) - 1) != 0) {
+  } else if (r == LP_V2_UNKNOWN) {
     v2_error(req, 404, "no such route");
-    return 1;
+  } else {
+    int shape = model_shape(emu, name, nlen);
+    if (shape == -2) {
+      char msg[256];
+      snprintf(msg, sizeof(msg), "unknown model '%.*s'", (int)(nlen > 128 ? 128 : nlen), name);
+      v2_error(req, 404, msg);
+    } else if (r == LP_V2_MODEL) {
+      metadata(emu, req, shape, name, nlen);
+    } else if (r == LP_V2_MODEL_READY) {
+      lp_http_respond(req, 200, NULL, "application/json", "{}", 2);
+    } else {
+      infer(emu, req, shape, name, nlen);
+    }
   }
-  const char *name = p + sizeof(models) - 1;
-  const char *slash = memchr(name, '/', (size_t)(p + n - name));
-  size_t nlen = slash ? (size_t)(slash - name) : (size_t)(p + n - name);
-  const char *rest = slash ? slash : p + n;
-  size_t rlen = (size_t)(p + n - rest);
-  /* a version in the path (/versions/1/...) is accepted and ignored */
-  if (rlen >= 10 && strncmp(rest, "/versions/", 10) == 0) {
-    const char *s2 = memchr(rest + 10, '/', rlen - 10);
-    rest = s2 ? s2 : p + n;
-    rlen = (size_t)(p + n - rest);
-  }
-  int shape = model_shape(emu, name, nlen);
-  if (shape == -2) {
-    char msg[256];
-    snprintf(msg, sizeof(msg), "unknown model '%.*s'", (int)(nlen > 128 ? 128 : nlen), name);
-    v2_error(req, 404, msg);
-    return 1;
-  }
-  if (rlen == 0) metadata(emu, req, shape, name, nlen);
-  else if (rlen == 6 && strncmp(rest, "/ready", 6) == 0) lp_http_respond(req, 200, NULL, "application/json", "{}", 2);
-  else if (rlen == 6 && strncmp(rest, "/infer", 6) == 0) infer(emu, req, shape, name, nlen);
-  else v2_error(req, 404, "no such route");
   return 1;
 }
 

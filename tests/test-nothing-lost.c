@@ -629,6 +629,70 @@ START_TEST(poison_sequence_isolated) {
 }
 END_TEST
 
+/* What queued requests hold is charged to max_queue_bytes: past it, 429. */
+START_TEST(queue_bytes_budget) {
+  one_t o = one_backend("--shapes 4x512 --cost-ms 2000", "",
+                        "\"shapes\": \"4x512\", \"max_wait_ms\": 0, \"max_inflight\": 1, "
+                        "\"max_queue_bytes\": 1048576");
+  /* 1,024 sequences of 300 tokens hold 1.2 MB of tokens: more than the budget */
+  lp_buf_t b;
+  lp_buf_init(&b);
+  int32_t t[300];
+  for (int k = 0; k < 300; k++) t[k] = k + 1;
+  lp_buf_puts(&b, "{\"inputs\": [");
+  for (int i = 0; i < 1024; i++) {
+    if (i) lp_buf_puts(&b, ",");
+    lp_buf_i32_array(&b, t, 300);
+  }
+  lp_buf_puts(&b, "]}");
+  h_resp_t r;
+  ck_assert_int_eq(h_call(o.port, "POST", "/v1/infer", "", lp_buf_cstr(&b), &r), 0);
+  ck_assert_msg(r.status == 429 && strstr(r.body, "queue_full") && strstr(r.headers, "Retry-After"), "%d %s",
+                r.status, r.body);
+  h_resp_free(&r);
+  lp_buf_free(&b);
+  pid_t all[] = {o.proxy, o.emu};
+  stop_all(all, 2);
+}
+END_TEST
+
+/* The new configuration keys refuse bad values, naming the key. */
+START_TEST(config_errors_named) {
+  static const struct { const char *model; const char *says; } cases[] = {
+      {"\"cost_ms\": {\"8x64\": 20}", "cost_ms names 8x64"},
+      {"\"cost_ms\": {\"four\": 20}", "cost_ms.four"},
+      {"\"stall_factor\": 1.1", "stall_factor"},
+      {"\"devices\": 0", "devices"},
+      {"\"protocol\": \"grpc\"", "protocol"},
+      {"\"v2\": {\"colour\": 1}", "v2.colour: unknown key"},
+      {"\"v2\": {\"output_kind\": \"per_lane\"}", "v2.output_kind"},
+      {"\"v2\": {\"inputs\": {\"input_ids\": null}}", "input_ids is always sent"},
+      {"\"v2\": {\"datatype\": \"FP32\"}", "v2.datatype"},
+      {"\"max_queue_bytes\": 10", "max_queue_bytes"},
+      {"\"max_batch_tokens\": 100", "max_batch_tokens"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char cfg[64] = "/tmp/lp-cfg-err-XXXXXX";
+    int fd = mkstemp(cfg);
+    ck_assert_int_ge(fd, 0);
+    char text[512];
+    int n = snprintf(text, sizeof(text), "{\"models\": {\"m\": {\"shapes\": \"4x64\", "
+                     "\"backends\": [\"http://127.0.0.1:1\"], %s}}}", cases[i].model);
+    ck_assert_int_eq(write(fd, text, (size_t)n), n);
+    close(fd);
+    char *argv[] = {(char *)h_bin("LP_PROXY"), "--config", cfg, "--check-config", NULL};
+    ck_assert_int_eq(h_run(argv, "/tmp/lp-cfg-err.log"), 2);
+    char log[1024] = "";
+    FILE *lf = fopen("/tmp/lp-cfg-err.log", "r");
+    size_t got = lf ? fread(log, 1, sizeof(log) - 1, lf) : 0;
+    log[got] = '\0';
+    if (lf) fclose(lf);
+    ck_assert_msg(strstr(log, cases[i].says), "case %zu: %s", i, log);
+    unlink(cfg);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("nothing-lost");
   TCase *tc = tcase_create("integration");
@@ -642,6 +706,8 @@ int main(void) {
   tcase_add_test(tc, deep_queue_does_not_block_the_loop);
   tcase_add_test(tc, loadgen_against_failing_backends);
   tcase_add_test(tc, poison_sequence_isolated);
+  tcase_add_test(tc, queue_bytes_budget);
+  tcase_add_test(tc, config_errors_named);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_VERBOSE);

@@ -132,6 +132,24 @@ def scenario(lanepack, emulator, emu_args, model_cfg, title):
         check(s == 200 and "binary_tensor_data" in json.loads(data)["extensions"], "server metadata")
         s, _, _ = call(pp, "GET", "/v2/health/live")
         check(s == 200, "live")
+        s, _, data = call(pp, "GET", "/v2/models/m/infer")
+        check(s == 405 and "method_not_allowed" in json.loads(data)["error"], "GET infer: 405")
+        s, _, data = call(pp, "GET", "/v2/nowhere")
+        check(s == 404 and "not_found" in json.loads(data)["error"], "unknown v2 route: 404")
+        s, _, data = call(pp, "POST", "/v2/models/m/infer", b"{}", {"Inference-Header-Content-Length": "abc"})
+        check(s == 400 and "bad_header" in json.loads(data)["error"], "bad header length: 400")
+        # the backend goes: health says so, and requests are refused at once
+        e.terminate()
+        e.wait(10)
+        end = time.time() + 5
+        while time.time() < end and call(pp, "GET", "/v2/health/ready")[0] != 503:
+            time.sleep(0.1)
+        s, _, _ = call(pp, "GET", "/v2/health/ready")
+        check(s == 503, "not ready once the backend is gone: 503")
+        s, _, _ = call(pp, "GET", "/v2/models/m/ready")
+        check(s == 503, "model not ready: 503")
+        status, body, _ = infer(pp, "m", [[1, 2]], False)
+        check(status == 503 and "no_healthy_backend" in body["error"], "no backend: 503 %s" % body)
     finally:
         p.terminate()
         e.terminate()

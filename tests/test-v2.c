@@ -231,5 +231,25 @@ START_TEST(json_writing_of_slices) {
 }
 END_TEST
 
-LP_TEST_MAIN("v2", dtypes_and_halves, shortest_round_trip_text, write_then_decode_every_type,
+START_TEST(routes) {
+  static const struct { const char *path; lp_v2_route_t r; const char *name; } cases[] = {
+      {"/v1/infer", LP_V2_NOT_V2, NULL},         {"/v2x", LP_V2_NOT_V2, NULL},
+      {"/v2", LP_V2_SERVER, NULL},               {"/v2/health/live", LP_V2_LIVE, NULL},
+      {"/v2/health/ready", LP_V2_READY, NULL},   {"/v2/health", LP_V2_UNKNOWN, NULL},
+      {"/v2/models/", LP_V2_UNKNOWN, NULL},      {"/v2/models/m", LP_V2_MODEL, "m"},
+      {"/v2/models/bert_4x64/ready", LP_V2_MODEL_READY, "bert_4x64"},
+      {"/v2/models/m/infer", LP_V2_INFER, "m"}, {"/v2/models/m/versions/3/infer", LP_V2_INFER, "m"},
+      {"/v2/models/m/versions/3", LP_V2_MODEL, "m"}, {"/v2/models/m/explain", LP_V2_UNKNOWN, "m"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    const char *name;
+    size_t n;
+    lp_v2_route_t r = lp_v2_route(cases[i].path, strlen(cases[i].path), &name, &n);
+    ck_assert_msg(r == cases[i].r, "%s: %d", cases[i].path, r);
+    if (cases[i].name) ck_assert_msg(n == strlen(cases[i].name) && !memcmp(name, cases[i].name, n), "%s", cases[i].path);
+  }
+}
+END_TEST
+
+LP_TEST_MAIN("v2", routes, dtypes_and_halves, shortest_round_trip_text, write_then_decode_every_type,
              request_parameters_and_widening, malformed_messages_named, json_writing_of_slices)

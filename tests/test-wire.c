@@ -175,5 +175,56 @@ START_TEST(missing_model_and_bad_answers) {
 }
 END_TEST
 
-LP_TEST_MAIN("wire", binary_and_json_per_token, per_segment_and_ragged, float_features,
+/* The emulator's v2 side checks every batch as strictly as a JSON one. */
+START_TEST(emulator_v2_checks) {
+  int port;
+  pid_t e = h_start_emulator("--shapes 1x8 --protocol v2", &port);
+  ck_assert_int_gt(e, 0);
+  static const struct {
+    const char *ids, *sids, *pos, *dtype, *extra;
+    int status;
+    const char *says;
+  } cases[] = {
+      {"[5,6,7,8,9,0,0,0]", "[1,1,1,2,2,0,0,0]", "[0,1,2,0,1,0,0,0]", "INT32", "", 200, "outputs"},
+      {"[5,6,7,8,9,0,0,0]", "[2,2,2,3,3,0,0,0]", "[0,1,2,0,1,0,0,0]", "INT32", "", 400, "count 1, 2"},
+      {"[5,6,7,8,9,0,0,0]", "[1,1,1,2,2,0,0,0]", "[0,1,2,3,4,0,0,0]", "INT64", "", 400, "restart at 0"},
+      {"[5,6,7,8,9,0,0,0]", "[1,1,1,2,2,0,0,0]", "[0,1,2,0,1,0,7,0]", "INT32", "", 400, "padding"},
+      {"[5,6,7,8,9,0,0,0]", "[1,1,1,2,2,0,0,0]", "[0,1,2,0,1,0,0,0]", "FP32", "", 400, "INT32 or INT64"},
+      {"[5,6,7,8,9,0,0,0]", "[1,1,1,2,2,0,0,0]", "[0,1,2,0,1,0,0,0]", "INT32",
+       ",\"outputs\":[{\"name\":\"logits\"}]", 400, "unknown output"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "{\"inputs\":[{\"name\":\"input_ids\",\"datatype\":\"%s\",\"shape\":[1,8],\"data\":%s},"
+             "{\"name\":\"segment_ids\",\"datatype\":\"%s\",\"shape\":[1,8],\"data\":%s},"
+             "{\"name\":\"position_ids\",\"datatype\":\"%s\",\"shape\":[1,8],\"data\":%s}]%s}",
+             cases[i].dtype, cases[i].ids, cases[i].dtype, cases[i].sids, cases[i].dtype, cases[i].pos,
+             cases[i].extra);
+    h_resp_t r;
+    ck_assert_int_eq(h_call(port, "POST", "/v2/models/lanepack_1x8/infer", "", body, &r), 0);
+    ck_assert_msg(r.status == cases[i].status && strstr(r.body, cases[i].says), "case %zu: %d %s", i,
+                  r.status, r.body);
+    h_resp_free(&r);
+  }
+  /* a missing input, the wrong shape, an unknown model */
+  h_resp_t r;
+  ck_assert_int_eq(h_call(port, "POST", "/v2/models/lanepack_1x8/infer", "",
+                          "{\"inputs\":[{\"name\":\"input_ids\",\"datatype\":\"INT32\",\"shape\":[1,8],"
+                          "\"data\":[1,2,3,4,5,6,7,8]}]}", &r), 0);
+  ck_assert_msg(r.status == 400 && strstr(r.body, "segment_ids' is missing"), "%d %s", r.status, r.body);
+  h_resp_free(&r);
+  ck_assert_int_eq(h_call(port, "POST", "/v2/models/lanepack_1x8/infer", "",
+                          "{\"inputs\":[{\"name\":\"input_ids\",\"datatype\":\"INT32\",\"shape\":[1,4],"
+                          "\"data\":[1,2,3,4]}]}", &r), 0);
+  ck_assert_msg(r.status == 400 && strstr(r.body, "wrong shape"), "%d %s", r.status, r.body);
+  h_resp_free(&r);
+  ck_assert_int_eq(h_call(port, "GET", "/v2/models/lanepack_2x8/ready", "", NULL, &r), 0);
+  ck_assert_int_eq(r.status, 404);
+  h_resp_free(&r);
+  h_stop(e, 5000);
+}
+END_TEST
+
+LP_TEST_MAIN("wire", emulator_v2_checks, binary_and_json_per_token, per_segment_and_ragged, float_features,
              missing_model_and_bad_answers)

@@ -45,6 +45,22 @@ void lp_v2_msg_free(lp_v2_msg_t *m);
 /* The tensor named name, or NULL. */
 const lp_tensor_t *lp_v2_find(const lp_v2_msg_t *m, const char *name);
 
+/* The v2 routes a path names (the part before any '?'). */
+typedef enum {
+  LP_V2_NOT_V2 = 0,     /* not under /v2 */
+  LP_V2_SERVER,         /* /v2 */
+  LP_V2_LIVE,           /* /v2/health/live */
+  LP_V2_READY,          /* /v2/health/ready */
+  LP_V2_MODEL,          /* /v2/models/NAME */
+  LP_V2_MODEL_READY,    /* /v2/models/NAME/ready */
+  LP_V2_INFER,          /* /v2/models/NAME/infer */
+  LP_V2_UNKNOWN         /* under /v2, no such route */
+} lp_v2_route_t;
+
+/* Parses path[0..n); name and name_len get the model's name for the model routes
+ * (a /versions/V part is accepted and ignored). */
+lp_v2_route_t lp_v2_route(const char *path, size_t n, const char **name, size_t *name_len);
+
 /* One tensor to write: count elements of dtype at data in host order; with
  * widen_i32, data holds int32 values written as INT64. */
 typedef struct lp_v2_out_s {

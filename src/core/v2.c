@@ -292,3 +292,35 @@ int lp_v2_write(lp_buf_t *out, const char *members, const char *list_key, const 
   }
   return out->oom ? -ENOMEM : 0;
 }
+
+/* ---- routes ---- */
+
+static int is(const char *p, size_t n, const char *lit) { return n == strlen(lit) && memcmp(p, lit, n) == 0; }
+
+lp_v2_route_t lp_v2_route(const char *p, size_t n, const char **name, size_t *name_len) {
+  *name = NULL;
+  *name_len = 0;
+  if (n < 3 || memcmp(p, "/v2", 3) != 0 || (n > 3 && p[3] != '/')) return LP_V2_NOT_V2;
+  if (n == 3) return LP_V2_SERVER;
+  if (is(p, n, "/v2/health/live")) return LP_V2_LIVE;
+  if (is(p, n, "/v2/health/ready")) return LP_V2_READY;
+  static const char models[] = "/v2/models/";
+  size_t ml = sizeof(models) - 1;
+  if (n <= ml || memcmp(p, models, ml) != 0) return LP_V2_UNKNOWN;
+  const char *nm = p + ml, *end = p + n;
+  const char *slash = memchr(nm, '/', (size_t)(end - nm));
+  const char *rest = slash ? slash : end;
+  if (rest == nm) return LP_V2_UNKNOWN;
+  *name = nm;
+  *name_len = (size_t)(rest - nm);
+  size_t rl = (size_t)(end - rest);
+  if (rl >= 10 && memcmp(rest, "/versions/", 10) == 0) {
+    const char *s2 = memchr(rest + 10, '/', rl - 10);
+    rest = s2 ? s2 : end;
+    rl = (size_t)(end - rest);
+  }
+  if (rl == 0) return LP_V2_MODEL;
+  if (is(rest, rl, "/ready")) return LP_V2_MODEL_READY;
+  if (is(rest, rl, "/infer")) return LP_V2_INFER;
+  return LP_V2_UNKNOWN;
+}

@@ -296,7 +296,6 @@ lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, int32_t **tokens, size_t nto
   job->multi = multi;
   job->model = m;
   job->proxy = p;
-  size_t off = 0;
   for (size_t i = 0; i < nseq; i++) {
     lp_seq_t *s = &job->seqs[i];
     uint32_t maxlen;
@@ -314,7 +313,6 @@ lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, int32_t **tokens, size_t nto
         fail(e, 413, "sequence_too_long", "'%s' has %u tokens, the largest bucket holds %u",
              field, lens[i], maxlen);
       snprintf(e->extra, sizeof(e->extra), ", \"max_len\": %u", maxlen);
-      e->max_len = maxlen;
       goto failed;
     }
     if (v == LP_ADMIT_NO_SHAPE) {
@@ -322,10 +320,8 @@ lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, int32_t **tokens, size_t nto
       goto failed;
     }
     s->job = job;
-    s->tokens = (const int32_t *)(uintptr_t)off; /* an offset until the tokens are final */
     s->len = lens[i];
     s->q.priority = priority;
-    off += lens[i];
   }
   if (id_json) {
     job->id_json = strndup(id_json, id_len);
@@ -336,8 +332,7 @@ lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, int32_t **tokens, size_t nto
   if (fit) *tokens = fit;
   job->tokens = *tokens;
   *tokens = NULL;
-  for (size_t i = 0; i < nseq; i++)
-    job->seqs[i].tokens = job->tokens + (size_t)(uintptr_t)job->seqs[i].tokens;
+  for (size_t i = 0, at = 0; i < nseq; at += lens[i++]) job->seqs[i].tokens = job->tokens + at;
   job->bytes = sizeof(*job) + nseq * sizeof(lp_seq_t) + ntokens * sizeof(int32_t) +
                (job->id_json ? strlen(job->id_json) + 1 : 0);
   job->arrive_ns = uv_hrtime();

@@ -224,7 +224,6 @@ typedef struct lp_perr_s {
   const char *code;
   char msg[256];
   char extra[96];
-  uint32_t max_len;       /* sequence_too_long: the limit */
 } lp_perr_t;
 
 /* infer.c: parses a body into a job; on failure answers the client itself. */

@@ -24,6 +24,16 @@ static uint64_t b_failures(const lp_backend_t *b) { return b->failures; }
 static uint64_t b_batches(const lp_backend_t *b) { return b->batches; }
 static uint64_t b_devices(const lp_backend_t *b) { return b->clock.devices; }
 
+/* Per model, a histogram at offset in lp_model_t. */
+static void per_model_hist(lp_buf_t *b, lp_proxy_t *p, const char *name, const char *help, size_t offset) {
+  char labels[128];
+  lp_metric_family(b, name, "histogram", help);
+  for (size_t i = 0; i < p->nmodels; i++) {
+    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
+    lp_metric_hist(b, name, labels, (const lp_hist_t *)((const char *)&p->models[i] + offset));
+  }
+}
+
 /* Per backend, a value in seconds from nanoseconds. */
 static void per_backend_seconds(lp_buf_t *b, lp_proxy_t *p, const char *name, const char *type,
                                 const char *help, size_t offset) {
@@ -114,29 +124,16 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   }
   per_model(b, p, "lanepack_sequences_total", "counter", "Sequences answered by a backend, by model.",
             m_done);
-  lp_metric_family(b, "lanepack_batch_fill_ratio", "histogram", "Real tokens over slots, per batch.");
-  for (size_t i = 0; i < p->nmodels; i++) {
-    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
-    lp_metric_hist(b, "lanepack_batch_fill_ratio", labels, &p->models[i].fill);
-  }
-  lp_metric_family(b, "lanepack_service_seconds", "histogram",
-                   "Device time per batch (as the backend reports it, else dispatch to answer), by model.");
-  for (size_t i = 0; i < p->nmodels; i++) {
-    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
-    lp_metric_hist(b, "lanepack_service_seconds", labels, &p->models[i].service);
-  }
-  lp_metric_family(b, "lanepack_service_prediction_error_ratio", "histogram",
-                   "|answer time - the clock's expectation| / expectation, per batch, by model.");
-  for (size_t i = 0; i < p->nmodels; i++) {
-    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
-    lp_metric_hist(b, "lanepack_service_prediction_error_ratio", labels, &p->models[i].service_error);
-  }
-  lp_metric_family(b, "lanepack_queue_delay_seconds", "histogram",
-                   "Arrival to dispatch of answered requests, by model.");
-  for (size_t i = 0; i < p->nmodels; i++) {
-    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
-    lp_metric_hist(b, "lanepack_queue_delay_seconds", labels, &p->models[i].queue_delay);
-  }
+  per_model_hist(b, p, "lanepack_batch_fill_ratio", "Real tokens over slots, per batch.",
+                 offsetof(lp_model_t, fill));
+  per_model_hist(b, p, "lanepack_service_seconds",
+                 "Device time per batch (as the backend reports it, else dispatch to answer), by model.",
+                 offsetof(lp_model_t, service));
+  per_model_hist(b, p, "lanepack_service_prediction_error_ratio",
+                 "|answer time - the clock's expectation| / expectation, per batch, by model.",
+                 offsetof(lp_model_t, service_error));
+  per_model_hist(b, p, "lanepack_queue_delay_seconds", "Arrival to dispatch of answered requests, by model.",
+                 offsetof(lp_model_t, queue_delay));
   lp_metric_family(b, "lanepack_request_duration_seconds", "histogram",
                    "Time of answered inference requests: queued, at the backend, total.");
   lp_metric_hist(b, "lanepack_request_duration_seconds", "phase=\"queue\"", &p->t_queue);

@@ -237,54 +237,38 @@ int lp__v2_answer(lp_job_t *job, int per_segment, lp_buf_t *out_body, const char
 /* ---- routes ---- */
 
 int lp__v2_route(lp_proxy_t *p, lp_http_req_t *req) {
-  const char *u = req->url;
-  size_t n = req->path_len;
-  if (n < 3 || strncmp(u, "/v2", 3) != 0 || (n > 3 && u[3] != '/')) return 0;
-  if (n == 3) {
+  const char *name;
+  size_t nlen;
+  lp_v2_route_t r = lp_v2_route(req->url, req->path_len, &name, &nlen);
+  if (r == LP_V2_NOT_V2) return 0;
+  if (r == LP_V2_SERVER) {
     static const char meta[] = "{\"name\":\"lanepack\",\"version\":\"" LP_VERSION
                                "\",\"extensions\":[\"binary_tensor_data\",\"schedule_policy\"]}\n";
     lp_proxy_count(p, LP_ROUTE_V2, 200);
     lp_http_respond(req, 200, NULL, "application/json", meta, sizeof(meta) - 1);
     return 1;
   }
-  if (n == 15 && strncmp(u, "/v2/health/live", 15) == 0) {
-    status_only(p, req, 1);
-    return 1;
-  }
-  if (n == 16 && strncmp(u, "/v2/health/ready", 16) == 0) {
+  if (r == LP_V2_LIVE || r == LP_V2_READY) {
     int ready = !p->draining;
-    for (size_t i = 0; i < p->nmodels && ready; i++) ready = lp__model_ready(&p->models[i]);
-    status_only(p, req, ready);
+    for (size_t i = 0; r == LP_V2_READY && i < p->nmodels && ready; i++) ready = lp__model_ready(&p->models[i]);
+    status_only(p, req, r == LP_V2_LIVE || ready);
     return 1;
   }
-  static const char models[] = "/v2/models/";
-  if (n <= sizeof(models) - 1 || strncmp(u, models, sizeof(models) - 1) != 0) {
+  if (r == LP_V2_UNKNOWN) {
     lp__v2_reject(p, req, 404, "not_found", "no such route");
     return 1;
-  }
-  const char *name = u + sizeof(models) - 1;
-  const char *slash = memchr(name, '/', (size_t)(u + n - name));
-  size_t nlen = slash ? (size_t)(slash - name) : (size_t)(u + n - name);
-  const char *rest = slash ? slash : u + n;
-  size_t rlen = (size_t)(u + n - rest);
-  if (rlen >= 10 && strncmp(rest, "/versions/", 10) == 0) { /* a version is accepted, ignored */
-    const char *s2 = memchr(rest + 10, '/', rlen - 10);
-    rest = s2 ? s2 : u + n;
-    rlen = (size_t)(u + n - rest);
   }
   lp_model_t *m = find_model(p, name, nlen);
   if (!m) {
     char msg[200];
     snprintf(msg, sizeof(msg), "no model named '%.*s'", (int)(nlen > 64 ? 64 : nlen), name);
     lp__v2_reject(p, req, 404, "unknown_model", msg);
-  } else if (rlen == 0) {
+  } else if (r == LP_V2_MODEL) {
     metadata(p, req, m);
-  } else if (rlen == 6 && strncmp(rest, "/ready", 6) == 0) {
+  } else if (r == LP_V2_MODEL_READY) {
     status_only(p, req, !p->draining && lp__model_ready(m));
-  } else if (rlen == 6 && strncmp(rest, "/infer", 6) == 0) {
-    infer(p, req, m);
   } else {
-    lp__v2_reject(p, req, 404, "not_found", "no such route");
+    infer(p, req, m);
   }
   return 1;
 }
