@@ -161,6 +161,56 @@ START_TEST(int_array_vs_jansson) {
 }
 END_TEST
 
+/* The same on integers of every width (1 to 21 digits, so the eight-at-a-time
+ * reader's boundaries and int32's limits are crossed), with int32's range. */
+START_TEST(int_array_widths_vs_jansson) {
+  lp_rng_t rng;
+  lp_rng_seed(&rng, 11);
+  char buf[512];
+  int32_t out[64];
+  int both_ok = 0, rejected = 0;
+  for (int round = 0; round < 30000; round++) {
+    size_t k = 0, cnt = 1 + (size_t)lp_rng_below(&rng, 10);
+    buf[k++] = '[';
+    for (size_t i = 0; i < cnt; i++) {
+      char digits[32];
+      size_t nd = 1 + (size_t)lp_rng_below(&rng, round % 3 ? 10 : 21);
+      for (size_t d = 0; d < nd; d++) digits[d] = (char)('0' + lp_rng_below(&rng, 10));
+      if (nd > 1 && digits[0] == '0' && lp_rng_below(&rng, 8)) digits[0] = '1';
+      digits[nd] = 0;
+      k += (size_t)snprintf(buf + k, sizeof(buf) - k, "%s%s%s%s", i ? "," : "",
+                            lp_rng_below(&rng, 4) ? "" : " ", lp_rng_below(&rng, 5) ? "" : "-",
+                            digits);
+    }
+    buf[k++] = ']';
+    buf[k] = 0;
+    size_t len = strlen(buf), n;
+    int err;
+    const char *end = lp_jscan_int_array(buf, buf + len, out, 64, INT32_MIN, INT32_MAX, &n, &err);
+    int ours = end == buf + len;
+    json_error_t e;
+    json_t *j = json_loadb(buf, len, 0, &e);
+    int theirs = j && json_is_array(j);
+    for (size_t i = 0; theirs && i < json_array_size(j); i++) {
+      json_t *v = json_array_get(j, i);
+      theirs = json_is_integer(v) && json_integer_value(v) >= INT32_MIN &&
+               json_integer_value(v) <= INT32_MAX;
+    }
+    if (ours != theirs) ck_abort_msg("reader %d jansson %d on %s (err %d)", ours, theirs, buf, err);
+    if (ours) {
+      REQUIRE(n == json_array_size(j));
+      for (size_t i = 0; i < n; i++) REQUIRE(out[i] == json_integer_value(json_array_get(j, i)));
+      both_ok++;
+    } else {
+      rejected++;
+    }
+    json_decref(j);
+  }
+  ck_assert_int_gt(both_ok, 5000);
+  ck_assert_int_gt(rejected, 5000);
+}
+END_TEST
+
 START_TEST(int_array_errors) {
   int32_t out[4];
   size_t n;
@@ -190,4 +240,5 @@ START_TEST(int_array_errors) {
 }
 END_TEST
 
-LP_TEST_MAIN("jscan", fixed_cases, depth_limit, key_compare, differential, int_array_vs_jansson, int_array_errors)
+LP_TEST_MAIN("jscan", fixed_cases, depth_limit, key_compare, differential, int_array_vs_jansson,
+             int_array_widths_vs_jansson, int_array_errors)

@@ -137,6 +137,19 @@ START_TEST(random_from_packer) {
     }
     ck_assert_uint_eq(pad + real, (uint64_t)lanes * bucket);
     ck_assert_uint_eq(l.real_tokens, real);
+    /* without the id arrays (skip_ids), the same tokens and segments, and the
+     * id arrays untouched (a JSON batch derives them from the segments) */
+    lp_layout_t q;
+    memset(&q, 0, sizeof(q));
+    q.skip_ids = 1;
+    ck_assert_int_eq(lp_layout_build(&q, lanes, bucket, 0, place, seqs, n), 0);
+    memset(q.segment_ids, 0x5a, (size_t)lanes * bucket * sizeof(int32_t));
+    ck_assert_int_eq(lp_layout_build(&q, lanes, bucket, 0, place, seqs, n), 0);
+    ck_assert_int_eq(memcmp(q.input_ids, l.input_ids, (size_t)lanes * bucket * sizeof(int32_t)), 0);
+    ck_assert_uint_eq(q.nsegs, l.nsegs);
+    ck_assert_int_eq(memcmp(q.segs, l.segs, l.nsegs * sizeof(lp_segment_t)), 0);
+    ck_assert_int_eq(q.segment_ids[0], 0x5a5a5a5a);
+    lp_layout_free(&q);
     for (size_t i = 0; i < n; i++) free(toks[i]);
     free(toks); free(lens); free(seqs); free(place);
   }

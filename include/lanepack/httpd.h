@@ -42,6 +42,7 @@ typedef struct lp_http_req_s {
   int _close_after;
   char _ihcl[24];
   lp_buf_t _resp;
+  struct lp_http_req_s *_group; /* the first of the answers written with this one */
   uv_write_t _write;
 } lp_http_req_t;
 

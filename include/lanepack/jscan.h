@@ -10,7 +10,13 @@
 #define LP_JSCAN_MAX_DEPTH 64
 
 /* Skips whitespace; returns the first other byte's position (maybe end). */
-const char *lp_jscan_ws(const char *p, const char *end);
+static inline const char *lp_jscan_ws(const char *p, const char *end) {
+  /* most calls find no space at all: one compare decides */
+  while (p < end && (unsigned char)*p <= ' ' &&
+         (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+    p++;
+  return p;
+}
 
 /* Skips one JSON value starting at p (no leading whitespace). Returns the byte
  * after it, or NULL when it is not valid JSON or nests deeper than max_depth. */

@@ -23,6 +23,8 @@ typedef struct lp_segment_s {
 
 typedef struct lp_layout_s {
   int ragged;              /* 1: flat form, one "lane" of `bucket` = total tokens */
+  int skip_ids;            /* set by the owner: segment_ids and position_ids are not
+                              filled (a writer that derives them from segs) */
   uint32_t lanes;
   uint32_t bucket;
   uint64_t real_tokens;

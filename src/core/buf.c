@@ -55,44 +55,6 @@ static const char digits2[] =
     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
     "8081828384858687888990919293949596979899";
 
-static size_t fmt_u64(char *out, uint64_t v) {
-  char tmp[20];
-  size_t i = sizeof(tmp);
-  while (v >= 100) {
-    unsigned r = (unsigned)(v % 100);
-    v /= 100;
-    tmp[--i] = digits2[2 * r + 1];
-    tmp[--i] = digits2[2 * r];
-  }
-  if (v >= 10) {
-    tmp[--i] = digits2[2 * v + 1];
-    tmp[--i] = digits2[2 * v];
-  } else {
-    tmp[--i] = (char)('0' + v);
-  }
-  size_t n = sizeof(tmp) - i;
-  memcpy(out, tmp + i, n);
-  return n;
-}
-
-size_t lp_fmt_i64(char *out, int64_t v) {
-  if (v < 0) {
-    out[0] = '-';
-    return 1 + fmt_u64(out + 1, (uint64_t)0 - (uint64_t)v);
-  }
-  return fmt_u64(out, (uint64_t)v);
-}
-
-void lp_buf_i64(lp_buf_t *b, int64_t v) {
-  if (lp_buf_reserve(b, 21)) return;
-  b->len += lp_fmt_i64(b->data + b->len, v);
-}
-
-void lp_buf_u64(lp_buf_t *b, uint64_t v) {
-  if (lp_buf_reserve(b, 21)) return;
-  b->len += fmt_u64(b->data + b->len, v);
-}
-
 /* Writes v in place, digits counted first so they go straight to their slot:
  * token, segment and position ids are small, and this is the hottest writer. */
 static inline char *put_u32(char *o, uint32_t v) {
@@ -112,6 +74,41 @@ static inline char *put_u32(char *o, uint32_t v) {
   if (v >= 10) memcpy(e - 2, digits2 + 2 * v, 2);
   else e[-1] = (char)('0' + v);
   return o + n;
+}
+
+/* Exactly eight digits, zero-padded. */
+static inline void put8(char *o, uint32_t v) {
+  for (int i = 6; i >= 0; i -= 2) {
+    memcpy(o + i, digits2 + 2 * (v % 100), 2);
+    v /= 100;
+  }
+}
+
+/* Past 32 bits, one 64-bit division splits off eight digits at a time (a
+ * division per digit pair there costs several times a 32-bit one). */
+static size_t fmt_u64(char *out, uint64_t v) {
+  if (v <= UINT32_MAX) return (size_t)(put_u32(out, (uint32_t)v) - out);
+  size_t n = fmt_u64(out, v / 100000000);
+  put8(out + n, (uint32_t)(v % 100000000));
+  return n + 8;
+}
+
+size_t lp_fmt_i64(char *out, int64_t v) {
+  if (v < 0) {
+    out[0] = '-';
+    return 1 + fmt_u64(out + 1, (uint64_t)0 - (uint64_t)v);
+  }
+  return fmt_u64(out, (uint64_t)v);
+}
+
+void lp_buf_i64(lp_buf_t *b, int64_t v) {
+  if (lp_buf_reserve(b, 21)) return;
+  b->len += lp_fmt_i64(b->data + b->len, v);
+}
+
+void lp_buf_u64(lp_buf_t *b, uint64_t v) {
+  if (lp_buf_reserve(b, 21)) return;
+  b->len += fmt_u64(b->data + b->len, v);
 }
 
 void lp_buf_i32_array(lp_buf_t *b, const int32_t *v, size_t n) {

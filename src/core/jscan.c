@@ -4,11 +4,6 @@
 
 #include <string.h>
 
-const char *lp_jscan_ws(const char *p, const char *end) {
-  while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
-  return p;
-}
-
 /* Reads the \uXXXX escape at p (after the backslash and 'u'); -1 if bad. */
 static long hex4(const char *p, const char *end) {
   if (end - p < 4) return -1;
@@ -212,6 +207,23 @@ const char *lp_jscan_key(const char *p, const char *end, const char *key, int *e
   return after;
 }
 
+/* A byte's high bit set in the result where w's byte is not an ASCII digit
+ * (little-endian: the lowest set byte is the first non-digit; borrows and
+ * carries only run upward, past it). */
+static inline uint64_t digits_mask(uint64_t w) {
+  uint64_t below = w - 0x3030303030303030ULL; /* high bit: < '0' or >= 0xb0 */
+  uint64_t above = w + 0x4646464646464646ULL; /* high bit: > '9' (up to 0xb9) */
+  return (below | above) & 0x8080808080808080ULL;
+}
+
+/* The value of eight digit values (0..9) in the bytes of x, the first in the
+ * lowest byte (leading zero bytes count as zeros). */
+static inline uint64_t eight_digits(uint64_t x) {
+  x = (x * 10 + (x >> 8)) & 0x00ff00ff00ff00ffULL;
+  x = (x * 100 + (x >> 16)) & 0x0000ffff0000ffffULL;
+  return (x * 10000 + (x >> 32)) & 0xffffffffULL;
+}
+
 const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, size_t cap,
                                int64_t min, int64_t max, size_t *n, int *err) {
   *n = 0;
@@ -238,17 +250,29 @@ const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, siz
       *err = q ? LP_JSCAN_E_NOT_INT : LP_JSCAN_E_SYNTAX;
       return NULL;
     }
+    /* digits first, then their value: at most 18 fit a uint64 unchecked, and
+     * no int32 needs more than 10 */
+    const char *d = p;
     uint64_t v = 0;
-    int big = 0;
-    if (*p == '0') {
-      p++;
+    if (end - p >= 8) {
+      /* eight bytes at a time: how many lead with digits, and their value */
+      uint64_t w;
+      memcpy(&w, p, 8);
+      uint64_t nd = digits_mask(w);
+      unsigned k = nd ? (unsigned)__builtin_ctzll(nd) / 8 : 8;
+      v = k ? eight_digits((w - 0x3030303030303030ULL) << (64 - 8 * k)) : 0;
+      p += k;
+      if (k == 8)
+        for (unsigned dg; p < end && (dg = (unsigned)((unsigned char)*p - '0')) < 10; p++)
+          v = v * 10 + dg;
     } else {
-      while (p < end && *p >= '0' && *p <= '9') {
-        if (v > (UINT64_MAX - 9) / 10) big = 1;
-        else v = v * 10 + (uint64_t)(*p - '0');
-        p++;
-      }
+      for (unsigned dg; p < end && (dg = (unsigned)((unsigned char)*p - '0')) < 10; p++)
+        v = v * 10 + dg;
     }
+    /* past 19 digits v may have wrapped: those are flagged by their count */
+    size_t nd = (size_t)(p - d);
+    int big = nd > 18;
+    if (nd > 1 && *d == '0') p = d + 1; /* leading zero: rejected below */
     if (p < end && (*p == '.' || *p == 'e' || *p == 'E')) {
       *err = skip_number(start, end) ? LP_JSCAN_E_NOT_INT : LP_JSCAN_E_SYNTAX;
       return NULL;

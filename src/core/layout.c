@@ -34,6 +34,18 @@ static int cmp_seg(const void *a, const void *b) {
   return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+/* Padding from..to: the pad token, segment 0, position 0. */
+static void fill_pad(int32_t *ids, int32_t *sid, int32_t *pos, uint32_t from, uint32_t to,
+                     int32_t pad_id, int with_ids) {
+  if (from >= to) return;
+  if (pad_id == 0) memset(ids + from, 0, (size_t)(to - from) * sizeof(int32_t));
+  else
+    for (uint32_t k = from; k < to; k++) ids[k] = pad_id;
+  if (!with_ids) return;
+  memset(sid + from, 0, (size_t)(to - from) * sizeof(int32_t));
+  memset(pos + from, 0, (size_t)(to - from) * sizeof(int32_t));
+}
+
 int lp_layout_build(lp_layout_t *l, uint32_t lanes, uint32_t bucket, int32_t pad_id,
                     const lp_place_t *place, const lp_seq_ref_t *seqs, size_t n) {
   if (lanes == 0 || bucket == 0) return -EINVAL;
@@ -60,26 +72,24 @@ int lp_layout_build(lp_layout_t *l, uint32_t lanes, uint32_t bucket, int32_t pad
     int32_t *ids = l->input_ids + (size_t)lane * bucket;
     int32_t *sid = l->segment_ids + (size_t)lane * bucket;
     int32_t *pos = l->position_ids + (size_t)lane * bucket;
+    int with_ids = !l->skip_ids;
     uint32_t at = 0, segno = 0;
     for (; s < l->nsegs && l->segs[s].lane == lane; s++) {
       lp_segment_t *g = &l->segs[s];
       if (g->offset < at) return -EINVAL; /* overlaps the previous segment */
-      for (uint32_t k = at; k < g->offset; k++) {
-        ids[k] = pad_id; sid[k] = 0; pos[k] = 0;
-      }
+      fill_pad(ids, sid, pos, at, g->offset, pad_id, with_ids);
       g->segment = ++segno;
       memcpy(ids + g->offset, seqs[g->item].tokens, (size_t)g->length * sizeof(int32_t));
-      for (uint32_t k = 0; k < g->length; k++) {
-        sid[g->offset + k] = (int32_t)segno;
-        pos[g->offset + k] = (int32_t)k;
-      }
+      if (with_ids)
+        for (uint32_t k = 0; k < g->length; k++) {
+          sid[g->offset + k] = (int32_t)segno;
+          pos[g->offset + k] = (int32_t)k;
+        }
       at = g->offset + g->length;
       l->real_tokens += g->length;
       if (g->length > l->max_seqlen) l->max_seqlen = g->length;
     }
-    for (uint32_t k = at; k < bucket; k++) {
-      ids[k] = pad_id; sid[k] = 0; pos[k] = 0;
-    }
+    fill_pad(ids, sid, pos, at, bucket, pad_id, with_ids);
   }
   return 0;
 }
@@ -111,7 +121,7 @@ int lp_layout_build_ragged(lp_layout_t *l, const lp_place_t *place, const lp_seq
     if (place && place[i].bin < 0) continue;
     uint32_t len = seqs[i].len;
     memcpy(l->input_ids + at, seqs[i].tokens, (size_t)len * sizeof(int32_t));
-    for (uint32_t k = 0; k < len; k++) {
+    for (uint32_t k = 0; k < len && !l->skip_ids; k++) {
       l->segment_ids[at + k] = (int32_t)(l->nsegs + 1);
       l->position_ids[at + k] = (int32_t)k;
     }

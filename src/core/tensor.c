@@ -237,6 +237,18 @@ static void put_elem(lp_buf_t *b, const lp_tensor_t *t, size_t i) {
 }
 
 void lp_tensor_write_json(lp_buf_t *b, const lp_tensor_t *t, size_t first, size_t n, size_t inner) {
+  if (inner <= 1 && !lp_dtype_is_float(t->dtype) && t->dtype != LP_DT_BOOL &&
+      t->dtype != LP_DT_UINT64) {
+    /* the common answer, integers: one reservation, digits written in place */
+    if (lp_buf_reserve(b, n * 21 + 1)) return;
+    char *o = b->data + b->len;
+    for (size_t i = 0; i < n; i++) {
+      if (i) *o++ = ',';
+      o += lp_fmt_i64(o, lp_tensor_int(t, first + i));
+    }
+    b->len = (size_t)(o - b->data);
+    return;
+  }
   if (inner <= 1) {
     for (size_t i = 0; i < n; i++) {
       if (i) lp_buf_puts(b, ",");

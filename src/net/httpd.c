@@ -1,6 +1,7 @@
 /* The HTTP/1.1 server: connections on libuv, parsing by llhttp, answers in
  * request order. Requests are owned by their connection until written. */
 #include "lanepack/httpd.h"
+#include "lanepack/timeheap.h"
 
 #include <errno.h>
 #include <llhttp.h>
@@ -27,6 +28,30 @@
 #define LINGER_MAX (64u * 1024 * 1024)
 /* While a connection is not read, how often its peer is checked for a hang-up. */
 #define WATCH_MS 1000
+/* Answers gathered into one write. */
+#define FLUSH_MAX 16
+/* Parser states kept for reuse; more are freed. */
+#define PARSE_POOL_MAX 256
+
+/* The parser and what it keeps of the request being read. A connection holds
+ * one only while bytes of a request are in hand; between requests it goes back
+ * to the server's pool, so an idle keep-alive connection holds none (as nginx
+ * frees its buffers on idle connections). */
+typedef struct lp_http_parse_s {
+  llhttp_t parser;
+  struct lp_http_parse_s *next_free;
+  size_t header_bytes;
+  size_t field_len;
+  int field_done;
+  int host_count;              /* Host headers of the request being parsed */
+  int te_count;                /* Transfer-Encoding headers */
+  int err_status;              /* set by a callback that rejects the request */
+  const char *err_code;
+  const char *err_msg;
+  char field[64];              /* current header name (truncated) */
+  char expect[32];             /* the Expect header of the request being parsed */
+  char te[40];                 /* the Transfer-Encoding value (truncated) */
+} lp_http_parse_t;
 
 struct lp_httpd_s {
   uv_loop_t *loop;
@@ -41,6 +66,16 @@ struct lp_httpd_s {
   char *rbuf;                  /* one read buffer for the loop: every read is parsed
                                   before the next, so idle connections hold none */
   size_t rbuf_cap;
+  lp_http_parse_t *parse_free; /* pool of parser states, owned */
+  size_t parse_nfree;
+  /* One timer for every connection: a heap of their next looks, lazily keyed
+   * (a key may be earlier than needed: the look re-arms), so that traffic
+   * moves no timer and an idle connection holds 16 bytes of timing. */
+  lp_theap_t timers;
+  uv_timer_t tick;
+  uint64_t tick_at;            /* when tick fires (uv_now ms), UINT64_MAX if stopped */
+  int tick_open;
+  int tick_closed;
   void (*done)(void *);
   void *done_arg;
 };
@@ -48,41 +83,30 @@ struct lp_httpd_s {
 struct lp_http_conn_s {
   lp_httpd_t *srv;
   uv_tcp_t tcp;
-  uv_timer_t timer;
-  llhttp_t parser;
+  lp_theap_node_t timer;       /* in srv->timers (ms) while a look is due */
+  lp_http_parse_t *ps;         /* borrowed from the pool while a request is read */
   lp_http_conn_t *prev, *next;
   lp_http_req_t *head, *tail;  /* requests in arrival order, head answered first */
   lp_http_req_t *cur;          /* being parsed (also in the list) */
-  size_t unanswered;
-  size_t header_bytes;
-  char field[64];              /* current header name (truncated) */
-  char expect[32];             /* the Expect header of the request being parsed */
-  size_t field_len;
-  int field_done;
   char *pending;               /* bytes not yet parsed while paused; owned */
-  size_t pending_len;
-  int paused;                  /* parser paused: too many unanswered requests */
-  int reading;
-  int closing;                 /* close once the queued answers are written */
-  int closed;                  /* uv_close called */
-  int wblocked;                /* reading stopped: too much written and unread */
-  int discard;                 /* after a closing request or an error: bytes read are dropped */
-  int linger;                  /* linger after the closing answer is written */
-  int lingering;               /* write side shut, reading and dropping until EOF */
-  int close_ready;             /* the closing answer is written */
-  size_t discarded;
-  size_t writing;              /* uv_writes in flight */
-  size_t last_wq;              /* write queue size at the last timer */
+  uv_shutdown_t *shutdown;     /* owned; only while lingering */
   uint64_t last_ns;            /* the last byte moved, either way (uv_now, ms) */
-  uint64_t linger_end;         /* uv_now ms */
-  int host_count;              /* Host headers of the request being parsed */
-  int te_count;                /* Transfer-Encoding headers */
-  char te[40];                 /* their value (truncated) */
-  uv_shutdown_t shutdown;
-  int handles;                 /* open handles: free at 0 */
-  int err_status;              /* set by a callback that rejects the request */
-  const char *err_code;
-  const char *err_msg;
+  uint64_t since_ms;           /* the request being read began (uv_now ms); while
+                                  lingering: when lingering ends */
+  uint32_t pending_len;
+  uint32_t unanswered;
+  uint32_t writing;            /* uv_writes in flight */
+  uint32_t discarded;          /* bytes dropped (saturates; bounded far below) */
+  uint32_t last_wq;            /* unsent bytes at the last look (low bits: a change) */
+  unsigned paused : 1;         /* parser paused: too many unanswered requests */
+  unsigned reading : 1;
+  unsigned closing : 1;        /* close once the queued answers are written */
+  unsigned closed : 1;         /* uv_close called */
+  unsigned wblocked : 1;       /* reading stopped: too much written and unread */
+  unsigned discard : 1;        /* after a closing request or an error: bytes read are dropped */
+  unsigned linger : 1;         /* linger after the closing answer is written */
+  unsigned lingering : 1;      /* write side shut, reading and dropping until EOF */
+  unsigned close_ready : 1;    /* the closing answer is written */
 };
 
 static void conn_close(lp_http_conn_t *c);
@@ -93,6 +117,73 @@ static void conn_arm_timer(lp_http_conn_t *c);
 static void conn_update_reading(lp_http_conn_t *c);
 static void conn_resume(lp_http_conn_t *c);
 static void server_maybe_finish(lp_httpd_t *s);
+
+/* ---- parser states, lent to connections while they read a request ---- */
+
+static lp_http_parse_t *parse_take(lp_http_conn_t *c) {
+  lp_httpd_t *s = c->srv;
+  lp_http_parse_t *ps = s->parse_free;
+  if (ps) {
+    s->parse_free = ps->next_free;
+    s->parse_nfree--;
+  } else if ((ps = malloc(sizeof(*ps))) == NULL) {
+    return NULL;
+  }
+  memset(ps, 0, offsetof(lp_http_parse_t, field) + 1);
+  ps->expect[0] = ps->te[0] = '\0';
+  llhttp_init(&ps->parser, HTTP_REQUEST, &s->settings);
+  ps->parser.data = c;
+  c->ps = ps;
+  return ps;
+}
+
+static void parse_give_back(lp_http_conn_t *c) {
+  lp_httpd_t *s = c->srv;
+  lp_http_parse_t *ps = c->ps;
+  if (ps == NULL) return;
+  c->ps = NULL;
+  if (s->parse_nfree >= PARSE_POOL_MAX) {
+    free(ps);
+    return;
+  }
+  ps->next_free = s->parse_free;
+  s->parse_free = ps;
+  s->parse_nfree++;
+}
+
+/* Between requests (nothing half-read, nothing held back) a connection needs no
+ * parser: llhttp's state there is its initial one. */
+static void parse_maybe_give_back(lp_http_conn_t *c) {
+  if (c->ps && !c->cur && !c->paused && !c->pending_len && !c->closing && !c->discard &&
+      !c->closed)
+    parse_give_back(c);
+}
+
+/* ---- connection timing ---- */
+
+static void on_tick(uv_timer_t *t);
+
+static void tick_arm(lp_httpd_t *s) {
+  lp_theap_node_t *top = lp_theap_top(&s->timers);
+  if (top == NULL || !s->tick_open) {
+    if (s->tick_at != UINT64_MAX) uv_timer_stop(&s->tick);
+    s->tick_at = UINT64_MAX;
+    return;
+  }
+  if (top->at == s->tick_at) return;
+  uint64_t now = uv_now(s->loop);
+  uv_timer_start(&s->tick, on_tick, top->at > now ? top->at - now : 0, 0);
+  s->tick_at = top->at;
+}
+
+/* Asks for a look at c by `at` (uv_now ms). A look already due earlier stands
+ * (it re-arms when it finds nothing due), so most calls change nothing. */
+static void conn_timer_at(lp_http_conn_t *c, uint64_t at) {
+  lp_httpd_t *s = c->srv;
+  if (lp_theap_contains(&c->timer) && c->timer.at <= at) return;
+  if (lp_theap_set(&s->timers, &c->timer, at) < 0) return; /* next look finds it */
+  if (at < s->tick_at) tick_arm(s);
+}
 
 const char *lp_http_reason(int status) {
   switch (status) {
@@ -196,7 +287,7 @@ void lp_http_respond_raw(lp_http_req_t *req, lp_buf_t *out) {
 static void conn_resume(lp_http_conn_t *c) {
   if (c->paused && !c->closed && !c->wblocked && c->unanswered < c->srv->cfg.max_pipeline) {
     c->paused = 0;
-    llhttp_resume(&c->parser);
+    llhttp_resume(&c->ps->parser);
     char *p = c->pending;
     size_t n = c->pending_len;
     c->pending = NULL;
@@ -271,9 +362,13 @@ static void conn_finish(lp_http_conn_t *c) {
   c->lingering = 1;
   c->discard = 1;
   c->discarded = 0;
-  c->linger_end = uv_now(c->srv->loop) + LINGER_MS;
+  c->since_ms = uv_now(c->srv->loop) + LINGER_MS;
   c->last_ns = uv_now(c->srv->loop);
-  if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown) < 0) {
+  if (c->shutdown == NULL && (c->shutdown = malloc(sizeof(*c->shutdown))) == NULL) {
+    conn_close(c);
+    return;
+  }
+  if (uv_shutdown(c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown) < 0) {
     conn_close(c);
     return;
   }
@@ -306,11 +401,20 @@ static void conn_wrote(lp_http_conn_t *c, int status) {
   else conn_arm_timer(c);
 }
 
+/* Frees a group of answers written together: first..last along _next. */
+static void free_group(lp_http_conn_t *c, lp_http_req_t *r) {
+  while (r) {
+    lp_http_req_t *n = r->_next;
+    if (r->_close_after) c->close_ready = 1;
+    req_free(r);
+    r = n;
+  }
+}
+
 static void on_written(uv_write_t *w, int status) {
-  lp_http_req_t *r = container_of(w, lp_http_req_t, _write);
-  lp_http_conn_t *c = r->_conn;
-  if (r->_close_after) c->close_ready = 1;
-  req_free(r);
+  lp_http_req_t *last = container_of(w, lp_http_req_t, _write);
+  lp_http_conn_t *c = last->_conn;
+  free_group(c, last->_group);
   conn_wrote(c, status);
 }
 
@@ -320,29 +424,75 @@ static void on_continue_written(uv_write_t *w, int status) {
   conn_wrote(c, status);
 }
 
+/* Writes the answers at the head that are ready, in order: together in one
+ * writev, tried on the socket at once (most answers leave in this call: no
+ * write request, and libuv does not re-arm the poll for it); what the socket
+ * does not take goes to libuv's queue as one write of the rest. */
 static void conn_flush(lp_http_conn_t *c) {
+  uv_stream_t *st = (uv_stream_t *)&c->tcp;
   while (c->head && c->head->_answered && !c->closed) {
-    lp_http_req_t *r = c->head;
-    c->head = r->_next;
-    if (c->head == NULL) c->tail = NULL;
-    if (c->cur == r) c->cur = NULL;
-    uv_buf_t buf = uv_buf_init(r->_resp.data, (unsigned)r->_resp.len);
-    int last = r->_close_after;
-    if (last) c->closing = 1;
-    if (uv_write(&r->_write, (uv_stream_t *)&c->tcp, &buf, 1, on_written) < 0) {
-      req_free(r);
+    uv_buf_t iov[FLUSH_MAX];
+    lp_http_req_t *first = c->head, *last = NULL;
+    size_t n = 0, total = 0;
+    int closing = 0;
+    while (c->head && c->head->_answered && n < FLUSH_MAX) {
+      lp_http_req_t *r = c->head;
+      c->head = r->_next;
+      if (c->head == NULL) c->tail = NULL;
+      if (c->cur == r) c->cur = NULL;
+      iov[n++] = uv_buf_init(r->_resp.data, (unsigned)r->_resp.len);
+      total += r->_resp.len;
+      last = r;
+      /* nothing after a closing answer is sent; a connection that is only
+       * draining (c->closing from the server) still gets every answer it owes */
+      if (r->_close_after) {
+        c->closing = 1;
+        closing = 1;
+        break;
+      }
+    }
+    last->_next = NULL;
+    size_t done = 0;
+    if (c->writing == 0) { /* nothing queued ahead: the socket may take it now */
+      int k = uv_try_write(st, iov, (unsigned)n);
+      if (k < 0 && k != UV_EAGAIN) {
+        free_group(c, first);
+        conn_close(c);
+        return;
+      }
+      if (k > 0) done = (size_t)k;
+    }
+    if (done == total) {
+      free_group(c, first);
+      c->last_ns = uv_now(c->srv->loop);
+      if (c->close_ready) {
+        conn_finish(c);
+        return;
+      }
+      continue;
+    }
+    size_t i = 0;
+    while (done >= iov[i].len) done -= iov[i++].len;
+    iov[i].base += done;
+    iov[i].len -= done;
+    last->_group = first;
+    if (uv_write(&last->_write, st, iov + i, (unsigned)(n - i), on_written) < 0) {
+      free_group(c, first);
       conn_close(c);
       return;
     }
     c->writing++;
-    /* nothing after a closing answer is sent; a connection that is only
-     * draining (c->closing from the server) still gets every answer it owes */
-    if (last) break;
+    if (closing) break;
+  }
+  if (c->closed) return;
+  /* draining: a connection whose last answer is written goes */
+  if (c->srv->closing && !c->head && !c->cur && !c->writing && !c->lingering) {
+    conn_close(c);
+    return;
   }
   /* a client that does not read its answers is not read either: what it can
    * make us hold is bounded by max_unsent_bytes plus its pipeline */
-  if (!c->closed && !c->wblocked &&
-      uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > c->srv->cfg.max_unsent_bytes) {
+  if (!c->wblocked && uv_stream_get_write_queue_size(st) > c->srv->cfg.max_unsent_bytes) {
     c->wblocked = 1;
     conn_update_reading(c);
     conn_arm_timer(c);
@@ -375,30 +525,31 @@ static void conn_reject(lp_http_conn_t *c, int status, const char *code, const c
 #define CONN(p) ((lp_http_conn_t *)(p)->data)
 
 static int fail_cb(lp_http_conn_t *c, int status, const char *code, const char *msg) {
-  c->err_status = status;
-  c->err_code = code;
-  c->err_msg = msg;
+  c->ps->err_status = status;
+  c->ps->err_code = code;
+  c->ps->err_msg = msg;
   return -1;
 }
 
 static int count_header(lp_http_conn_t *c, size_t n) {
-  c->header_bytes += n;
-  if (c->header_bytes > c->srv->cfg.max_header_bytes)
+  c->ps->header_bytes += n;
+  if (c->ps->header_bytes > c->srv->cfg.max_header_bytes)
     return fail_cb(c, 431, "headers_too_large", "request line and headers exceed the limit");
   return 0;
 }
 
 static int on_message_begin(llhttp_t *p) {
   lp_http_conn_t *c = CONN(p);
-  c->header_bytes = 0;
-  c->field_len = 0;
-  c->field_done = 0;
-  c->expect[0] = '\0';
-  c->host_count = 0;
-  c->te_count = 0;
-  c->te[0] = '\0';
+  c->ps->header_bytes = 0;
+  c->ps->field_len = 0;
+  c->ps->field_done = 0;
+  c->ps->expect[0] = '\0';
+  c->ps->host_count = 0;
+  c->ps->te_count = 0;
+  c->ps->te[0] = '\0';
   c->cur = req_new(c);
   if (c->cur == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
+  c->since_ms = uv_now(c->srv->loop);
   conn_arm_timer(c); /* a request has begun: it must now arrive whole in time */
   return 0;
 }
@@ -434,14 +585,14 @@ static int on_url(llhttp_t *p, const char *at, size_t n) {
 static int on_header_field(llhttp_t *p, const char *at, size_t n) {
   lp_http_conn_t *c = CONN(p);
   if (count_header(c, n)) return -1;
-  if (c->field_done) {
-    c->field_len = 0;
-    c->field_done = 0;
+  if (c->ps->field_done) {
+    c->ps->field_len = 0;
+    c->ps->field_done = 0;
   }
-  size_t k = n < sizeof(c->field) - 1 - c->field_len ? n : sizeof(c->field) - 1 - c->field_len;
-  memcpy(c->field + c->field_len, at, k);
-  c->field_len += k;
-  c->field[c->field_len] = '\0';
+  size_t k = n < sizeof(c->ps->field) - 1 - c->ps->field_len ? n : sizeof(c->ps->field) - 1 - c->ps->field_len;
+  memcpy(c->ps->field + c->ps->field_len, at, k);
+  c->ps->field_len += k;
+  c->ps->field[c->ps->field_len] = '\0';
   return 0;
 }
 
@@ -456,17 +607,17 @@ static void put_value(char *dst, size_t cap, const char *at, size_t n) {
 static int on_header_value(llhttp_t *p, const char *at, size_t n) {
   lp_http_conn_t *c = CONN(p);
   if (count_header(c, n)) return -1;
-  c->field_done = 1;
+  c->ps->field_done = 1;
   lp_http_req_t *r = c->cur;
-  if (strcasecmp(c->field, "content-type") == 0)
+  if (strcasecmp(c->ps->field, "content-type") == 0)
     put_value(r->content_type, sizeof(r->content_type), at, n);
-  else if (strcasecmp(c->field, "authorization") == 0)
+  else if (strcasecmp(c->ps->field, "authorization") == 0)
     put_value(r->authorization, sizeof(r->authorization), at, n);
-  else if (strcasecmp(c->field, "expect") == 0)
-    put_value(c->expect, sizeof(c->expect), at, n);
-  else if (strcasecmp(c->field, "transfer-encoding") == 0)
-    put_value(c->te, sizeof(c->te), at, n);
-  else if (strcasecmp(c->field, "inference-header-content-length") == 0)
+  else if (strcasecmp(c->ps->field, "expect") == 0)
+    put_value(c->ps->expect, sizeof(c->ps->expect), at, n);
+  else if (strcasecmp(c->ps->field, "transfer-encoding") == 0)
+    put_value(c->ps->te, sizeof(c->ps->te), at, n);
+  else if (strcasecmp(c->ps->field, "inference-header-content-length") == 0)
     put_value(r->_ihcl, sizeof(r->_ihcl), at, n);
   return 0;
 }
@@ -474,8 +625,8 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
 /* Headers that must be counted once each, whatever pieces their values came in. */
 static int on_header_field_complete(llhttp_t *p) {
   lp_http_conn_t *c = CONN(p);
-  if (strcasecmp(c->field, "host") == 0) c->host_count++;
-  else if (strcasecmp(c->field, "transfer-encoding") == 0) c->te_count++;
+  if (strcasecmp(c->ps->field, "host") == 0) c->ps->host_count++;
+  else if (strcasecmp(c->ps->field, "transfer-encoding") == 0) c->ps->te_count++;
   return 0;
 }
 
@@ -484,8 +635,8 @@ static int on_header_field_complete(llhttp_t *p) {
 static int on_chunk_ext(llhttp_t *p, const char *at, size_t n) {
   lp_http_conn_t *c = CONN(p);
   (void)at;
-  c->header_bytes += n;
-  if (c->header_bytes > c->srv->cfg.max_header_bytes)
+  c->ps->header_bytes += n;
+  if (c->ps->header_bytes > c->srv->cfg.max_header_bytes)
     return fail_cb(c, 400, "chunk_extensions_too_large",
                    "chunk extensions exceed the header size limit");
   return 0;
@@ -500,7 +651,7 @@ static int is_chunked(const char *v) {
 
 static int on_header_value_complete(llhttp_t *p) {
   lp_http_conn_t *c = CONN(p);
-  c->field_done = 1;
+  c->ps->field_done = 1;
   return 0;
 }
 
@@ -519,9 +670,9 @@ static int on_headers_complete(llhttp_t *p) {
     return fail_cb(c, 405, "method_not_allowed", "CONNECT is not supported");
   if (p->http_major != 1 || p->http_minor > 1)
     return fail_cb(c, 505, "http_version_not_supported", "only HTTP/1.0 and HTTP/1.1 are served");
-  if (c->host_count > 1 || (p->http_minor == 1 && c->host_count == 0))
+  if (c->ps->host_count > 1 || (p->http_minor == 1 && c->ps->host_count == 0))
     return fail_cb(c, 400, "bad_host", "an HTTP/1.1 request needs exactly one Host header");
-  if (c->te_count > 1 || (c->te_count == 1 && !is_chunked(c->te)))
+  if (c->ps->te_count > 1 || (c->ps->te_count == 1 && !is_chunked(c->ps->te)))
     return fail_cb(c, 501, "transfer_coding_not_implemented",
                    "the only transfer coding served is 'chunked'");
   p->upgrade = 0; /* no protocol switch: an Upgrade header is ignored */
@@ -539,8 +690,8 @@ static int on_headers_complete(llhttp_t *p) {
     if (r->body == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
     r->_body_cap = p->content_length + 1;
   }
-  if (c->expect[0]) {
-    if (strcasecmp(c->expect, "100-continue") != 0)
+  if (c->ps->expect[0]) {
+    if (strcasecmp(c->ps->expect, "100-continue") != 0)
       return fail_cb(c, 417, "expectation_failed", "only 'Expect: 100-continue' is supported");
     /* The interim answer may only go out when no earlier answer is owed; a
      * client that pipelines behind an Expect sends its body after a pause. */
@@ -599,9 +750,9 @@ static int on_message_complete(llhttp_t *p) {
 
 static void on_conn_handle_closed(uv_handle_t *h) {
   lp_http_conn_t *c = h->data;
-  if (--c->handles > 0) return;
   lp_httpd_t *s = c->srv;
   free(c->pending);
+  free(c->shutdown);
   free(c);
   s->alive--;
   server_maybe_finish(s);
@@ -625,24 +776,37 @@ static void conn_close(lp_http_conn_t *c) {
     req_free(r);
     r = n;
   }
+  lp_theap_remove(&s->timers, &c->timer);
+  parse_give_back(c);
   uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
-  uv_close((uv_handle_t *)&c->timer, on_conn_handle_closed);
+}
+
+static void discard_count(lp_http_conn_t *c, size_t n) {
+  c->discarded = n > UINT32_MAX - c->discarded ? UINT32_MAX : c->discarded + (uint32_t)n;
 }
 
 static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
-  llhttp_errno_t e = llhttp_execute(&c->parser, data, len);
-  if (e == HPE_OK || c->closed) return;
+  if (c->ps == NULL && parse_take(c) == NULL) {
+    conn_close(c);
+    return;
+  }
+  llhttp_errno_t e = llhttp_execute(&c->ps->parser, data, len);
+  if (c->closed) return;
+  if (e == HPE_OK) {
+    parse_maybe_give_back(c);
+    return;
+  }
   if (e == HPE_PAUSED) {
     if (c->closing) {
       /* the rest after a closing request is dropped, but reading goes on, so
        * that a client hanging up while its request waits is noticed */
       c->discard = 1;
-      const char *pos = llhttp_get_error_pos(&c->parser);
-      c->discarded += pos ? len - (size_t)(pos - data) : 0;
+      const char *pos = llhttp_get_error_pos(&c->ps->parser);
+      discard_count(c, pos ? len - (size_t)(pos - data) : 0);
       conn_update_reading(c);
       return;
     }
-    const char *pos = llhttp_get_error_pos(&c->parser);
+    const char *pos = llhttp_get_error_pos(&c->ps->parser);
     size_t rest = pos ? len - (size_t)(pos - data) : 0;
     if (rest) {
       char *keep = malloc(rest);
@@ -658,11 +822,11 @@ static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
     conn_arm_timer(c);
     return;
   }
-  if (c->err_status) {
-    conn_reject(c, c->err_status, c->err_code, c->err_msg);
+  if (c->ps->err_status) {
+    conn_reject(c, c->ps->err_status, c->ps->err_code, c->ps->err_msg);
   } else {
     char msg[160];
-    const char *why = llhttp_get_error_reason(&c->parser);
+    const char *why = llhttp_get_error_reason(&c->ps->parser);
     snprintf(msg, sizeof(msg), "malformed HTTP request: %s", why ? why : "");
     /* 505 for a well-formed version that is not served; a bare CR or other
      * damage on the request line is a malformed request */
@@ -689,7 +853,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
   if (n == 0) return;
   c->last_ns = uv_now(c->srv->loop);
   if (c->discard) {
-    c->discarded += (size_t)n;
+    discard_count(c, (size_t)n);
     if (c->lingering && c->discarded > LINGER_MAX) conn_close(c);
     else conn_update_reading(c);
     return;
@@ -759,22 +923,25 @@ static int peer_gone(lp_http_conn_t *c) {
  * long answer is not idle while it reads); the linger deadline; and, while the
  * connection is not read, a look at whether its peer hung up. Requests waiting
  * on the app do not time out here. */
-static void on_conn_timer(uv_timer_t *t) {
-  lp_http_conn_t *c = container_of(t, lp_http_conn_t, timer);
+static void on_conn_timer(lp_http_conn_t *c) {
   if (c->closed) return;
   uint64_t now = uv_now(c->srv->loop);
   if (c->lingering) {
-    if (now >= c->linger_end || now - c->last_ns >= LINGER_QUIET_MS) conn_close(c);
+    if (now >= c->since_ms || now - c->last_ns >= LINGER_QUIET_MS) conn_close(c);
     else conn_arm_timer(c);
     return;
   }
   if (c->cur && !c->discard) {
-    conn_reject(c, 408, "request_timeout", "the request did not arrive in time");
+    uint64_t limit = c->srv->cfg.request_timeout_ms;
+    if (limit && now - c->since_ms >= limit)
+      conn_reject(c, 408, "request_timeout", "the request did not arrive in time");
+    else
+      conn_arm_timer(c);
     return;
   }
   size_t wq = unsent(c);
-  if (wq != c->last_wq) {
-    c->last_wq = wq;
+  if ((uint32_t)wq != c->last_wq) {
+    c->last_wq = (uint32_t)wq;
     c->last_ns = now;
   }
   if (!c->reading && (c->unanswered || c->writing) && peer_gone(c)) {
@@ -790,15 +957,29 @@ static void on_conn_timer(uv_timer_t *t) {
   conn_arm_timer(c);
 }
 
+static void on_tick(uv_timer_t *t) {
+  lp_httpd_t *s = container_of(t, lp_httpd_t, tick);
+  s->tick_at = UINT64_MAX;
+  uint64_t now = uv_now(s->loop);
+  lp_theap_node_t *top;
+  while ((top = lp_theap_top(&s->timers)) != NULL && top->at <= now) {
+    lp_http_conn_t *c = container_of(top, lp_http_conn_t, timer);
+    lp_theap_remove(&s->timers, top);
+    on_conn_timer(c);
+  }
+  tick_arm(s);
+}
+
 static void conn_arm_timer(lp_http_conn_t *c) {
   if (c->closed) return;
   uint64_t now = uv_now(c->srv->loop), ms;
   if (c->lingering) {
-    ms = c->linger_end > now ? c->linger_end - now : 1;
+    ms = c->since_ms > now ? c->since_ms - now : 1;
     if (ms > LINGER_QUIET_MS) ms = LINGER_QUIET_MS;
   } else if (c->cur && !c->discard) {
-    ms = c->srv->cfg.request_timeout_ms;
-    if (!ms) return;
+    uint64_t limit = c->srv->cfg.request_timeout_ms, since = now - c->since_ms;
+    if (!limit) return;
+    ms = since < limit ? limit - since : 1;
   } else {
     uint64_t idle = c->srv->cfg.idle_timeout_ms;
     uint64_t since = now - c->last_ns;
@@ -807,7 +988,7 @@ static void conn_arm_timer(lp_http_conn_t *c) {
     if (c->writing && ms > idle / 4 + 1) ms = idle / 4 + 1; /* notice write progress */
     if (ms == UINT64_MAX) return;
   }
-  uv_timer_start(&c->timer, on_conn_timer, ms, 0);
+  conn_timer_at(c, now + ms);
 }
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -822,16 +1003,12 @@ static void on_connection(uv_stream_t *server, int status) {
   }
   s->alive++;
   c->tcp.data = c;
-  c->handles = 1;
-  if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 || uv_timer_init(s->loop, &c->timer) < 0) {
+  lp_theap_node_init(&c->timer);
+  if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
     uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
     return;
   }
-  c->timer.data = c;
-  c->handles = 2;
   uv_tcp_nodelay(&c->tcp, 1);
-  llhttp_init(&c->parser, HTTP_REQUEST, &s->settings);
-  c->parser.data = c;
   c->next = s->conns;
   if (s->conns) s->conns->prev = c;
   s->conns = c;
@@ -859,6 +1036,10 @@ lp_httpd_t *lp_httpd_new(uv_loop_t *loop, const lp_httpd_config_t *cfg) {
     free(s);
     return NULL;
   }
+  lp_theap_init(&s->timers);
+  uv_timer_init(loop, &s->tick);
+  s->tick_open = 1;
+  s->tick_at = UINT64_MAX;
   llhttp_settings_init(&s->settings);
   s->settings.on_message_begin = on_message_begin;
   s->settings.on_url = on_url;
@@ -919,10 +1100,28 @@ size_t lp_httpd_connections(const lp_httpd_t *s) { return s->nconns; }
 
 /* Frees the server once it is closing, its listener is closed and every
  * connection's handles are closed. */
+static void on_tick_closed(uv_handle_t *h) {
+  lp_httpd_t *s = container_of(h, lp_httpd_t, tick);
+  s->tick_closed = 1;
+  server_maybe_finish(s);
+}
+
 static void server_maybe_finish(lp_httpd_t *s) {
   if (!s->closing || s->listening || s->alive > 0) return;
+  if (s->tick_open) {
+    s->tick_open = 0;
+    uv_close((uv_handle_t *)&s->tick, on_tick_closed);
+    return;
+  }
+  if (!s->tick_closed) return;
   void (*done)(void *) = s->done;
   void *arg = s->done_arg;
+  while (s->parse_free) {
+    lp_http_parse_t *ps = s->parse_free;
+    s->parse_free = ps->next_free;
+    free(ps);
+  }
+  lp_theap_free(&s->timers);
   free(s->rbuf);
   free(s);
   if (done) done(arg);

@@ -398,6 +398,10 @@ int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *p
   }
   bt->nseqs = k;
   const lp_shape_t *sh = &m->shapes.shapes[plan->shape];
+  /* only v2 rectangles send segment and position ids from the layout; the JSON
+   * writer derives them from the segments */
+  bt->layout.skip_ids = !(m->cfg->protocol == LP_PROTO_V2 &&
+                          (m->cfg->v2.inputs[1][0] || m->cfg->v2.inputs[2][0]));
   int rc = m->cfg->ragged ? lp_layout_build_ragged(&bt->layout, NULL, refs, k)
                           : lp_layout_build(&bt->layout, sh->lanes, sh->bucket, m->cfg->pad_id,
                                             place, refs, k);

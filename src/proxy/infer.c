@@ -50,33 +50,52 @@ static int is_json_type(const char *ct) {
   return ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ';
 }
 
+/* Token storage while a body is read: the proxy's scratch arrays, lent for
+ * one parse (a job copies what it keeps into its own block), so a request
+ * costs no allocation here. */
 typedef struct {
-  uint32_t off, len;
-} span_t;
-
-/* Token storage while a body is read: owned here until the job takes it. */
-typedef struct {
+  lp_proxy_t *p;
   int32_t *tokens;
   size_t cap, used;
-  span_t *spans;
-  size_t nspans, spans_cap;
+  uint32_t *lens;         /* one per sequence read */
+  size_t nspans, lens_cap;
 } toks_t;
 
-static void toks_free(toks_t *t) {
-  free(t->tokens);
-  free(t->spans);
-  memset(t, 0, sizeof(*t));
+/* Scratch larger than this is given back after the parse that needed it. */
+#define TOKS_KEEP_BYTES (1u << 20)
+
+static void toks_init(toks_t *t, lp_proxy_t *p) {
+  *t = (toks_t){.p = p, .tokens = p->tok_scratch, .cap = p->tok_scratch_cap,
+                .lens = p->len_scratch, .lens_cap = p->len_scratch_cap};
+}
+
+static void toks_done(toks_t *t) {
+  lp_proxy_t *p = t->p;
+  if (t->cap * sizeof(int32_t) > TOKS_KEEP_BYTES) {
+    free(t->tokens);
+    t->tokens = NULL;
+    t->cap = 0;
+  }
+  if (t->lens_cap * sizeof(uint32_t) > TOKS_KEEP_BYTES) {
+    free(t->lens);
+    t->lens = NULL;
+    t->lens_cap = 0;
+  }
+  p->tok_scratch = t->tokens;
+  p->tok_scratch_cap = t->cap;
+  p->len_scratch = t->lens;
+  p->len_scratch_cap = t->lens_cap;
 }
 
 static int toks_span(toks_t *t, size_t n) {
-  if (t->nspans == t->spans_cap) {
-    size_t c = t->spans_cap ? t->spans_cap * 2 : 8;
-    span_t *ns = realloc(t->spans, c * sizeof(span_t));
-    if (!ns) return -1;
-    t->spans = ns;
-    t->spans_cap = c;
+  if (t->nspans == t->lens_cap) {
+    size_t c = t->lens_cap ? t->lens_cap * 2 : 8;
+    uint32_t *nl = realloc(t->lens, c * sizeof(uint32_t));
+    if (!nl) return -1;
+    t->lens = nl;
+    t->lens_cap = c;
   }
-  t->spans[t->nspans++] = (span_t){(uint32_t)t->used, (uint32_t)n};
+  t->lens[t->nspans++] = (uint32_t)n;
   t->used += n;
   return 0;
 }
@@ -86,10 +105,12 @@ static int toks_span(toks_t *t, size_t n) {
  * known. Returns the byte after the value, or NULL with e set. */
 static const char *read_tokens(lp_proxy_t *p, toks_t *t, const char *v, const char *end, int multi,
                                size_t body_len, perr_t *e) {
-  if (!t->tokens) {
-    t->cap = body_len / 2 + 1; /* "1," is the shortest token */
-    t->tokens = malloc(t->cap * sizeof(int32_t));
-    if (!t->tokens) return fail(e, 503, "out_of_memory", "proxy out of memory"), NULL;
+  size_t need = body_len / 2 + 1; /* "1," is the shortest token */
+  if (t->cap < need) {
+    int32_t *nt = realloc(t->tokens, need * sizeof(int32_t));
+    if (!nt) return fail(e, 503, "out_of_memory", "proxy out of memory"), NULL;
+    t->tokens = nt;
+    t->cap = need;
   }
   size_t n;
   int err;
@@ -256,20 +277,15 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
     return fail(e, 404, "unknown_model", "no model named '%s'", mname);
   }
 
-  /* the job takes the tokens (the reader sized them by the body, half its
-   * bytes: lp__job_new fits them to their count); the spans were only for reading */
-  uint32_t *lens = malloc((t->nspans ? t->nspans : 1) * sizeof(uint32_t));
-  if (!lens) return fail(e, 503, "out_of_memory", "proxy out of memory");
-  for (size_t i = 0; i < t->nspans; i++) lens[i] = t->spans[i].len;
-  lp_job_t *job = lp__job_new(p, m, &t->tokens, t->used, lens, t->nspans, inputs_at != NULL,
+  /* the job copies the tokens into its own block, sized to their count */
+  lp_job_t *job = lp__job_new(p, m, t->tokens, t->used, t->lens, t->nspans, inputs_at != NULL,
                               (int)priority, deadline_ms, id_at, id_at ? (size_t)(id_end - id_at) : 0,
                               inputs_at ? "inputs" : "input_ids", e);
-  free(lens);
   if (job) job->req = req;
   return job;
 }
 
-lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, int32_t **tokens, size_t ntokens,
+lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, const int32_t *tokens, size_t ntokens,
                       const uint32_t *lens, size_t nseq, int multi, int priority, double deadline_ms,
                       const char *id_json, size_t id_len, const char *field, lp_perr_t *e) {
   /* the vocabulary, now that the model is known */
@@ -278,7 +294,7 @@ lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, int32_t **tokens, size_t nto
     size_t off = 0;
     for (size_t si = 0; si < nseq; si++) {
       for (uint32_t k = 0; k < lens[si]; k++)
-        if ((*tokens)[off + k] >= vocab || (*tokens)[off + k] < 0) {
+        if (tokens[off + k] >= vocab || tokens[off + k] < 0) {
           char f[48];
           if (multi) snprintf(f, sizeof(f), "%s[%zu]", field, si);
           else snprintf(f, sizeof(f), "%s", field);
@@ -287,11 +303,16 @@ lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, int32_t **tokens, size_t nto
       off += lens[si];
     }
   }
-  lp_job_t *job = calloc(1, sizeof(*job));
+  /* one block: the job, its sequences, its tokens and its id text */
+  size_t nalloc = nseq ? nseq : 1;
+  size_t head = sizeof(lp_job_t) + nalloc * sizeof(lp_seq_t);
+  size_t idn = id_json ? id_len + 1 : 0;
+  size_t total = head + ntokens * sizeof(int32_t) + idn;
+  lp_job_t *job = malloc(total);
   if (!job) return fail(e, 503, "out_of_memory", "proxy out of memory");
+  memset(job, 0, head);
   lp_theap_node_init(&job->timer);
-  job->seqs = calloc(nseq ? nseq : 1, sizeof(lp_seq_t));
-  if (!job->seqs) goto failed;
+  job->seqs = (lp_seq_t *)(job + 1);
   job->nseq = (uint32_t)nseq;
   job->multi = multi;
   job->model = m;
@@ -323,18 +344,15 @@ lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, int32_t **tokens, size_t nto
     s->len = lens[i];
     s->q.priority = priority;
   }
+  job->tokens = (int32_t *)((char *)job + head);
+  if (ntokens) memcpy(job->tokens, tokens, ntokens * sizeof(int32_t));
   if (id_json) {
-    job->id_json = strndup(id_json, id_len);
-    if (!job->id_json) goto failed;
+    job->id_json = (char *)job->tokens + ntokens * sizeof(int32_t);
+    memcpy(job->id_json, id_json, id_len);
+    job->id_json[id_len] = '\0';
   }
-  /* fitted to their count: a queued request holds what it needs only */
-  int32_t *fit = realloc(*tokens, (ntokens ? ntokens : 1) * sizeof(int32_t));
-  if (fit) *tokens = fit;
-  job->tokens = *tokens;
-  *tokens = NULL;
   for (size_t i = 0, at = 0; i < nseq; at += lens[i++]) job->seqs[i].tokens = job->tokens + at;
-  job->bytes = sizeof(*job) + nseq * sizeof(lp_seq_t) + ntokens * sizeof(int32_t) +
-               (job->id_json ? strlen(job->id_json) + 1 : 0);
+  job->bytes = total;
   job->arrive_ns = uv_hrtime();
   uint64_t dl = deadline_ms >= 0 ? (uint64_t)(deadline_ms * 1e6) : m->cfg->default_deadline_ms * 1000000ull;
   job->deadline_ns = dl ? job->arrive_ns + dl : 0;
@@ -342,8 +360,6 @@ lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, int32_t **tokens, size_t nto
 
 failed:
   if (!e->status) fail(e, 503, "out_of_memory", "proxy out of memory");
-  free(job->seqs);
-  free(job->id_json);
   free(job);
   return NULL;
 }
@@ -361,9 +377,10 @@ lp_job_t *lp__infer_parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_mo
                     "send the body with Content-Length or chunked encoding", NULL);
     return NULL;
   }
-  toks_t t = {0};
+  toks_t t;
+  toks_init(&t, p);
   lp_job_t *job = parse(p, req, path_model, path_model_len, &t, &e);
-  toks_free(&t); /* what the job did not take */
+  toks_done(&t);
   /* the tokens were copied out: a queued request holds no body */
   free(req->body);
   req->body = NULL;

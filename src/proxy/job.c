@@ -14,11 +14,8 @@
 void lp__job_free(lp_job_t *job) {
   lp_theap_remove(&job->proxy->job_timers, &job->timer);
   for (uint32_t i = 0; i < job->nseq; i++) free(job->seqs[i].out);
-  free(job->seqs);
-  free(job->tokens);
-  free(job->id_json);
   job->proxy->jobs--;
-  free(job);
+  free(job); /* one block with its sequences, tokens and id */
 }
 
 void lp__job_release(lp_job_t *job) {

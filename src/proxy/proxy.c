@@ -1,6 +1,7 @@
 /* The proxy: routes, the scheduler kick, counting, and a graceful shutdown
  * that stops accepting, finishes what was accepted, then exits. */
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,7 +127,10 @@ static int is_admin_route(const lp_http_req_t *req) {
 
 static void route(lp_proxy_t *p, lp_http_req_t *req, int on_admin);
 
-static void on_request(lp_http_req_t *req, void *ud) { route(ud, req, 0); }
+static void on_request(lp_http_req_t *req, void *ud) {
+  ((lp_proxy_t *)ud)->served++;
+  route(ud, req, 0);
+}
 static void on_admin_request(lp_http_req_t *req, void *ud) { route(ud, req, 1); }
 
 /* Routes: with an admin listener, its routes live there only and inference
@@ -262,6 +266,17 @@ static void on_signal(uv_signal_t *s, int signum) {
   lp_proxy_kick(p);
 }
 
+/* After a burst the allocator keeps what it freed; once nothing is in flight,
+ * give it back, so that resident memory follows live connections and queues
+ * (what an operator watches), not the last peak. At most once a second, and
+ * only after traffic. */
+static void on_trim(uv_timer_t *t) {
+  lp_proxy_t *p = t->data;
+  if (p->served == p->trimmed_at || p->jobs || p->batches) return;
+  p->trimmed_at = p->served;
+  malloc_trim(0);
+}
+
 int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *port) {
   memset(p, 0, sizeof(*p));
   p->loop = loop;
@@ -284,6 +299,10 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
   uv_timer_init(loop, &p->health);
   uv_timer_init(loop, &p->drain);
   p->drain.data = p;
+  uv_timer_init(loop, &p->trim);
+  p->trim.data = p;
+  uv_timer_start(&p->trim, on_trim, 1000, 1000);
+  uv_unref((uv_handle_t *)&p->trim);
   lp_httpd_config_t hc;
   lp_httpd_config_default(&hc);
   hc.on_request = on_request;

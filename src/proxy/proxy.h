@@ -59,7 +59,7 @@ struct lp_job_s {
   lp_proxy_t *proxy;
   lp_model_t *model;
   lp_http_req_t *req;     /* NULL once the client left */
-  char *id_json;          /* the client's id as JSON text, or NULL; owned */
+  char *id_json;          /* the client's id as JSON text, or NULL; in the job's block */
   int multi;              /* "inputs" form: answers "outputs" */
   int v2;                 /* an Open Inference Protocol client: answered as a tensor */
   int v2_binary;          /* ... in binary */
@@ -71,7 +71,7 @@ struct lp_job_s {
   int doomed;             /* picked to fail (no shape holds it any more) */
   uint32_t refs;          /* batch references to its sequences: freed at 0 */
   lp_seq_t *seqs;         /* owned */
-  int32_t *tokens;        /* owned */
+  int32_t *tokens;        /* in the job's block (allocated with it) */
   uint64_t arrive_ns;
   uint64_t deadline_ns;   /* the client's; 0 = none */
   uint64_t bound_ns;      /* the proxy's: answered by then whatever happens */
@@ -186,6 +186,9 @@ struct lp_proxy_s {
   int kicking;
   uv_timer_t health;
   uv_timer_t drain;
+  uv_timer_t trim;         /* hands freed memory back to the system when quiet */
+  uint64_t served;         /* requests routed so far */
+  uint64_t trimmed_at;     /* `served` at the last trim */
   uv_signal_t sigterm, sigint;
   int draining;
   int hard_stop;           /* past the drain timeout: fail instead of retrying */
@@ -193,6 +196,10 @@ struct lp_proxy_s {
   size_t jobs;             /* jobs alive */
   size_t batches;          /* batches in flight */
   lp_buf_t scratch;        /* answers are built here, then handed to the server */
+  int32_t *tok_scratch;    /* token and length arrays lent to each parse; owned */
+  size_t tok_scratch_cap;
+  uint32_t *len_scratch;
+  size_t len_scratch_cap;
   lp_theap_t job_timers;   /* every unanswered job by the time it must be looked at */
   uv_timer_t job_timer;    /* fires at the heap's top */
   uint64_t job_timer_at;   /* when job_timer fires; 0 = stopped */
@@ -229,10 +236,10 @@ typedef struct lp_perr_s {
 /* infer.c: parses a body into a job; on failure answers the client itself. */
 lp_job_t *lp__infer_parse(lp_proxy_t *p, lp_http_req_t *req, const char *model_from_path,
                           size_t model_len);
-/* A job of nseq sequences of lens[i] tokens laid end to end in *tokens (taken:
- * *tokens is NULL on success), checked against the model's vocabulary and
+/* A job of nseq sequences of lens[i] tokens laid end to end in tokens (copied
+ * into the job's one block with its sequences and id), checked against the model's vocabulary and
  * shapes; field names the input in messages. NULL with e set on refusal. */
-lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, int32_t **tokens, size_t ntokens,
+lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, const int32_t *tokens, size_t ntokens,
                       const uint32_t *lens, size_t nseq, int multi, int priority, double deadline_ms,
                       const char *id_json, size_t id_len, const char *field, lp_perr_t *e);
 

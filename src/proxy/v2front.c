@@ -118,7 +118,7 @@ static void infer(lp_proxy_t *p, lp_http_req_t *req, lp_model_t *m) {
   lp_buf_init(&id);
   if (msg.has_id) lp_buf_json_str(&id, msg.id, strlen(msg.id));
   if (lens && !id.oom)
-    job = lp__job_new(p, m, &tokens, k * n, lens, k, 1, priority, deadline_ms,
+    job = lp__job_new(p, m, tokens, k * n, lens, k, 1, priority, deadline_ms,
                       msg.has_id ? id.data : NULL, id.len, "input_ids", &e);
   else
     e = (lp_perr_t){.status = 503, .code = "out_of_memory"};
