@@ -12,7 +12,9 @@ START_TEST(integers_match_printf) {
   lp_rng_t r;
   lp_rng_seed(&r, 3);
   char a[32], b[32];
-  int64_t fixed[] = {0, 1, -1, 9, 10, 99, 100, INT64_MAX, INT64_MIN, INT32_MIN, 1000000007};
+  int64_t fixed[] = {0, 1, -1, 9, 10, 99, 100, INT64_MAX, INT64_MIN, INT32_MIN, 1000000007,
+                     4294967295LL, 4294967296LL, -4294967296LL, 99999999, 100000000,
+                     9999999999999999LL, 10000000000000000LL, 10000000000000001LL};
   for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
     size_t n = lp_fmt_i64(a, fixed[i]);
     a[n] = 0;

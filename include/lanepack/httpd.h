@@ -42,6 +42,7 @@ typedef struct lp_http_req_s {
   int _close_after;
   char _ihcl[24];
   lp_buf_t _resp;
+  size_t _resp_off;       /* the answer starts here in _resp */
   struct lp_http_req_s *_group; /* the first of the answers written with this one */
   uv_write_t _write;
 } lp_http_req_t;
@@ -98,6 +99,9 @@ void lp_http_head(lp_http_req_t *req, lp_buf_t *out, int status, const char *hea
 /* Answers with a complete response built by lp_http_head + body; takes the
  * buffer's contents (out is left empty and reusable). */
 void lp_http_respond_raw(lp_http_req_t *req, lp_buf_t *out);
+/* The same for an answer that starts at out->data + off (a body built behind
+ * room left for its head, so that it is never copied). */
+void lp_http_respond_raw_at(lp_http_req_t *req, lp_buf_t *out, size_t off);
 
 /* Drops req's connection now: `partial` bytes (may be 0) are written first if
  * the socket takes them at once, then it closes; every request still queued on

@@ -55,42 +55,66 @@ static const char digits2[] =
     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
     "8081828384858687888990919293949596979899";
 
-/* Writes v in place, digits counted first so they go straight to their slot:
- * token, segment and position ids are small, and this is the hottest writer. */
-static inline char *put_u32(char *o, uint32_t v) {
-  if (v < 10) {
-    *o = (char)('0' + v);
-    return o + 1;
-  }
-  unsigned n = v < 100 ? 2 : v < 1000 ? 3 : v < 10000 ? 4 : v < 100000 ? 5 : v < 1000000 ? 6
-             : v < 10000000 ? 7 : v < 100000000 ? 8 : v < 1000000000 ? 9 : 10;
-  char *e = o + n;
-  while (v >= 100) {
-    unsigned r = v % 100;
-    v /= 100;
-    e -= 2;
-    memcpy(e, digits2 + 2 * r, 2);
-  }
-  if (v >= 10) memcpy(e - 2, digits2 + 2 * v, 2);
-  else e[-1] = (char)('0' + v);
-  return o + n;
+/* Exactly four and eight digits, zero-padded. */
+static inline void put4(char *o, uint32_t v) {
+  memcpy(o, digits2 + 2 * (v / 100), 2);
+  memcpy(o + 2, digits2 + 2 * (v % 100), 2);
 }
 
-/* Exactly eight digits, zero-padded. */
 static inline void put8(char *o, uint32_t v) {
-  for (int i = 6; i >= 0; i -= 2) {
-    memcpy(o + i, digits2 + 2 * (v % 100), 2);
-    v /= 100;
+  put4(o, v / 10000);
+  put4(o + 4, v % 10000);
+}
+
+/* 1 to 4 digits of v < 10000. */
+static inline char *put_small(char *o, uint32_t v) {
+  if (v < 100) {
+    if (v < 10) {
+      *o = (char)('0' + v);
+      return o + 1;
+    }
+    memcpy(o, digits2 + 2 * v, 2);
+    return o + 2;
   }
+  if (v < 1000) {
+    *o = (char)('0' + v / 100);
+    memcpy(o + 1, digits2 + 2 * (v % 100), 2);
+    return o + 3;
+  }
+  put4(o, v);
+  return o + 4;
+}
+
+/* Writes v in place: split into groups of four and eight digits, each group a
+ * couple of table copies (token, segment and position ids and token outputs
+ * go through here: the hottest writer). */
+static inline char *put_u32(char *o, uint32_t v) {
+  if (v < 10000) return put_small(o, v);
+  if (v < 100000000) {
+    o = put_small(o, v / 10000);
+    put4(o, v % 10000);
+    return o + 4;
+  }
+  o = put_small(o, v / 100000000);
+  put8(o, v % 100000000);
+  return o + 8;
 }
 
 /* Past 32 bits, one 64-bit division splits off eight digits at a time (a
  * division per digit pair there costs several times a 32-bit one). */
-static size_t fmt_u64(char *out, uint64_t v) {
+static inline size_t fmt_u64(char *out, uint64_t v) {
   if (v <= UINT32_MAX) return (size_t)(put_u32(out, (uint32_t)v) - out);
-  size_t n = fmt_u64(out, v / 100000000);
-  put8(out + n, (uint32_t)(v % 100000000));
-  return n + 8;
+  char *o = out;
+  if (v >= 10000000000000000ull) {
+    o = put_u32(o, (uint32_t)(v / 10000000000000000ull));
+    v %= 10000000000000000ull;
+    put8(o, (uint32_t)(v / 100000000));
+    o += 8;
+  } else {
+    o = put_u32(o, (uint32_t)(v / 100000000));
+  }
+  put8(o, (uint32_t)(v % 100000000));
+  return (size_t)(o + 8 - out);
 }
 
 size_t lp_fmt_i64(char *out, int64_t v) {

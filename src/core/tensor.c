@@ -242,6 +242,25 @@ void lp_tensor_write_json(lp_buf_t *b, const lp_tensor_t *t, size_t first, size_
     /* the common answer, integers: one reservation, digits written in place */
     if (lp_buf_reserve(b, n * 21 + 1)) return;
     char *o = b->data + b->len;
+    if (t->raw && (t->dtype == LP_DT_INT64 || t->dtype == LP_DT_INT32)) {
+      /* the binary answers of token models: read in place, no call per element */
+      size_t w = t->dtype == LP_DT_INT64 ? 8 : 4;
+      const uint8_t *at = t->raw + first * w;
+      for (size_t i = 0; i < n; i++, at += w) {
+        if (i) *o++ = ',';
+        int64_t v;
+        if (w == 8) {
+          memcpy(&v, at, 8);
+        } else {
+          int32_t v32;
+          memcpy(&v32, at, 4);
+          v = v32;
+        }
+        o += lp_fmt_i64(o, v);
+      }
+      b->len = (size_t)(o - b->data);
+      return;
+    }
     for (size_t i = 0; i < n; i++) {
       if (i) *o++ = ',';
       o += lp_fmt_i64(o, lp_tensor_int(t, first + i));

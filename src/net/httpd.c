@@ -269,10 +269,13 @@ void lp_http_head(lp_http_req_t *req, lp_buf_t *out, int status, const char *hea
   if (close) req->_close_after = 1;
 }
 
-void lp_http_respond_raw(lp_http_req_t *req, lp_buf_t *out) {
+void lp_http_respond_raw(lp_http_req_t *req, lp_buf_t *out) { lp_http_respond_raw_at(req, out, 0); }
+
+void lp_http_respond_raw_at(lp_http_req_t *req, lp_buf_t *out, size_t off) {
   if (req->_answered) return;
   lp_buf_t t = req->_resp;
   req->_resp = *out;
+  req->_resp_off = off <= out->len ? off : out->len;
   *out = t;
   lp_buf_reset(out);
   req->_answered = 1;
@@ -440,8 +443,8 @@ static void conn_flush(lp_http_conn_t *c) {
       c->head = r->_next;
       if (c->head == NULL) c->tail = NULL;
       if (c->cur == r) c->cur = NULL;
-      iov[n++] = uv_buf_init(r->_resp.data, (unsigned)r->_resp.len);
-      total += r->_resp.len;
+      iov[n++] = uv_buf_init(r->_resp.data + r->_resp_off, (unsigned)(r->_resp.len - r->_resp_off));
+      total += r->_resp.len - r->_resp_off;
       last = r;
       /* nothing after a closing answer is sent; a connection that is only
        * draining (c->closing from the server) still gets every answer it owes */

@@ -180,10 +180,15 @@ static void put_batch(lp_buf_t *b, const lp_seq_t *s) {
 
 /* The client's answer, once every sequence of the job has its output.
  * Returns 0, or -ENOMEM with nothing sent. */
+/* Room left in front of an answer's body for its status line and headers: the
+ * body is built once, in the buffer that is written, and the head is put just
+ * before it. */
+#define HEAD_ROOM 512
+
 static int answer(lp_job_t *job, const char *single, size_t single_len, int per_segment) {
   lp_proxy_t *p = job->proxy;
-  lp_buf_t *body = &p->scratch;
-  lp_buf_reset(body);
+  lp_buf_t out;
+  lp_buf_init(&out);
   uint64_t now = uv_hrtime(), queue_ns = 0, backend_ns = 0;
   const char *ctype = "application/json";
   char extra[96] = "";
@@ -192,14 +197,26 @@ static int answer(lp_job_t *job, const char *single, size_t single_len, int per_
     if (s->dispatch_ns - job->arrive_ns > queue_ns) queue_ns = s->dispatch_ns - job->arrive_ns;
     if (s->done_ns - s->dispatch_ns > backend_ns) backend_ns = s->done_ns - s->dispatch_ns;
   }
+  size_t need = HEAD_ROOM + single_len + 256 + (job->id_json ? strlen(job->id_json) : 0);
+  for (uint32_t i = 0; i < job->nseq; i++) need += job->seqs[i].out_len + 160;
+  if (lp_buf_reserve(&out, need)) return -ENOMEM;
+  out.len = HEAD_ROOM;
+  lp_buf_t *body = &out;
   if (job->v2) {
-    int rc = lp__v2_answer(job, per_segment, body, &ctype, extra, sizeof(extra));
+    lp_buf_t *v2body = &p->scratch;
+    lp_buf_reset(v2body);
+    int rc = lp__v2_answer(job, per_segment, v2body, &ctype, extra, sizeof(extra));
     if (rc == -EPROTO) {
+      lp_buf_free(&out);
       lp__job_fail(job, 502, "bad_backend_answer",
                    "the backend's outputs are not numbers: use /v1/infer for this model");
       return 0;
     }
-    if (rc) return rc;
+    if (rc) {
+      lp_buf_free(&out);
+      return rc;
+    }
+    lp_buf_append(body, v2body->data, v2body->len);
     goto send;
   }
   lp_buf_puts(body, "{");
@@ -236,23 +253,28 @@ static int answer(lp_job_t *job, const char *single, size_t single_len, int per_
   put_ms(body, now - job->arrive_ns);
   lp_buf_puts(body, "}}\n");
 send:
-  if (body->oom) return -ENOMEM;
+  if (out.oom) {
+    lp_buf_free(&out);
+    return -ENOMEM;
+  }
   lp_hist_observe(&p->t_queue, (double)queue_ns / 1e9);
   lp_hist_observe(&job->model->queue_delay, (double)queue_ns / 1e9);
   lp_hist_observe(&p->t_backend, (double)backend_ns / 1e9);
   lp_hist_observe(&p->t_total, (double)(now - job->arrive_ns) / 1e9);
-  lp_buf_t out;
-  lp_buf_init(&out);
-  /* one allocation for the whole answer: head and body */
-  if (lp_buf_reserve(&out, body->len + 256)) return -ENOMEM;
-  lp_http_head(job->req, &out, 200, extra[0] ? extra : NULL, ctype, body->len);
-  lp_buf_append(&out, body->data, body->len);
+  lp_buf_t *head = &p->scratch;
+  lp_buf_reset(head);
+  lp_http_head(job->req, head, 200, extra[0] ? extra : NULL, ctype, out.len - HEAD_ROOM);
+  if (head->oom || head->len > HEAD_ROOM) {
+    lp_buf_free(&out);
+    return -ENOMEM;
+  }
+  memcpy(out.data + HEAD_ROOM - head->len, head->data, head->len);
   lp_proxy_count(p, job->v2 ? LP_ROUTE_V2_INFER : LP_ROUTE_INFER, 200);
   lp_http_req_t *req = job->req;
   req->app = NULL;
   job->req = NULL;
   settle(job);
-  lp_http_respond_raw(req, &out);
+  lp_http_respond_raw_at(req, &out, HEAD_ROOM - head->len);
   lp_buf_free(&out);
   return 0;
 }
