@@ -90,13 +90,19 @@ static void drop_ctx(lp_upstream_t *up, curl_socket_t fd) {
 
 /* CURLMOPT_SOCKETFUNCTION: start, change or stop polling a socket. The context
  * is found by fd, never through curl's socketp: curl may report REMOVE after
- * the socket was closed (and the context dropped) in the close callback. */
+ * the socket was closed (and the context dropped) in the close callback. A
+ * context lives as long as its socket: made at the first poll, dropped when
+ * curl closes the socket. */
 static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
   lp_upstream_t *up = userp;
   (void)easy;
   (void)socketp;
   if (what == CURL_POLL_REMOVE) {
-    drop_ctx(up, fd);
+    /* the connection goes idle in curl's pool (or is about to close): stop
+     * polling, but keep the handle for its next transfer; it is closed with
+     * the socket (on_close_socket), so a pooled connection's next batch costs
+     * one poll registration, not a handle's set-up and tear-down */
+    if (fd >= 0 && (size_t)fd < up->by_fd_cap && up->by_fd[fd]) uv_poll_stop(&up->by_fd[fd]->poll);
     return 0;
   }
   if ((size_t)fd >= up->by_fd_cap) {
@@ -310,6 +316,11 @@ lp_xfer_t *lp_upstream_request_h(lp_upstream_t *up, const char *url, const char 
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, up);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L * 1024);
+    curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 256L * 1024);
+    /* A batch is hundreds of KB each way: with curl's defaults (16 KB down,
+     * 64 KB up) it moves in dozens of recv/send calls, each with its own poll
+     * and poll-interest change. Buffers sized to batches take a few. */
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
