@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "binary tensors are little-endian: this code reads them in host order"
@@ -155,13 +156,14 @@ static size_t put_digits(char *out, int neg, uint64_t m, int p, int e10) {
 #define P10_MIN (-360)
 #define P10_N 721
 static long double p10[P10_N];
-static int p10_ready;
+static once_flag p10_once = ONCE_FLAG_INIT; /* safe when loops run on several threads */
+
+static void p10_fill(void) {
+  for (int i = 0; i < P10_N; i++) p10[i] = powl(10.0L, (long double)(i + P10_MIN));
+}
 
 static long double pow10l_(int e) {
-  if (!p10_ready) {
-    for (int i = 0; i < P10_N; i++) p10[i] = powl(10.0L, (long double)(i + P10_MIN));
-    p10_ready = 1;
-  }
+  call_once(&p10_once, p10_fill);
   return p10[e - P10_MIN];
 }
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -37,7 +38,11 @@ struct lp_upstream_s {
   int handles_open;
 };
 
-static int curl_started;
+/* curl's global set-up, once per process, whatever thread asks first */
+static once_flag curl_once = ONCE_FLAG_INIT;
+static int curl_init_rc;
+
+static void curl_start(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -1; }
 
 const char *lp_xfer_result_name(lp_xfer_result_t r) {
   switch (r) {
@@ -256,10 +261,8 @@ static void check_done(lp_upstream_t *up) {
 }
 
 lp_upstream_t *lp_upstream_new(uv_loop_t *loop, size_t max_answer) {
-  if (!curl_started) {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return NULL;
-    curl_started = 1;
-  }
+  call_once(&curl_once, curl_start);
+  if (curl_init_rc) return NULL;
   lp_upstream_t *up = calloc(1, sizeof(*up));
   if (!up) return NULL;
   up->loop = loop;
@@ -316,11 +319,12 @@ lp_xfer_t *lp_upstream_request_h(lp_upstream_t *up, const char *url, const char 
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, up);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L * 1024);
-    curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 256L * 1024);
     /* A batch is hundreds of KB each way: with curl's defaults (16 KB down,
      * 64 KB up) it moves in dozens of recv/send calls, each with its own poll
-     * and poll-interest change. Buffers sized to batches take a few. */
+     * and poll-interest change. Buffers sized to batches take a few (larger
+     * ones measured no better: they leave the cache). */
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L * 1024);
+    curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 256L * 1024);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
