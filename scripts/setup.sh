@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Installs lanepack's build dependencies from Debian 12 packages and configures the
-# build directories. Safe to run again: apt skips what is there, meson reconfigures.
+# Installs lanepack's build dependencies from Debian 12 packages (and, with
+# LP_SETUP_TESTS=1, the test-only ones) and configures the build directories.
+# Safe to run again: apt skips what is there, meson reconfigures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
-      libuv1-dev node-llhttp libjansson-dev libcurl4-openssl-dev check curl
-      python3 python3-yaml)
-# the reference model server's framework (and numpy, which the v2 client test
-# uses too); the container build skips them
-if [ "${LP_SETUP_TORCH:-1}" = 1 ]; then PKGS+=(python3-torch python3-numpy); fi
+# What building lanepack needs (a production host or the image's build stage
+# stops here; the binaries then need only libuv1, libjansson4 and libcurl4).
+PKGS=(build-essential meson ninja-build pkg-config libuv1-dev node-llhttp libjansson-dev
+      libcurl4-openssl-dev curl python3)
+# What only the tests need: Check, the sanitizer build's clang, the Python
+# tests' yaml, and the reference model server's framework (torch and numpy,
+# which the v2 client test uses too). LP_SETUP_TORCH=0 leaves out torch alone.
+if [ "${LP_SETUP_TESTS:-0}" = 1 ] || [ "${LP_SETUP_ASAN:-0}" = 1 ]; then
+  PKGS+=(check clang libclang-rt-14-dev python3-yaml)
+  if [ "${LP_SETUP_TORCH:-1}" = 1 ]; then PKGS+=(python3-torch python3-numpy); fi
+fi
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

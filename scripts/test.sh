@@ -5,7 +5,7 @@
 # each libFuzzer target for a bounded time. Ends with "N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
-LP_SETUP_ASAN=1 bash scripts/setup.sh || exit 1
+LP_SETUP_TESTS=1 LP_SETUP_ASAN=1 bash scripts/setup.sh || exit 1
 for dir in build build-asan build-fuzz; do
   out=$(meson compile -C "$dir" 2>&1) || { echo "$out"; exit 1; }
 done

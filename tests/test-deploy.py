@@ -45,7 +45,9 @@ for raw in open(os.path.join(src, "deploy", "Dockerfile")).read().replace("\\\n"
         op, _, rest = raw.partition(" ")
         lines.append((op.upper(), rest.strip()))
 froms = [r for op, r in lines if op == "FROM"]
-check("Dockerfile is multi-stage on Debian 12", len(froms) >= 2 and all(f.startswith("debian:12") for f in froms), froms)
+base = [r for op, r in lines if op == "ARG" and r.startswith("BASE=")]
+check("Dockerfile is multi-stage on Debian 12 (BASE defaults to debian:12)",
+      len(froms) >= 2 and base == ["BASE=debian:12"] and all(f.startswith("${BASE}") for f in froms), (froms, base))
 runtime = lines[max(i for i, (op, _) in enumerate(lines) if op == "FROM"):]
 build_stage = lines[:max(i for i, (op, _) in enumerate(lines) if op == "FROM")]
 build_runs = " ".join(r for op, r in build_stage if op == "RUN")
@@ -53,7 +55,15 @@ check("build stage uses the README's set-up and build", "scripts/setup.sh" in bu
 users = [r for op, r in runtime if op == "USER"]
 check("runtime runs as a non-root user", users and users[-1] not in ("root", "0"), users)
 hc = [r for op, r in runtime if op == "HEALTHCHECK"]
-check("HEALTHCHECK probes /healthz", hc and "/healthz" in hc[0], hc)
+check("HEALTHCHECK probes /healthz with lanepack itself (no curl in the image)",
+      hc and "/healthz" in hc[0] and "--probe" in hc[0] and "curl" not in hc[0], hc)
+runtime_runs = " ".join(r for op, r in runtime if op == "RUN")
+check("the runtime stage installs no curl, compiler or test packages",
+      not re.search(r"\b(curl|clang|gcc|python3-torch|check)\b", runtime_runs), runtime_runs)
+check("the build stage installs no test-only packages (clang, sanitizers, torch)",
+      "LP_SETUP_TESTS=1" not in build_runs and "LP_SETUP_ASAN=1" not in build_runs, build_runs)
+ignore = open(os.path.join(src, ".dockerignore")).read().split()
+check(".dockerignore keeps out .git and host build trees", {".git", "build", "build-*"} <= set(ignore), ignore)
 cmd = " ".join(r for op, r in runtime if op in ("CMD", "ENTRYPOINT"))
 check("configuration at /etc/lanepack/lanepack.json", "/etc/lanepack/lanepack.json" in cmd, cmd)
 expose = [r for op, r in runtime if op == "EXPOSE"]
@@ -76,34 +86,70 @@ check("runtime stage installs every shared library lanepack links", not missing,
 
 # ---- Kubernetes ----
 k8s = {}
-for name in ("configmap.yaml", "deployment.yaml", "service.yaml"):
+for name in ("configmap.yaml", "deployment.yaml", "service.yaml", "pdb.yaml"):
     with open(os.path.join(src, "deploy", "k8s", name)) as f:
         for doc in yaml.safe_load_all(f):
             k8s[doc["kind"]] = doc
-check("k8s has a ConfigMap, a Deployment and a Service", set(k8s) == {"ConfigMap", "Deployment", "Service"}, list(k8s))
-dep, svc, cm = k8s["Deployment"], k8s["Service"], k8s["ConfigMap"]
+check("k8s has a ConfigMap, a Deployment, a Service and a PodDisruptionBudget",
+      set(k8s) == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget"}, list(k8s))
+dep, svc, cm, pdb = k8s["Deployment"], k8s["Service"], k8s["ConfigMap"], k8s["PodDisruptionBudget"]
 pod = dep["spec"]["template"]
 containers = {c["name"]: c for c in pod["spec"]["containers"]}
-check("the Pod holds the model server and the lanepack sidecar", set(containers) >= {"lanepack", "model-server"}, list(containers))
-lp, ms = containers["lanepack"], containers["model-server"]
+inits = {c["name"]: c for c in pod["spec"].get("initContainers", [])}
+check("lanepack is the main container", "lanepack" in containers, list(containers))
+check("the model server is a native sidecar (starts first, stops after lanepack)",
+      "model-server" in inits and inits["model-server"].get("restartPolicy") == "Always", list(inits))
+lp, ms = containers["lanepack"], inits.get("model-server", {})
 cfg_text = cm["data"]["lanepack.json"]
 cfg = check_config(cfg_text, "the ConfigMap's lanepack.json")
 lp_port = {p["name"]: p["containerPort"] for p in lp["ports"]}
-ms_port = {p["name"]: p["containerPort"] for p in ms["ports"]}
+ms_port = {p["name"]: p["containerPort"] for p in ms.get("ports", [])}
 if cfg:
     check("lanepack listens on its container port", cfg["listen"].endswith(":%d" % lp_port["http"]), cfg["listen"])
     backends = [b for m in cfg["models"].values() for b in m["backends"]]
     check("lanepack's backend is the model server on localhost",
-          backends == ["http://127.0.0.1:%d" % ms_port["backend"]], backends)
+          backends == ["http://127.0.0.1:%d" % ms_port.get("backend", -1)], backends)
+    check("the admin listener is on the Pod's address, its own port",
+          cfg.get("admin_listen", "").startswith("0.0.0.0:") and
+          cfg["admin_listen"].endswith(":%d" % lp_port.get("admin", -1)), cfg.get("admin_listen"))
+    check("SIGTERM keeps accepting for a delay (endpoint propagation)", cfg.get("drain_delay_ms", 0) >= 1000,
+          cfg.get("drain_delay_ms"))
+    check("the grace period covers the drain delay, the drain and the sidecar's exit",
+          (cfg["drain_delay_ms"] + cfg["drain_timeout_ms"]) / 1000 + 5 <= pod["spec"]["terminationGracePeriodSeconds"],
+          (cfg["drain_delay_ms"], cfg["drain_timeout_ms"], pod["spec"]["terminationGracePeriodSeconds"]))
 check("readiness probe on /readyz of lanepack",
-      lp["readinessProbe"]["httpGet"]["path"] == "/readyz" and lp["readinessProbe"]["httpGet"]["port"] == lp_port["http"])
+      lp["readinessProbe"]["httpGet"]["path"] == "/readyz" and lp["readinessProbe"]["httpGet"]["port"] in ("admin", lp_port.get("admin")))
 check("liveness probe on /healthz of lanepack",
       lp["livenessProbe"]["httpGet"]["path"] == "/healthz" and lp["livenessProbe"]["httpGet"]["port"] == lp_port["http"])
+check("a startup probe on the model server, minutes long (compiles)",
+      ms.get("startupProbe") and ms["startupProbe"]["periodSeconds"] * ms["startupProbe"]["failureThreshold"] >= 300,
+      ms.get("startupProbe"))
 ann = pod["metadata"]["annotations"]
-check("Prometheus scrapes lanepack's /metrics",
+check("Prometheus scrapes lanepack's admin port",
       ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/path") == "/metrics"
-      and int(ann.get("prometheus.io/port")) == lp_port["http"], ann)
+      and int(ann.get("prometheus.io/port")) == lp_port.get("admin"), ann)
+import hashlib
+check("the config checksum annotation matches the ConfigMap (a change rolls the Pods)",
+      ann.get("lanepack.dev/config-sha256") == hashlib.sha256(cfg_text.encode()).hexdigest(),
+      ann.get("lanepack.dev/config-sha256"))
 check("both containers request resources", all("requests" in c.get("resources", {}) for c in (lp, ms)))
+raw_dep = open(os.path.join(src, "deploy", "k8s", "deployment.yaml")).read()
+check("accelerator resources named per chip kind",
+      all(k in raw_dep for k in ("google.com/tpu", "aws.amazon.com/neuron", "nvidia.com/gpu")))
+ru = dep["spec"].get("strategy", {}).get("rollingUpdate", {})
+check("rollouts need no spare accelerator host (maxSurge 0)", ru.get("maxSurge") == 0 and ru.get("maxUnavailable", 0) >= 1, ru)
+check("a PodDisruptionBudget selects the Pods",
+      pdb["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+      and ("maxUnavailable" in pdb["spec"] or "minAvailable" in pdb["spec"]), pdb["spec"])
+psc = pod["spec"].get("securityContext", {})
+for name, c in (("lanepack", lp), ("model-server", ms)):
+    sc = dict(psc)
+    sc.update(c.get("securityContext", {}))
+    check("%s runs restricted: non-root, no privilege escalation, ALL capabilities dropped, seccomp RuntimeDefault" % name,
+          sc.get("runAsNonRoot") is True and sc.get("allowPrivilegeEscalation") is False
+          and "ALL" in sc.get("capabilities", {}).get("drop", [])
+          and sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", sc)
+check("lanepack's root filesystem is read-only", lp["securityContext"].get("readOnlyRootFilesystem") is True)
 mount = {m["name"]: m["mountPath"] for m in lp["volumeMounts"]}
 vols = {v["name"]: v for v in pod["spec"]["volumes"]}
 conf_path = os.path.join(mount["config"], "lanepack.json")
@@ -111,10 +157,8 @@ check("the ConfigMap is mounted where --config reads it",
       vols["config"]["configMap"]["name"] == cm["metadata"]["name"] and lp["args"] == ["--config", conf_path],
       (lp["args"], conf_path))
 check("the Service selects the Pods", svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items())
-check("the Service targets lanepack's port, not the model server's",
+check("the Service targets lanepack's client port only (not the model server, not admin)",
       all(p["targetPort"] in (lp_port["http"], "http") for p in svc["spec"]["ports"]), svc["spec"]["ports"])
-check("drain fits the termination grace period",
-      cfg and cfg["drain_timeout_ms"] / 1000 < pod["spec"]["terminationGracePeriodSeconds"])
 
 # ---- systemd ----
 unit_path = os.path.join(src, "deploy", "systemd", "lanepack.service")

@@ -80,6 +80,7 @@ typedef struct lp_config_s {
   uint64_t request_timeout_ms;
   uint32_t max_sequences_per_request;
   uint64_t drain_timeout_ms;
+  uint64_t drain_delay_ms;     /* after SIGTERM: not ready, still accepting, this long */
   uint64_t health_interval_ms;
   uint32_t unhealthy_after;     /* consecutive failures */
   lp_model_config_t models[LP_MAX_MODELS];

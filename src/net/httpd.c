@@ -40,6 +40,8 @@
 typedef struct lp_http_parse_s {
   llhttp_t parser;
   struct lp_http_parse_s *next_free;
+  char *pending;               /* bytes not yet parsed while paused; owned */
+  size_t pending_len;
   size_t header_bytes;
   size_t field_len;
   int field_done;
@@ -88,12 +90,9 @@ struct lp_http_conn_s {
   lp_http_conn_t *prev, *next;
   lp_http_req_t *head, *tail;  /* requests in arrival order, head answered first */
   lp_http_req_t *cur;          /* being parsed (also in the list) */
-  char *pending;               /* bytes not yet parsed while paused; owned */
-  uv_shutdown_t *shutdown;     /* owned; only while lingering */
   uint64_t last_ns;            /* the last byte moved, either way (uv_now, ms) */
   uint64_t since_ms;           /* the request being read began (uv_now ms); while
                                   lingering: when lingering ends */
-  uint32_t pending_len;
   uint32_t unanswered;
   uint32_t writing;            /* uv_writes in flight */
   uint32_t discarded;          /* bytes dropped (saturates; bounded far below) */
@@ -129,7 +128,7 @@ static lp_http_parse_t *parse_take(lp_http_conn_t *c) {
   } else if ((ps = malloc(sizeof(*ps))) == NULL) {
     return NULL;
   }
-  memset(ps, 0, offsetof(lp_http_parse_t, field) + 1);
+  memset(ps, 0, offsetof(lp_http_parse_t, field) + 1); /* pending is NULL in the pool */
   ps->expect[0] = ps->te[0] = '\0';
   llhttp_init(&ps->parser, HTTP_REQUEST, &s->settings);
   ps->parser.data = c;
@@ -142,6 +141,9 @@ static void parse_give_back(lp_http_conn_t *c) {
   lp_http_parse_t *ps = c->ps;
   if (ps == NULL) return;
   c->ps = NULL;
+  free(ps->pending);
+  ps->pending = NULL;
+  ps->pending_len = 0;
   if (s->parse_nfree >= PARSE_POOL_MAX) {
     free(ps);
     return;
@@ -154,7 +156,7 @@ static void parse_give_back(lp_http_conn_t *c) {
 /* Between requests (nothing half-read, nothing held back) a connection needs no
  * parser: llhttp's state there is its initial one. */
 static void parse_maybe_give_back(lp_http_conn_t *c) {
-  if (c->ps && !c->cur && !c->paused && !c->pending_len && !c->closing && !c->discard &&
+  if (c->ps && !c->cur && !c->paused && !c->ps->pending_len && !c->closing && !c->discard &&
       !c->closed)
     parse_give_back(c);
 }
@@ -291,10 +293,10 @@ static void conn_resume(lp_http_conn_t *c) {
   if (c->paused && !c->closed && !c->wblocked && c->unanswered < c->srv->cfg.max_pipeline) {
     c->paused = 0;
     llhttp_resume(&c->ps->parser);
-    char *p = c->pending;
-    size_t n = c->pending_len;
-    c->pending = NULL;
-    c->pending_len = 0;
+    char *p = c->ps->pending;
+    size_t n = c->ps->pending_len;
+    c->ps->pending = NULL;
+    c->ps->pending_len = 0;
     if (n) conn_parse(c, p, n);
     free(p);
   }
@@ -350,9 +352,11 @@ void lp_http_abort(lp_http_req_t *req, const char *partial, size_t n) {
 
 /* ---- writing answers in order ---- */
 
+/* The request is owned by libuv until here (also when the connection closes
+ * first: it then ends with UV_ECANCELED, before the close callback). */
 static void on_shutdown(uv_shutdown_t *sh, int status) {
-  (void)sh;
   (void)status; /* the linger timer or the peer's EOF ends it either way */
+  free(sh);
 }
 
 /* The closing answer is out: close, or linger so the client reads it. */
@@ -367,11 +371,13 @@ static void conn_finish(lp_http_conn_t *c) {
   c->discarded = 0;
   c->since_ms = uv_now(c->srv->loop) + LINGER_MS;
   c->last_ns = uv_now(c->srv->loop);
-  if (c->shutdown == NULL && (c->shutdown = malloc(sizeof(*c->shutdown))) == NULL) {
+  uv_shutdown_t *sh = malloc(sizeof(*sh));
+  if (sh == NULL) {
     conn_close(c);
     return;
   }
-  if (uv_shutdown(c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown) < 0) {
+  if (uv_shutdown(sh, (uv_stream_t *)&c->tcp, on_shutdown) < 0) {
+    free(sh);
     conn_close(c);
     return;
   }
@@ -754,8 +760,6 @@ static int on_message_complete(llhttp_t *p) {
 static void on_conn_handle_closed(uv_handle_t *h) {
   lp_http_conn_t *c = h->data;
   lp_httpd_t *s = c->srv;
-  free(c->pending);
-  free(c->shutdown);
   free(c);
   s->alive--;
   server_maybe_finish(s);
@@ -818,8 +822,8 @@ static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
         return;
       }
       memcpy(keep, pos, rest);
-      c->pending = keep;
-      c->pending_len = rest;
+      c->ps->pending = keep;
+      c->ps->pending_len = rest;
     }
     conn_update_reading(c);
     conn_arm_timer(c);
@@ -863,14 +867,14 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
   }
   if (c->paused) {
     /* the pipeline is full: hold a little more, so that a hang-up is seen */
-    char *p = realloc(c->pending, c->pending_len + (size_t)n);
+    char *p = realloc(c->ps->pending, c->ps->pending_len + (size_t)n);
     if (p == NULL) {
       conn_close(c);
       return;
     }
-    memcpy(p + c->pending_len, buf->base, (size_t)n);
-    c->pending = p;
-    c->pending_len += (size_t)n;
+    memcpy(p + c->ps->pending_len, buf->base, (size_t)n);
+    c->ps->pending = p;
+    c->ps->pending_len += (size_t)n;
     conn_update_reading(c);
     return;
   }
@@ -889,7 +893,7 @@ static void conn_update_reading(lp_http_conn_t *c) {
   if (c->closed) return;
   int want = !c->wblocked;
   if (c->discard && !c->lingering && c->discarded >= DISCARD_MAX) want = 0;
-  if (!c->discard && c->paused && c->pending_len >= PENDING_MAX) want = 0;
+  if (!c->discard && c->paused && c->ps && c->ps->pending_len >= PENDING_MAX) want = 0;
   if (want && !c->reading) {
     conn_start_reading(c);
   } else if (!want && c->reading) {

@@ -345,6 +345,8 @@ int lp_config_load_text(lp_config_t *c, const char *text, size_t len, const char
       if (!(rc = get_u64(&x, v, key, 1, 1000000, &t))) c->max_sequences_per_request = (uint32_t)t;
     } else if (strcmp(key, "drain_timeout_ms") == 0) {
       rc = get_u64(&x, v, key, 0, 3600000, &c->drain_timeout_ms);
+    } else if (strcmp(key, "drain_delay_ms") == 0) {
+      rc = get_u64(&x, v, key, 0, 3600000, &c->drain_delay_ms);
     } else if (strcmp(key, "health_interval_ms") == 0) {
       rc = get_u64(&x, v, key, 10, 3600000, &c->health_interval_ms);
     } else if (strcmp(key, "unhealthy_after") == 0) {
@@ -459,6 +461,7 @@ char *lp_config_dump(const lp_config_t *c) {
   json_object_set_new(root, "max_sequences_per_request",
                       json_integer(c->max_sequences_per_request));
   json_object_set_new(root, "drain_timeout_ms", json_integer((json_int_t)c->drain_timeout_ms));
+  json_object_set_new(root, "drain_delay_ms", json_integer((json_int_t)c->drain_delay_ms));
   json_object_set_new(root, "health_interval_ms", json_integer((json_int_t)c->health_interval_ms));
   json_object_set_new(root, "unhealthy_after", json_integer(c->unhealthy_after));
   json_t *models = json_object();

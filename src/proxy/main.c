@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 
 #include "lanepack/log.h"
+#include "probe.h"
 #include "proxy.h"
 
 #ifndef LP_VERSION
@@ -19,6 +20,7 @@ static void usage(FILE *f) {
           "usage: lanepack [--config FILE] [--listen HOST:PORT] [--backend URL]...\n"
           "                [--shapes 4x8192,8x2048] [--max-wait-ms N] [--log-level LEVEL]\n"
           "                [--model NAME] [--check-config] [--version] [--help]\n"
+          "       lanepack --probe URL   (exit 0 if GET URL answers 2xx within 2 s)\n"
           "Flags override the file. --backend, --shapes and --max-wait-ms apply to the\n"
           "model named by --model (default: the only model, or 'default').\n");
 }
@@ -37,6 +39,7 @@ int main(int argc, char **argv) {
       {"max-wait-ms", required_argument, 0, 'w'}, {"log-level", required_argument, 0, 'L'},
       {"model", required_argument, 0, 'm'},       {"check-config", no_argument, 0, 'C'},
       {"version", no_argument, 0, 'V'},           {"help", no_argument, 0, 'h'},
+      {"probe", required_argument, 0, 'P'},
       {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -64,6 +67,12 @@ int main(int argc, char **argv) {
       case 'm': model = optarg; break;
       case 'C': check = 1; break;
       case 'V': printf("lanepack %s\n", LP_VERSION); return 0;
+      case 'P': {
+        char perr[300];
+        int prc = lp_probe(optarg, 2000, perr, sizeof(perr));
+        if (prc) fprintf(stderr, "lanepack: probe: %s\n", perr);
+        return prc;
+      }
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }

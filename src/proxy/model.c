@@ -209,7 +209,10 @@ void lp__model_fail_all(lp_model_t *m, int status, const char *code, const char 
 int lp__model_admit(lp_model_t *m, lp_job_t *job) {
   lp_proxy_t *p = m->proxy;
   p->jobs++;
-  if (p->draining) {
+  /* while draining, a request that still arrives on an open connection is
+   * served (the connection closes after it); only past the drain timeout is
+   * it refused */
+  if (p->hard_stop) {
     lp__job_fail(job, 503, "shutting_down", "the proxy is shutting down");
     return -1;
   }

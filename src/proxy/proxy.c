@@ -173,10 +173,10 @@ static void route(lp_proxy_t *p, lp_http_req_t *req, int on_admin) {
     respond_json(p, req, LP_ROUTE_HEALTHZ, 200, b);
   } else if (path_is(req, "/readyz")) {
     if (!method_ok(p, req, LP_ROUTE_READYZ, LP_HTTP_GET)) return;
-    int ready = !p->draining;
+    int ready = !p->unready;
     for (size_t i = 0; i < p->nmodels && ready; i++) ready = lp__model_ready(&p->models[i]);
     lp_buf_printf(b, "{\"ready\": %s%s}\n", ready ? "true" : "false",
-                  p->draining ? ", \"reason\": \"shutting down\"" : "");
+                  p->unready ? ", \"reason\": \"shutting down\"" : "");
     respond_json(p, req, LP_ROUTE_READYZ, ready ? 200 : 503, b);
   } else if (path_is(req, "/metrics")) {
     if (!method_ok(p, req, LP_ROUTE_METRICS, LP_HTTP_GET)) return;
@@ -252,18 +252,39 @@ static void on_drain_timeout(uv_timer_t *t) {
   uv_timer_start(&p->drain, on_last_resort, 2000, 0);
 }
 
-static void on_signal(uv_signal_t *s, int signum) {
-  lp_proxy_t *p = s->data;
+/* Stops accepting and drains: connections close once their last answer is
+ * written; then the loop stops. */
+static void start_drain(lp_proxy_t *p) {
   if (p->draining) return;
   p->draining = 1;
-  lp_log(LP_LOG_INFO, "draining", "\"signal\": %d", signum);
-  /* connections close once their last answer is written; then we stop */
+  lp_log(LP_LOG_INFO, "draining", "\"jobs\": %zu, \"batches\": %zu", p->jobs, p->batches);
   lp_httpd_close(p->httpd, on_httpd_closed, p);
   p->httpd = NULL;
   if (p->admin) lp_httpd_close(p->admin, NULL, NULL);
   p->admin = NULL;
   uv_timer_start(&p->drain, on_drain_timeout, p->cfg.drain_timeout_ms, 0);
   lp_proxy_kick(p);
+}
+
+static void on_drain_delay(uv_timer_t *t) { start_drain(t->data); }
+
+/* SIGTERM: first not ready (so that load balancers and Kubernetes endpoints
+ * stop sending here) while still accepting and serving, for drain_delay_ms;
+ * then the drain. A second signal drains at once. */
+static void on_signal(uv_signal_t *s, int signum) {
+  lp_proxy_t *p = s->data;
+  if (p->unready) {
+    if (!p->draining) {
+      uv_timer_stop(&p->drain);
+      start_drain(p);
+    }
+    return;
+  }
+  p->unready = 1;
+  lp_log(LP_LOG_INFO, "shutting down", "\"signal\": %d, \"drain_delay_ms\": %llu", signum,
+         (unsigned long long)p->cfg.drain_delay_ms);
+  if (p->cfg.drain_delay_ms == 0) start_drain(p);
+  else uv_timer_start(&p->drain, on_drain_delay, p->cfg.drain_delay_ms, 0);
 }
 
 /* After a burst the allocator keeps what it freed; once nothing is in flight,

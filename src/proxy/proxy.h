@@ -190,7 +190,8 @@ struct lp_proxy_s {
   uint64_t served;         /* requests routed so far */
   uint64_t trimmed_at;     /* `served` at the last trim */
   uv_signal_t sigterm, sigint;
-  int draining;
+  int unready;             /* SIGTERM seen: /readyz fails, the listener stays for drain_delay_ms */
+  int draining;            /* the listener is closed: every queued sequence is due now */
   int hard_stop;           /* past the drain timeout: fail instead of retrying */
   uint64_t next_batch_id;
   size_t jobs;             /* jobs alive */

@@ -249,7 +249,7 @@ int lp__v2_route(lp_proxy_t *p, lp_http_req_t *req) {
     return 1;
   }
   if (r == LP_V2_LIVE || r == LP_V2_READY) {
-    int ready = !p->draining;
+    int ready = !p->unready;
     for (size_t i = 0; r == LP_V2_READY && i < p->nmodels && ready; i++) ready = lp__model_ready(&p->models[i]);
     status_only(p, req, r == LP_V2_LIVE || ready);
     return 1;
@@ -266,7 +266,7 @@ int lp__v2_route(lp_proxy_t *p, lp_http_req_t *req) {
   } else if (r == LP_V2_MODEL) {
     metadata(p, req, m);
   } else if (r == LP_V2_MODEL_READY) {
-    status_only(p, req, !p->draining && lp__model_ready(m));
+    status_only(p, req, !p->unready && lp__model_ready(m));
   } else {
     infer(p, req, m);
   }
