@@ -10,10 +10,10 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential meson ninja-build pkg-config libuv1-dev node-llhttp libjansson-dev
       libcurl4-openssl-dev curl python3)
 # What only the tests need: Check, the sanitizer build's clang, the Python
-# tests' yaml, and the reference model server's framework (torch and numpy,
+# tests' yaml, promtool (from prometheus) for the metrics' format, and the reference model server's framework (torch and numpy,
 # which the v2 client test uses too). LP_SETUP_TORCH=0 leaves out torch alone.
 if [ "${LP_SETUP_TESTS:-0}" = 1 ] || [ "${LP_SETUP_ASAN:-0}" = 1 ]; then
-  PKGS+=(check clang libclang-rt-14-dev python3-yaml)
+  PKGS+=(check clang libclang-rt-14-dev python3-yaml prometheus)
   if [ "${LP_SETUP_TORCH:-1}" = 1 ]; then PKGS+=(python3-torch python3-numpy); fi
 fi
 

@@ -105,6 +105,16 @@ with tempfile.TemporaryDirectory() as tmp:
     emu, lp, port, admin = start_pod(tmp)
     cl = Clients(port)
     time.sleep(1.0)
+    # the admin port's metrics under load: valid Prometheus text (promtool)
+    c = http.client.HTTPConnection("127.0.0.1", admin, timeout=5)
+    c.request("GET", "/metrics")
+    metrics = c.getresponse().read()
+    pt = subprocess.run(["promtool", "check", "metrics"], input=metrics, capture_output=True)
+    check("promtool check metrics passes on the admin port's /metrics", pt.returncode == 0,
+          pt.stderr.decode()[:300])
+    check("process metrics are there", all(k in metrics for k in (b"process_cpu_seconds_total",
+          b"process_resident_memory_bytes", b"process_open_fds", b"process_max_fds",
+          b"process_start_time_seconds", b"lanepack_build_info")))
     t_term = time.monotonic()
     lp.send_signal(signal.SIGTERM)  # the pod is deleted: the main container first
     time.sleep(0.1)

@@ -506,6 +506,16 @@ START_TEST(models_shapes_ragged_per_segment) {
   ck_assert_ptr_nonnull(strstr(r.headers, "text/plain; version=0.0.4"));
   ck_assert_ptr_nonnull(strstr(r.body, "# TYPE lanepack_batch_fill_ratio histogram"));
   ck_assert_ptr_nonnull(strstr(r.body, "lanepack_batch_fill_ratio_bucket{model=\"rect\",le=\"+Inf\"}"));
+  /* what an operator's dashboards expect of any server, and ours by shape and model */
+  static const char *const families[] = {
+      "# TYPE process_cpu_seconds_total counter", "# TYPE process_resident_memory_bytes gauge",
+      "# TYPE process_open_fds gauge", "# TYPE process_max_fds gauge",
+      "# TYPE process_start_time_seconds gauge", "lanepack_build_info{version=\"",
+      "lanepack_batch_fill_ratio_by_shape_bucket{model=\"rect\",shape=\"",
+      "lanepack_model_request_duration_seconds_count{model=\"rect\"}",
+      "lanepack_request_duration_seconds_bucket{phase=\"total\",le=\"0.012\"}"};
+  for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
+    ck_assert_msg(strstr(r.body, families[i]), "/metrics lacks %s", families[i]);
   ck_assert_int_eq(r.body[r.body_len - 1], '\n');
   h_resp_free(&r);
   ck_assert_int_eq(h_call(s.port, "GET", "/v1/buckets/advice?k=2&model=rect", "", NULL, &r), 0);

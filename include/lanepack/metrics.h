@@ -8,7 +8,7 @@
 
 #include "lanepack/buf.h"
 
-#define LP_HIST_MAX_BUCKETS 24
+#define LP_HIST_MAX_BUCKETS 32
 
 typedef struct lp_hist_s {
   const double *bounds;  /* upper bounds, increasing; borrowed (static) */

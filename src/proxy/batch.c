@@ -440,6 +440,7 @@ int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *p
   m->real_tokens += bt->layout.real_tokens;
   m->pad_tokens += slots - bt->layout.real_tokens;
   lp_hist_observe(&m->fill, (double)bt->layout.real_tokens / (double)slots);
+  lp_hist_observe(&m->fill_by_shape[bt->shape], (double)bt->layout.real_tokens / (double)slots);
   bt->dispatch_ns = now;
   bt->device = lp_devclock_start(&be->clock, plan->shape, now, &bt->expect_ns);
   m->rr = (size_t)(be - m->backends) + 1;

@@ -261,6 +261,7 @@ send:
   lp_hist_observe(&job->model->queue_delay, (double)queue_ns / 1e9);
   lp_hist_observe(&p->t_backend, (double)backend_ns / 1e9);
   lp_hist_observe(&p->t_total, (double)(now - job->arrive_ns) / 1e9);
+  lp_hist_observe(&job->model->duration, (double)(now - job->arrive_ns) / 1e9);
   lp_buf_t *head = &p->scratch;
   lp_buf_reset(head);
   lp_http_head(job->req, head, 200, extra[0] ? extra : NULL, ctype, out.len - HEAD_ROOM);

@@ -61,6 +61,9 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   if (lp_lenhist_init(&m->lengths, maxb ? maxb : 1)) return -ENOMEM;
   if (lp_batchjson_init(&m->writer, maxb ? maxb : 1)) return -ENOMEM;
   lp_hist_init(&m->fill, fill_bounds, sizeof(fill_bounds) / sizeof(fill_bounds[0]));
+  for (size_t s = 0; s < LP_BUCKET_MAX_SHAPES; s++)
+    lp_hist_init(&m->fill_by_shape[s], fill_bounds, sizeof(fill_bounds) / sizeof(fill_bounds[0]));
+  lp_hist_init(&m->duration, time_bounds, sizeof(time_bounds) / sizeof(time_bounds[0]));
   lp_hist_init(&m->service, time_bounds, sizeof(time_bounds) / sizeof(time_bounds[0]));
   lp_hist_init(&m->queue_delay, time_bounds, sizeof(time_bounds) / sizeof(time_bounds[0]));
   lp_hist_init(&m->service_error, error_bounds, sizeof(error_bounds) / sizeof(error_bounds[0]));

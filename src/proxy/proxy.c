@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +15,10 @@
 const int lp__status_codes[LP_STATUS_SLOTS] = {200, 400, 401, 404, 405, 408, 409, 411, 413, 415,
                                                417, 429, 431, 500, 502, 503, 504, 505, 0};
 
-static const double latency_bounds[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1,
-                                        0.2, 0.5, 1, 2, 5, 10, 30};
+/* fine around typical batch times (a few ms to tens of ms), coarse past */
+static const double latency_bounds[] = {0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008,
+                                        0.01, 0.012, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
+                                        0.1, 0.15, 0.2, 0.3, 0.5, 1, 2, 5, 10, 30};
 
 void lp_proxy_count(lp_proxy_t *p, int route, int status) {
   int s = 0;
@@ -300,6 +303,9 @@ static void on_trim(uv_timer_t *t) {
 
 int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *port) {
   memset(p, 0, sizeof(*p));
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  p->start_time = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9;
   p->loop = loop;
   p->cfg = *cfg;
   lp_log_level = cfg->log_level;

@@ -164,6 +164,8 @@ struct lp_model_s {
   uint64_t batches_by_shape[LP_BUCKET_MAX_SHAPES];
   uint64_t real_tokens, pad_tokens, sequences_done;
   lp_hist_t fill;
+  lp_hist_t fill_by_shape[LP_BUCKET_MAX_SHAPES];
+  lp_hist_t duration;     /* answered requests, arrival to answer */
   lp_hist_t service;       /* observed device time per batch (or dispatch to answer) */
   lp_hist_t service_error; /* |observed - expected| / expected, per batch */
   lp_hist_t queue_delay;   /* arrival to dispatch, per answered request */
@@ -216,6 +218,7 @@ struct lp_proxy_s {
   lp_hist_t t_queue, t_backend, t_total;
   uint64_t retries;        /* sequences sent again after a failed batch */
   int exit_code;
+  double start_time;       /* wall clock at start (Unix seconds) */
 };
 
 /* proxy.c */

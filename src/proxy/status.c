@@ -1,9 +1,12 @@
 /* What the proxy tells about itself: /metrics (Prometheus text), /v1/models
  * and /v1/buckets/advice. */
+#include <dirent.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "proxy.h"
 
@@ -71,8 +74,55 @@ static void per_backend(lp_buf_t *b, lp_proxy_t *p, const char *name, const char
     }
 }
 
+#ifndef LP_VERSION
+#define LP_VERSION "0.1.0"
+#endif
+
+/* The standard process metrics (as Prometheus' client libraries name them),
+ * read from the kernel at each scrape. */
+static void process_metrics(lp_buf_t *b, const lp_proxy_t *p) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) == 0) {
+    double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                 (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+    lp_metric_family(b, "process_cpu_seconds_total", "counter", "User and system CPU time spent, in seconds.");
+    lp_metric_sample(b, "process_cpu_seconds_total", NULL, cpu);
+  }
+  FILE *f = fopen("/proc/self/statm", "r");
+  unsigned long long vm = 0, rss = 0;
+  if (f) {
+    if (fscanf(f, "%llu %llu", &vm, &rss) == 2) {
+      double page = (double)sysconf(_SC_PAGESIZE);
+      lp_metric_family(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+      lp_metric_sample(b, "process_resident_memory_bytes", NULL, (double)rss * page);
+      lp_metric_family(b, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+      lp_metric_sample(b, "process_virtual_memory_bytes", NULL, (double)vm * page);
+    }
+    fclose(f);
+  }
+  DIR *d = opendir("/proc/self/fd");
+  if (d) {
+    uint64_t n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+      if (e->d_name[0] != '.') n++;
+    closedir(d);
+    lp_metric_family(b, "process_open_fds", "gauge", "Open file descriptors.");
+    lp_metric_sample_u64(b, "process_open_fds", NULL, n ? n - 1 : 0); /* less the one reading */
+  }
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    lp_metric_family(b, "process_max_fds", "gauge", "The most file descriptors the process may open.");
+    lp_metric_sample_u64(b, "process_max_fds", NULL, (uint64_t)rl.rlim_cur);
+  }
+  lp_metric_family(b, "process_start_time_seconds", "gauge", "Start time of the process, Unix seconds.");
+  lp_metric_sample_u64(b, "process_start_time_seconds", NULL, (uint64_t)p->start_time);
+  lp_metric_family(b, "lanepack_build_info", "gauge", "Always 1: the running version.");
+  lp_metric_sample_u64(b, "lanepack_build_info", "version=\"" LP_VERSION "\"", 1);
+}
+
 void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   char labels[512];
+  process_metrics(b, p);
   lp_metric_family(b, "lanepack_requests_total", "counter", "HTTP requests answered, by route and status.");
   for (int r = 0; r < LP_ROUTE_COUNT; r++)
     for (int s = 0; s < LP_STATUS_SLOTS; s++) {
@@ -126,6 +176,19 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
             m_done);
   per_model_hist(b, p, "lanepack_batch_fill_ratio", "Real tokens over slots, per batch.",
                  offsetof(lp_model_t, fill));
+  lp_metric_family(b, "lanepack_batch_fill_ratio_by_shape", "histogram",
+                   "Real tokens over slots, per batch, by model and shape.");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    lp_model_t *m = &p->models[i];
+    for (size_t s = 0; s < m->shapes.count; s++) {
+      snprintf(labels, sizeof(labels), "model=\"%s\",shape=\"%ux%u\"", m->cfg->name,
+               m->shapes.shapes[s].lanes, m->shapes.shapes[s].bucket);
+      lp_metric_hist(b, "lanepack_batch_fill_ratio_by_shape", labels, &m->fill_by_shape[s]);
+    }
+  }
+  per_model_hist(b, p, "lanepack_model_request_duration_seconds",
+                 "Arrival to answer of answered inference requests, by model.",
+                 offsetof(lp_model_t, duration));
   per_model_hist(b, p, "lanepack_service_seconds",
                  "Device time per batch (as the backend reports it, else dispatch to answer), by model.",
                  offsetof(lp_model_t, service));
