@@ -427,7 +427,29 @@ static void handle_batch(emu_t *emu, lp_http_req_t *req) {
     emu_job_free(j);
     return;
   }
+  if (emu->log_batches) {
+    char id[32];
+    snprintf(id, sizeof(id), "%lld", (long long)j->batch_id);
+    emu_log_batch(id, req->body, req->body_len, "\"request_ids\": [", ']');
+  }
   emu_enqueue(emu, j, req);
+}
+
+void emu_log_batch(const char *batch_id, const char *body, size_t len, const char *key, char close) {
+  size_t kl = strlen(key);
+  const char *at = NULL;
+  for (size_t i = 0; i + kl <= len && !at; i++)
+    if (memcmp(body + i, key, kl) == 0) at = body + i + kl;
+  size_t n = 0;
+  if (at)
+    while (at + n < body + len && at[n] != close) n++;
+  /* the ids' text as a JSON string (the JSON wire's array has quotes in it) */
+  fprintf(stderr, "{\"batch\": \"%s\", \"request_ids\": \"", batch_id);
+  for (size_t i = 0; i < n; i++) {
+    if (at[i] == '"' || at[i] == '\\') fputc('\\', stderr);
+    fputc((unsigned char)at[i] < 0x20 ? ' ' : at[i], stderr);
+  }
+  fputs("\"}\n", stderr);
 }
 
 void emu_enqueue(emu_t *emu, job_t *j, lp_http_req_t *req) {
@@ -513,7 +535,7 @@ static void usage(FILE *f) {
           "         [--cost-ms SHAPE=MS]... [--cost-ms MS] [--compile-ms MS] [--devices N]\n"
           "         [--per-segment] [--ragged] [--fail-rate P] [--reset-rate P]\n"
           "         [--stall-rate P] [--garbage-rate P] [--delay-ms MS] [--seed S]\n"
-          "         [--hide-shapes] [--protocol lanepack|v2|both] [--v2-model TEMPLATE]\n"
+          "         [--hide-shapes] [--log-batches] [--protocol lanepack|v2|both] [--v2-model TEMPLATE]\n"
           "         [--v2-output NAME] [--v2-dims K] [--cost-jitter F] [--slow-rate P --slow-ms MS]\n"
           "         [--poison-token T]\n");
 }
@@ -555,6 +577,7 @@ int main(int argc, char **argv) {
       {"reset-rate", required_argument, 0, 'R'},   {"stall-rate", required_argument, 0, 'S'},
       {"garbage-rate", required_argument, 0, 'G'}, {"delay-ms", required_argument, 0, 'D'},
       {"seed", required_argument, 0, 'e'},         {"hide-shapes", no_argument, 0, 'H'},
+      {"log-batches", no_argument, 0, 'B'},
       {"protocol", required_argument, 0, 'P'},     {"v2-model", required_argument, 0, 'M'},
       {"v2-output", required_argument, 0, 'O'},    {"v2-dims", required_argument, 0, 'K'},
       {"cost-jitter", required_argument, 0, 'J'},  {"slow-rate", required_argument, 0, 'W'},
@@ -581,6 +604,7 @@ int main(int argc, char **argv) {
       case 'D': bad_arg = parse_u64(optarg, &emu.delay_ms); break;
       case 'e': bad_arg = parse_u64(optarg, &seed); break;
       case 'H': emu.hide_shapes = 1; break;
+      case 'B': emu.log_batches = 1; break;
       case 'J': bad_arg = parse_rate(optarg, &emu.cost_jitter); break;
       case 'W': bad_arg = parse_rate(optarg, &emu.slow_rate); break;
       case 'X': bad_arg = parse_u64(optarg, &emu.slow_ms); break;

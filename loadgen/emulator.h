@@ -49,6 +49,7 @@ struct emu_s {
   int per_segment;
   int ragged_ok;
   int hide_shapes;        /* no /v1/shapes route, like a backend that lacks one */
+  int log_batches;        /* a JSON line per batch on stderr: its id and request ids */
   unsigned devices, busy;
   job_t *qhead, *qtail;
   /* faults */
@@ -80,5 +81,9 @@ void emu_enqueue(emu_t *emu, job_t *j, lp_http_req_t *req);
 int emu_v2_route(emu_t *emu, lp_http_req_t *req);
 /* Writes a v2 job's answer. */
 void emu_v2_answer(job_t *j);
+
+/* --log-batches: one line per batch received, with the client request ids
+ * lanepack passed on (the JSON text found after `key` in body, up to `close`). */
+void emu_log_batch(const char *batch_id, const char *body, size_t len, const char *key, char close);
 
 #endif

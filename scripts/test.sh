@@ -24,6 +24,16 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   -C build-asan --num-processes 2
 suite "fuzzing: each libFuzzer target for 20 s from its seeds (crash, leak or hang fails)" \
   -C build-fuzz --suite fuzz --num-processes 1
+# the container image, built and run (minutes; needs podman): opt-in
+if [ "${LP_TEST_CONTAINER:-0}" = 1 ]; then
+  echo "== the container image (LP_TEST_CONTAINER=1)"
+  if bash tests/test-container.sh "$PWD" "$PWD/build" | tee -a "$log.container"; then
+    echo "Ok: 1" >> "$log"
+  else
+    echo "Fail: 1" >> "$log"
+    status=1
+  fi
+fi
 passed=$(awk '/^Ok:/ {s += $2} END {print s + 0}' "$log")
 failed=$(awk '/^(Fail|Timeout|Unexpected Pass|Skipped):/ {s += $NF} END {print s + 0}' "$log")  # a skip hides a test: it counts against
 echo

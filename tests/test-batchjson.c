@@ -1,6 +1,8 @@
 /* The batch writer against jansson's reading of its output: ids, segment and
  * position ids, segments, for random layouts (runs of every kind included). */
 #include <check.h>
+#include <stdio.h>
+#include <string.h>
 #include <jansson.h>
 #include <stdlib.h>
 
@@ -38,7 +40,15 @@ START_TEST(matches_layout) {
     if (ragged) ck_assert_int_eq(lp_layout_build_ragged(&l, place, seqs, n), 0);
     else ck_assert_int_eq(lp_layout_build(&l, lanes, bucket, -3, place, seqs, n), 0);
     lp_buf_reset(&b);
-    lp_batchjson_write(&w, &b, &l, seed, "m\"x");
+    /* every other batch carries its requests' ids, one per item, some needing escapes */
+    char idtext[64][24];
+    const char *item_ids[64];
+    int with_ids = seed % 2 == 0 && n <= 64;
+    for (size_t i = 0; with_ids && i < n; i++) {
+      snprintf(idtext[i], sizeof(idtext[i]), i % 5 ? "req-%zu" : "q\"%zu", i);
+      item_ids[i] = idtext[i];
+    }
+    lp_batchjson_write(&w, &b, &l, seed, "m\"x", with_ids ? item_ids : NULL);
     json_error_t e;
     json_t *j = json_loadb(b.data, b.len, 0, &e);
     ck_assert_msg(j != NULL, "seed %llu: %s", (unsigned long long)seed, e.text);
@@ -75,6 +85,14 @@ START_TEST(matches_layout) {
         REQUIRE(json_integer_value(json_object_get(s, "offset")) == l.segs[k].offset);
         REQUIRE(json_integer_value(json_object_get(s, "length")) == l.segs[k].length);
       }
+    }
+    json_t *rids = json_object_get(j, "request_ids");
+    if (!with_ids) {
+      REQUIRE(rids == NULL);
+    } else {
+      REQUIRE(json_array_size(rids) == l.nsegs);
+      for (size_t k = 0; k < l.nsegs; k++)
+        REQUIRE(strcmp(json_string_value(json_array_get(rids, k)), idtext[l.segs[k].item]) == 0);
     }
     json_decref(j);
   }

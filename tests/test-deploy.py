@@ -161,6 +161,10 @@ check("the Service targets lanepack's client port only (not the model server, no
       all(p["targetPort"] in (lp_port["http"], "http") for p in svc["spec"]["ports"]), svc["spec"]["ports"])
 
 # ---- systemd ----
+unit_text = open(os.path.join(src, "deploy", "systemd", "lanepack.service")).read()
+check("the unit reloads with a checked configuration and SIGHUP",
+      "ExecReload=/usr/local/bin/lanepack --config /etc/lanepack/lanepack.json --check-config" in unit_text
+      and re.search(r"ExecReload=/bin/kill -HUP \$MAINPID", unit_text), unit_text[:200])
 unit_path = os.path.join(src, "deploy", "systemd", "lanepack.service")
 unit = configparser.ConfigParser(strict=False, interpolation=None)
 unit.optionxform = str

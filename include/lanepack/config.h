@@ -70,6 +70,8 @@ typedef struct lp_config_s {
   char listen[LP_URL_MAX];
   char admin_listen[LP_URL_MAX];     /* "" = admin routes on the main listener */
   char auth_tokens_file[LP_URL_MAX]; /* "" = no client authentication */
+  char access_log[LP_URL_MAX]; /* JSON lines: "" off, "-" standard error, else a file appended to */
+  double access_log_sample;    /* share of successful requests logged (errors always) */
   int log_level;                /* LP_LOG_* */
   size_t max_header_bytes;
   size_t max_body_bytes;

@@ -28,6 +28,8 @@ typedef struct lp_http_req_s {
   size_t path_len;        /* url[0..path_len) is the path, before any '?' */
   char content_type[96];  /* "" when absent; truncated if longer */
   char authorization[256];/* "" when absent */
+  char request_id[64];    /* X-Request-Id as sent (printable, <= 63 bytes), else one
+                             made here; echoed in the answer's head */
   int has_body_length;    /* Content-Length given or chunked */
   int64_t inference_header_len; /* Inference-Header-Content-Length (v2 binary): -1 absent, -2 bad */
   char *body;             /* owned; NUL-terminated (not counted in body_len) */
@@ -81,6 +83,10 @@ void lp_httpd_close(lp_httpd_t *s, void (*done)(void *arg), void *arg);
 
 size_t lp_httpd_connections(const lp_httpd_t *s);
 
+/* New limits (cfg's sizes and times; its handlers are ignored) for what comes
+ * next: open connections and requests being read keep going under them. */
+void lp_httpd_set_limits(lp_httpd_t *s, const lp_httpd_config_t *cfg);
+
 /* Answers req: status, extra header lines (each ending "\r\n", may be NULL), a
  * content type and the body (copied). The answer goes out when every earlier
  * request on the connection has been answered. */
@@ -109,6 +115,9 @@ void lp_http_respond_raw_at(lp_http_req_t *req, lp_buf_t *out, size_t off);
 void lp_http_abort(lp_http_req_t *req, const char *partial, size_t n);
 
 const char *lp_http_reason(int status);
+
+/* The client's address as "IP:PORT" ("" if unknown). */
+void lp_http_peer(const lp_http_req_t *req, char *out, size_t n);
 
 /* Parses "HOST:PORT" / "[V6]:PORT" into a sockaddr. Returns 0 or UV_EINVAL. */
 int lp_parse_hostport(const char *addr, struct sockaddr_storage *ss);

@@ -100,8 +100,21 @@ static void put_ids(const lp_batchjson_t *w, lp_buf_t *b, const lp_layout_t *l, 
   lp_buf_puts(b, "]");
 }
 
+/* , "request_ids": [...] in segment order (the client requests' X-Request-Id,
+ * so a backend's log can be joined to them). */
+static void put_request_ids(lp_buf_t *b, const lp_layout_t *l, const char *const *item_ids) {
+  if (!item_ids) return;
+  lp_buf_puts(b, ", \"request_ids\": [");
+  for (size_t i = 0; i < l->nsegs; i++) {
+    const char *rid = item_ids[l->segs[i].item];
+    if (i) lp_buf_puts(b, ", ");
+    lp_buf_json_str(b, rid ? rid : "", rid ? strlen(rid) : 0);
+  }
+  lp_buf_puts(b, "]");
+}
+
 void lp_batchjson_write(const lp_batchjson_t *w, lp_buf_t *b, const lp_layout_t *l, uint64_t id,
-                        const char *model) {
+                        const char *model, const char *const *item_ids) {
   size_t slots = (size_t)l->lanes * l->bucket;
   lp_buf_reserve(b, slots * 12 + l->nsegs * 72 + 256);
   lp_buf_puts(b, "{\"batch_id\": ");
@@ -113,7 +126,9 @@ void lp_batchjson_write(const lp_batchjson_t *w, lp_buf_t *b, const lp_layout_t 
     lp_buf_i32_array(b, l->input_ids, l->bucket);
     lp_buf_puts(b, ", \"cu_seqlens\": ");
     lp_buf_i32_array(b, l->cu_seqlens, l->nsegs + 1);
-    lp_buf_printf(b, ", \"max_seqlen\": %u}", l->max_seqlen);
+    lp_buf_printf(b, ", \"max_seqlen\": %u", l->max_seqlen);
+    put_request_ids(b, l, item_ids);
+    lp_buf_puts(b, "}");
     return;
   }
   lp_buf_printf(b, ", \"shape\": [%u, %u], \"input_ids\": [", l->lanes, l->bucket);
@@ -138,5 +153,7 @@ void lp_batchjson_write(const lp_batchjson_t *w, lp_buf_t *b, const lp_layout_t 
     lp_buf_u64(b, s->length);
     lp_buf_puts(b, "}");
   }
-  lp_buf_puts(b, "]}");
+  lp_buf_puts(b, "]");
+  put_request_ids(b, l, item_ids);
+  lp_buf_puts(b, "}");
 }

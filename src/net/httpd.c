@@ -78,6 +78,7 @@ struct lp_httpd_s {
   uint64_t tick_at;            /* when tick fires (uv_now ms), UINT64_MAX if stopped */
   int tick_open;
   int tick_closed;
+  uint64_t id_base, id_count;  /* made request ids: random base + a count */
   void (*done)(void *);
   void *done_arg;
 };
@@ -266,6 +267,11 @@ void lp_http_head(lp_http_req_t *req, lp_buf_t *out, int status, const char *hea
   lp_buf_u64(out, len);
   lp_buf_puts(out, "\r\n");
   if (headers) lp_buf_puts(out, headers);
+  if (req->request_id[0]) {
+    lp_buf_puts(out, "X-Request-Id: ");
+    lp_buf_puts(out, req->request_id);
+    lp_buf_puts(out, "\r\n");
+  }
   if (close) lp_buf_puts(out, "Connection: close\r\n");
   lp_buf_puts(out, "\r\n");
   if (close) req->_close_after = 1;
@@ -628,6 +634,8 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
     put_value(c->ps->te, sizeof(c->ps->te), at, n);
   else if (strcasecmp(c->ps->field, "inference-header-content-length") == 0)
     put_value(r->_ihcl, sizeof(r->_ihcl), at, n);
+  else if (strcasecmp(c->ps->field, "x-request-id") == 0)
+    put_value(r->request_id, sizeof(r->request_id), at, n);
   return 0;
 }
 
@@ -664,6 +672,23 @@ static int on_header_value_complete(llhttp_t *p) {
   return 0;
 }
 
+/* Keeps a client's X-Request-Id if it is printable ASCII without quotes or
+ * backslashes (it is echoed in a header and written in JSON logs), else makes
+ * one: unique within the process, and across restarts by its random base. */
+static void request_id_settle(lp_httpd_t *s, lp_http_req_t *r) {
+  size_t n = strlen(r->request_id);
+  int ok = n > 0 && n < sizeof(r->request_id) - 1;
+  for (size_t i = 0; ok && i < n; i++) {
+    unsigned char ch = (unsigned char)r->request_id[i];
+    ok = ch > 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
+  }
+  if (ok) return;
+  static const char hex[] = "0123456789abcdef";
+  uint64_t v = s->id_base + ++s->id_count;
+  for (int i = 15; i >= 0; i--, v >>= 4) r->request_id[i] = hex[v & 15];
+  r->request_id[16] = '\0';
+}
+
 static int on_headers_complete(llhttp_t *p) {
   lp_http_conn_t *c = CONN(p);
   lp_http_req_t *r = c->cur;
@@ -685,6 +710,7 @@ static int on_headers_complete(llhttp_t *p) {
     return fail_cb(c, 501, "transfer_coding_not_implemented",
                    "the only transfer coding served is 'chunked'");
   p->upgrade = 0; /* no protocol switch: an Upgrade header is ignored */
+  request_id_settle(c->srv, r);
   r->inference_header_len = -1;
   if (r->_ihcl[0]) {
     char *end;
@@ -1044,6 +1070,8 @@ lp_httpd_t *lp_httpd_new(uv_loop_t *loop, const lp_httpd_config_t *cfg) {
     return NULL;
   }
   lp_theap_init(&s->timers);
+  /* the base of made request ids: no two processes start alike */
+  s->id_base = (uv_hrtime() * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)uv_os_getpid() << 32) ^ (uintptr_t)s;
   uv_timer_init(loop, &s->tick);
   s->tick_open = 1;
   s->tick_at = UINT64_MAX;
@@ -1104,6 +1132,31 @@ int lp_httpd_listen(lp_httpd_t *s, const char *addr, int *port) {
 }
 
 size_t lp_httpd_connections(const lp_httpd_t *s) { return s->nconns; }
+
+void lp_httpd_set_limits(lp_httpd_t *s, const lp_httpd_config_t *cfg) {
+  s->cfg.max_header_bytes = cfg->max_header_bytes;
+  s->cfg.max_body_bytes = cfg->max_body_bytes;
+  s->cfg.max_connections = cfg->max_connections;
+  s->cfg.max_pipeline = cfg->max_pipeline ? cfg->max_pipeline : 1;
+  s->cfg.idle_timeout_ms = cfg->idle_timeout_ms;
+  s->cfg.request_timeout_ms = cfg->request_timeout_ms;
+  s->cfg.max_unsent_bytes = cfg->max_unsent_bytes;
+}
+
+void lp_http_peer(const lp_http_req_t *req, char *out, size_t n) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  char ip[64];
+  out[0] = '\0';
+  if (uv_tcp_getpeername(&req->_conn->tcp, (struct sockaddr *)&ss, &len) < 0) return;
+  if (ss.ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+    if (uv_ip6_name(a, ip, sizeof(ip)) == 0) snprintf(out, n, "[%s]:%d", ip, ntohs(a->sin6_port));
+  } else {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+    if (uv_ip4_name(a, ip, sizeof(ip)) == 0) snprintf(out, n, "%s:%d", ip, ntohs(a->sin_port));
+  }
+}
 
 /* Frees the server once it is closing, its listener is closed and every
  * connection's handles are closed. */

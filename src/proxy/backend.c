@@ -9,6 +9,7 @@
 #include "proxy.h"
 
 static void set_health(lp_backend_t *b, int healthy) {
+  if (b->retired) healthy = 0;
   if (b->healthy == healthy) return;
   b->healthy = healthy;
   lp_log(healthy ? LP_LOG_INFO : LP_LOG_WARN, healthy ? "backend up" : "backend down",
@@ -145,7 +146,7 @@ static void on_health_timer(uv_timer_t *t) {
   for (size_t i = 0; i < p->nmodels; i++)
     for (size_t k = 0; k < p->models[i].nbackends; k++) {
       lp_backend_t *b = &p->models[i].backends[k];
-      if (!b->probe)
+      if (!b->probe && !b->retired)
         b->probe = lp_upstream_request(p->up, b->health_url, NULL, 0, timeout, on_probe, b);
     }
 }

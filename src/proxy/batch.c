@@ -364,6 +364,20 @@ void lp__stall_timers_init(lp_proxy_t *p) {
 }
 
 /* Sends what the plan placed; the placed sequences leave the queue. */
+/* The batch's items' request ids (layout item i is bt->seqs[i]), in the
+ * model's reused array; NULL when out of memory (the batch goes without). */
+static const char *const *batch_request_ids(lp_model_t *m, const lp_batch_t *bt) {
+  if (bt->nseqs > m->item_ids_cap) {
+    size_t c = bt->nseqs * 2;
+    const char **n = realloc(m->item_ids, c * sizeof(*n));
+    if (!n) return NULL;
+    m->item_ids = n;
+    m->item_ids_cap = c;
+  }
+  for (size_t i = 0; i < bt->nseqs; i++) m->item_ids[i] = bt->seqs[i]->job->request_id;
+  return m->item_ids;
+}
+
 int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *plan) {
   lp_proxy_t *p = m->proxy;
   lp_batch_t *bt = batch_get(m, plan->placed + 1);
@@ -422,10 +436,11 @@ int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *p
     lp__model_unqueue(m, s, LP_SEQ_INFLIGHT);
   }
   bt->backend = be;
+  const char *const *ids = batch_request_ids(m, bt);
   if (m->cfg->protocol == LP_PROTO_V2) {
-    if (lp__v2_encode(m, bt)) bt->body.oom = 1;
+    if (lp__v2_encode(m, bt, ids)) bt->body.oom = 1;
   } else {
-    lp_batchjson_write(&m->writer, &bt->body, &bt->layout, bt->id, m->cfg->name);
+    lp_batchjson_write(&m->writer, &bt->body, &bt->layout, bt->id, m->cfg->name, ids);
   }
   if (bt->body.oom) {
     fail_batch(bt, 503, "out_of_memory", "proxy out of memory");

@@ -50,6 +50,7 @@ void lp_config_default(lp_config_t *c) {
   c->request_timeout_ms = 30000;
   c->max_sequences_per_request = 1024;
   c->drain_timeout_ms = 10000;
+  c->access_log_sample = 1.0;
   c->health_interval_ms = 1000;
   c->unhealthy_after = 3;
 }
@@ -317,6 +318,14 @@ int lp_config_load_text(lp_config_t *c, const char *text, size_t len, const char
       rc = get_str(&x, v, key, c->admin_listen, sizeof(c->admin_listen));
     else if (strcmp(key, "auth_tokens_file") == 0)
       rc = get_str(&x, v, key, c->auth_tokens_file, sizeof(c->auth_tokens_file));
+    else if (strcmp(key, "access_log") == 0)
+      rc = get_str(&x, v, key, c->access_log, sizeof(c->access_log));
+    else if (strcmp(key, "access_log_sample") == 0) {
+      if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1)
+        rc = fail(&x, key, "must be a number in [0, 1]");
+      else
+        c->access_log_sample = json_number_value(v);
+    }
     else if (strcmp(key, "log_level") == 0) {
       int l = json_is_string(v) ? lp_log_parse_level(json_string_value(v)) : -1;
       if (l < 0) rc = fail(&x, key, "must be \"debug\", \"info\", \"warn\" or \"error\"");
@@ -450,6 +459,8 @@ char *lp_config_dump(const lp_config_t *c) {
   json_object_set_new(root, "listen", json_string(c->listen));
   json_object_set_new(root, "admin_listen", json_string(c->admin_listen));
   json_object_set_new(root, "auth_tokens_file", json_string(c->auth_tokens_file));
+  json_object_set_new(root, "access_log", json_string(c->access_log));
+  json_object_set_new(root, "access_log_sample", json_real(c->access_log_sample));
   json_object_set_new(root, "log_level", json_string(lp_log_level_name(c->log_level)));
   json_object_set_new(root, "max_header_bytes", json_integer((json_int_t)c->max_header_bytes));
   json_object_set_new(root, "max_body_bytes", json_integer((json_int_t)c->max_body_bytes));

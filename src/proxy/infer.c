@@ -281,7 +281,10 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
   lp_job_t *job = lp__job_new(p, m, t->tokens, t->used, t->lens, t->nspans, inputs_at != NULL,
                               (int)priority, deadline_ms, id_at, id_at ? (size_t)(id_end - id_at) : 0,
                               inputs_at ? "inputs" : "input_ids", e);
-  if (job) job->req = req;
+  if (job) {
+    job->req = req;
+    memcpy(job->request_id, req->request_id, sizeof(job->request_id));
+  }
   return job;
 }
 

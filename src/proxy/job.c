@@ -49,8 +49,10 @@ void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg) 
       lp_http_req_t *req = job->req;
       req->app = NULL; /* before answering: a failed write frees req at once */
       job->req = NULL;
+      job->proxy->log_job = job;
       if (job->v2) lp__v2_reject(job->proxy, req, status, code, msg);
       else lp_proxy_reject(job->proxy, req, LP_ROUTE_INFER, status, hdr, code, msg, NULL);
+      job->proxy->log_job = NULL;
     }
   }
   drop_queued(job);
@@ -271,6 +273,7 @@ send:
   }
   memcpy(out.data + HEAD_ROOM - head->len, head->data, head->len);
   lp_proxy_count(p, job->v2 ? LP_ROUTE_V2_INFER : LP_ROUTE_INFER, 200);
+  lp__access_log(p, job->req, 200, job);
   lp_http_req_t *req = job->req;
   req->app = NULL;
   job->req = NULL;

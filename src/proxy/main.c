@@ -25,13 +25,72 @@ static void usage(FILE *f) {
           "model named by --model (default: the only model, or 'default').\n");
 }
 
+/* What the command line says; kept, so that a reload (SIGHUP) re-reads the
+ * file and applies the same flags over it. */
+static struct {
+  const char *config, *listen, *shapes, *level, *model;
+  const char *backends[LP_MAX_BACKENDS];
+  size_t nbackends;
+  long max_wait;
+} cli = {.max_wait = -1};
+
+/* The configuration: defaults, the file, the flags; validated. Returns 0, or 2
+ * with err set. */
+static int make_config(lp_config_t *cfg, char *err, size_t errlen) {
+  lp_config_default(cfg);
+  if (cli.config && lp_config_load_file(cfg, cli.config, err, errlen)) return 2;
+  if (cli.listen) snprintf(cfg->listen, sizeof(cfg->listen), "%s", cli.listen);
+  if (cli.level) {
+    int l = lp_log_parse_level(cli.level);
+    if (l < 0) {
+      snprintf(err, errlen, "--log-level must be debug, info, warn or error");
+      return 2;
+    }
+    cfg->log_level = l;
+  }
+  if (cli.nbackends || cli.shapes || cli.max_wait >= 0) {
+    const char *name = cli.model ? cli.model : (cfg->nmodels == 1 ? cfg->models[0].name : "default");
+    lp_model_config_t *m = (lp_model_config_t *)lp_config_model(cfg, name);
+    if (!m) {
+      if (cfg->nmodels == LP_MAX_MODELS) {
+        snprintf(err, errlen, "too many models");
+        return 2;
+      }
+      m = &cfg->models[cfg->nmodels++];
+      lp_model_config_default(m, name);
+    }
+    if (cli.nbackends) {
+      m->nbackends = 0;
+      for (size_t i = 0; i < cli.nbackends; i++) {
+        if (strncmp(cli.backends[i], "http://", 7) && strncmp(cli.backends[i], "https://", 8)) {
+          snprintf(err, errlen, "--backend '%s' must start with http:// or https://", cli.backends[i]);
+          return 2;
+        }
+        snprintf(m->backends[m->nbackends], LP_URL_MAX, "%s", cli.backends[i]);
+        size_t n = strlen(m->backends[m->nbackends]);
+        while (n > 8 && m->backends[m->nbackends][n - 1] == '/') m->backends[m->nbackends][--n] = 0;
+        m->nbackends++;
+      }
+    }
+    if (cli.shapes) {
+      char e2[400];
+      lp_bucket_set_init(&m->shapes);
+      if (lp_bucket_set_parse(&m->shapes, cli.shapes, e2, sizeof(e2))) {
+        snprintf(err, errlen, "--shapes: %s", e2);
+        return 2;
+      }
+    }
+    if (cli.max_wait >= 0) m->max_wait_ms = (uint64_t)cli.max_wait;
+  }
+  if (lp_config_validate(cfg, err, errlen)) return 2;
+  return 0;
+}
+
+/* SIGHUP: the configuration again, as at start. */
+static int reload_config(lp_config_t *out, char *err, size_t errlen) { return make_config(out, err, errlen); }
+
 int main(int argc, char **argv) {
   static lp_config_t cfg;
-  lp_config_default(&cfg);
-  const char *config = NULL, *listen = NULL, *shapes = NULL, *level = NULL, *model = NULL;
-  const char *backends[LP_MAX_BACKENDS];
-  size_t nbackends = 0;
-  long max_wait = -1;
   int check = 0;
   static const struct option opts[] = {
       {"config", required_argument, 0, 'c'},      {"listen", required_argument, 0, 'l'},
@@ -44,27 +103,27 @@ int main(int argc, char **argv) {
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
-      case 'c': config = optarg; break;
-      case 'l': listen = optarg; break;
+      case 'c': cli.config = optarg; break;
+      case 'l': cli.listen = optarg; break;
       case 'b':
-        if (nbackends == LP_MAX_BACKENDS) {
+        if (cli.nbackends == LP_MAX_BACKENDS) {
           fprintf(stderr, "lanepack: at most %d --backend\n", LP_MAX_BACKENDS);
           return 2;
         }
-        backends[nbackends++] = optarg;
+        cli.backends[cli.nbackends++] = optarg;
         break;
-      case 's': shapes = optarg; break;
+      case 's': cli.shapes = optarg; break;
       case 'w': {
         char *end;
-        max_wait = strtol(optarg, &end, 10);
-        if (*end || end == optarg || max_wait < 0 || max_wait > 3600000) {
+        cli.max_wait = strtol(optarg, &end, 10);
+        if (*end || end == optarg || cli.max_wait < 0 || cli.max_wait > 3600000) {
           fprintf(stderr, "lanepack: --max-wait-ms wants an integer in [0, 3600000], got '%s'\n", optarg);
           return 2;
         }
         break;
       }
-      case 'L': level = optarg; break;
-      case 'm': model = optarg; break;
+      case 'L': cli.level = optarg; break;
+      case 'm': cli.model = optarg; break;
       case 'C': check = 1; break;
       case 'V': printf("lanepack %s\n", LP_VERSION); return 0;
       case 'P': {
@@ -82,54 +141,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   char err[512];
-  if (config && lp_config_load_file(&cfg, config, err, sizeof(err))) {
-    fprintf(stderr, "lanepack: %s\n", err);
-    return 2;
-  }
-  if (listen) snprintf(cfg.listen, sizeof(cfg.listen), "%s", listen);
-  if (level) {
-    int l = lp_log_parse_level(level);
-    if (l < 0) {
-      fprintf(stderr, "lanepack: --log-level must be debug, info, warn or error\n");
-      return 2;
-    }
-    cfg.log_level = l;
-  }
-  if (nbackends || shapes || max_wait >= 0) {
-    lp_model_config_t *m = NULL;
-    const char *name = model ? model : (cfg.nmodels == 1 ? cfg.models[0].name : "default");
-    m = (lp_model_config_t *)lp_config_model(&cfg, name);
-    if (!m) {
-      if (cfg.nmodels == LP_MAX_MODELS) {
-        fprintf(stderr, "lanepack: too many models\n");
-        return 2;
-      }
-      m = &cfg.models[cfg.nmodels++];
-      lp_model_config_default(m, name);
-    }
-    if (nbackends) {
-      m->nbackends = 0;
-      for (size_t i = 0; i < nbackends; i++) {
-        if (strncmp(backends[i], "http://", 7) && strncmp(backends[i], "https://", 8)) {
-          fprintf(stderr, "lanepack: --backend '%s' must start with http:// or https://\n", backends[i]);
-          return 2;
-        }
-        snprintf(m->backends[m->nbackends], LP_URL_MAX, "%s", backends[i]);
-        size_t n = strlen(m->backends[m->nbackends]);
-        while (n > 8 && m->backends[m->nbackends][n - 1] == '/') m->backends[m->nbackends][--n] = 0;
-        m->nbackends++;
-      }
-    }
-    if (shapes) {
-      lp_bucket_set_init(&m->shapes);
-      if (lp_bucket_set_parse(&m->shapes, shapes, err, sizeof(err))) {
-        fprintf(stderr, "lanepack: --shapes: %s\n", err);
-        return 2;
-      }
-    }
-    if (max_wait >= 0) m->max_wait_ms = (uint64_t)max_wait;
-  }
-  if (lp_config_validate(&cfg, err, sizeof(err))) {
+  if (make_config(&cfg, err, sizeof(err))) {
     fprintf(stderr, "lanepack: %s\n", err);
     return 2;
   }
@@ -156,6 +168,7 @@ int main(int argc, char **argv) {
   uv_loop_t *loop = uv_default_loop();
   int port = 0;
   int rc = lp_proxy_init(&proxy, loop, &cfg, &port);
+  proxy.reload = reload_config;
   if (rc) {
     fprintf(stderr, "lanepack: cannot start on %s: %s\n", cfg.listen,
             rc < 0 && rc > -4096 ? uv_strerror(rc) : strerror(-rc));

@@ -37,6 +37,24 @@ static uint64_t derived_bound_ms(const lp_model_config_t *cfg) {
   return ms;
 }
 
+void lp__backend_init(lp_model_t *m, lp_backend_t *b, const char *url) {
+  const lp_model_config_t *cfg = m->cfg;
+  memset(b, 0, sizeof(*b));
+  b->model = m;
+  snprintf(b->url, sizeof(b->url), "%s", url);
+  snprintf(b->batch_url, sizeof(b->batch_url), "%s/v1/batch", url);
+  snprintf(b->health_url, sizeof(b->health_url),
+           cfg->protocol == LP_PROTO_V2 ? "%s/v2/health/ready" : "%s/healthz", url);
+  snprintf(b->shapes_url, sizeof(b->shapes_url), "%s/v1/shapes", url);
+  b->healthy = 1; /* until probes or batches say otherwise */
+  for (size_t k = 0; k < m->shapes.count; k++) b->shape_state[k] = m->shapes.shapes[k].state;
+  lp_devclock_init(&b->clock, cfg->devices);
+  for (size_t k = 0; k < cfg->ncosts; k++) {
+    int si = lp_bucket_set_find(&m->shapes, cfg->cost_spec[k].lanes, cfg->cost_spec[k].bucket);
+    if (si >= 0) lp_devclock_seed(&b->clock, si, cfg->cost_spec[k].ms * 1000000ull);
+  }
+}
+
 int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   memset(m, 0, sizeof(*m));
   m->proxy = p;
@@ -69,25 +87,20 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   lp_hist_init(&m->service_error, error_bounds, sizeof(error_bounds) / sizeof(error_bounds[0]));
   lp_scatter_init(&m->scatter);
   lp_buf_init(&m->render);
+  lp_buf_init(&m->v2_members);
   uv_timer_init(p->loop, &m->wake);
   m->wake.data = m;
-  for (size_t i = 0; i < cfg->nbackends; i++) {
-    lp_backend_t *b = &m->backends[m->nbackends++];
-    b->model = m;
-    snprintf(b->url, sizeof(b->url), "%s", cfg->backends[i]);
-    snprintf(b->batch_url, sizeof(b->batch_url), "%s/v1/batch", cfg->backends[i]);
-    snprintf(b->health_url, sizeof(b->health_url),
-             cfg->protocol == LP_PROTO_V2 ? "%s/v2/health/ready" : "%s/healthz", cfg->backends[i]);
-    snprintf(b->shapes_url, sizeof(b->shapes_url), "%s/v1/shapes", cfg->backends[i]);
-    b->healthy = 1; /* until probes or batches say otherwise */
-    for (size_t k = 0; k < m->shapes.count; k++) b->shape_state[k] = m->shapes.shapes[k].state;
-    lp_devclock_init(&b->clock, cfg->devices);
-    for (size_t k = 0; k < cfg->ncosts; k++) {
-      int si = lp_bucket_set_find(&m->shapes, cfg->cost_spec[k].lanes, cfg->cost_spec[k].bucket);
-      if (si >= 0) lp_devclock_seed(&b->clock, si, cfg->cost_spec[k].ms * 1000000ull);
-    }
-  }
+  for (size_t i = 0; i < cfg->nbackends; i++) lp__backend_init(m, &m->backends[m->nbackends++], cfg->backends[i]);
   return 0;
+}
+
+void lp__model_reconfigured(lp_model_t *m) {
+  m->bound_ns = derived_bound_ms(m->cfg) * 1000000ull;
+  for (size_t k = 0; k < m->cfg->ncosts; k++) {
+    int si = lp_bucket_set_find(&m->shapes, m->cfg->cost_spec[k].lanes, m->cfg->cost_spec[k].bucket);
+    for (size_t b = 0; si >= 0 && b < m->nbackends; b++)
+      lp_devclock_seed(&m->backends[b].clock, si, m->cfg->cost_spec[k].ms * 1000000ull);
+  }
 }
 
 void lp__model_close(lp_model_t *m) {
@@ -101,6 +114,8 @@ void lp__model_close(lp_model_t *m) {
   lp_batchjson_free(&m->writer);
   lp_scatter_free(&m->scatter);
   lp_buf_free(&m->render);
+  lp_buf_free(&m->v2_members);
+  free(m->item_ids);
   lp__batches_free(m);
   free(m->refs);
   free(m->place);

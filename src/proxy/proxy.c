@@ -45,6 +45,7 @@ void lp_proxy_reject(lp_proxy_t *p, lp_http_req_t *req, int route, int status, c
                      const char *code, const char *msg, const char *extra) {
   lp_proxy_count(p, route, status);
   lp__count_rejection(p, code);
+  lp__access_log(p, req, status, p->log_job);
   lp_http_respond_error(req, status, headers, code, msg, extra);
 }
 
@@ -232,6 +233,7 @@ static void on_cancel(lp_http_req_t *req, void *ud) {
 /* The server has written every answer and closed every connection: done. */
 static void on_httpd_closed(void *arg) {
   lp_proxy_t *p = arg;
+  lp__access_log_flush(p);
   lp_log(LP_LOG_INFO, "drained", "\"batches_in_flight\": %zu", p->batches);
   uv_stop(p->loop);
 }
@@ -290,12 +292,35 @@ static void on_signal(uv_signal_t *s, int signum) {
   else uv_timer_start(&p->drain, on_drain_delay, p->cfg.drain_delay_ms, 0);
 }
 
+/* SIGHUP: a new configuration, validated and applied without dropping a
+ * connection or a queued request; a bad one is refused and the old kept. */
+static void on_sighup(uv_signal_t *s, int signum) {
+  lp_proxy_t *p = s->data;
+  (void)signum;
+  static lp_config_t next; /* large: not on the stack */
+  char err[512] = "";
+  if (!p->reload) return;
+  if (p->reload(&next, err, sizeof(err)) == 0 && lp__proxy_reload(p, &next, err, sizeof(err)) == 0) {
+    lp_log(LP_LOG_INFO, "reloaded", "\"models\": %zu", p->nmodels);
+    return;
+  }
+  char esc[600];
+  size_t k = 0;
+  for (size_t i = 0; err[i] && k + 2 < sizeof(esc); i++) {
+    if (err[i] == '"' || err[i] == '\\') esc[k++] = '\\';
+    esc[k++] = err[i] < 0x20 ? ' ' : err[i];
+  }
+  esc[k] = 0;
+  lp_log(LP_LOG_ERROR, "reload refused: the running configuration stays", "\"error\": \"%s\"", esc);
+}
+
 /* After a burst the allocator keeps what it freed; once nothing is in flight,
  * give it back, so that resident memory follows live connections and queues
  * (what an operator watches), not the last peak. At most once a second, and
  * only after traffic. */
 static void on_trim(uv_timer_t *t) {
   lp_proxy_t *p = t->data;
+  lp__access_log_flush(p);
   if (p->served == p->trimmed_at || p->jobs || p->batches) return;
   p->trimmed_at = p->served;
   malloc_trim(0);
@@ -354,6 +379,13 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
     if ((rc = lp_httpd_listen(p->admin, cfg->admin_listen, &aport))) return rc;
     lp_log(LP_LOG_INFO, "admin listening", "\"port\": %d", aport);
   }
+  if (cfg->access_log[0]) {
+    char err[300];
+    if (lp__access_log_open(p, cfg->access_log, err, sizeof(err))) {
+      lp_log(LP_LOG_ERROR, "access log", "\"error\": \"%s\"", err);
+      return -EINVAL;
+    }
+  }
   if (cfg->auth_tokens_file[0]) {
     char err[300];
     if (lp_config_read_tokens(cfg->auth_tokens_file, &p->tokens, &p->ntokens, err, sizeof(err))) {
@@ -366,6 +398,9 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
   p->sigterm.data = p->sigint.data = p;
   uv_signal_start(&p->sigterm, on_signal, SIGTERM);
   uv_signal_start(&p->sigint, on_signal, SIGINT);
+  uv_signal_init(loop, &p->sighup);
+  p->sighup.data = p;
+  uv_signal_start(&p->sighup, on_sighup, SIGHUP);
   lp__backends_start(p);
   return 0;
 }

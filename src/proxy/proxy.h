@@ -4,6 +4,7 @@
 #define LANEPACK_PROXY_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <uv.h>
 
 #include "lanepack/advisor.h"
@@ -60,6 +61,7 @@ struct lp_job_s {
   lp_model_t *model;
   lp_http_req_t *req;     /* NULL once the client left */
   char *id_json;          /* the client's id as JSON text, or NULL; in the job's block */
+  char request_id[64];    /* its X-Request-Id (sent or made), passed on in batches */
   int multi;              /* "inputs" form: answers "outputs" */
   int v2;                 /* an Open Inference Protocol client: answered as a tensor */
   int v2_binary;          /* ... in binary */
@@ -96,6 +98,8 @@ typedef struct lp_backend_s {
   lp_shape_state_t shape_state[LP_BUCKET_MAX_SHAPES];
   int reported;           /* /v1/shapes answered since it last came up */
   lp_devclock_t clock;    /* its devices: when free, how long each shape takes */
+  int retired;            /* gone from the configuration (reload): no new batches,
+                             no probes; its batches in flight still end here */
 } lp_backend_t;
 
 struct lp_batch_s {
@@ -156,6 +160,9 @@ struct lp_model_s {
   size_t nspare;
   lp_scatter_t scatter;    /* answer index, one answer at a time */
   lp_buf_t render;         /* one sequence's output written from a v2 answer */
+  const char **item_ids;   /* per batch: its items' request ids; owned array, reused */
+  lp_buf_t v2_members;     /* a v2 request's members (id, parameters, outputs); reused */
+  size_t item_ids_cap;
   lp_dtype_t v2_out_dtype; /* the datatype v2 backends last answered in */
   lp_seq_ref_t *refs;      /* dispatch scratch; owned */
   lp_place_t *place;
@@ -191,7 +198,9 @@ struct lp_proxy_s {
   uv_timer_t trim;         /* hands freed memory back to the system when quiet */
   uint64_t served;         /* requests routed so far */
   uint64_t trimmed_at;     /* `served` at the last trim */
-  uv_signal_t sigterm, sigint;
+  uv_signal_t sigterm, sigint, sighup;
+  /* SIGHUP: makes the configuration anew (file and flags); 0 or an error */
+  int (*reload)(lp_config_t *out, char *err, size_t errlen);
   int unready;             /* SIGTERM seen: /readyz fails, the listener stays for drain_delay_ms */
   int draining;            /* the listener is closed: every queued sequence is due now */
   int hard_stop;           /* past the drain timeout: fail instead of retrying */
@@ -219,7 +228,25 @@ struct lp_proxy_s {
   uint64_t retries;        /* sequences sent again after a failed batch */
   int exit_code;
   double start_time;       /* wall clock at start (Unix seconds) */
+  FILE *access;            /* the access log, or NULL; owned (unless stderr) */
+  uint64_t access_seen;    /* successes considered for sampling */
+  const lp_job_t *log_job; /* the job a rejection being written belongs to (for the log) */
 };
+
+/* accesslog.c: JSON lines of answered requests (job may be NULL). */
+int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errlen);
+void lp__access_log_close(lp_proxy_t *p);
+void lp__access_log_flush(lp_proxy_t *p);
+void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const lp_job_t *job);
+
+/* model.c: settings derived from m->cfg, again after a reload. */
+void lp__model_reconfigured(lp_model_t *m);
+/* model.c: a backend of m at url, healthy until probes say otherwise. */
+void lp__backend_init(lp_model_t *m, lp_backend_t *b, const char *url);
+
+/* reload.c: applies a new configuration to a running proxy, or refuses it
+ * (err says why) leaving everything as it was. */
+int lp__proxy_reload(lp_proxy_t *p, const lp_config_t *next, char *err, size_t errlen);
 
 /* proxy.c */
 int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *port);
@@ -282,7 +309,7 @@ void lp__seq_failed(lp_seq_t *s, int status, const char *code, const char *msg);
 /* v2link.c: Open Inference Protocol backends */
 int lp__v2_model_name(const lp_model_t *m, int shape, char *out, size_t cap);
 /* The batch as a v2 request: bt->body, bt->url, bt->headers. 0 or -errno. */
-int lp__v2_encode(lp_model_t *m, lp_batch_t *bt);
+int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids);
 /* A 200 answer sliced to every sequence of the batch; -EPROTO with err when
  * the answer is malformed (nothing delivered then). */
 int lp__v2_deliver(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen);

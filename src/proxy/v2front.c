@@ -24,6 +24,7 @@ void lp__v2_reject(lp_proxy_t *p, lp_http_req_t *req, int status, const char *co
   lp_buf_puts(&b, "}\n");
   lp_proxy_count(p, LP_ROUTE_V2_INFER, status);
   lp__count_rejection(p, code);
+  lp__access_log(p, req, status, p->log_job);
   const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
   lp_http_respond(req, status, hdr, "application/json", b.data, b.len);
   lp_buf_free(&b);
@@ -136,6 +137,7 @@ static void infer(lp_proxy_t *p, lp_http_req_t *req, lp_model_t *m) {
   job->v2_binary = binary;
   job->v2_rows = k;
   job->req = req;
+  memcpy(job->request_id, req->request_id, sizeof(job->request_id));
   req->app = job;
   lp__model_admit(m, job);
 }

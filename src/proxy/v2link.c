@@ -44,7 +44,7 @@ int lp__v2_model_name(const lp_model_t *m, int shape, char *out, size_t cap) {
   return 0;
 }
 
-int lp__v2_encode(lp_model_t *m, lp_batch_t *bt) {
+int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids) {
   const lp_v2_config_t *c = &m->cfg->v2;
   const lp_layout_t *l = &bt->layout;
   lp_dtype_t it = c->int64 ? LP_DT_INT64 : LP_DT_INT32;
@@ -69,14 +69,24 @@ int lp__v2_encode(lp_model_t *m, lp_batch_t *bt) {
                               .count = (size_t)l->lanes * l->bucket, .widen_i32 = c->int64};
     }
   }
-  char members[200];
+  /* the request's members; its clients' request ids, in segment order, ride
+   * as a string parameter (parameters hold no arrays) */
+  lp_buf_t *mb = &m->v2_members;
+  lp_buf_reset(mb);
+  lp_buf_printf(mb, "\"id\":\"%llu\",\"parameters\":{", (unsigned long long)bt->id);
+  if (!c->output[0]) lp_buf_printf(mb, "\"binary_data_output\":%s,", c->binary ? "true" : "false");
+  lp_buf_puts(mb, "\"lanepack_request_ids\":\"");
+  for (size_t i = 0; item_ids && i < l->nsegs; i++) {
+    if (i) lp_buf_puts(mb, ",");
+    lp_buf_puts(mb, item_ids[l->segs[i].item]); /* printable, no quote or backslash */
+  }
+  lp_buf_puts(mb, "\"}");
   if (c->output[0])
-    snprintf(members, sizeof(members), "\"id\":\"%llu\",\"outputs\":[{\"name\":\"%s\",\"parameters\":"
-             "{\"binary_data\":%s}}]", (unsigned long long)bt->id, c->output,
-             c->binary ? "true" : "false");
-  else
-    snprintf(members, sizeof(members), "\"id\":\"%llu\",\"parameters\":{\"binary_data_output\":%s}",
-             (unsigned long long)bt->id, c->binary ? "true" : "false");
+    lp_buf_printf(mb, ",\"outputs\":[{\"name\":\"%s\",\"parameters\":{\"binary_data\":%s}}]", c->output,
+                  c->binary ? "true" : "false");
+  lp_buf_append(mb, "", 1); /* a C string from here */
+  if (mb->oom) return -ENOMEM;
+  const char *members = mb->data;
   size_t hl;
   lp_buf_reset(&bt->body);
   if (lp_v2_write(&bt->body, members, "inputs", in, n, c->binary, &hl)) return -ENOMEM;

@@ -1,0 +1,166 @@
+/* Reload (SIGHUP): a new configuration applied to the running proxy without
+ * dropping a connection or a queued request. Limits, tokens, log level, the
+ * access log and every model's scheduling, retry and deadline settings change
+ * in place; backends may be added and removed (a removed one gets no new
+ * batches and ends those in flight). What needs new sockets or a new shape
+ * index (listen addresses, the set of models, a model's shapes, protocol or
+ * wire form) is refused, naming it: a rolling restart applies those without
+ * loss. A refused reload changes nothing. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lanepack/log.h"
+#include "proxy.h"
+
+static int refuse(char *err, size_t errlen, const char *fmt, const char *a, const char *b) {
+  snprintf(err, errlen, fmt, a, b);
+  return -EINVAL;
+}
+
+static int same_shapes(const lp_bucket_set_t *a, const lp_bucket_set_t *b) {
+  if (a->count != b->count) return 0;
+  for (size_t i = 0; i < a->count; i++)
+    if (a->shapes[i].lanes != b->shapes[i].lanes || a->shapes[i].bucket != b->shapes[i].bucket) return 0;
+  return 1;
+}
+
+static int same_v2(const lp_v2_config_t *a, const lp_v2_config_t *b) {
+  if (strcmp(a->model, b->model) || a->binary != b->binary || strcmp(a->output, b->output) ||
+      a->per_segment != b->per_segment || a->int64 != b->int64)
+    return 0;
+  for (int k = 0; k < 3; k++)
+    if (strcmp(a->inputs[k], b->inputs[k])) return 0;
+  return 1;
+}
+
+static lp_backend_t *find_backend(lp_model_t *m, const char *url) {
+  for (size_t k = 0; k < m->nbackends; k++)
+    if (strcmp(m->backends[k].url, url) == 0) return &m->backends[k];
+  return NULL;
+}
+
+/* Slots the new backend list needs beyond the model's (retired ones stay). */
+static size_t backends_needed(lp_model_t *m, const lp_model_config_t *c) {
+  size_t n = 0;
+  for (size_t i = 0; i < c->nbackends; i++) n += find_backend(m, c->backends[i]) == NULL;
+  return n;
+}
+
+/* Everything that cannot change in place; 0 or -EINVAL with err. */
+static int check(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errlen) {
+  if (strcmp(n->listen, p->cfg.listen))
+    return refuse(err, errlen, "listen changed (%s -> %s): restart to apply", p->cfg.listen, n->listen);
+  if (strcmp(n->admin_listen, p->cfg.admin_listen))
+    return refuse(err, errlen, "admin_listen changed ('%s' -> '%s'): restart to apply",
+                  p->cfg.admin_listen, n->admin_listen);
+  if (n->nmodels != p->nmodels)
+    return refuse(err, errlen, "the set of models changed%s%s: restart to apply", "", "");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    lp_model_t *m = &p->models[i];
+    const lp_model_config_t *c = lp_config_model(n, m->cfg->name);
+    if (!c) return refuse(err, errlen, "model '%s' is gone%s: restart to apply", m->cfg->name, "");
+    if (!same_shapes(&c->shapes, &m->cfg->shapes))
+      return refuse(err, errlen, "models.%s.shapes changed%s: restart to apply", m->cfg->name, "");
+    if (c->protocol != m->cfg->protocol || c->ragged != m->cfg->ragged ||
+        c->ragged_max_tokens != m->cfg->ragged_max_tokens || !same_v2(&c->v2, &m->cfg->v2) ||
+        c->pad_id != m->cfg->pad_id)
+      return refuse(err, errlen, "models.%s: protocol, ragged, v2 or pad_id changed%s: restart to apply",
+                    m->cfg->name, "");
+    if (m->nbackends + backends_needed(m, c) > LP_MAX_BACKENDS)
+      return refuse(err, errlen, "models.%s: too many backends over time (%s): restart to apply",
+                    m->cfg->name, "retired ones keep their slots");
+  }
+  return 0;
+}
+
+/* The model's backends as the new list says: new ones added, dropped ones
+ * retired, returning ones back. */
+static void apply_backends(lp_model_t *m) {
+  const lp_model_config_t *c = m->cfg;
+  for (size_t k = 0; k < m->nbackends; k++) {
+    lp_backend_t *b = &m->backends[k];
+    int listed = 0;
+    for (size_t i = 0; i < c->nbackends && !listed; i++) listed = strcmp(c->backends[i], b->url) == 0;
+    if (!listed && !b->retired) {
+      b->retired = 1;
+      b->healthy = 0;
+      lp_log(LP_LOG_INFO, "backend removed", "\"model\": \"%s\", \"backend\": \"%s\", \"in_flight\": %u",
+             c->name, b->url, b->inflight);
+    } else if (listed && b->retired) {
+      b->retired = 0;
+      b->healthy = 1;
+      b->probed_ok = 0;
+      b->failures_in_row = 0;
+      lp_log(LP_LOG_INFO, "backend back", "\"model\": \"%s\", \"backend\": \"%s\"", c->name, b->url);
+    }
+  }
+  for (size_t i = 0; i < c->nbackends; i++) {
+    if (find_backend(m, c->backends[i])) continue;
+    lp__backend_init(m, &m->backends[m->nbackends++], c->backends[i]);
+    lp_log(LP_LOG_INFO, "backend added", "\"model\": \"%s\", \"backend\": \"%s\"", c->name, c->backends[i]);
+  }
+}
+
+int lp__proxy_reload(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errlen) {
+  int rc = check(p, n, err, errlen);
+  if (rc) return rc;
+  /* what can still fail is done before anything changes */
+  char **tokens = NULL;
+  size_t ntokens = 0;
+  if (n->auth_tokens_file[0] &&
+      lp_config_read_tokens(n->auth_tokens_file, &tokens, &ntokens, err, errlen))
+    return -EINVAL;
+  lp_sched_t *scheds[LP_MAX_MODELS] = {0};
+  for (size_t i = 0; i < p->nmodels; i++) {
+    const lp_model_config_t *c = lp_config_model(n, p->models[i].cfg->name);
+    lp_sched_config_t sc = {.algo = c->packer, .fill_target = c->fill_target,
+                            .max_wait_ns = c->max_wait_ms * 1000000ull, .max_bypass = c->max_bypass,
+                            .max_segments = c->max_segments_per_lane};
+    if ((scheds[i] = lp_sched_new(&sc)) == NULL) {
+      for (size_t k = 0; k < i; k++) lp_sched_free(scheds[k]);
+      lp_config_free_tokens(tokens, ntokens);
+      snprintf(err, errlen, "out of memory");
+      return -ENOMEM;
+    }
+  }
+  if (strcmp(n->access_log, p->cfg.access_log) &&
+      (rc = lp__access_log_open(p, n->access_log, err, errlen)) != 0) {
+    for (size_t i = 0; i < p->nmodels; i++) lp_sched_free(scheds[i]);
+    lp_config_free_tokens(tokens, ntokens);
+    return rc;
+  }
+
+  /* the new configuration, each model in its old slot (models point there) */
+  static lp_config_t next;
+  next = *n;
+  for (size_t i = 0; i < p->nmodels; i++) next.models[i] = *lp_config_model(n, p->models[i].cfg->name);
+  p->cfg = next;
+  lp_config_free_tokens(p->tokens, p->ntokens);
+  p->tokens = tokens;
+  p->ntokens = ntokens;
+  lp_log_level = p->cfg.log_level;
+  lp_httpd_config_t hc;
+  lp_httpd_config_default(&hc);
+  hc.max_header_bytes = p->cfg.max_header_bytes;
+  hc.max_body_bytes = p->cfg.max_body_bytes;
+  hc.max_connections = p->cfg.max_connections;
+  hc.max_pipeline = p->cfg.max_pipeline;
+  hc.max_unsent_bytes = p->cfg.max_unsent_bytes;
+  hc.idle_timeout_ms = p->cfg.idle_timeout_ms;
+  hc.request_timeout_ms = p->cfg.request_timeout_ms;
+  if (p->httpd) lp_httpd_set_limits(p->httpd, &hc);
+  if (p->admin) lp_httpd_set_limits(p->admin, &hc);
+  for (size_t i = 0; i < p->nmodels; i++) {
+    lp_model_t *m = &p->models[i];
+    lp_sched_free(m->sched);
+    m->sched = scheds[i];
+    lp__model_reconfigured(m);
+    apply_backends(m);
+    lp__model_shapes_changed(m);
+  }
+  uv_timer_set_repeat(&p->health, p->cfg.health_interval_ms);
+  lp_proxy_kick(p);
+  return 0;
+}

@@ -1,0 +1,240 @@
+#!/usr/bin/python3
+"""Operations: X-Request-Id (kept or made, echoed, passed on to the backend in
+the batch, both wires), the JSON access log (fields, errors always, sampling),
+and SIGHUP reload (limits, tokens, log level, access log, backends added and
+removed; bad or structural changes refused with the old configuration kept;
+no connection dropped and no queued request lost across it).
+
+Usage: test-ops.py LANEPACK EMULATOR"""
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lphelp import free_port, wait_http  # noqa: E402
+
+lanepack, emulator = sys.argv[1], sys.argv[2]
+results = []
+
+
+def check(name, cond, detail=""):
+    results.append(bool(cond))
+    print("%s - %s%s" % ("ok" if cond else "not ok", name, "" if cond else ": " + str(detail)[:400]), flush=True)
+
+
+def post(port, body, headers=None, conn=None):
+    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    h = {"Content-Type": "application/json"}
+    h.update(headers or {})
+    c.request("POST", "/v1/infer", body if isinstance(body, (bytes, str)) else json.dumps(body), h)
+    r = c.getresponse()
+    data = r.read()
+    return r.status, dict((k.lower(), v) for k, v in r.getheaders()), data
+
+
+def read_lines(path, key=None):
+    """JSON lines of a file (those with key, if given)."""
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    d = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(d, dict) and (key is None or key in d):
+                    out.append(d)
+    except FileNotFoundError:
+        pass
+    return out
+
+
+tmp = tempfile.mkdtemp()
+procs = []
+try:
+    emu_logs = [os.path.join(tmp, "emu%d.log" % i) for i in range(2)]
+    emu_ports = []
+    for i, proto in enumerate(("lanepack", "both")):
+        port = free_port()
+        emu_ports.append(port)
+        procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % port, "--shapes", "4x64",
+                                       "--cost-ms", "100", "--log-batches", "--protocol", proto],
+                                      stderr=open(emu_logs[i], "w")))
+    lp_port, admin_port = free_port(), free_port()
+    access = os.path.join(tmp, "access.log")
+    tokens = os.path.join(tmp, "tokens")
+    with open(tokens, "w") as f:
+        f.write("secret-1\n")
+    cfg_path = os.path.join(tmp, "lp.json")
+
+    def write_cfg(**over):
+        cfg = {"listen": "127.0.0.1:%d" % lp_port, "admin_listen": "127.0.0.1:%d" % admin_port,
+               "log_level": "info", "access_log": access,
+               "models": {"default": {"shapes": "4x64", "max_wait_ms": 5,
+                                      "backends": ["http://127.0.0.1:%d" % emu_ports[0]]}}}
+        models = over.pop("models", None)
+        cfg.update(over)
+        if models:
+            cfg["models"]["default"].update(models)
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f)
+
+    write_cfg()
+    lp_err = os.path.join(tmp, "lp.err")
+    lp = subprocess.Popen([lanepack, "--config", cfg_path], stderr=open(lp_err, "w"))
+    procs.append(lp)
+    wait_http(admin_port, "/readyz")
+
+    def reload(**over):
+        before = open(lp_err).read().count('"reload')
+        write_cfg(**over)
+        lp.send_signal(signal.SIGHUP)
+        end = time.time() + 5
+        while time.time() < end:
+            lines = [l for l in open(lp_err).read().splitlines() if '"reload' in l]
+            if len(lines) > before:
+                return lines[-1]
+            time.sleep(0.05)
+        return ""
+
+    # ---- request ids ----
+    st, h, body = post(lp_port, {"input_ids": [5, 6, 7]}, {"X-Request-Id": "client-abc-1"})
+    check("a client's X-Request-Id is echoed", st == 200 and h.get("x-request-id") == "client-abc-1", (st, h))
+    st, h, _ = post(lp_port, {"input_ids": [8, 9]})
+    made = h.get("x-request-id", "")
+    check("without one, an id is made and echoed", st == 200 and re.fullmatch(r"[0-9a-f]{16}", made), h)
+    st, h, _ = post(lp_port, {"input_ids": [8, 9]}, {"X-Request-Id": 'bad"id'})
+    check("an id that cannot be echoed safely is replaced", re.fullmatch(r"[0-9a-f]{16}", h.get("x-request-id", "")), h)
+    st, h, _ = post(lp_port, b'{"input_ids": [1, "x"]}', {"X-Request-Id": "client-bad-2"})
+    check("errors carry the id too", st == 400 and h.get("x-request-id") == "client-bad-2", (st, h))
+    time.sleep(1.3)  # the access log is flushed once a second
+    log = read_lines(access)
+    mine = [l for l in log if l.get("request_id") == "client-abc-1"]
+    check("the access log has the request", len(mine) == 1, log[-3:])
+    if mine:
+        l = mine[0]
+        keys = {"time", "client", "method", "path", "status", "request_id", "model", "sequences", "tokens",
+                "batches", "queue_ms", "backend_ms", "total_ms"}
+        check("its line has every field", keys <= set(l), sorted(l))
+        check("its values are right", l["method"] == "POST" and l["path"] == "/v1/infer" and l["status"] == 200
+              and l["sequences"] == 1 and l["tokens"] == 3 and len(l["batches"]) == 1
+              and l["client"].startswith("127.0.0.1:") and l["total_ms"] >= l["backend_ms"], l)
+        emu_lines = read_lines(emu_logs[0], "batch")
+        joined = [e for e in emu_lines if e["batch"] == str(l["batches"][0])]
+        check("the backend received the request id in that batch (JSON wire)",
+              joined and "client-abc-1" in joined[0]["request_ids"], (l["batches"], emu_lines[-3:]))
+    err_lines = [l for l in log if l.get("request_id") == "client-bad-2"]
+    check("an error is logged with its status", err_lines and err_lines[0]["status"] == 400, err_lines)
+
+    # ---- reload: limits, tokens, access-log sampling, under load ----
+    stop = False
+    outcomes = []
+
+    def background():
+        c = http.client.HTTPConnection("127.0.0.1", lp_port, timeout=20)  # one keep-alive connection
+        k = 0
+        while not stop:
+            k += 1
+            try:
+                st, _, _ = post(lp_port, {"input_ids": [1 + k % 50] * (1 + k % 30)},
+                                {"Authorization": "Bearer secret-1"}, conn=c)
+                outcomes.append(st)
+            except (OSError, http.client.HTTPException) as e:
+                outcomes.append("error %r" % e)
+                c = http.client.HTTPConnection("127.0.0.1", lp_port, timeout=20)
+
+    threads = [threading.Thread(target=background) for _ in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    line = reload(auth_tokens_file=tokens, max_body_bytes=2000, log_level="debug", access_log_sample=0.25)
+    check("a good configuration is reloaded", '"reloaded"' in line, line)
+    st, _, _ = post(lp_port, {"input_ids": [1, 2]})
+    check("tokens apply after reload: no token, 401", st == 401, st)
+    st, _, _ = post(lp_port, {"input_ids": [1, 2]}, {"Authorization": "Bearer secret-1"})
+    check("with the token, 200", st == 200, st)
+    st, _, _ = post(lp_port, {"input_ids": list(range(1, 60)) * 10}, {"Authorization": "Bearer secret-1"})
+    check("max_body_bytes applies after reload: 413", st == 413, st)
+    line = reload(auth_tokens_file=tokens, max_body_bytes=2000, access_log_sample=0.25,
+                  models={"shapes": "4x64,8x16"})
+    check("a shape change is refused, naming it", "refused" in line and "shapes" in line, line)
+    write_cfg()
+    with open(cfg_path, "w") as f:
+        f.write('{"listen": "127.0.0.1:%d", "models": {"default": {"shapes": "4x64", "backends": ["x"]}}' % lp_port)
+    before = open(lp_err).read().count('"reload')
+    lp.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    text = open(lp_err).read()
+    check("a broken file is refused with the reason", text.count('"reload') > before and "reload refused" in text,
+          text[-300:])
+    st, _, _ = post(lp_port, {"input_ids": [1, 2]}, {"Authorization": "Bearer secret-1"})
+    check("the old configuration stays after a refusal (token still needed and accepted)",
+          st == 200 and post(lp_port, {"input_ids": [1]})[0] == 401, st)
+    # sampling: a quarter of the successes, every error
+    n_before = len(read_lines(access))
+    for i in range(40):
+        post(lp_port, {"input_ids": [3, 4]}, {"Authorization": "Bearer secret-1", "X-Request-Id": "s-%d" % i})
+    for i in range(4):
+        post(lp_port, b"{", {"Authorization": "Bearer secret-1", "X-Request-Id": "e-%d" % i})
+    time.sleep(1.3)
+    new = read_lines(access)[n_before:]
+    ok_logged = sum(1 for l in new if l["request_id"].startswith("s-"))
+    err_logged = sum(1 for l in new if l["request_id"].startswith("e-"))
+    check("access_log_sample 0.25 logs a quarter of the successes (%d of 40)" % ok_logged, 8 <= ok_logged <= 12,
+          ok_logged)
+    check("and every error (%d of 4)" % err_logged, err_logged == 4, err_logged)
+
+    # ---- reload: backends, v2 wire ----
+    line = reload(auth_tokens_file=tokens, models={"backends": ["http://127.0.0.1:%d" % emu_ports[1]]})
+    check("a backend change is reloaded", '"reloaded"' in line, line)
+    time.sleep(0.3)
+    count0 = len(read_lines(emu_logs[0], "batch"))
+    for i in range(20):
+        post(lp_port, {"input_ids": [7] * 5}, {"Authorization": "Bearer secret-1", "X-Request-Id": "b-%d" % i})
+    time.sleep(0.3)
+    after0 = read_lines(emu_logs[0], "batch")[count0:]
+    got1 = [e for e in read_lines(emu_logs[1], "batch") if "b-" in e["request_ids"]]
+    check("the removed backend gets no new batches", not any("b-" in e["request_ids"] for e in after0), after0[:3])
+    check("the added backend gets them, with their request ids", len(got1) >= 1, got1[:3])
+    stop = True
+    for t in threads:
+        t.join(30)
+    bad = [o for o in outcomes if o != 200]
+    check("across the reloads, one keep-alive connection per client stayed and every request was answered 200 "
+          "(%d requests)" % len(outcomes), len(outcomes) > 20 and not bad, bad[:5])
+    check("lanepack is still running", lp.poll() is None)
+
+    # ---- the v2 wire: the ids ride as a request parameter ----
+    v2_port = free_port()
+    v2_cfg = os.path.join(tmp, "v2.json")
+    with open(v2_cfg, "w") as f:
+        json.dump({"listen": "127.0.0.1:%d" % v2_port, "log_level": "warn",
+                   "models": {"default": {"shapes": "4x64", "max_wait_ms": 5, "protocol": "v2",
+                                          "v2": {"model": "lanepack_{lanes}x{bucket}"},
+                                          "backends": ["http://127.0.0.1:%d" % emu_ports[1]]}}}, f)
+    lp2 = subprocess.Popen([lanepack, "--config", v2_cfg], stderr=subprocess.DEVNULL)
+    procs.append(lp2)
+    wait_http(v2_port, "/readyz")
+    st, h, _ = post(v2_port, {"input_ids": [4, 5, 6]}, {"X-Request-Id": "v2-req-1"})
+    time.sleep(0.2)
+    got = [e for e in read_lines(emu_logs[1], "batch") if "v2-req-1" in e["request_ids"]]
+    check("the backend received the request id in the batch (v2 wire, request parameter)",
+          st == 200 and h.get("x-request-id") == "v2-req-1" and got, (st, h, read_lines(emu_logs[1], "batch")[-2:]))
+finally:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+print("%d of %d checks passed" % (sum(results), len(results)))
+sys.exit(0 if all(results) else 1)
