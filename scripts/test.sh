@@ -27,7 +27,7 @@ suite "fuzzing: each libFuzzer target for 20 s from its seeds (crash, leak or ha
 # the container image, built and run (minutes; needs podman): opt-in
 if [ "${LP_TEST_CONTAINER:-0}" = 1 ]; then
   echo "== the container image (LP_TEST_CONTAINER=1)"
-  if bash tests/test-container.sh "$PWD" "$PWD/build" | tee -a "$log.container"; then
+  if bash tests/test-container.sh "$PWD" "$PWD/build"; then
     echo "Ok: 1" >> "$log"
   else
     echo "Fail: 1" >> "$log"

@@ -160,6 +160,23 @@ check("the Service selects the Pods", svc["spec"]["selector"].items() <= pod["me
 check("the Service targets lanepack's client port only (not the model server, not admin)",
       all(p["targetPort"] in (lp_port["http"], "http") for p in svc["spec"]["ports"]), svc["spec"]["ports"])
 
+# ---- manual pages: every key, metric, signal and emulator flag ----
+man = open(os.path.join(src, "doc", "lanepack.1")).read().replace("\\-", "-").replace("\\fB", "").replace("\\fR", "")
+cfg_src = open(os.path.join(src, "src", "proxy", "config.c")).read()
+keys = sorted(set(re.findall(r'strcmp\(key, "([a-z_0-9]+)"\)', cfg_src)))
+missing = [k for k in keys if k not in man]
+check("lanepack(1) documents every configuration key (%d)" % len(keys), keys and not missing, missing)
+metrics = sorted(set(re.findall(r'"((?:lanepack|process)_[a-z_]+)"', open(os.path.join(src, "src", "proxy", "status.c")).read())))
+missing = [m for m in metrics if m not in man]
+check("lanepack(1) documents every metric (%d)" % len(metrics), metrics and not missing, missing)
+check("lanepack(1) documents signals, exit status, routes and --probe",
+      all(w in man for w in ("SIGTERM", "SIGHUP", "EXIT STATUS", "/readyz", "/v2/models/NAME/infer", "--probe")))
+emu_man = open(os.path.join(src, "doc", "lanepack-emulator.1")).read().replace("\\-", "-")
+emu_flags = sorted(set(re.findall(r'\{"([a-z0-9-]+)", (?:required|no)_argument', open(os.path.join(src, "loadgen", "emulator.c")).read())))
+missing = [f for f in emu_flags if "--" + f not in emu_man]
+check("lanepack-emulator(1) lists every flag (%d), --hide-shapes among them" % len(emu_flags),
+      "hide-shapes" in emu_flags and not missing, missing)
+
 # ---- systemd ----
 unit_text = open(os.path.join(src, "deploy", "systemd", "lanepack.service")).read()
 check("the unit reloads with a checked configuration and SIGHUP",
