@@ -47,6 +47,7 @@ typedef struct lp_model_config_s {
   uint32_t max_inflight;        /* safety cap on batches in flight per backend; 0 = 2 x devices */
   uint32_t devices;             /* per backend, until a backend reports its own */
   double stall_factor;          /* a batch past this many times its expected time is hedged; 0 = never */
+  uint64_t stall_min_ms;        /* ... and past its expected time by at least this much */
   struct {                      /* "cost_ms": seeds the device clock per shape; else learned */
     uint32_t lanes, bucket;
     uint64_t ms;

@@ -475,10 +475,16 @@ int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *p
                                    m->cfg->backend_timeout_ms, on_batch_done, bt);
   if (bt->xfer) {
     bt->in_flight = 1;
-    /* past stall_factor times its expected time it counts as stalled */
+    /* past stall_factor times its expected time, and at least stall_min_ms
+     * past it, it counts as stalled: the floor keeps a busy host's jitter on
+     * short batches from hedging them all (a storm of copies that starves new
+     * work) */
     double f = m->cfg->stall_factor;
     if (f > 0 && bt->expect_ns > now) {
-      uint64_t at = now + (uint64_t)(f * (double)(bt->expect_ns - now));
+      uint64_t span = bt->expect_ns - now;
+      uint64_t wait = (uint64_t)(f * (double)span);
+      if (wait < span + m->cfg->stall_min_ms * 1000000ull) wait = span + m->cfg->stall_min_ms * 1000000ull;
+      uint64_t at = now + wait;
       if (lp_theap_set(&p->stall_timers, &bt->stall, at) == 0) stall_arm(p);
     }
   } else {

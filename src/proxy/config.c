@@ -25,6 +25,7 @@ void lp_model_config_default(lp_model_config_t *m, const char *name) {
   m->max_inflight = 0;
   m->devices = 1;
   m->stall_factor = 3.0;
+  m->stall_min_ms = 100;
   m->backend_timeout_ms = 30000;
   m->ragged_max_tokens = 32768;
   m->max_retries = 2;
@@ -232,6 +233,8 @@ static int load_model(ctx_t *x, lp_model_config_t *m, json_t *o, const char *mpa
       U64_FIELD(x, v, path, 1, 10000000, m->max_queue_requests);
     } else if (strcmp(key, "max_queue_tokens") == 0) {
       U64_FIELD(x, v, path, 1, 1ull << 40, m->max_queue_tokens);
+    } else if (strcmp(key, "stall_min_ms") == 0) {
+      U64_FIELD(x, v, path, 0, 3600000, m->stall_min_ms);
     } else if (strcmp(key, "stall_factor") == 0) {
       if (!json_is_number(v) || !(json_number_value(v) == 0 || (json_number_value(v) >= 1.5 && json_number_value(v) <= 1000)))
         return fail(x, path, "must be 0 (never hedge) or a number in [1.5, 1000]");
@@ -501,6 +504,7 @@ char *lp_config_dump(const lp_config_t *c) {
     json_object_set_new(o, "max_inflight", json_integer(m->max_inflight));
     json_object_set_new(o, "devices", json_integer(m->devices));
     json_object_set_new(o, "stall_factor", json_real(m->stall_factor));
+    json_object_set_new(o, "stall_min_ms", json_integer((json_int_t)m->stall_min_ms));
     json_t *costs = json_object();
     for (size_t k = 0; k < m->ncosts; k++) {
       char spec[48];
