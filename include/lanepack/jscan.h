@@ -6,10 +6,33 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define LP_JSCAN_MAX_DEPTH 64
 
 /* Skips whitespace; returns the first other byte's position (maybe end). */
+/* A byte's high bit set in the result where w's byte is not an ASCII digit
+ * (little-endian: the lowest set byte is the first non-digit; borrows and
+ * carries only run upward, past it). */
+static inline uint64_t lp_jscan_nondigits8(uint64_t w) {
+  uint64_t below = w - 0x3030303030303030ULL; /* high bit: < '0' or >= 0xb0 */
+  uint64_t above = w + 0x4646464646464646ULL; /* high bit: > '9' (up to 0xb9) */
+  return (below | above) & 0x8080808080808080ULL;
+}
+
+/* The end of the run of ASCII digits at p, eight bytes at a time. */
+static inline const char *lp_jscan_digits_end(const char *p, const char *end) {
+  while (end - p >= 8) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    uint64_t nd = lp_jscan_nondigits8(w);
+    if (nd) return p + __builtin_ctzll(nd) / 8;
+    p += 8;
+  }
+  while (p < end && (unsigned)((unsigned char)*p - '0') < 10) p++;
+  return p;
+}
+
 static inline const char *lp_jscan_ws(const char *p, const char *end) {
   /* most calls find no space at all: one compare decides */
   while (p < end && (unsigned char)*p <= ' ' &&

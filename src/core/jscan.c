@@ -207,15 +207,6 @@ const char *lp_jscan_key(const char *p, const char *end, const char *key, int *e
   return after;
 }
 
-/* A byte's high bit set in the result where w's byte is not an ASCII digit
- * (little-endian: the lowest set byte is the first non-digit; borrows and
- * carries only run upward, past it). */
-static inline uint64_t digits_mask(uint64_t w) {
-  uint64_t below = w - 0x3030303030303030ULL; /* high bit: < '0' or >= 0xb0 */
-  uint64_t above = w + 0x4646464646464646ULL; /* high bit: > '9' (up to 0xb9) */
-  return (below | above) & 0x8080808080808080ULL;
-}
-
 /* The value of eight digit values (0..9) in the bytes of x, the first in the
  * lowest byte (leading zero bytes count as zeros). */
 static inline uint64_t eight_digits(uint64_t x) {
@@ -258,7 +249,7 @@ const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, siz
       /* eight bytes at a time: how many lead with digits, and their value */
       uint64_t w;
       memcpy(&w, p, 8);
-      uint64_t nd = digits_mask(w);
+      uint64_t nd = lp_jscan_nondigits8(w);
       unsigned k = nd ? (unsigned)__builtin_ctzll(nd) / 8 : 8;
       v = k ? eight_digits((w - 0x3030303030303030ULL) << (64 - 8 * k)) : 0;
       p += k;

@@ -45,8 +45,7 @@ static const char *index_array(lp_scatter_t *s, const char *base, const char *p,
      * full scanner from the start of the value */
     const char *q = p + (p < end && *p == '-');
     if (q < end && *q >= '0' && *q <= '9') {
-      if (*q++ != '0')
-        while (q < end && *q >= '0' && *q <= '9') q++;
+      if (*q++ != '0') q = lp_jscan_digits_end(q, end); /* eight bytes at a time */
       if (q < end && (*q == ',' || *q == ']' || *q == ' ' || *q == '\n')) p = q;
       else p = lp_jscan_skip(p, end, LP_JSCAN_MAX_DEPTH - 2);
     } else {
