@@ -43,6 +43,7 @@ typedef struct lp_http_req_s {
   int _answered;
   int _close_after;
   char _ihcl[24];
+  char _url_inline[128];  /* url lives here while it fits: no allocation */
   lp_buf_t _resp;
   size_t _resp_off;       /* the answer starts here in _resp */
   struct lp_http_req_s *_group; /* the first of the answers written with this one */

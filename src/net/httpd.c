@@ -231,7 +231,7 @@ void lp_httpd_config_default(lp_httpd_config_t *cfg) {
 /* ---- requests ---- */
 
 static void req_free(lp_http_req_t *r) {
-  free(r->url);
+  if (r->url != r->_url_inline) free(r->url);
   free(r->body);
   lp_buf_free(&r->_resp);
   free(r);
@@ -588,7 +588,16 @@ static int on_url(llhttp_t *p, const char *at, size_t n) {
   lp_http_conn_t *c = CONN(p);
   if (count_header(c, n)) return -1;
   /* the url is bounded by the header limit and usually arrives whole */
-  char *u = realloc(c->cur->url, c->cur->url_len + n + 1);
+  lp_http_req_t *r = c->cur;
+  char *u;
+  if (r->url_len + n + 1 <= sizeof(r->_url_inline) && (r->url == NULL || r->url == r->_url_inline)) {
+    u = r->_url_inline;
+  } else if (r->url == r->_url_inline) {
+    u = malloc(r->url_len + n + 1);
+    if (u) memcpy(u, r->_url_inline, r->url_len);
+  } else {
+    u = realloc(r->url, r->url_len + n + 1);
+  }
   if (u == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
   memcpy(u + c->cur->url_len, at, n);
   c->cur->url = u;
@@ -695,8 +704,8 @@ static int on_headers_complete(llhttp_t *p) {
   const char *q = memchr(r->url ? r->url : "", '?', r->url_len);
   r->path_len = q ? (size_t)(q - r->url) : r->url_len;
   if (r->url == NULL) {
-    r->url = strdup("");
-    if (r->url == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
+    r->url = r->_url_inline;
+    r->_url_inline[0] = '\0';
   }
   r->method = p->method;
   /* RFC 9112: what this server cannot or must not serve, said once, then closed */
