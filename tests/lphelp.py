@@ -1,5 +1,5 @@
-"""Shared by the Python tests: a free loopback port, and waiting until an HTTP
-route answers 200."""
+"""Shared by the Python tests: a free loopback port, waiting until an HTTP
+route answers 200, and TAP-like checks with a closing count."""
 import http.client
 import socket
 import time
@@ -26,3 +26,18 @@ def wait_http(port, path, timeout=8.0):
             pass
         time.sleep(0.05)
     raise SystemExit("nothing answered on port %d%s" % (port, path))
+
+
+_results = []
+
+
+def check(name, cond, detail=""):
+    """One named check: prints ok / not ok (with the detail) and records it."""
+    _results.append(bool(cond))
+    print("%s - %s%s" % ("ok" if cond else "not ok", name, "" if cond else ": " + str(detail)[:400]), flush=True)
+
+
+def finish():
+    """Prints the count and exits 0 only if every check passed."""
+    print("%d of %d checks passed" % (sum(_results), len(_results)))
+    raise SystemExit(0 if _results and all(_results) else 1)

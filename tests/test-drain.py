@@ -21,16 +21,12 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import free_port, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, wait_http  # noqa: E402
 
 lanepack, emulator = sys.argv[1], sys.argv[2]
-results = []
 DELAY_MS = 1500
 
 
-def check(name, cond, detail=""):
-    results.append(bool(cond))
-    print("%s - %s%s" % ("ok" if cond else "not ok", name, "" if cond else ": " + str(detail)), flush=True)
 
 
 def start_pod(tmp):
@@ -156,5 +152,4 @@ with tempfile.TemporaryDirectory() as tmp:
     check("without the ordering, the model server leaving first fails requests (%d): "
           "what the sidecar ordering is for" % len(failed), len(failed) > 0, cl.log[-3:])
 
-print("%d of %d checks passed" % (sum(results), len(results)))
-sys.exit(0 if all(results) else 1)
+finish()

@@ -18,15 +18,11 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import free_port, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, wait_http  # noqa: E402
 
 lanepack, emulator = sys.argv[1], sys.argv[2]
-results = []
 
 
-def check(name, cond, detail=""):
-    results.append(bool(cond))
-    print("%s - %s%s" % ("ok" if cond else "not ok", name, "" if cond else ": " + str(detail)[:400]), flush=True)
 
 
 def post(port, body, headers=None, conn=None):
@@ -214,6 +210,38 @@ try:
           ok_logged)
     check("and every error (%d of 4)" % err_logged, err_logged == 4, err_logged)
 
+    # ---- reload refusals that need a restart, and an access log that cannot open ----
+    line = reload(auth_tokens_file=tokens, listen="127.0.0.1:%d" % free_port(),
+                  models={"backends": ["http://127.0.0.1:%d" % emu_ports[1]]})
+    check("a listen change is refused, naming it", "refused" in line and "listen" in line, line)
+    line = reload(auth_tokens_file=tokens, access_log=os.path.join(tmp, "no-such-dir", "a.log"),
+                  models={"backends": ["http://127.0.0.1:%d" % emu_ports[1]]})
+    check("an access log that cannot open is refused, naming it", "refused" in line and "access_log" in line,
+          line)
+    st, _, _ = post(lp_port, {"input_ids": [1, 2]}, {"Authorization": "Bearer secret-1"})
+    check("and the proxy serves on", st == 200, st)
+    bad_cfg = os.path.join(tmp, "bad-log.json")
+    with open(bad_cfg, "w") as f:
+        json.dump({"listen": "127.0.0.1:%d" % free_port(), "access_log": os.path.join(tmp, "no-such-dir", "a.log"),
+                   "models": {"default": {"shapes": "4x64", "backends": ["http://127.0.0.1:1"]}}}, f)
+    r = subprocess.run([lanepack, "--config", bad_cfg], capture_output=True, text=True, timeout=20)
+    check("at start, an access log that cannot open exits 1 and says why",
+          r.returncode == 1 and "access_log" in r.stderr, (r.returncode, r.stderr[-300:]))
+
+    # ---- lanepack --probe: the image's health check ----
+    def probe(url):
+        return subprocess.run([lanepack, "--probe", url], capture_output=True, text=True, timeout=20)
+    r = probe("http://127.0.0.1:%d/healthz" % lp_port)
+    check("--probe exits 0 on a 2xx", r.returncode == 0, (r.returncode, r.stderr))
+    r = probe("http://127.0.0.1:%d/no-such-route" % lp_port)
+    check("--probe exits 1 on a non-2xx, naming the status", r.returncode == 1 and "404" in r.stderr,
+          (r.returncode, r.stderr))
+    r = probe("http://127.0.0.1:%d/healthz" % free_port())
+    check("--probe exits 1 when nothing answers", r.returncode == 1, (r.returncode, r.stderr))
+    r = probe("ftp://example/healthz")
+    check("--probe exits 2 on a URL it cannot use", r.returncode == 2 and "http://" in r.stderr,
+          (r.returncode, r.stderr))
+
     # ---- the v2 wire: the ids ride as a request parameter ----
     v2_port = free_port()
     v2_cfg = os.path.join(tmp, "v2.json")
@@ -239,5 +267,4 @@ finally:
         except subprocess.TimeoutExpired:
             p.kill()
 
-print("%d of %d checks passed" % (sum(results), len(results)))
-sys.exit(0 if all(results) else 1)
+finish()

@@ -27,6 +27,7 @@ int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errle
 }
 
 void lp__access_log_close(lp_proxy_t *p) {
+  lp_buf_free(&p->access_line);
   if (!p->access) return;
   fflush(p->access);
   if (p->access != stderr) fclose(p->access);
@@ -49,6 +50,8 @@ static int sampled(lp_proxy_t *p) {
   return after > before;
 }
 
+static void put_str(lp_buf_t *b, const char *s, size_t n) { lp_buf_json_str(b, s, n); }
+
 void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const lp_job_t *job) {
   if (!p->access || !req) return;
   if (status < 400 && !sampled(p)) return;
@@ -56,54 +59,53 @@ void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const l
   clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
   gmtime_r(&ts.tv_sec, &tm);
-  char when[40], peer[80], path[160];
-  strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+  char when[48], peer[80];
+  size_t wl = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(when + wl, sizeof(when) - wl, ".%03ldZ", ts.tv_nsec / 1000000);
   lp_http_peer(req, peer, sizeof(peer));
-  /* the path as JSON: control characters, quotes and backslashes escaped */
-  size_t k = 0;
-  for (size_t i = 0; i < req->path_len && k + 7 < sizeof(path); i++) {
-    unsigned char ch = (unsigned char)req->url[i];
-    if (ch == '"' || ch == '\\') {
-      path[k++] = '\\';
-      path[k++] = (char)ch;
-    } else if (ch < 0x20 || ch >= 0x7f) {
-      k += (size_t)snprintf(path + k, sizeof(path) - k, "\\u%04x", ch);
-    } else {
-      path[k++] = (char)ch;
-    }
-  }
-  path[k] = '\0';
   static const char *const methods[] = {"DELETE", "GET", "HEAD", "POST", "PUT"};
   const char *method = req->method >= 0 && req->method <= 4 ? methods[req->method] : "OTHER";
-  FILE *f = p->access;
-  fprintf(f, "{\"time\": \"%s.%03ldZ\", \"client\": \"%s\", \"method\": \"%s\", \"path\": \"%s\", "
-             "\"status\": %d, \"request_id\": \"%s\"",
-          when, ts.tv_nsec / 1000000, peer, method, path, status, req->request_id);
-  uint64_t now = uv_hrtime();
-  double total_ms = (double)(now - req->start_ns) / 1e6;
+  lp_buf_t *b = &p->access_line;
+  lp_buf_reset(b);
+  lp_buf_puts(b, "{\"time\": ");
+  put_str(b, when, strlen(when));
+  lp_buf_puts(b, ", \"client\": ");
+  put_str(b, peer, strlen(peer));
+  lp_buf_puts(b, ", \"method\": ");
+  put_str(b, method, strlen(method));
+  lp_buf_puts(b, ", \"path\": ");
+  put_str(b, req->url, req->path_len);
+  lp_buf_puts(b, ", \"status\": ");
+  lp_buf_u64(b, (uint64_t)status);
+  lp_buf_puts(b, ", \"request_id\": ");
+  put_str(b, req->request_id, strlen(req->request_id));
   if (job) {
-    uint64_t tokens = 0, queue_ns = 0, backend_ns = 0;
-    for (uint32_t i = 0; i < job->nseq; i++) {
-      const lp_seq_t *s = &job->seqs[i];
-      tokens += s->len;
-      if (s->dispatch_ns) {
-        if (s->dispatch_ns - job->arrive_ns > queue_ns) queue_ns = s->dispatch_ns - job->arrive_ns;
-        if (s->done_ns > s->dispatch_ns && s->done_ns - s->dispatch_ns > backend_ns)
-          backend_ns = s->done_ns - s->dispatch_ns;
-      }
-    }
-    fprintf(f, ", \"model\": \"%s\", \"sequences\": %u, \"tokens\": %llu, \"batches\": [", job->model->cfg->name,
-            job->nseq, (unsigned long long)tokens);
+    uint64_t tokens = 0, queue_ns, backend_ns;
+    for (uint32_t i = 0; i < job->nseq; i++) tokens += job->seqs[i].len;
+    lp__job_times(job, &queue_ns, &backend_ns);
+    lp_buf_puts(b, ", \"model\": ");
+    put_str(b, job->model->cfg->name, strlen(job->model->cfg->name));
+    lp_buf_puts(b, ", \"sequences\": ");
+    lp_buf_u64(b, job->nseq);
+    lp_buf_puts(b, ", \"tokens\": ");
+    lp_buf_u64(b, tokens);
+    lp_buf_puts(b, ", \"batches\": [");
     uint64_t last = 0;
     int n = 0;
     for (uint32_t i = 0; i < job->nseq && n < 16; i++) {
-      uint64_t b = job->seqs[i].batch_id;
-      if (!b || b == last) continue;
-      fprintf(f, "%s%llu", n++ ? ", " : "", (unsigned long long)b);
-      last = b;
+      uint64_t id = job->seqs[i].batch_id;
+      if (!id || id == last) continue;
+      if (n++) lp_buf_puts(b, ", ");
+      lp_buf_u64(b, id);
+      last = id;
     }
-    fprintf(f, "], \"queue_ms\": %.3f, \"backend_ms\": %.3f", (double)queue_ns / 1e6,
-            (double)backend_ns / 1e6);
+    lp_buf_puts(b, "], \"queue_ms\": ");
+    lp__put_ms(b, queue_ns);
+    lp_buf_puts(b, ", \"backend_ms\": ");
+    lp__put_ms(b, backend_ns);
   }
-  fprintf(f, ", \"total_ms\": %.3f}\n", total_ms);
+  lp_buf_puts(b, ", \"total_ms\": ");
+  lp__put_ms(b, uv_hrtime() - req->start_ns);
+  lp_buf_puts(b, "}\n");
+  if (!b->oom) fwrite(b->data, 1, b->len, p->access);
 }

@@ -49,10 +49,8 @@ void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg) 
       lp_http_req_t *req = job->req;
       req->app = NULL; /* before answering: a failed write frees req at once */
       job->req = NULL;
-      job->proxy->log_job = job;
-      if (job->v2) lp__v2_reject(job->proxy, req, status, code, msg);
-      else lp_proxy_reject(job->proxy, req, LP_ROUTE_INFER, status, hdr, code, msg, NULL);
-      job->proxy->log_job = NULL;
+      if (job->v2) lp__v2_reject_job(job->proxy, req, status, code, msg, job);
+      else lp__reject_job(job->proxy, req, LP_ROUTE_INFER, status, hdr, code, msg, NULL, job);
     }
   }
   drop_queued(job);
@@ -158,7 +156,18 @@ void lp__job_timers_init(lp_proxy_t *p) {
 
 /* Nanoseconds as milliseconds with three decimals, without printf's float path
  * (it showed in the profile of every answer). */
-static void put_ms(lp_buf_t *b, uint64_t ns) {
+void lp__job_times(const lp_job_t *job, uint64_t *queue_ns, uint64_t *backend_ns) {
+  *queue_ns = *backend_ns = 0;
+  for (uint32_t i = 0; i < job->nseq; i++) {
+    const lp_seq_t *s = &job->seqs[i];
+    if (!s->dispatch_ns) continue; /* never sent (a failed job) */
+    if (s->dispatch_ns - job->arrive_ns > *queue_ns) *queue_ns = s->dispatch_ns - job->arrive_ns;
+    if (s->done_ns > s->dispatch_ns && s->done_ns - s->dispatch_ns > *backend_ns)
+      *backend_ns = s->done_ns - s->dispatch_ns;
+  }
+}
+
+void lp__put_ms(lp_buf_t *b, uint64_t ns) {
   uint64_t us = (ns + 500) / 1000;
   char frac[4] = {(char)('0' + us / 100 % 10), (char)('0' + us / 10 % 10), (char)('0' + us % 10), 0};
   lp_buf_u64(b, us / 1000);
@@ -191,14 +200,10 @@ static int answer(lp_job_t *job, const char *single, size_t single_len, int per_
   lp_proxy_t *p = job->proxy;
   lp_buf_t out;
   lp_buf_init(&out);
-  uint64_t now = uv_hrtime(), queue_ns = 0, backend_ns = 0;
+  uint64_t now = uv_hrtime(), queue_ns, backend_ns;
   const char *ctype = "application/json";
   char extra[96] = "";
-  for (uint32_t i = 0; i < job->nseq; i++) {
-    const lp_seq_t *s = &job->seqs[i];
-    if (s->dispatch_ns - job->arrive_ns > queue_ns) queue_ns = s->dispatch_ns - job->arrive_ns;
-    if (s->done_ns - s->dispatch_ns > backend_ns) backend_ns = s->done_ns - s->dispatch_ns;
-  }
+  lp__job_times(job, &queue_ns, &backend_ns);
   size_t need = HEAD_ROOM + single_len + 256 + (job->id_json ? strlen(job->id_json) : 0);
   for (uint32_t i = 0; i < job->nseq; i++) need += job->seqs[i].out_len + 160;
   if (lp_buf_reserve(&out, need)) return -ENOMEM;
@@ -248,11 +253,11 @@ static int answer(lp_job_t *job, const char *single, size_t single_len, int per_
     lp_buf_puts(body, "]");
   }
   lp_buf_puts(body, ", \"timing_ms\": {\"queue\": ");
-  put_ms(body, queue_ns);
+  lp__put_ms(body, queue_ns);
   lp_buf_puts(body, ", \"backend\": ");
-  put_ms(body, backend_ns);
+  lp__put_ms(body, backend_ns);
   lp_buf_puts(body, ", \"total\": ");
-  put_ms(body, now - job->arrive_ns);
+  lp__put_ms(body, now - job->arrive_ns);
   lp_buf_puts(body, "}}\n");
 send:
   if (out.oom) {

@@ -37,6 +37,14 @@ static uint64_t derived_bound_ms(const lp_model_config_t *cfg) {
   return ms;
 }
 
+lp_sched_t *lp__sched_for(const lp_model_config_t *cfg) {
+  lp_sched_config_t sc = {.algo = cfg->packer, .fill_target = cfg->fill_target,
+                          .max_wait_ns = cfg->max_wait_ms * 1000000ull,
+                          .max_bypass = cfg->max_bypass,
+                          .max_segments = cfg->max_segments_per_lane};
+  return lp_sched_new(&sc);
+}
+
 void lp__backend_init(lp_model_t *m, lp_backend_t *b, const char *url) {
   const lp_model_config_t *cfg = m->cfg;
   memset(b, 0, sizeof(*b));
@@ -67,11 +75,7 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   }
   m->bound_ns = derived_bound_ms(cfg) * 1000000ull;
   lp_queue_init(&m->queue);
-  lp_sched_config_t sc = {.algo = cfg->packer, .fill_target = cfg->fill_target,
-                          .max_wait_ns = cfg->max_wait_ms * 1000000ull,
-                          .max_bypass = cfg->max_bypass,
-                          .max_segments = cfg->max_segments_per_lane};
-  m->sched = lp_sched_new(&sc);
+  m->sched = lp__sched_for(cfg);
   if (!m->sched) return -ENOMEM;
   uint32_t maxb = 0;
   for (size_t i = 0; i < m->shapes.count; i++)

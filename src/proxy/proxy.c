@@ -41,12 +41,17 @@ void lp__count_rejection(lp_proxy_t *p, const char *code) {
   }
 }
 
-void lp_proxy_reject(lp_proxy_t *p, lp_http_req_t *req, int route, int status, const char *headers,
-                     const char *code, const char *msg, const char *extra) {
+void lp__reject_job(lp_proxy_t *p, lp_http_req_t *req, int route, int status, const char *headers,
+                    const char *code, const char *msg, const char *extra, const lp_job_t *job) {
   lp_proxy_count(p, route, status);
   lp__count_rejection(p, code);
-  lp__access_log(p, req, status, p->log_job);
+  lp__access_log(p, req, status, job);
   lp_http_respond_error(req, status, headers, code, msg, extra);
+}
+
+void lp_proxy_reject(lp_proxy_t *p, lp_http_req_t *req, int route, int status, const char *headers,
+                     const char *code, const char *msg, const char *extra) {
+  lp__reject_job(p, req, route, status, headers, code, msg, extra, NULL);
 }
 
 /* ---- the scheduler runs once per loop turn, however many arrivals ---- */
@@ -304,14 +309,13 @@ static void on_sighup(uv_signal_t *s, int signum) {
     lp_log(LP_LOG_INFO, "reloaded", "\"models\": %zu", p->nmodels);
     return;
   }
-  char esc[600];
-  size_t k = 0;
-  for (size_t i = 0; err[i] && k + 2 < sizeof(esc); i++) {
-    if (err[i] == '"' || err[i] == '\\') esc[k++] = '\\';
-    esc[k++] = err[i] < 0x20 ? ' ' : err[i];
-  }
-  esc[k] = 0;
-  lp_log(LP_LOG_ERROR, "reload refused: the running configuration stays", "\"error\": \"%s\"", esc);
+  lp_buf_t e;
+  lp_buf_init(&e);
+  lp_buf_json_str(&e, err, strlen(err));
+  lp_buf_append(&e, "", 1);
+  lp_log(LP_LOG_ERROR, "reload refused: the running configuration stays", "\"error\": %s",
+         e.oom ? "\"\"" : e.data);
+  lp_buf_free(&e);
 }
 
 /* After a burst the allocator keeps what it freed; once nothing is in flight,
@@ -324,6 +328,17 @@ static void on_trim(uv_timer_t *t) {
   if (p->served == p->trimmed_at || p->jobs || p->batches) return;
   p->trimmed_at = p->served;
   malloc_trim(0);
+}
+
+void lp__httpd_limits(const lp_config_t *cfg, lp_httpd_config_t *hc) {
+  lp_httpd_config_default(hc);
+  hc->max_header_bytes = cfg->max_header_bytes;
+  hc->max_body_bytes = cfg->max_body_bytes;
+  hc->max_connections = cfg->max_connections;
+  hc->max_pipeline = cfg->max_pipeline;
+  hc->max_unsent_bytes = cfg->max_unsent_bytes;
+  hc->idle_timeout_ms = cfg->idle_timeout_ms;
+  hc->request_timeout_ms = cfg->request_timeout_ms;
 }
 
 int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *port) {
@@ -356,17 +371,10 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
   uv_timer_start(&p->trim, on_trim, 1000, 1000);
   uv_unref((uv_handle_t *)&p->trim);
   lp_httpd_config_t hc;
-  lp_httpd_config_default(&hc);
+  lp__httpd_limits(cfg, &hc);
   hc.on_request = on_request;
   hc.on_cancel = on_cancel;
   hc.ud = p;
-  hc.max_header_bytes = cfg->max_header_bytes;
-  hc.max_body_bytes = cfg->max_body_bytes;
-  hc.max_connections = cfg->max_connections;
-  hc.max_pipeline = cfg->max_pipeline;
-  hc.max_unsent_bytes = cfg->max_unsent_bytes;
-  hc.idle_timeout_ms = cfg->idle_timeout_ms;
-  hc.request_timeout_ms = cfg->request_timeout_ms;
   p->httpd = lp_httpd_new(loop, &hc);
   if (!p->httpd) return -ENOMEM;
   int rc = lp_httpd_listen(p->httpd, cfg->listen, port);

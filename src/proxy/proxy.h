@@ -230,8 +230,13 @@ struct lp_proxy_s {
   double start_time;       /* wall clock at start (Unix seconds) */
   FILE *access;            /* the access log, or NULL; owned (unless stderr) */
   uint64_t access_seen;    /* successes considered for sampling */
-  const lp_job_t *log_job; /* the job a rejection being written belongs to (for the log) */
+  lp_buf_t access_line;    /* the line being written; reused */
 };
+
+/* job.c: the longest wait before dispatch and at the backend among job's
+ * sequences (those never sent count for nothing); and ns as "ms.mmm". */
+void lp__job_times(const lp_job_t *job, uint64_t *queue_ns, uint64_t *backend_ns);
+void lp__put_ms(lp_buf_t *b, uint64_t ns);
 
 /* accesslog.c: JSON lines of answered requests (job may be NULL). */
 int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errlen);
@@ -239,6 +244,10 @@ void lp__access_log_close(lp_proxy_t *p);
 void lp__access_log_flush(lp_proxy_t *p);
 void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const lp_job_t *job);
 
+/* model.c: a scheduler configured from cfg; NULL on allocation failure. */
+lp_sched_t *lp__sched_for(const lp_model_config_t *cfg);
+/* proxy.c: the HTTP server's limits from the configuration (handlers unset). */
+void lp__httpd_limits(const lp_config_t *cfg, lp_httpd_config_t *hc);
 /* model.c: settings derived from m->cfg, again after a reload. */
 void lp__model_reconfigured(lp_model_t *m);
 /* model.c: a backend of m at url, healthy until probes say otherwise. */
@@ -255,6 +264,9 @@ void lp_proxy_count(lp_proxy_t *p, int route, int status);
 void lp__count_rejection(lp_proxy_t *p, const char *code);
 void lp_proxy_reject(lp_proxy_t *p, lp_http_req_t *req, int route, int status,
                      const char *headers, const char *code, const char *msg, const char *extra);
+/* The same for the request of job (its sequences and timings go in the access log). */
+void lp__reject_job(lp_proxy_t *p, lp_http_req_t *req, int route, int status, const char *headers,
+                    const char *code, const char *msg, const char *extra, const lp_job_t *job);
 
 /* Why a request was refused: status, code, message, more error members. */
 typedef struct lp_perr_s {
@@ -320,6 +332,8 @@ void lp__v2_probe_shapes(lp_backend_t *b);
 /* Handles /v2 routes; returns 0 when req is not one. */
 int lp__v2_route(lp_proxy_t *p, lp_http_req_t *req);
 void lp__v2_reject(lp_proxy_t *p, lp_http_req_t *req, int status, const char *code, const char *msg);
+void lp__v2_reject_job(lp_proxy_t *p, lp_http_req_t *req, int status, const char *code, const char *msg,
+                       const lp_job_t *job);
 /* A v2 job's answer body (its sequences' outputs as one tensor), its content
  * type and extra header lines. -EPROTO when the outputs are not numbers. */
 int lp__v2_answer(lp_job_t *job, int per_segment, lp_buf_t *body, const char **ctype, char *hdr,

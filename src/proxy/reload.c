@@ -7,6 +7,7 @@
  * wire form) is refused, naming it: a rolling restart applies those without
  * loss. A refused reload changes nothing. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +15,11 @@
 #include "lanepack/log.h"
 #include "proxy.h"
 
-static int refuse(char *err, size_t errlen, const char *fmt, const char *a, const char *b) {
-  snprintf(err, errlen, fmt, a, b);
+static int refuse(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
   return -EINVAL;
 }
 
@@ -56,21 +60,21 @@ static int check(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errlen) 
     return refuse(err, errlen, "admin_listen changed ('%s' -> '%s'): restart to apply",
                   p->cfg.admin_listen, n->admin_listen);
   if (n->nmodels != p->nmodels)
-    return refuse(err, errlen, "the set of models changed%s%s: restart to apply", "", "");
+    return refuse(err, errlen, "the set of models changed: restart to apply");
   for (size_t i = 0; i < p->nmodels; i++) {
     lp_model_t *m = &p->models[i];
     const lp_model_config_t *c = lp_config_model(n, m->cfg->name);
-    if (!c) return refuse(err, errlen, "model '%s' is gone%s: restart to apply", m->cfg->name, "");
+    if (!c) return refuse(err, errlen, "model '%s' is gone: restart to apply", m->cfg->name);
     if (!same_shapes(&c->shapes, &m->cfg->shapes))
-      return refuse(err, errlen, "models.%s.shapes changed%s: restart to apply", m->cfg->name, "");
+      return refuse(err, errlen, "models.%s.shapes changed: restart to apply", m->cfg->name);
     if (c->protocol != m->cfg->protocol || c->ragged != m->cfg->ragged ||
         c->ragged_max_tokens != m->cfg->ragged_max_tokens || !same_v2(&c->v2, &m->cfg->v2) ||
         c->pad_id != m->cfg->pad_id)
-      return refuse(err, errlen, "models.%s: protocol, ragged, v2 or pad_id changed%s: restart to apply",
-                    m->cfg->name, "");
+      return refuse(err, errlen, "models.%s: protocol, ragged, v2 or pad_id changed: restart to apply",
+                    m->cfg->name);
     if (m->nbackends + backends_needed(m, c) > LP_MAX_BACKENDS)
-      return refuse(err, errlen, "models.%s: too many backends over time (%s): restart to apply",
-                    m->cfg->name, "retired ones keep their slots");
+      return refuse(err, errlen, "models.%s: too many backends over time (retired ones keep their "
+                    "slots): restart to apply", m->cfg->name);
   }
   return 0;
 }
@@ -115,10 +119,7 @@ int lp__proxy_reload(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errl
   lp_sched_t *scheds[LP_MAX_MODELS] = {0};
   for (size_t i = 0; i < p->nmodels; i++) {
     const lp_model_config_t *c = lp_config_model(n, p->models[i].cfg->name);
-    lp_sched_config_t sc = {.algo = c->packer, .fill_target = c->fill_target,
-                            .max_wait_ns = c->max_wait_ms * 1000000ull, .max_bypass = c->max_bypass,
-                            .max_segments = c->max_segments_per_lane};
-    if ((scheds[i] = lp_sched_new(&sc)) == NULL) {
+    if ((scheds[i] = lp__sched_for(c)) == NULL) {
       for (size_t k = 0; k < i; k++) lp_sched_free(scheds[k]);
       lp_config_free_tokens(tokens, ntokens);
       snprintf(err, errlen, "out of memory");
@@ -142,14 +143,7 @@ int lp__proxy_reload(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errl
   p->ntokens = ntokens;
   lp_log_level = p->cfg.log_level;
   lp_httpd_config_t hc;
-  lp_httpd_config_default(&hc);
-  hc.max_header_bytes = p->cfg.max_header_bytes;
-  hc.max_body_bytes = p->cfg.max_body_bytes;
-  hc.max_connections = p->cfg.max_connections;
-  hc.max_pipeline = p->cfg.max_pipeline;
-  hc.max_unsent_bytes = p->cfg.max_unsent_bytes;
-  hc.idle_timeout_ms = p->cfg.idle_timeout_ms;
-  hc.request_timeout_ms = p->cfg.request_timeout_ms;
+  lp__httpd_limits(&p->cfg, &hc);
   if (p->httpd) lp_httpd_set_limits(p->httpd, &hc);
   if (p->admin) lp_httpd_set_limits(p->admin, &hc);
   for (size_t i = 0; i < p->nmodels; i++) {

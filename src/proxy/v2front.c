@@ -15,6 +15,11 @@
 
 /* An error in the v2 form, with our status. */
 void lp__v2_reject(lp_proxy_t *p, lp_http_req_t *req, int status, const char *code, const char *msg) {
+  lp__v2_reject_job(p, req, status, code, msg, NULL);
+}
+
+void lp__v2_reject_job(lp_proxy_t *p, lp_http_req_t *req, int status, const char *code, const char *msg,
+                       const lp_job_t *job) {
   lp_buf_t b;
   lp_buf_init(&b);
   char text[400];
@@ -24,7 +29,7 @@ void lp__v2_reject(lp_proxy_t *p, lp_http_req_t *req, int status, const char *co
   lp_buf_puts(&b, "}\n");
   lp_proxy_count(p, LP_ROUTE_V2_INFER, status);
   lp__count_rejection(p, code);
-  lp__access_log(p, req, status, p->log_job);
+  lp__access_log(p, req, status, job);
   const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
   lp_http_respond(req, status, hdr, "application/json", b.data, b.len);
   lp_buf_free(&b);
