@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lanepack/bucket.h"
 #include "lanepack/buf.h"
@@ -35,6 +36,8 @@ void emu_job_free(job_t *j) {
 }
 
 void emu_job_timer_closed(uv_handle_t *h) { emu_job_free(container_of(h, job_t, timer)); }
+
+int emu_shapes_missing(const emu_t *emu) { return emu->missing_file && access(emu->missing_file, F_OK) == 0; }
 
 /* ---- parsing and checking a batch ---- */
 
@@ -420,6 +423,9 @@ static void handle_batch(emu_t *emu, lp_http_req_t *req) {
   j->emu = emu;
   perr_t e = {{0}};
   int status = parse_batch(emu, j, req->body, req->body_len, &e);
+  if (status == 0 && emu_shapes_missing(emu)) /* as while its model reloads */
+    status = 500, snprintf(e.msg, sizeof(e.msg), "shape mismatch: [%u, %u] is not loaded right now",
+                           j->lanes, j->bucket);
   if (status) {
     emu->rejected++;
     lp_http_respond_error(req, status, NULL, status == 500 ? "shape_mismatch" : "bad_batch", e.msg,
@@ -537,7 +543,7 @@ static void usage(FILE *f) {
           "         [--stall-rate P] [--garbage-rate P] [--delay-ms MS] [--seed S]\n"
           "         [--hide-shapes] [--log-batches] [--protocol lanepack|v2|both] [--v2-model TEMPLATE]\n"
           "         [--v2-output NAME] [--v2-dims K] [--cost-jitter F] [--slow-rate P --slow-ms MS]\n"
-          "         [--poison-token T]\n");
+          "         [--poison-token T] [--missing-file PATH]\n");
 }
 
 static int parse_rate(const char *s, double *out) {
@@ -582,6 +588,7 @@ int main(int argc, char **argv) {
       {"v2-output", required_argument, 0, 'O'},    {"v2-dims", required_argument, 0, 'K'},
       {"cost-jitter", required_argument, 0, 'J'},  {"slow-rate", required_argument, 0, 'W'},
       {"slow-ms", required_argument, 0, 'X'},      {"poison-token", required_argument, 0, 'Y'},
+      {"missing-file", required_argument, 0, 'I'},
       {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'Z'},
       {0, 0, 0, 0}};
   int c, idx = 0;
@@ -604,6 +611,7 @@ int main(int argc, char **argv) {
       case 'D': bad_arg = parse_u64(optarg, &emu.delay_ms); break;
       case 'e': bad_arg = parse_u64(optarg, &seed); break;
       case 'H': emu.hide_shapes = 1; break;
+      case 'I': emu.missing_file = optarg; break;
       case 'B': emu.log_batches = 1; break;
       case 'J': bad_arg = parse_rate(optarg, &emu.cost_jitter); break;
       case 'W': bad_arg = parse_rate(optarg, &emu.slow_rate); break;

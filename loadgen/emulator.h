@@ -67,12 +67,17 @@ struct emu_s {
   double slow_rate;       /* a batch is slow (a recompile, say) at this rate ... */
   uint64_t slow_ms;       /* ... costing this much more */
   int64_t poison_token;   /* a batch holding this token id fails (500); -1: none */
+  const char *missing_file; /* while this file exists, every shape is missing (a
+                               model reloading): batches get shape mismatch (v1) or
+                               404 (v2); NULL: never */
 };
 
 enum { FAULT_NONE, FAULT_FAIL, FAULT_RESET, FAULT_STALL, FAULT_GARBAGE };
 enum { EMU_PROTO_LANEPACK = 1, EMU_PROTO_V2 = 2 };
 
 void emu_job_free(job_t *j);
+/* --missing-file: the shapes are missing right now. */
+int emu_shapes_missing(const emu_t *emu);
 void emu_job_timer_closed(uv_handle_t *h);
 /* Queues a parsed job on the devices (faults drawn here). */
 void emu_enqueue(emu_t *emu, job_t *j, lp_http_req_t *req);

@@ -227,7 +227,7 @@ int emu_v2_route(emu_t *emu, lp_http_req_t *req) {
     v2_error(req, 404, "no such route");
   } else {
     int shape = model_shape(emu, name, nlen);
-    if (shape == -2) {
+    if (shape == -2 || emu_shapes_missing(emu)) { /* Triton while it reloads a model */
       char msg[256];
       snprintf(msg, sizeof(msg), "unknown model '%.*s'", (int)(nlen > 128 ? 128 : nlen), name);
       v2_error(req, 404, msg);

@@ -157,6 +157,35 @@ uint32_t lp__model_compiled_max(const lp_model_t *m) {
 
 static lp_seq_t *seq_of(lp_qnode_t *n) { return n ? container_of(n, lp_seq_t, q) : NULL; }
 
+/* Adds job to the list of jobs to fail (*jobs, grown as needed; the caller
+ * frees it), once: its doomed mark says it is listed. -ENOMEM when it cannot. */
+static int pick(lp_job_t ***jobs, size_t *n, size_t *cap, lp_job_t *job) {
+  if (job->doomed) return 0;
+  if (*n == *cap) {
+    size_t c = *cap ? *cap * 2 : 16;
+    lp_job_t **d = realloc(*jobs, c * sizeof(*d));
+    if (!d) return -ENOMEM;
+    *jobs = d;
+    *cap = c;
+  }
+  job->doomed = 1;
+  (*jobs)[(*n)++] = job;
+  return 0;
+}
+
+/* Fails each listed job, holding a reference to all of them meanwhile: failing
+ * one may close its client's connection (a write to a peer that is gone),
+ * which cancels the requests pipelined behind it there, and a cancelled job
+ * nothing refers to is freed at once, later entries of the list with it. */
+static void fail_jobs(lp_job_t **jobs, size_t n, int status, const char *code, const char *msg) {
+  for (size_t i = 0; i < n; i++) jobs[i]->refs++;
+  for (size_t i = 0; i < n; i++) lp__job_fail(jobs[i], status, code, msg);
+  for (size_t i = 0; i < n; i++) {
+    jobs[i]->refs--;
+    lp__job_release(jobs[i]);
+  }
+}
+
 void lp__model_shapes_changed(lp_model_t *m) {
   for (size_t k = 0; k < m->shapes.count; k++) {
     lp_shape_state_t best = LP_SHAPE_UNAVAILABLE;
@@ -170,29 +199,19 @@ void lp__model_shapes_changed(lp_model_t *m) {
   /* a sequence that no shape anywhere holds now would otherwise wait for its
    * bound: tell its client at once (a rare event, so a walk of the queue). The
    * jobs are collected first: failing one takes all its sequences out, wherever
-   * they stand, and may free it. */
+   * they stand. */
   uint32_t max_len = lp_bucket_set_max_len(&m->shapes);
   lp_job_t **doomed = NULL;
   size_t nd = 0, cap = 0;
   for (lp_qnode_t *n = lp_queue_first(&m->queue); n; n = lp_queue_next(&m->queue, n)) {
     lp_seq_t *s = seq_of(n);
-    if (s->len <= max_len || s->job->doomed) continue;
-    if (nd == cap) {
-      size_t c = cap ? cap * 2 : 16;
-      lp_job_t **d = realloc(doomed, c * sizeof(*d));
-      if (!d) break; /* out of memory: the job timers still answer them in time */
-      doomed = d;
-      cap = c;
-    }
-    s->job->doomed = 1;
-    doomed[nd++] = s->job;
+    if (s->len > max_len && pick(&doomed, &nd, &cap, s->job))
+      break; /* out of memory: the job timers still answer them in time */
   }
-  for (size_t i = 0; i < nd; i++) {
-    char msg[160];
-    snprintf(msg, sizeof(msg), "no backend has a shape that holds this request's sequences any more "
-             "(largest: %u tokens)", max_len);
-    lp__job_fail(doomed[i], 503, "no_shape_available", msg);
-  }
+  char msg[160];
+  snprintf(msg, sizeof(msg), "no backend has a shape that holds this request's sequences any more "
+           "(largest: %u tokens)", max_len);
+  fail_jobs(doomed, nd, 503, "no_shape_available", msg);
   free(doomed);
   lp_proxy_kick(m->proxy);
 }
@@ -221,6 +240,8 @@ int lp__model_requeue(lp_model_t *m, lp_seq_t *s) {
   return 0;
 }
 
+/* The head is read again after each failure: failing a job may end others
+ * (its connection's pipeline), so no pointer into the queue is kept across one. */
 void lp__model_fail_all(lp_model_t *m, int status, const char *code, const char *msg) {
   lp_qnode_t *n;
   while ((n = lp_queue_first(&m->queue)) != NULL) lp__job_fail(seq_of(n)->job, status, code, msg);

@@ -70,7 +70,7 @@ struct lp_job_s {
   uint32_t unresolved;    /* sequences queued or in flight */
   uint32_t queued;        /* sequences still in the model's queue */
   int answered;           /* the client has had its one answer */
-  int doomed;             /* picked to fail (no shape holds it any more) */
+  int doomed;             /* picked to fail: listed by the one who fails it */
   uint32_t refs;          /* batch references to its sequences: freed at 0 */
   lp_seq_t *seqs;         /* owned */
   int32_t *tokens;        /* in the job's block (allocated with it) */
