@@ -408,6 +408,25 @@ static lp_sched_item_t *avoiding(lp_model_t *m, const lp_backend_t *be, size_t n
   return m->items2;
 }
 
+/* Fails the requests whose sequences the plan placed (the first n of the
+ * window): a batch that cannot be built fails what it would have carried. */
+static void fail_placed(lp_model_t *m, const lp_sched_plan_t *plan, size_t n) {
+  static const char msg[] = "proxy out of memory: the batch could not be built";
+  lp_job_t **jobs = NULL, *first = NULL;
+  size_t nj = 0, cap = 0;
+  for (size_t i = 0; i < n && i < plan->n; i++) {
+    if (plan->place[i].bin < 0) continue;
+    if (!first) first = m->win[i]->job;
+    if (pick(&jobs, &nj, &cap, m->win[i]->job)) break;
+  }
+  if (nj == 0 && first) { /* no memory for the list: one goes, so the next turn moves on */
+    fail_jobs(&first, 1, 503, "out_of_memory", msg);
+    return;
+  }
+  fail_jobs(jobs, nj, 503, "out_of_memory", msg);
+  free(jobs);
+}
+
 /* Runs the policy until it says wait: each decision dispatches one batch to a
  * backend with a free slot, tried in the balancer's order, each with the shapes
  * it has. With no slot free, requests stay queued (and pack better); a
@@ -468,9 +487,15 @@ void lp__model_schedule(lp_model_t *m) {
       if (plan.action == LP_SCHED_WAIT && plan.wake_ns < wake) wake = plan.wake_ns;
       if (plan.action != LP_SCHED_DISPATCH) continue;
       for (size_t i = 0; i < n; i++) m->win[i]->sched.bypassed = m->items[i].bypassed;
-      if (lp__batch_dispatch(m, be, &plan)) {
-        lp_log(LP_LOG_ERROR, "dispatch failed", NULL);
-        lp__model_fail_all(m, 503, "out_of_memory", "proxy out of memory");
+      int rc = lp__batch_dispatch(m, be, &plan);
+      if (rc) {
+        /* this rectangle could not be made (its layout or its batch): the
+         * requests it held fail, the rest of the queue waits on */
+        lp_log(LP_LOG_ERROR, "dispatch failed", "\"model\": \"%s\", \"shape\": [%u, %u], \"error\": \"%s\"",
+               m->cfg->name, m->shapes.shapes[plan.shape].lanes, m->shapes.shapes[plan.shape].bucket,
+               strerror(-rc));
+        fail_placed(m, &plan, n);
+        lp_proxy_kick(p);
         return;
       }
       sent = 1;
