@@ -78,8 +78,10 @@ static void merge_shapes(lp_backend_t *b, const lp_xfer_t *x) {
       ignored++;
   }
   json_t *devices = json_object_get(root, "devices");
-  if (json_is_integer(devices) && json_integer_value(devices) >= 1 && json_integer_value(devices) <= LP_CLOCK_MAX_DEVICES)
+  if (json_is_integer(devices) && json_integer_value(devices) >= 1 && json_integer_value(devices) <= LP_CLOCK_MAX_DEVICES) {
     lp_devclock_set_devices(&b->clock, (uint32_t)json_integer_value(devices));
+    b->devices_reported = 1;
+  }
   json_decref(root);
   size_t configured = m->cfg->ragged ? 1 : m->cfg->shapes.count;
   for (size_t k = 0; k < m->shapes.count; k++) {

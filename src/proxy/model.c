@@ -100,6 +100,9 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
 
 void lp__model_reconfigured(lp_model_t *m) {
   m->bound_ns = derived_bound_ms(m->cfg) * 1000000ull;
+  /* devices: the configured count holds for a backend that has not told its own */
+  for (size_t b = 0; b < m->nbackends; b++)
+    if (!m->backends[b].devices_reported) lp_devclock_set_devices(&m->backends[b].clock, m->cfg->devices);
   for (size_t k = 0; k < m->cfg->ncosts; k++) {
     int si = lp_bucket_set_find(&m->shapes, m->cfg->cost_spec[k].lanes, m->cfg->cost_spec[k].bucket);
     for (size_t b = 0; si >= 0 && b < m->nbackends; b++)
@@ -190,6 +193,7 @@ void lp__model_shapes_changed(lp_model_t *m) {
   for (size_t k = 0; k < m->shapes.count; k++) {
     lp_shape_state_t best = LP_SHAPE_UNAVAILABLE;
     for (size_t i = 0; i < m->nbackends; i++) {
+      if (m->backends[i].retired) continue; /* it gets no batch again: its shapes admit nothing */
       lp_shape_state_t s = m->backends[i].shape_state[k];
       if (s == LP_SHAPE_COMPILED || (s == LP_SHAPE_COMPILING && best == LP_SHAPE_UNAVAILABLE))
         best = s;

@@ -99,7 +99,9 @@ typedef struct lp_backend_s {
   int reported;           /* /v1/shapes answered since it last came up */
   lp_devclock_t clock;    /* its devices: when free, how long each shape takes */
   int retired;            /* gone from the configuration (reload): no new batches,
-                             no probes; its batches in flight still end here */
+                             no probes, its shapes admit nothing; its batches in
+                             flight still end here */
+  int devices_reported;   /* its /v1/shapes named its devices (configured ones no longer apply) */
 } lp_backend_t;
 
 struct lp_batch_s {
