@@ -1,6 +1,7 @@
 /* Backends: choosing one for a batch, and their health from active probes
  * (GET /healthz) and from how their batches end. A backend's shapes come from
- * GET /v1/shapes when it (re)appears. */
+ * GET /v1/shapes when it (re)appears, and again after a backoff while a shape
+ * it was found to lack may have come back. */
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
@@ -8,10 +9,32 @@
 #include "lanepack/log.h"
 #include "proxy.h"
 
+/* A shape found missing on a backend (a shape mismatch, a v2 404 or "not
+ * ready") may be back soon: Triton answers 404 while it reloads a model. The
+ * backend is asked again after a backoff that doubles from LP_RECHECK_FIRST_MS
+ * up to LP_RECHECK_MAX_MS, and starts afresh after a quiet spell. */
+#define LP_RECHECK_FIRST_MS 500
+#define LP_RECHECK_MAX_MS 16000
+
+void lp__backend_shape_missing(lp_backend_t *b, int k) {
+  uint64_t now = uv_hrtime();
+  b->missing |= 1u << k;
+  if (!b->recheck_ms || now - b->missing_ns > 2ull * LP_RECHECK_MAX_MS * 1000000)
+    b->recheck_ms = LP_RECHECK_FIRST_MS;
+  b->missing_ns = now;
+  if (!b->recheck_at) b->recheck_at = now + (uint64_t)b->recheck_ms * 1000000;
+}
+
+void lp__backend_shape_found(lp_backend_t *b, int k) {
+  b->missing &= ~(1u << k);
+  if (!b->missing) b->recheck_at = 0;
+}
+
 static void set_health(lp_backend_t *b, int healthy) {
   if (b->retired) healthy = 0;
   if (b->healthy == healthy) return;
   b->healthy = healthy;
+  if (healthy && b->missing) b->recheck_at = uv_hrtime(); /* back: ask at once */
   lp_log(healthy ? LP_LOG_INFO : LP_LOG_WARN, healthy ? "backend up" : "backend down",
          "\"model\": \"%s\", \"backend\": \"%s\"", b->model->cfg->name, b->url);
   lp_proxy_kick(b->model->proxy);
@@ -54,15 +77,15 @@ size_t lp__backends_free(lp_model_t *m, lp_backend_t **out) {
  * configured shapes it does not list are compiling there (admitted, not sent to
  * it); shapes it lists that are not configured join the model's set, on this
  * backend only. Shapes over the batch size bound are ignored. */
-static void merge_shapes(lp_backend_t *b, const lp_xfer_t *x) {
+static int merge_shapes(lp_backend_t *b, const lp_xfer_t *x) {
   lp_model_t *m = b->model;
-  if (m->cfg->ragged || x->status != 200) return;
+  if (m->cfg->ragged || x->status != 200) return 0;
   json_error_t je;
   json_t *root = json_loadb(x->body.data ? x->body.data : "", x->body.len, 0, &je);
   json_t *list = json_object_get(root, "shapes");
   if (!json_is_array(list)) {
     json_decref(root);
-    return;
+    return 0;
   }
   lp_bucket_set_t seen;
   lp_bucket_set_init(&seen);
@@ -100,15 +123,34 @@ static void merge_shapes(lp_backend_t *b, const lp_xfer_t *x) {
     b->shape_state[at] = LP_SHAPE_COMPILED;
   }
   b->reported = 1;
+  b->missing = 0; /* what it reports is what it has now */
+  b->recheck_at = 0;
   lp_log(ignored ? LP_LOG_WARN : LP_LOG_INFO, "shapes merged",
          "\"model\": \"%s\", \"backend\": \"%s\", \"reported\": %zu, \"ignored\": %zu, \"known\": %zu",
          m->cfg->name, b->url, seen.count, ignored, m->shapes.count);
+  lp__model_shapes_changed(m);
+  return 1;
+}
+
+/* A backend that does not report its shapes: those found missing there are
+ * tried again (a batch answered "shape mismatch" bars them anew, with a longer
+ * backoff). */
+static void retry_missing(lp_backend_t *b) {
+  lp_model_t *m = b->model;
+  size_t configured = m->cfg->ragged ? 1 : m->cfg->shapes.count;
+  if (!b->missing) return;
+  for (size_t k = 0; k < configured; k++)
+    if (b->missing & (1u << k)) {
+      b->shape_state[k] = LP_SHAPE_COMPILED;
+      lp__backend_shape_found(b, (int)k);
+    }
   lp__model_shapes_changed(m);
 }
 
 static void on_shapes(lp_xfer_t *x, void *ud) {
   lp_backend_t *b = ud;
-  if (x->result == LP_XFER_OK) merge_shapes(b, x);
+  if (x->result == LP_XFER_CANCELLED) return;
+  if (!(x->result == LP_XFER_OK && merge_shapes(b, x))) retry_missing(b);
 }
 
 static void fetch_shapes(lp_backend_t *b) {
@@ -135,6 +177,8 @@ static void on_probe(lp_xfer_t *x, void *ud) {
       for (size_t k = 0; k < m->shapes.count; k++)
         b->shape_state[k] = k < configured ? LP_SHAPE_COMPILED : LP_SHAPE_UNAVAILABLE;
       b->reported = 0;
+      b->missing = 0;
+      b->recheck_at = 0;
       lp__model_shapes_changed(m);
       fetch_shapes(b);
     }
@@ -142,14 +186,25 @@ static void on_probe(lp_xfer_t *x, void *ud) {
   lp__backend_result(b, ok);
 }
 
+/* Asks a backend again for the shapes it was found to lack, and sets the next look. */
+static void recheck(lp_backend_t *b, uint64_t now) {
+  b->recheck_ms = b->recheck_ms < LP_RECHECK_MAX_MS / 2 ? b->recheck_ms * 2 : LP_RECHECK_MAX_MS;
+  b->recheck_at = now + (uint64_t)b->recheck_ms * 1000000;
+  lp_log(LP_LOG_INFO, "shapes rechecked", "\"model\": \"%s\", \"backend\": \"%s\", \"next_ms\": %u",
+         b->model->cfg->name, b->url, b->recheck_ms);
+  fetch_shapes(b);
+}
+
 static void on_health_timer(uv_timer_t *t) {
   lp_proxy_t *p = t->data;
   uint64_t timeout = p->cfg.health_interval_ms < 2000 ? p->cfg.health_interval_ms : 2000;
+  uint64_t now = uv_hrtime();
   for (size_t i = 0; i < p->nmodels; i++)
     for (size_t k = 0; k < p->models[i].nbackends; k++) {
       lp_backend_t *b = &p->models[i].backends[k];
-      if (!b->probe && !b->retired)
-        b->probe = lp_upstream_request(p->up, b->health_url, NULL, 0, timeout, on_probe, b);
+      if (b->retired) continue;
+      if (!b->probe) b->probe = lp_upstream_request(p->up, b->health_url, NULL, 0, timeout, on_probe, b);
+      if (b->recheck_at && now >= b->recheck_at && b->healthy) recheck(b, now);
     }
 }
 

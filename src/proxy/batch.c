@@ -198,6 +198,7 @@ static int retry_batch(lp_batch_t *bt, int status, const char *code, const char 
  * no backend has it, the model no longer chooses or admits by it. */
 static void shape_missing(lp_model_t *m, lp_backend_t *be, int shape) {
   be->shape_state[shape] = LP_SHAPE_UNAVAILABLE;
+  lp__backend_shape_missing(be, shape); /* asked about again later */
   lp__model_shapes_changed(m);
   int anywhere = m->shapes.shapes[shape].state != LP_SHAPE_UNAVAILABLE;
   lp_log(LP_LOG_WARN, "shape mismatch", "\"backend\": \"%s\", \"shape\": [%u, %u], \"anywhere\": %s",

@@ -128,9 +128,14 @@ void lp__model_close(lp_model_t *m) {
   free(m->place);
 }
 
+/* Ready: some healthy, probed backend has a shape it can run now. */
 int lp__model_ready(const lp_model_t *m) {
-  for (size_t i = 0; i < m->nbackends; i++)
-    if (m->backends[i].healthy && m->backends[i].probed_ok) return 1;
+  for (size_t i = 0; i < m->nbackends; i++) {
+    const lp_backend_t *b = &m->backends[i];
+    if (!b->healthy || !b->probed_ok) continue;
+    for (size_t k = 0; k < m->shapes.count; k++)
+      if (b->shape_state[k] == LP_SHAPE_COMPILED) return 1;
+  }
   return 0;
 }
 

@@ -102,6 +102,11 @@ typedef struct lp_backend_s {
                              no probes, its shapes admit nothing; its batches in
                              flight still end here */
   int devices_reported;   /* its /v1/shapes named its devices (configured ones no longer apply) */
+  /* shapes found missing here (bit k: shape k) are asked about again at
+   * recheck_at (0: nothing to ask), after a backoff of recheck_ms */
+  uint32_t missing;
+  uint64_t recheck_at, missing_ns;
+  uint32_t recheck_ms;
 } lp_backend_t;
 
 struct lp_batch_s {
@@ -352,6 +357,11 @@ void lp__batches_free(lp_model_t *m);
 /* backend.c */
 void lp__backends_start(lp_proxy_t *p);
 void lp__backend_result(lp_backend_t *b, int ok);
+/* Shape k was found missing on b (mismatch, 404, not ready): asked about again
+ * after a backoff. The caller sets its state. */
+void lp__backend_shape_missing(lp_backend_t *b, int k);
+/* Shape k is there after all: nothing to ask about it. */
+void lp__backend_shape_found(lp_backend_t *b, int k);
 /* The healthy backends with a free slot, best first; returns how many. */
 size_t lp__backends_free(lp_model_t *m, lp_backend_t **out);
 

@@ -182,6 +182,8 @@ typedef struct {
 } probe_t;
 
 static void set_state(lp_backend_t *b, int k, lp_shape_state_t s, const char *why) {
+  if (s == LP_SHAPE_UNAVAILABLE) lp__backend_shape_missing(b, k); /* it may be reloading: asked again */
+  else lp__backend_shape_found(b, k);
   if (b->shape_state[k] == s) return;
   b->shape_state[k] = s;
   lp_log(s == LP_SHAPE_COMPILED ? LP_LOG_INFO : LP_LOG_WARN, "v2 model readiness",
