@@ -96,4 +96,33 @@ START_TEST(counters) {
 }
 END_TEST
 
-LP_TEST_MAIN("bucket", parse_good, parse_bad, parse_too_many, admit_edges, counters)
+/* a pruned shape frees its slot: the others keep their indexes and counters,
+ * the next new shape takes the slot from zero, trailing free slots leave */
+START_TEST(remove_frees_slot) {
+  lp_bucket_set_t s;
+  lp_bucket_set_init(&s);
+  for (uint32_t b = 1; b <= LP_BUCKET_MAX_SHAPES; b++) ck_assert_int_ge(lp_bucket_set_add(&s, 1, b * 10), 0);
+  ck_assert_int_eq(lp_bucket_set_add(&s, 1, 999), -ENOSPC);
+  lp_bucket_set_account(&s, 4, 2, 7);
+  lp_bucket_set_account(&s, 5, 1, 3);
+  ck_assert_int_eq(lp_bucket_set_remove(&s, 4), 0);
+  ck_assert_int_eq(lp_bucket_set_remove(&s, 4), -ENOENT);
+  ck_assert_uint_eq(s.count, LP_BUCKET_MAX_SHAPES);
+  ck_assert_int_eq(lp_bucket_set_find(&s, 1, 50), -ENOENT);
+  ck_assert_int_eq(lp_bucket_set_find(&s, 1, 60), 5);
+  ck_assert_uint_eq(s.shapes[5].real_tokens, 3);
+  ck_assert_int_eq(s.shapes[4].state, LP_SHAPE_UNAVAILABLE);
+  ck_assert_uint_eq(lp_bucket_set_max_len(&s), LP_BUCKET_MAX_SHAPES * 10);
+  ck_assert_int_eq(lp_bucket_set_add(&s, 1, 999), 4);
+  ck_assert_uint_eq(s.shapes[4].batches, 0);
+  ck_assert_int_eq(s.shapes[4].state, LP_SHAPE_COMPILED);
+  ck_assert_uint_eq(lp_bucket_set_max_len(&s), 999);
+  ck_assert_int_eq(lp_bucket_set_remove(&s, LP_BUCKET_MAX_SHAPES - 2), 0);
+  ck_assert_uint_eq(s.count, LP_BUCKET_MAX_SHAPES);
+  ck_assert_int_eq(lp_bucket_set_remove(&s, LP_BUCKET_MAX_SHAPES - 1), 0);
+  ck_assert_uint_eq(s.count, LP_BUCKET_MAX_SHAPES - 2); /* both trailing free slots leave */
+  ck_assert_int_eq(lp_bucket_set_remove(&s, LP_BUCKET_MAX_SHAPES), -ENOENT);
+}
+END_TEST
+
+LP_TEST_MAIN("bucket", parse_good, parse_bad, parse_too_many, admit_edges, counters, remove_frees_slot)

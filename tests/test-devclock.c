@@ -87,5 +87,24 @@ START_TEST(devices_bounded) {
 }
 END_TEST
 
+/* a shape leaving the set takes its learned and seeded cost with it; the others keep theirs */
+START_TEST(forget_shape) {
+  lp_devclock_t c;
+  lp_devclock_init(&c, 1);
+  lp_devclock_seed(&c, 2, 5000);
+  lp_window_add(&c.svc[2], 6000);
+  lp_devclock_seed(&c, 3, 7000);
+  lp_window_add(&c.svc[3], 9000);
+  lp_devclock_forget_shape(&c, 2);
+  ck_assert_uint_eq(lp_devclock_cost(&c, 2), 0);
+  ck_assert_uint_eq(lp_devclock_cost(&c, 3), 9000);
+  lp_window_add(&c.svc[2], 100); /* the next shape in the slot learns from nothing */
+  ck_assert_uint_eq(lp_devclock_cost(&c, 2), 100);
+  lp_devclock_forget_shape(&c, LP_BUCKET_MAX_SHAPES); /* out of range: nothing */
+  lp_devclock_forget_shape(&c, -1);
+  ck_assert_uint_eq(lp_devclock_cost(&c, 3), 9000);
+}
+END_TEST
+
 LP_TEST_MAIN("devclock", idle_busy_and_expected_finish, median_survives_stalls,
-             lead_learned_from_device_time, devices_bounded)
+             lead_learned_from_device_time, devices_bounded, forget_shape)

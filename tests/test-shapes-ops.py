@@ -129,7 +129,7 @@ def stop(p):
 
 
 def base_cfg(port, **over):
-    cfg = {"listen": "127.0.0.1:%d" % port, "log_level": "warn", "health_interval_ms": 100}
+    cfg = {"listen": "127.0.0.1:%d" % port, "log_level": os.environ.get("LP_LOG", "warn"), "health_interval_ms": 100}
     cfg.update(over)
     return cfg
 
@@ -328,12 +328,13 @@ def churn():
         held = in_thread(infer, port, [4] * 114)  # only 1x114 holds it
         check("churn: a batch of an old shape is in flight", fake.wait_held(1), fake.batches)
         old_shape = fake.batches[-1]
-        # the backend goes down and comes back with 15 other shapes
-        fake.shapes = [[1, 16]] + [[1, 200 + i] for i in range(15)]
+        # the backend goes down and comes back with 14 other shapes (one slot
+        # stays with the batch in flight)
+        fake.shapes = [[1, 16]] + [[1, 200 + i] for i in range(14)]
         fake.down = True
         time.sleep(0.5)
         fake.down = False
-        want = {(1, 16)} | {(1, 200 + i) for i in range(15)}
+        want = {(1, 16)} | {(1, 200 + i) for i in range(14)}
         ok = wait_for(lambda: want <= set(shapes()), 5)
         check("churn: its new shapes replace the stale ones", ok, shapes())
         check("churn: the shape of the batch in flight is kept while it runs",
@@ -342,16 +343,22 @@ def churn():
         (st, ans), _ = result(held)
         check("churn: that batch is answered with its own shape",
               st == 200 and tuple(ans.get("batch", {}).get("shape", [])) == tuple(old_shape), (st, ans))
-        st, ans = infer(port, [4] * 214)
+        st, ans = infer(port, [4] * 213)
         check("churn: a sequence only a new shape holds is served", st == 200, (st, ans))
         check("churn: and counted under its own shape",
               metric(port, "lanepack_batches_total", 'shape="%dx%d"' % tuple(ans.get("batch", {}).get("shape", [0, 0]))) == 1,
               ans)
-        fake.down = True  # once more: now the stale shape has nothing in flight
+        # once more, with a 15th new shape: the stale one has nothing in flight now
+        fake.shapes.append([1, 214])
+        fake.down = True
         time.sleep(0.5)
         fake.down = False
-        check("churn: the stale shape leaves at the next report once its batch is done",
-              wait_for(lambda: tuple(old_shape) not in set(shapes()) and want <= set(shapes()), 5), shapes())
+        check("churn: the stale shape leaves at the next report once its batch is done, its slot reused",
+              wait_for(lambda: tuple(old_shape) not in set(shapes()) and want | {(1, 214)} <= set(shapes()), 5),
+              shapes())
+        st, ans = infer(port, [4] * 214)
+        check("churn: the reused slot serves its new shape, counted from 0",
+              st == 200 and metric(port, "lanepack_batches_total", 'shape="1x214"') == 1, (st, ans))
     finally:
         stop(lp)
         fake.close()

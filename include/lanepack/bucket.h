@@ -40,8 +40,14 @@ typedef struct lp_bucket_set_s {
 void lp_bucket_set_init(lp_bucket_set_t *set);
 
 /* Adds a shape; an existing shape with the same dimensions is left as it is.
- * Returns its index, -EINVAL for zero dimensions, -ENOSPC when the set is full. */
+ * A free slot (a removed shape's) is taken first. Returns its index, -EINVAL for zero dimensions, -ENOSPC when the set is full. */
 int lp_bucket_set_add(lp_bucket_set_t *set, uint32_t lanes, uint32_t bucket);
+
+/* Removes shape i, leaving its slot free (zero dimensions, unavailable) until
+ * lp_bucket_set_add reuses it: the other shapes keep their indexes, which
+ * batches in flight and per-shape counters hold. Free slots at the end leave
+ * the count. Returns 0, or -ENOENT when there is no shape i. */
+int lp_bucket_set_remove(lp_bucket_set_t *set, size_t i);
 
 /* Parses "4x8192,8x2048" into the set (added to what is there). On a syntax error
  * returns -EINVAL and, if err is not NULL, writes a message naming the bad part. */

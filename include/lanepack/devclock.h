@@ -42,6 +42,9 @@ void lp_devclock_set_devices(lp_devclock_t *c, uint32_t devices);
 void lp_devclock_seed(lp_devclock_t *c, int shape, uint64_t cost_ns);
 /* Expected service time of a shape: learned, else seeded, else 0 (unknown). */
 uint64_t lp_devclock_cost(const lp_devclock_t *c, int shape);
+/* Shape index `shape` left the set: what was learned and seeded of it goes,
+ * so that a shape that takes the slot next starts from nothing. */
+void lp_devclock_forget_shape(lp_devclock_t *c, int shape);
 uint64_t lp_devclock_lead(const lp_devclock_t *c);
 /* A device with no batch, or -1. */
 int lp_devclock_idle_device(const lp_devclock_t *c);

@@ -19,13 +19,24 @@ int lp_bucket_set_add(lp_bucket_set_t *set, uint32_t lanes, uint32_t bucket) {
   if (lanes == 0 || bucket == 0) return -EINVAL;
   int i = lp_bucket_set_find(set, lanes, bucket);
   if (i >= 0) return i;
-  if (set->count == LP_BUCKET_MAX_SHAPES) return -ENOSPC;
-  lp_shape_t *s = &set->shapes[set->count];
+  size_t at = 0;
+  while (at < set->count && set->shapes[at].lanes != 0) at++; /* a free slot, else the end */
+  if (at == LP_BUCKET_MAX_SHAPES) return -ENOSPC;
+  lp_shape_t *s = &set->shapes[at];
   memset(s, 0, sizeof(*s));
   s->lanes = lanes;
   s->bucket = bucket;
   s->state = LP_SHAPE_COMPILED;
-  return (int)set->count++;
+  if (at == set->count) set->count++;
+  return (int)at;
+}
+
+int lp_bucket_set_remove(lp_bucket_set_t *set, size_t i) {
+  if (i >= set->count || set->shapes[i].lanes == 0) return -ENOENT;
+  memset(&set->shapes[i], 0, sizeof(set->shapes[i]));
+  set->shapes[i].state = LP_SHAPE_UNAVAILABLE;
+  while (set->count && set->shapes[set->count - 1].lanes == 0) set->count--;
+  return 0;
 }
 
 /* Parses a decimal in [1, max] at *p, advancing it. Returns 0 or -EINVAL. */

@@ -38,6 +38,12 @@ void lp_devclock_seed(lp_devclock_t *c, int shape, uint64_t cost_ns) {
   if (shape >= 0 && shape < LP_BUCKET_MAX_SHAPES) c->seed_ns[shape] = cost_ns;
 }
 
+void lp_devclock_forget_shape(lp_devclock_t *c, int shape) {
+  if (shape < 0 || shape >= LP_BUCKET_MAX_SHAPES) return;
+  memset(&c->svc[shape], 0, sizeof(c->svc[shape]));
+  c->seed_ns[shape] = 0;
+}
+
 uint64_t lp_devclock_cost(const lp_devclock_t *c, int shape) {
   if (shape < 0 || shape >= LP_BUCKET_MAX_SHAPES) return 0;
   return c->svc[shape].n ? c->svc[shape].median : c->seed_ns[shape];

@@ -73,6 +73,24 @@ size_t lp__backends_free(lp_model_t *m, lp_backend_t **out) {
   return n; /* the round-robin cursor moves when a batch is really sent */
 }
 
+/* Shapes a backend added (not configured) that no backend in service has any
+ * more and no batch in flight uses leave the set: its slots are few, and a
+ * backend whose shapes churn would fill them with stale ones. The slot is
+ * free for the next new shape; no index moves. */
+static void prune_shapes(lp_model_t *m) {
+  size_t configured = m->cfg->ragged ? 1 : m->cfg->shapes.count;
+  for (size_t k = m->shapes.count; k-- > configured;) {
+    if (m->shapes.shapes[k].lanes == 0) continue; /* a free slot */
+    int held = m->shape_inflight[k] > 0;
+    for (size_t i = 0; i < m->nbackends && !held; i++)
+      held = !m->backends[i].retired && m->backends[i].shape_state[k] != LP_SHAPE_UNAVAILABLE;
+    if (held) continue;
+    lp_log(LP_LOG_INFO, "shape pruned", "\"model\": \"%s\", \"shape\": [%u, %u]", m->cfg->name,
+           m->shapes.shapes[k].lanes, m->shapes.shapes[k].bucket);
+    lp__model_remove_shape(m, k);
+  }
+}
+
 /* Merges a backend's {"shapes": [[lanes, bucket], ...]} into its own states:
  * configured shapes it does not list are compiling there (admitted, not sent to
  * it); shapes it lists that are not configured join the model's set, on this
@@ -112,6 +130,7 @@ static int merge_shapes(lp_backend_t *b, const lp_xfer_t *x) {
     b->shape_state[k] = listed ? LP_SHAPE_COMPILED
                       : k < configured ? LP_SHAPE_COMPILING : LP_SHAPE_UNAVAILABLE;
   }
+  prune_shapes(m);
   for (size_t k = 0; k < seen.count; k++) {
     if (lp_bucket_set_find(&m->shapes, seen.shapes[k].lanes, seen.shapes[k].bucket) >= 0) continue;
     int at = lp_bucket_set_add(&m->shapes, seen.shapes[k].lanes, seen.shapes[k].bucket);

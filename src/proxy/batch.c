@@ -213,6 +213,7 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
   lp_backend_t *be = bt->backend;
   be->inflight--;
   m->inflight--;
+  m->shape_inflight[bt->shape]--;
   p->batches--;
   bt->in_flight = 0;
   lp_theap_remove(&p->stall_timers, &bt->stall);
@@ -462,6 +463,7 @@ int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *p
   m->rr = (size_t)(be - m->backends) + 1;
   be->inflight++;
   m->inflight++;
+  m->shape_inflight[plan->shape]++;
   p->batches++;
   lp_log(LP_LOG_DEBUG, "dispatch",
          "\"batch\": %llu, \"shape\": [%u, %u], \"segments\": %zu, \"fill\": %.4f, "
@@ -492,6 +494,7 @@ int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *p
     lp_devclock_abandon(&be->clock, bt->device, bt->expect_ns, uv_hrtime());
     be->inflight--;
     m->inflight--;
+    m->shape_inflight[plan->shape]--;
     p->batches--;
     fail_batch(bt, 502, "backend_error", "could not start the upstream request");
     batch_free(bt);

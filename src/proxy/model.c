@@ -155,6 +155,18 @@ void lp__backend_view(const lp_backend_t *be, lp_bucket_set_t *out) {
   }
 }
 
+void lp__model_remove_shape(lp_model_t *m, size_t k) {
+  if (lp_bucket_set_remove(&m->shapes, k)) return;
+  m->batches_by_shape[k] = 0;
+  lp_hist_init(&m->fill_by_shape[k], fill_bounds, sizeof(fill_bounds) / sizeof(fill_bounds[0]));
+  for (size_t i = 0; i < m->nbackends; i++) {
+    lp_backend_t *b = &m->backends[i];
+    b->shape_state[k] = LP_SHAPE_UNAVAILABLE;
+    lp_devclock_forget_shape(&b->clock, (int)k);
+    lp__backend_shape_found(b, (int)k);
+  }
+}
+
 uint32_t lp__model_compiled_max(const lp_model_t *m) {
   uint32_t max = 0;
   for (size_t i = 0; i < m->shapes.count; i++)

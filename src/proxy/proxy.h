@@ -176,6 +176,7 @@ struct lp_model_s {
   size_t scratch_cap;
   /* metrics */
   uint64_t batches_by_shape[LP_BUCKET_MAX_SHAPES];
+  uint32_t shape_inflight[LP_BUCKET_MAX_SHAPES]; /* batches in flight by shape: such a shape stays */
   uint64_t real_tokens, pad_tokens, sequences_done;
   lp_hist_t fill;
   lp_hist_t fill_by_shape[LP_BUCKET_MAX_SHAPES];
@@ -307,6 +308,9 @@ int lp__model_requeue(lp_model_t *m, lp_seq_t *s);
 /* A backend's shape states changed: recompute the model's, and fail at once the
  * queued sequences that no shape anywhere can hold any more. */
 void lp__model_shapes_changed(lp_model_t *m);
+/* Removes shape k (not configured, held by no batch in flight) and what is
+ * kept of it per shape and per backend; its index is free for a new shape. */
+void lp__model_remove_shape(lp_model_t *m, size_t k);
 /* The shapes as one backend has them. */
 void lp__backend_view(const lp_backend_t *be, lp_bucket_set_t *out);
 /* Largest bucket compiled on some backend. */

@@ -159,6 +159,7 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   for (size_t i = 0; i < p->nmodels; i++) {
     lp_model_t *m = &p->models[i];
     for (size_t s = 0; s < m->shapes.count; s++) {
+      if (!m->shapes.shapes[s].lanes) continue; /* a free slot (a pruned shape's) */
       snprintf(labels, sizeof(labels), "model=\"%s\",shape=\"%ux%u\"", m->cfg->name,
                m->shapes.shapes[s].lanes, m->shapes.shapes[s].bucket);
       lp_metric_sample_u64(b, "lanepack_batches_total", labels, m->batches_by_shape[s]);
@@ -181,6 +182,7 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   for (size_t i = 0; i < p->nmodels; i++) {
     lp_model_t *m = &p->models[i];
     for (size_t s = 0; s < m->shapes.count; s++) {
+      if (!m->shapes.shapes[s].lanes) continue; /* a free slot (a pruned shape's) */
       snprintf(labels, sizeof(labels), "model=\"%s\",shape=\"%ux%u\"", m->cfg->name,
                m->shapes.shapes[s].lanes, m->shapes.shapes[s].bucket);
       lp_metric_hist(b, "lanepack_batch_fill_ratio_by_shape", labels, &m->fill_by_shape[s]);
@@ -242,11 +244,12 @@ void lp__render_models(lp_proxy_t *p, lp_buf_t *b) {
     lp_buf_printf(b, ", \"ragged\": %s, \"ready\": %s, \"queue\": {\"sequences\": %zu, \"tokens\": %llu}, \"shapes\": [",
                   m->cfg->ragged ? "true" : "false", lp__model_ready(m) ? "true" : "false", m->queue.n,
                   (unsigned long long)m->queued_tokens);
-    for (size_t s = 0; s < m->shapes.count; s++) {
+    for (size_t s = 0, n = 0; s < m->shapes.count; s++) {
       const lp_shape_t *sh = &m->shapes.shapes[s];
+      if (!sh->lanes) continue;
       double slots = (double)(sh->real_tokens + sh->pad_tokens);
       lp_buf_printf(b, "%s{\"shape\": [%u, %u], \"state\": \"%s\", \"batches\": %llu, \"fill\": %.4f}",
-                    s ? ", " : "", sh->lanes, sh->bucket, lp_shape_state_name(sh->state),
+                    n++ ? ", " : "", sh->lanes, sh->bucket, lp_shape_state_name(sh->state),
                     (unsigned long long)sh->batches, slots > 0 ? (double)sh->real_tokens / slots : 0.0);
     }
     lp_buf_puts(b, "], \"backends\": [");
@@ -290,8 +293,9 @@ int lp__render_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, lp_buf_t *b, cha
   lp_buf_json_str(b, m->cfg->name, strlen(m->cfg->name));
   lp_buf_printf(b, ", \"observed\": %llu, \"current\": {\"shapes\": [",
                 (unsigned long long)m->lengths.total);
-  for (size_t s = 0; s < m->shapes.count; s++)
-    lp_buf_printf(b, "%s[%u, %u]", s ? ", " : "", m->shapes.shapes[s].lanes, m->shapes.shapes[s].bucket);
+  for (size_t s = 0, n = 0; s < m->shapes.count; s++)
+    if (m->shapes.shapes[s].lanes)
+      lp_buf_printf(b, "%s[%u, %u]", n++ ? ", " : "", m->shapes.shapes[s].lanes, m->shapes.shapes[s].bucket);
   lp_buf_printf(b, "], \"padded_fill\": %.4f, \"packed_fill\": %.4f}, \"proposals\": [",
                 a[0].current_padded_fill, a[0].current_packed_fill);
   static const char *names[2] = {"padded", "packed"};
