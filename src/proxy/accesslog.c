@@ -1,41 +1,110 @@
 /* The access log: one JSON line per answered request (inference always when
- * on, successes sampled), written through a buffer flushed once a second, so
- * that logging costs no system call per request. */
+ * on, successes sampled). Whole lines gather in a buffer written once a second
+ * (or when 64 KiB have gathered), so that logging costs no system call per
+ * request; "-" (stderr) writes each line at once. A line is written whole or
+ * not at all: when the disk fills, the part of a line that got out is cut back
+ * and the lines lost are counted (lanepack_access_log_dropped_lines_total).
+ * SIGHUP reopens the file (logrotate's postrotate). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "lanepack/log.h"
 #include "proxy.h"
 
+#define LP_ACCESS_BUF (64 * 1024)
+
 int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errlen) {
-  FILE *f = NULL;
+  int fd = -1;
   if (!path[0]) {
     /* off */
   } else if (strcmp(path, "-") == 0) {
-    f = stderr;
-  } else if ((f = fopen(path, "ae")) == NULL) {
-    snprintf(err, errlen, "access_log: cannot open '%s': %s", path, strerror(errno));
-    return -errno;
-  } else {
-    setvbuf(f, NULL, _IOFBF, 64 * 1024);
+    fd = STDERR_FILENO;
+  } else if ((fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666)) < 0) {
+    int e = errno;
+    snprintf(err, errlen, "access_log: cannot open '%s': %s", path, strerror(e));
+    return -e;
   }
-  lp__access_log_close(p);
-  p->access = f;
+  lp__access_log_close(p); /* what the old file was owed goes there (before a rotation) */
+  p->access_fd = fd;
+  p->access_on = fd >= 0;
   return 0;
 }
 
-void lp__access_log_close(lp_proxy_t *p) {
-  lp_buf_free(&p->access_line);
-  if (!p->access) return;
-  fflush(p->access);
-  if (p->access != stderr) fclose(p->access);
-  p->access = NULL;
+/* Writes len bytes of whole lines. On a short write, the part of a line that
+ * got out is taken back (the file is cut to the last whole line), and every
+ * line not written is counted as dropped: a full disk loses lines, never
+ * leaves half of one. */
+static void write_lines(lp_proxy_t *p, const char *data, size_t len) {
+  size_t off = 0;
+  int e = 0;
+  while (off < len) {
+    ssize_t n = write(p->access_fd, data + off, len - off);
+    if (n > 0) {
+      off += (size_t)n;
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      e = n < 0 ? errno : EIO;
+      break;
+    }
+  }
+  if (off == len) {
+    if (p->access_failing) lp_log(LP_LOG_INFO, "access log written again", NULL);
+    p->access_failing = 0;
+    return;
+  }
+  size_t whole = off;
+  while (whole > 0 && data[whole - 1] != '\n') whole--;
+  if (whole < off) {
+    off_t at = lseek(p->access_fd, 0, SEEK_CUR); /* O_APPEND: just past what went out */
+    if (at >= (off_t)(off - whole) && ftruncate(p->access_fd, at - (off_t)(off - whole)) != 0) {
+      /* cannot cut it back (a pipe, say): the rest of it follows in the next write */
+    }
+  }
+  uint64_t lost = 0;
+  for (size_t i = whole; i < len; i++) lost += data[i] == '\n';
+  p->access_dropped += lost;
+  if (!p->access_failing)
+    lp_log(LP_LOG_WARN, "access log write failed: lines dropped", "\"error\": \"%s\", \"lines\": %llu",
+           strerror(e), (unsigned long long)lost);
+  p->access_failing = 1;
 }
 
 void lp__access_log_flush(lp_proxy_t *p) {
-  if (p->access) fflush(p->access);
+  if (p->access_on && p->access_buf.len) write_lines(p, p->access_buf.data, p->access_buf.len);
+  lp_buf_reset(&p->access_buf);
+}
+
+void lp__access_log_close(lp_proxy_t *p) {
+  lp__access_log_flush(p);
+  lp_buf_free(&p->access_line);
+  lp_buf_free(&p->access_buf);
+  if (p->access_on && p->access_fd != STDERR_FILENO) close(p->access_fd);
+  p->access_on = 0;
+  p->access_fd = -1;
+}
+
+/* One whole line, in the buffer (or at once to stderr). */
+static void put_line(lp_proxy_t *p, const lp_buf_t *line) {
+  if (line->oom) {
+    p->access_dropped++;
+    return;
+  }
+  if (p->access_fd == STDERR_FILENO) {
+    write_lines(p, line->data, line->len);
+    return;
+  }
+  if (p->access_buf.len + line->len > LP_ACCESS_BUF) lp__access_log_flush(p);
+  lp_buf_append(&p->access_buf, line->data, line->len);
+  if (p->access_buf.oom) { /* what was gathered cannot be trusted whole: it goes */
+    for (size_t i = 0; i < p->access_buf.len; i++) p->access_dropped += p->access_buf.data[i] == '\n';
+    p->access_dropped++;
+    lp_buf_reset(&p->access_buf);
+  }
 }
 
 /* Successes are kept at the configured share, evenly: the n-th is logged when
@@ -53,7 +122,7 @@ static int sampled(lp_proxy_t *p) {
 static void put_str(lp_buf_t *b, const char *s, size_t n) { lp_buf_json_str(b, s, n); }
 
 void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const lp_job_t *job) {
-  if (!p->access || !req) return;
+  if (!p->access_on || !req) return;
   if (status < 400 && !sampled(p)) return;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -107,5 +176,5 @@ void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const l
   lp_buf_puts(b, ", \"total_ms\": ");
   lp__put_ms(b, uv_hrtime() - req->start_ns);
   lp_buf_puts(b, "}\n");
-  if (!b->oom) fwrite(b->data, 1, b->len, p->access);
+  put_line(p, b);
 }

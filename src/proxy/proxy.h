@@ -236,9 +236,13 @@ struct lp_proxy_s {
   uint64_t retries;        /* sequences sent again after a failed batch */
   int exit_code;
   double start_time;       /* wall clock at start (Unix seconds) */
-  FILE *access;            /* the access log, or NULL; owned (unless stderr) */
+  int access_on;           /* the access log is open: access_fd */
+  int access_fd;           /* owned (unless STDERR_FILENO) */
+  int access_failing;      /* its last write failed (warned once) */
+  uint64_t access_dropped; /* lines lost to failed writes */
   uint64_t access_seen;    /* successes considered for sampling */
   lp_buf_t access_line;    /* the line being written; reused */
+  lp_buf_t access_buf;     /* whole lines not yet written */
 };
 
 /* job.c: the longest wait before dispatch and at the backend among job's
@@ -246,7 +250,8 @@ struct lp_proxy_s {
 void lp__job_times(const lp_job_t *job, uint64_t *queue_ns, uint64_t *backend_ns);
 void lp__put_ms(lp_buf_t *b, uint64_t ns);
 
-/* accesslog.c: JSON lines of answered requests (job may be NULL). */
+/* accesslog.c: JSON lines of answered requests (job may be NULL). Opening
+ * closes what was open (after writing what it was owed). */
 int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errlen);
 void lp__access_log_close(lp_proxy_t *p);
 void lp__access_log_flush(lp_proxy_t *p);

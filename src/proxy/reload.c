@@ -1,11 +1,12 @@
 /* Reload (SIGHUP): a new configuration applied to the running proxy without
  * dropping a connection or a queued request. Limits, tokens, log level, the
- * access log and every model's scheduling, retry and deadline settings change
- * in place; backends may be added and removed (a removed one gets no new
- * batches and ends those in flight). What needs new sockets or a new shape
- * index (listen addresses, the set of models, a model's shapes, protocol or
- * wire form) is refused, naming it: a rolling restart applies those without
- * loss. A refused reload changes nothing. */
+ * access log (reopened, for logrotate), devices and every model's scheduling,
+ * retry and deadline settings change in place; backends may be added and
+ * removed (a removed one gets no new batches and ends those in flight; its
+ * shapes admit nothing more). What needs new sockets or a new shape index
+ * (listen addresses, the set of models, a model's shapes, protocol or wire
+ * form) is refused, naming it: a rolling restart applies those without loss.
+ * A refused reload changes nothing. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -126,7 +127,9 @@ int lp__proxy_reload(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errl
       return -ENOMEM;
     }
   }
-  if (strcmp(n->access_log, p->cfg.access_log) &&
+  /* the access log is opened anew even under the same name: after logrotate
+   * renamed it, the new file is the one written (postrotate sends SIGHUP) */
+  if ((n->access_log[0] || p->cfg.access_log[0]) &&
       (rc = lp__access_log_open(p, n->access_log, err, errlen)) != 0) {
     for (size_t i = 0; i < p->nmodels; i++) lp_sched_free(scheds[i]);
     lp_config_free_tokens(tokens, ntokens);

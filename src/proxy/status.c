@@ -146,6 +146,9 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   lp_metric_family(b, "lanepack_hedges_won_total", "counter",
                    "Sequences whose hedged copy answered before the stalled batch.");
   lp_metric_sample_u64(b, "lanepack_hedges_won_total", NULL, p->hedges_won);
+  lp_metric_family(b, "lanepack_access_log_dropped_lines_total", "counter",
+                   "Access log lines lost to failed writes (a full disk); the file keeps whole lines only.");
+  lp_metric_sample_u64(b, "lanepack_access_log_dropped_lines_total", NULL, p->access_dropped);
   lp_metric_family(b, "lanepack_connections", "gauge", "Open client connections.");
   lp_metric_sample_u64(b, "lanepack_connections", NULL,
                        (p->httpd ? lp_httpd_connections(p->httpd) : 0) +
