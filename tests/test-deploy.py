@@ -203,6 +203,24 @@ if shutil.which("systemd-analyze"):
                   if "lanepack.service" in l and "Command 'man " not in l]
         check("systemd-analyze verify finds nothing in the unit", not errors, errors or r.stderr)
 
+# ---- logrotate ----
+rot_text = open(os.path.join(src, "deploy", "logrotate", "lanepack")).read()
+rot_paths = re.findall(r"^(/\S+)\s*\{", rot_text, re.M)
+logs_dir = svc_sec.get("LogsDirectory", "")
+check("logrotate rotates an access log in the unit's LogsDirectory (/var/log/%s)" % logs_dir,
+      logs_dir and rot_paths and all(p.startswith("/var/log/%s/" % logs_dir) for p in rot_paths), (rot_paths, logs_dir))
+post = re.search(r"postrotate(.*?)endscript", rot_text, re.S)
+check("logrotate's postrotate sends lanepack SIGHUP (it reopens the log)",
+      post and "HUP" in post.group(1) and "lanepack" in post.group(1), post.group(1) if post else rot_text[-200:])
+check("logrotate lets lanepack create the new file and copies nothing (nocreate, no copytruncate)",
+      re.search(r"^\s*nocreate\s*$", rot_text, re.M) and not re.search(r"^\s*copytruncate", rot_text, re.M))
+if shutil.which("logrotate"):
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run(["logrotate", "--debug", "--state", os.path.join(d, "state"),
+                            os.path.join(src, "deploy", "logrotate", "lanepack")], capture_output=True, text=True)
+        check("logrotate --debug reads the snippet", r.returncode == 0 and "error" not in r.stderr.lower(),
+              r.stderr[-300:])
+
 # ---- example configurations ----
 for name in sorted(os.listdir(os.path.join(src, "conf"))):
     if name.endswith(".json"):

@@ -461,11 +461,20 @@ def access_log():
         wait_for(lambda: '"reloaded"' in open(os.path.join(tmp, "access.err")).read(), 5)
         for i in range(4):
             call(port, "POST", "/v1/infer", {"input_ids": "not tokens"})
+        # again, with a configuration the reload refuses: the log is reopened all the same
+        os.rename(access, access + ".2")
+        with open(path, "w") as f:
+            json.dump(dict(cfg, listen="127.0.0.1:%d" % free_port()), f)
+        lp.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reload refused" in open(os.path.join(tmp, "access.err")).read(), 5)
+        for i in range(2):
+            call(port, "POST", "/v1/infer", {"input_ids": "not tokens"})
         time.sleep(1.3)  # flushed once a second
-        old, new = log_lines(access + ".1"), log_lines(access)
-        check("access log: SIGHUP reopens it: the lines after the rotation are in the new file",
-              len(new) == 4 and all('"status": 400' in l for l in new), (len(old), len(new), new[:2]))
+        old, mid, new = log_lines(access + ".1"), log_lines(access + ".2"), log_lines(access)
+        check("access log: SIGHUP reopens it: the lines after a rotation are in the new file",
+              len(mid) == 4 and all('"status": 400' in l for l in mid), (len(old), len(mid), mid[:2]))
         check("access log: the rotated file keeps the lines before it", len(old) == 3, len(old))
+        check("access log: a refused reload reopens it too", len(new) == 2, (len(old), len(mid), len(new)))
     finally:
         stop(lp)
 

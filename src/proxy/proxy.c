@@ -316,6 +316,10 @@ static void on_sighup(uv_signal_t *s, int signum) {
   lp_log(LP_LOG_ERROR, "reload refused: the running configuration stays", "\"error\": %s",
          e.oom ? "\"\"" : e.data);
   lp_buf_free(&e);
+  /* the access log is reopened all the same: logrotate may have renamed it, and
+   * would compress the old file under us */
+  if (p->cfg.access_log[0] && lp__access_log_open(p, p->cfg.access_log, err, sizeof(err)))
+    lp_log(LP_LOG_ERROR, "access log not reopened: writing on to the old file", NULL);
 }
 
 /* After a burst the allocator keeps what it freed; once nothing is in flight,
