@@ -35,6 +35,8 @@ MODELS = {
     "b8": ("BOOL", [True, False]),
     "i64j": ("INT64", [2**53 + 1, 2**63 - 1, -2**63, -1]),   # the backend answers JSON "data"
     "f32j": ("FP32", [1.0, 2.0, 0.25, 4.0]),
+    "u64j": ("UINT64", [2**64 - 1, 2**63, 5]),               # JSON past INT64_MAX
+    "f64j": ("FP64", [math.nan, math.inf, -math.inf, 0.5]),  # JSON NaN, Infinity (as Triton writes)
     "slow": ("FP32", [1.0, 2.0]),                            # answers after SLOW_S
 }
 SLOW_S = 1.5
