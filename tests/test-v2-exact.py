@@ -293,6 +293,11 @@ def limits(port):
     s1, ans = v1(port, "f32", {"input_ids": []})
     check("empty input: 400 empty_sequence on both routes", s == s1 == 400 and "empty_sequence" in h.get("error", "")
           and "empty_sequence" in json.dumps(ans), "%s %s" % (body[:200], ans))
+    status, _, data = call(port, "POST", "/v2/models/f32/infer", json.dumps(
+        {"inputs": [{"name": "other", "datatype": "INT64", "shape": [1], "data": [1]}]}).encode())
+    s1, ans = v1(port, "f32", {"id": 1})
+    check("no input_ids: 400 missing_input on both routes", status == s1 == 400 and b"missing_input" in data
+          and "missing_input" in json.dumps(ans), "%s %s" % (data[:200], ans))
     s, h, _, body = v2(port, "f32", [[2**40]])
     s1, ans = v1(port, "f32", {"input_ids": [2**40]})
     check("token out of range: 400 token_out_of_range on both routes",

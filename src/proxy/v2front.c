@@ -98,8 +98,10 @@ static void infer(lp_proxy_t *p, lp_http_req_t *req, lp_model_t *m) {
   /* the code and status /v1/infer gives for the same cause */
   const char *code = "bad_request";
   int status = 400;
-  if (!t) bad = "the request needs an 'input_ids' tensor";
-  else if (t->dtype != LP_DT_INT32 && t->dtype != LP_DT_INT64) bad = "'input_ids' must be INT32 or INT64";
+  if (!t) {
+    bad = "the request needs an 'input_ids' tensor";
+    code = "missing_input";
+  } else if (t->dtype != LP_DT_INT32 && t->dtype != LP_DT_INT64) bad = "'input_ids' must be INT32 or INT64";
   else if (t->ndim < 1 || t->ndim > 2) bad = "'input_ids' must have shape [n], [1, n] or [k, n]";
   else if (msg.n > 1) bad = "'input_ids' is the only input";
   for (int k = 0; !bad && k < msg.nwant; k++)
@@ -119,7 +121,11 @@ static void infer(lp_proxy_t *p, lp_http_req_t *req, lp_model_t *m) {
   int32_t *tokens = NULL;
   if (!bad) {
     tokens = malloc(k * n * sizeof(int32_t));
-    if (!tokens) bad = "proxy out of memory";
+    if (!tokens) {
+      bad = "proxy out of memory";
+      code = "out_of_memory";
+      status = 503;
+    }
     for (size_t i = 0; tokens && i < k * n; i++) {
       int64_t v = lp_tensor_int(t, i);
       if (v < 0 || v > INT32_MAX) {
