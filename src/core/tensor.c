@@ -98,8 +98,17 @@ static uint16_t u16_at(const uint8_t *p, size_t i) { uint16_t v; memcpy(&v, p + 
 static uint32_t u32_at(const uint8_t *p, size_t i) { uint32_t v; memcpy(&v, p + i * 4, 4); return v; }
 static uint64_t u64_at(const uint8_t *p, size_t i) { uint64_t v; memcpy(&v, p + i * 8, 8); return v; }
 
+/* A double as an integer without undefined behaviour: truncated, saturated at
+ * the ends, NaN as 0 (a float tensor read as integers). */
+static int64_t real_to_int(double d) {
+  if (d != d) return 0;
+  if (d >= 9223372036854775808.0) return INT64_MAX;
+  if (d < -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)d;
+}
+
 int64_t lp_tensor_int(const lp_tensor_t *t, size_t i) {
-  if (!t->raw) return t->ints ? t->ints[i] : (int64_t)t->reals[i];
+  if (!t->raw) return t->ints ? t->ints[i] : real_to_int(t->reals[i]);
   switch (t->dtype) {
     case LP_DT_BOOL: return t->raw[i] != 0;
     case LP_DT_UINT8: return t->raw[i];
@@ -110,7 +119,7 @@ int64_t lp_tensor_int(const lp_tensor_t *t, size_t i) {
     case LP_DT_INT16: return (int16_t)u16_at(t->raw, i);
     case LP_DT_INT32: return (int32_t)u32_at(t->raw, i);
     case LP_DT_INT64: return (int64_t)u64_at(t->raw, i);
-    default: return (int64_t)lp_tensor_real(t, i);
+    default: return real_to_int(lp_tensor_real(t, i));
   }
 }
 

@@ -186,6 +186,7 @@ static void infer(lp_proxy_t *p, lp_http_req_t *req, lp_model_t *m) {
 static int collect(json_t *v, double *vals, size_t *nv, size_t cap, int64_t *inner) {
   size_t m = json_is_array(v) ? json_array_size(v) : 1;
   int64_t want = json_is_array(v) ? (int64_t)m : 0;
+  if (m == 0) return -1; /* [] holds no number */
   if (*inner < 0) *inner = want;
   if (*inner != want) return -1;
   for (size_t i = 0; i < m; i++) {
@@ -252,6 +253,8 @@ static int text_output(lp_job_t *job, int per_segment, lp_v2_out_t *o, void **da
       for (size_t j = 0; j < n && !rc; j++) rc = collect(json_array_get(v, j), vals, &nv, cap, &inner);
     json_decref(v);
   }
+  size_t rows = job->v2_rows * (per_segment ? 1 : n);
+  if (!rc && nv != rows * (size_t)(inner > 0 ? inner : 1)) rc = -EPROTO;
   if (rc) {
     free(vals);
     return -EPROTO; /* the backend's values are not numbers: a lanepack-JSON backend's own form */
