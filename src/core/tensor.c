@@ -124,8 +124,10 @@ int64_t lp_tensor_int(const lp_tensor_t *t, size_t i) {
 }
 
 double lp_tensor_real(const lp_tensor_t *t, size_t i) {
-  if (!t->raw)
-    return t->reals ? t->reals[i] : t->dtype == LP_DT_UINT64 ? (double)(uint64_t)t->ints[i] : (double)t->ints[i];
+  if (!t->raw) {
+    if (t->reals) return t->reals[i];
+    return t->dtype == LP_DT_UINT64 ? (double)(uint64_t)t->ints[i] : (double)t->ints[i];
+  }
   switch (t->dtype) {
     case LP_DT_FP16: return lp_half_to_float(u16_at(t->raw, i));
     case LP_DT_BF16: return lp_bf16_to_float(u16_at(t->raw, i));

@@ -245,7 +245,8 @@ static int text_output(lp_job_t *job, int per_segment, lp_v2_out_t *o, void **da
   int rc = 0;
   for (uint32_t i = 0; i < job->nseq && !rc; i++) {
     json_error_t je;
-    json_t *v = json_loadb(job->seqs[i].out, job->seqs[i].out_len, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
+    json_t *v = json_loadb(job->seqs[i].out, job->seqs[i].out_len,
+                           JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
     if (!v) rc = -EPROTO;
     else if (per_segment) rc = collect(v, vals, &nv, cap, &inner);
     else if (!json_is_array(v) || json_array_size(v) != n) rc = -EPROTO;
@@ -282,7 +283,8 @@ int lp__v2_answer(lp_job_t *job, int per_segment, lp_buf_t *out_body, const char
   put_members(&members, job);
   size_t hl = 0;
   lp_buf_reset(out_body);
-  rc = members.oom ? -ENOMEM : lp_v2_write(out_body, lp_buf_cstr(&members), "outputs", &o, 1, job->v2_binary, &hl);
+  rc = members.oom ? -ENOMEM
+                   : lp_v2_write(out_body, lp_buf_cstr(&members), "outputs", &o, 1, job->v2_binary, &hl);
   lp_buf_free(&members);
   free(data);
   if (rc) return rc;
