@@ -164,6 +164,18 @@ def same_float(a, b, dtype):
     return a == b and math.copysign(1, a) == math.copysign(1, b) if isinstance(a, float) else False
 
 
+def metadata_before_answers(port):
+    """Before any answer, the datatype comes from the backend's model metadata (its probe)."""
+    end, dt = time.time() + 5, None
+    while time.time() < end:
+        s, _, data = call(port, "GET", "/v2/models/u64")
+        dt = json.loads(data)["outputs"][0]["datatype"] if s == 200 else None
+        if dt == "UINT64":
+            break
+        time.sleep(0.05)
+    check("u64 metadata before any answer: UINT64, from the backend's metadata", dt == "UINT64", dt)
+
+
 def exact_values(port):
     for name, (dtype, values) in MODELS.items():
         if name == "slow":
@@ -328,6 +340,7 @@ def main():
     try:
         wait_http(ep, "/healthz")
         wait_http(pp, "/v2/health/ready", timeout=15)
+        metadata_before_answers(pp)
         exact_values(pp)
         emulator_values(pp)
         time_fields(pp)
