@@ -40,22 +40,37 @@ typedef struct lp_tensor_s {
   double *reals;           /* JSON form, floating types */
 } lp_tensor_t;
 
+/* Element i as an integer (UINT64: its bits) or as a double. */
 int64_t lp_tensor_int(const lp_tensor_t *t, size_t i);
 double lp_tensor_real(const lp_tensor_t *t, size_t i);
 
+/* Elements [first, first + n) as the little-endian bytes of t's datatype, into
+ * dst (n x lp_dtype_size bytes): copied from the binary form, or encoded from
+ * values decoded from JSON (FP16 and BF16 rounded to nearest, ties to even). */
+void lp_tensor_put_raw(uint8_t *dst, const lp_tensor_t *t, size_t first, size_t n);
+
 /* Writes elements [first, first + n) as JSON numbers separated by commas;
  * when inner > 1 each group of inner elements is an array ("[a,b],[c,d]").
- * Floats are the shortest text that reads back to the same value (FP32/FP16/
- * BF16 as single precision); NaN and infinities, which JSON lacks, are null. */
+ * Integers are exact (UINT64 too), BOOL is true/false; floats are the shortest
+ * text that reads back to the same value (FP32/FP16/BF16 as single precision).
+ * NaN and infinities, which JSON lacks, are null, or with
+ * LP_TENSOR_JSON_NONFINITE the bare tokens NaN, Infinity and -Infinity, as
+ * Triton's JSON writer (rapidjson's kWriteNanAndInfFlag) puts them. */
+#define LP_TENSOR_JSON_NONFINITE 1u
 void lp_tensor_write_json(lp_buf_t *b, const lp_tensor_t *t, size_t first, size_t n, size_t inner);
+void lp_tensor_write_json_ex(lp_buf_t *b, const lp_tensor_t *t, size_t first, size_t n, size_t inner,
+                             unsigned flags);
 
 /* Shortest decimal text of a double (17 significant digits at most) or of a
  * float (9 at most) that reads back exactly; returns its length (< 32). */
 size_t lp_fmt_double(char *out, double v);
 size_t lp_fmt_float(char *out, float v);
 
-/* Half-precision conversions (IEEE binary16 and bfloat16). */
+/* Half-precision conversions (IEEE binary16 and bfloat16); to half: rounded
+ * to nearest, ties to even, too large to infinity, NaN kept NaN. */
 float lp_half_to_float(uint16_t h);
 float lp_bf16_to_float(uint16_t h);
+uint16_t lp_float_to_half(float f);
+uint16_t lp_float_to_bf16(float f);
 
 #endif

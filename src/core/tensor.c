@@ -63,13 +63,52 @@ float lp_bf16_to_float(uint16_t h) {
   return f;
 }
 
+uint16_t lp_float_to_half(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  uint32_t a = x & 0x7fffffffu;
+  if (a >= 0x7f800000u) /* infinity, or NaN kept quiet with its top payload bits */
+    return (uint16_t)(sign | 0x7c00 | (a > 0x7f800000u ? 0x200 | ((a >> 13) & 0x3ff) : 0));
+  if (a >= 0x477ff000u) return sign | 0x7c00; /* 65520 and up round past 65504 */
+  if (a < 0x38800000u) {                      /* under 2^-14: a subnormal half, or zero */
+    if (a < 0x33000000u) return sign;         /* 2^-25 and under round to zero (the tie to even) */
+    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126 - e; /* m x 2^(e-150) in units of 2^-24 */
+    uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1))) q++;
+    return (uint16_t)(sign | q); /* 0x400 when it rounds up to the smallest normal: right */
+  }
+  uint32_t r = a - 0x38000000u; /* exponent re-biased from 127 to 15 */
+  uint32_t q = r >> 13, rem = r & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (q & 1))) q++; /* a carry into the exponent is right */
+  return (uint16_t)(sign | q);
+}
+
+uint16_t lp_float_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* NaN stays NaN */
+  x += 0x7fffu + ((x >> 16) & 1);
+  return (uint16_t)(x >> 16);
+}
+
 /* Unaligned little-endian reads of element i. */
 static uint16_t u16_at(const uint8_t *p, size_t i) { uint16_t v; memcpy(&v, p + i * 2, 2); return v; }
 static uint32_t u32_at(const uint8_t *p, size_t i) { uint32_t v; memcpy(&v, p + i * 4, 4); return v; }
 static uint64_t u64_at(const uint8_t *p, size_t i) { uint64_t v; memcpy(&v, p + i * 8, 8); return v; }
 
+/* A double as an integer without undefined behaviour: truncated, saturated at
+ * the ends, NaN as 0 (a float tensor read as integers). */
+static int64_t real_to_int(double d) {
+  if (d != d) return 0;
+  if (d >= 9223372036854775808.0) return INT64_MAX;
+  if (d < -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)d;
+}
+
 int64_t lp_tensor_int(const lp_tensor_t *t, size_t i) {
-  if (!t->raw) return t->ints ? t->ints[i] : (int64_t)t->reals[i];
+  if (!t->raw) return t->ints ? t->ints[i] : real_to_int(t->reals[i]);
   switch (t->dtype) {
     case LP_DT_BOOL: return t->raw[i] != 0;
     case LP_DT_UINT8: return t->raw[i];
@@ -80,12 +119,15 @@ int64_t lp_tensor_int(const lp_tensor_t *t, size_t i) {
     case LP_DT_INT16: return (int16_t)u16_at(t->raw, i);
     case LP_DT_INT32: return (int32_t)u32_at(t->raw, i);
     case LP_DT_INT64: return (int64_t)u64_at(t->raw, i);
-    default: return (int64_t)lp_tensor_real(t, i);
+    default: return real_to_int(lp_tensor_real(t, i));
   }
 }
 
 double lp_tensor_real(const lp_tensor_t *t, size_t i) {
-  if (!t->raw) return t->reals ? t->reals[i] : (double)t->ints[i];
+  if (!t->raw) {
+    if (t->reals) return t->reals[i];
+    return t->dtype == LP_DT_UINT64 ? (double)(uint64_t)t->ints[i] : (double)t->ints[i];
+  }
   switch (t->dtype) {
     case LP_DT_FP16: return lp_half_to_float(u16_at(t->raw, i));
     case LP_DT_BF16: return lp_bf16_to_float(u16_at(t->raw, i));
@@ -103,6 +145,42 @@ double lp_tensor_real(const lp_tensor_t *t, size_t i) {
     }
     case LP_DT_UINT64: return (double)u64_at(t->raw, i);
     default: return (double)lp_tensor_int(t, i);
+  }
+}
+
+void lp_tensor_put_raw(uint8_t *dst, const lp_tensor_t *t, size_t first, size_t n) {
+  size_t esz = lp_dtype_size(t->dtype);
+  if (t->raw) {
+    memcpy(dst, t->raw + first * esz, n * esz);
+    return;
+  }
+  for (size_t i = 0; i < n; i++, dst += esz) {
+    size_t k = first + i;
+    switch (t->dtype) {
+      case LP_DT_FP64: {
+        double d = lp_tensor_real(t, k);
+        memcpy(dst, &d, 8);
+        break;
+      }
+      case LP_DT_FP32: {
+        float f = (float)lp_tensor_real(t, k);
+        memcpy(dst, &f, 4);
+        break;
+      }
+      case LP_DT_FP16:
+      case LP_DT_BF16: {
+        /* through float: the text of a half value reads back to it exactly */
+        float f = (float)lp_tensor_real(t, k);
+        uint16_t h = t->dtype == LP_DT_FP16 ? lp_float_to_half(f) : lp_float_to_bf16(f);
+        memcpy(dst, &h, 2);
+        break;
+      }
+      default: { /* integers and BOOL: the low bytes of the value (little-endian) */
+        int64_t v = lp_tensor_int(t, k);
+        memcpy(dst, &v, esz);
+        break;
+      }
+    }
   }
 }
 
@@ -211,12 +289,12 @@ size_t lp_fmt_float(char *out, float v) {
   return shortest(out, (long double)v, 9, 1);
 }
 
-static void put_elem(lp_buf_t *b, const lp_tensor_t *t, size_t i) {
+static void put_elem(lp_buf_t *b, const lp_tensor_t *t, size_t i, unsigned flags) {
   char tmp[32];
   size_t n;
   if (!lp_dtype_is_float(t->dtype)) {
-    if (t->dtype == LP_DT_UINT64 && t->raw) {
-      lp_buf_u64(b, u64_at(t->raw, i));
+    if (t->dtype == LP_DT_UINT64) { /* its bits, read unsigned in either form */
+      lp_buf_u64(b, (uint64_t)lp_tensor_int(t, i));
       return;
     }
     if (t->dtype == LP_DT_BOOL) {
@@ -231,7 +309,8 @@ static void put_elem(lp_buf_t *b, const lp_tensor_t *t, size_t i) {
    * it (an FP16 tensor's "data" may hold anything) becomes infinite there */
   if (t->dtype != LP_DT_FP64) v = (double)(float)v;
   if (!isfinite(v)) {
-    lp_buf_puts(b, "null");
+    if (!(flags & LP_TENSOR_JSON_NONFINITE)) lp_buf_puts(b, "null");
+    else lp_buf_puts(b, isnan(v) ? "NaN" : v < 0 ? "-Infinity" : "Infinity");
     return;
   }
   n = t->dtype == LP_DT_FP64 ? lp_fmt_double(tmp, v) : lp_fmt_float(tmp, (float)v);
@@ -239,6 +318,11 @@ static void put_elem(lp_buf_t *b, const lp_tensor_t *t, size_t i) {
 }
 
 void lp_tensor_write_json(lp_buf_t *b, const lp_tensor_t *t, size_t first, size_t n, size_t inner) {
+  lp_tensor_write_json_ex(b, t, first, n, inner, 0);
+}
+
+void lp_tensor_write_json_ex(lp_buf_t *b, const lp_tensor_t *t, size_t first, size_t n, size_t inner,
+                             unsigned flags) {
   if (inner <= 1 && !lp_dtype_is_float(t->dtype) && t->dtype != LP_DT_BOOL &&
       t->dtype != LP_DT_UINT64) {
     /* the common answer, integers: one reservation, digits written in place */
@@ -273,7 +357,7 @@ void lp_tensor_write_json(lp_buf_t *b, const lp_tensor_t *t, size_t first, size_
   if (inner <= 1) {
     for (size_t i = 0; i < n; i++) {
       if (i) lp_buf_puts(b, ",");
-      put_elem(b, t, first + i);
+      put_elem(b, t, first + i, flags);
     }
     return;
   }
@@ -281,7 +365,7 @@ void lp_tensor_write_json(lp_buf_t *b, const lp_tensor_t *t, size_t first, size_
     lp_buf_puts(b, g ? ",[" : "[");
     for (size_t k = 0; k < inner; k++) {
       if (k) lp_buf_puts(b, ",");
-      put_elem(b, t, first + g * inner + k);
+      put_elem(b, t, first + g * inner + k, flags);
     }
     lp_buf_puts(b, "]");
   }

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,41 @@ const lp_tensor_t *lp_v2_find(const lp_v2_msg_t *m, const char *name) {
   return NULL;
 }
 
+/* Whether v, an integer from JSON, is a value of integer datatype t. */
+static int fits(lp_dtype_t t, json_int_t v) {
+  switch (t) {
+    case LP_DT_UINT8: return v >= 0 && v <= UINT8_MAX;
+    case LP_DT_UINT16: return v >= 0 && v <= UINT16_MAX;
+    case LP_DT_UINT32: return v >= 0 && v <= UINT32_MAX;
+    case LP_DT_UINT64: return v >= 0;
+    case LP_DT_INT8: return v >= INT8_MIN && v <= INT8_MAX;
+    case LP_DT_INT16: return v >= INT16_MIN && v <= INT16_MAX;
+    case LP_DT_INT32: return v >= INT32_MIN && v <= INT32_MAX;
+    default: return 1;
+  }
+}
+
+/* The values jansson cannot hold, which decode() turned into strings: NaN and
+ * the infinities (floats), integers past INT64_MAX (UINT64). Returns 0 and sets
+ * the value, or -1. */
+static int special_real(const char *s, double *out) {
+  if (strcmp(s, "NaN") == 0) *out = NAN;
+  else if (strcmp(s, "Infinity") == 0) *out = INFINITY;
+  else if (strcmp(s, "-Infinity") == 0) *out = -INFINITY;
+  else return -1;
+  return 0;
+}
+
+static int big_uint(const char *s, int64_t *out) {
+  if (*s < '0' || *s > '9') return -1;
+  errno = 0;
+  char *end;
+  unsigned long long u = strtoull(s, &end, 10);
+  if (*end || errno) return -1;
+  *out = (int64_t)u; /* UINT64 values are kept as their bits */
+  return 0;
+}
+
 /* Flattens nested JSON arrays of numbers (row-major) into t's decoded values. */
 static int flatten(lp_tensor_t *t, json_t *v, size_t *at, int depth, const char *name, char *err,
                    size_t errlen) {
@@ -49,6 +85,10 @@ static int flatten(lp_tensor_t *t, json_t *v, size_t *at, int depth, const char 
   }
   if (*at >= t->count) return fail(err, errlen, "'%s': data has more elements than its shape", name);
   if (lp_dtype_is_float(t->dtype)) {
+    if (json_is_string(v) && special_real(json_string_value(v), &t->reals[*at]) == 0) {
+      (*at)++;
+      return 0;
+    }
     if (!json_is_number(v)) return fail(err, errlen, "'%s': data[%zu] is not a number", name, *at);
     t->reals[(*at)++] = json_number_value(v);
   } else if (t->dtype == LP_DT_BOOL) {
@@ -56,7 +96,14 @@ static int flatten(lp_tensor_t *t, json_t *v, size_t *at, int depth, const char 
       return fail(err, errlen, "'%s': data[%zu] is not a boolean", name, *at);
     t->ints[(*at)++] = json_is_boolean(v) ? json_is_true(v) : json_integer_value(v) != 0;
   } else {
-    if (!json_is_integer(v)) return fail(err, errlen, "'%s': data[%zu] is not an integer", name, *at);
+    if (t->dtype == LP_DT_UINT64 && json_is_string(v) && big_uint(json_string_value(v), &t->ints[*at]) == 0) {
+      (*at)++;
+      return 0;
+    }
+    if (!json_is_integer(v) && !json_is_string(v))
+      return fail(err, errlen, "'%s': data[%zu] is not an integer", name, *at);
+    if (!json_is_integer(v) || !fits(t->dtype, json_integer_value(v)))
+      return fail(err, errlen, "'%s': data[%zu] is out of range for %s", name, *at, lp_dtype_name(t->dtype));
     t->ints[(*at)++] = json_integer_value(v);
   }
   return 0;
@@ -127,6 +174,58 @@ static int read_tensor(lp_tensor_t *t, json_t *o, const char *body, size_t len, 
   return 0;
 }
 
+/* JSON as Triton and Python servers write it has bare NaN, Infinity and
+ * -Infinity, and UINT64 values past INT64_MAX, none of which jansson reads: a
+ * copy of text[0..n) with each of those tokens (outside strings) put in quotes,
+ * for flatten() to read back. NULL when there is none (or no memory). */
+static char *quote_specials(const char *text, size_t n, size_t *out_len) {
+  lp_buf_t b;
+  lp_buf_init(&b);
+  size_t done = 0, i = 0, changed = 0;
+  while (i < n) {
+    char c = text[i];
+    if (c == '"') { /* a string: skipped whole, escapes included */
+      for (i++; i < n && text[i] != '"'; i++)
+        if (text[i] == '\\') i++;
+      i++;
+      continue;
+    }
+    size_t tok = 0;
+    if (n - i >= 3 && memcmp(text + i, "NaN", 3) == 0) tok = 3;
+    else if (n - i >= 8 && memcmp(text + i, "Infinity", 8) == 0) tok = 8;
+    else if (n - i >= 9 && memcmp(text + i, "-Infinity", 9) == 0) tok = 9;
+    else if (c >= '0' && c <= '9' && (i == 0 || !strchr("0123456789.eE+-", text[i - 1]))) {
+      size_t j = i;
+      while (j < n && text[j] >= '0' && text[j] <= '9') j++;
+      /* an integer past INT64_MAX that is not a fraction's or exponent's */
+      int big = j - i > 19 || (j - i == 19 && memcmp(text + i, "9223372036854775807", 19) > 0);
+      if (big && (j == n || !strchr(".eE", text[j]))) tok = j - i;
+      else {
+        i = j;
+        continue;
+      }
+    }
+    if (!tok) {
+      i++;
+      continue;
+    }
+    lp_buf_append(&b, text + done, i - done);
+    lp_buf_puts(&b, "\"");
+    lp_buf_append(&b, text + i, tok);
+    lp_buf_puts(&b, "\"");
+    i += tok;
+    done = i;
+    changed++;
+  }
+  lp_buf_append(&b, text + done, n - done);
+  if (!changed || b.oom) {
+    lp_buf_free(&b);
+    return NULL;
+  }
+  *out_len = b.len;
+  return b.data; /* the caller frees it */
+}
+
 int lp_v2_decode(lp_v2_msg_t *m, const char *body, size_t len, int64_t header_len, int request,
                  char *err, size_t errlen) {
   memset(m, 0, sizeof(*m));
@@ -136,6 +235,13 @@ int lp_v2_decode(lp_v2_msg_t *m, const char *body, size_t len, int64_t header_le
                 (long long)header_len, len);
   json_error_t je;
   json_t *root = json_loadb(body, hl, 0, &je);
+  if (!root) { /* only then the slower reading of non-standard numbers */
+    size_t ql;
+    char *q = quote_specials(body, hl, &ql);
+    json_error_t je2;
+    if (q) root = json_loadb(q, ql, 0, &je2);
+    free(q);
+  }
   if (!root) return fail(err, errlen, "the JSON header is not valid JSON: %s", je.text);
   int rc = 0;
   if (!json_is_object(root)) {
@@ -268,7 +374,7 @@ int lp_v2_write(lp_buf_t *out, const char *members, const char *list_key, const 
     } else {
       lp_tensor_t view = {.dtype = t[i].dtype, .raw = t[i].data, .count = t[i].count};
       lp_buf_puts(out, "[");
-      lp_tensor_write_json(out, &view, 0, t[i].count, 1);
+      lp_tensor_write_json_ex(out, &view, 0, t[i].count, 1, LP_TENSOR_JSON_NONFINITE);
       lp_buf_puts(out, "]");
     }
     lp_buf_puts(out, "}");

@@ -3,6 +3,7 @@
  * (model, id) are decoded by jansson from their own bytes only. */
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,29 +205,31 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
       id_at = v;
       id_end = pp;
     } else if (is_prio) {
+      /* an integer (any size: past [-1000, 1000] it is clamped, as v2's is) */
       char num[32];
       size_t n = (size_t)(pp - v);
       char *ne;
       seen_prio = 1;
       if (n >= sizeof(num) || (*v != '-' && (*v < '0' || *v > '9')))
-        return fail(e, 400, "bad_field", "'priority' must be an integer in [-1000, 1000]");
+        return fail(e, 400, "bad_field", "'priority' must be an integer (clamped to [-1000, 1000])");
       memcpy(num, v, n);
       num[n] = 0;
-      priority = strtoll(num, &ne, 10);
-      if (*ne || priority < -1000 || priority > 1000)
-        return fail(e, 400, "bad_field", "'priority' must be an integer in [-1000, 1000]");
+      priority = lp__clamp_priority(strtoll(num, &ne, 10)); /* out of range: LLONG_MIN or MAX */
+      if (*ne) return fail(e, 400, "bad_field", "'priority' must be an integer (clamped to [-1000, 1000])");
     } else if (is_dead) {
-      char num[32];
+      /* milliseconds, finite and >= 0: past an hour it is clamped, 0 leaves
+       * the model's default_deadline_ms (as v2's timeout) */
+      char num[400];
       size_t n = (size_t)(pp - v);
       char *ne;
       seen_dead = 1;
       if (n >= sizeof(num) || *v < '0' || *v > '9')
-        return fail(e, 400, "bad_field", "'deadline_ms' must be a number in [0, 3600000]");
+        return fail(e, 400, "bad_field", "'deadline_ms' must be a finite number of milliseconds >= 0");
       memcpy(num, v, n);
       num[n] = 0;
       deadline_ms = strtod(num, &ne);
-      if (*ne || !(deadline_ms >= 0 && deadline_ms <= 3600000))
-        return fail(e, 400, "bad_field", "'deadline_ms' must be a number in [0, 3600000]");
+      if (*ne || !isfinite(deadline_ms) || deadline_ms < 0)
+        return fail(e, 400, "bad_field", "'deadline_ms' must be a finite number of milliseconds >= 0");
     } else {
       return fail(e, 400, "unknown_field", "unknown field %.*s", (int)(klen > 64 ? 64 : klen), k);
     }
@@ -286,6 +289,10 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
     memcpy(job->request_id, req->request_id, sizeof(job->request_id));
   }
   return job;
+}
+
+int lp__clamp_priority(int64_t priority) {
+  return (int)(priority > 1000 ? 1000 : priority < -1000 ? -1000 : priority);
 }
 
 lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, const int32_t *tokens, size_t ntokens,
@@ -357,7 +364,13 @@ lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, const int32_t *tokens, size_
   for (size_t i = 0, at = 0; i < nseq; at += lens[i++]) job->seqs[i].tokens = job->tokens + at;
   job->bytes = total;
   job->arrive_ns = uv_hrtime();
-  uint64_t dl = deadline_ms >= 0 ? (uint64_t)(deadline_ms * 1e6) : m->cfg->default_deadline_ms * 1000000ull;
+  /* the client's deadline, within the bound that keeps the sum below from
+   * overflowing (NaN fails every comparison: none); at least 1 ns when given */
+  uint64_t dl = m->cfg->default_deadline_ms * 1000000ull;
+  if (deadline_ms > 0) {
+    dl = (uint64_t)((deadline_ms < LP_MAX_DEADLINE_MS ? deadline_ms : LP_MAX_DEADLINE_MS) * 1e6);
+    if (dl == 0) dl = 1;
+  }
   job->deadline_ns = dl ? job->arrive_ns + dl : 0;
   return job;
 

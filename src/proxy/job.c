@@ -213,10 +213,12 @@ static int answer(lp_job_t *job, const char *single, size_t single_len, int per_
     lp_buf_t *v2body = &p->scratch;
     lp_buf_reset(v2body);
     int rc = lp__v2_answer(job, per_segment, v2body, &ctype, extra, sizeof(extra));
-    if (rc == -EPROTO) {
+    if (rc == -EPROTO || rc == -EDOM) {
       lp_buf_free(&out);
       lp__job_fail(job, 502, "bad_backend_answer",
-                   "the backend's outputs are not numbers: use /v1/infer for this model");
+                   rc == -EPROTO ? "the backend's outputs are not numbers: use /v1/infer for this model"
+                                 : "the backends answered this request's sequences in different "
+                                   "datatypes or shapes");
       return 0;
     }
     if (rc) {
@@ -288,7 +290,8 @@ send:
   return 0;
 }
 
-void lp__seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment) {
+/* wrap: a per-token slice of JSON text, wrapped in [ ] when kept */
+static void seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment, int wrap) {
   lp_job_t *job = s->job;
   if (s->state == LP_SEQ_DONE) return; /* a hedged copy answered first */
   if (s->state == LP_SEQ_QUEUED) lp__model_unqueue(job->model, s, LP_SEQ_INFLIGHT); /* its hedge had not left */
@@ -306,10 +309,10 @@ void lp__seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment) {
       rc = -ENOMEM;
     } else {
       size_t k = 0;
-      if (!per_segment) s->out[k++] = '[';
+      if (!per_segment && wrap) s->out[k++] = '[';
       memcpy(s->out + k, slice, len);
       k += len;
-      if (!per_segment) s->out[k++] = ']';
+      if (!per_segment && wrap) s->out[k++] = ']';
       s->out_len = k;
       if (job->unresolved == 0) rc = answer(job, NULL, 0, per_segment);
     }
@@ -319,6 +322,28 @@ void lp__seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment) {
     }
   }
   lp__job_release(job);
+}
+
+void lp__seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment) {
+  seq_done(s, slice, len, per_segment, 1);
+}
+
+void lp__seq_done_tensor(lp_seq_t *s, lp_dtype_t dtype, const void *raw, size_t len, int ndim,
+                         const int64_t *dims, int per_segment) {
+  lp_job_t *job = s->job;
+  if (s->state != LP_SEQ_DONE && ndim >= 0 && ndim <= LP_TENSOR_MAX_DIMS) {
+    /* one tensor for the client: every part must agree (they differ only when
+     * its backends disagree, which the answer then says) */
+    if (job->v2_dtype == LP_DT_INVALID) {
+      job->v2_dtype = dtype;
+      job->v2_ndim = ndim;
+      memcpy(job->v2_dims, dims, (size_t)ndim * sizeof(int64_t));
+    } else if (job->v2_dtype != dtype || job->v2_ndim != ndim ||
+               memcmp(job->v2_dims, dims, (size_t)ndim * sizeof(int64_t)) != 0) {
+      job->v2_mixed = 1;
+    }
+  }
+  seq_done(s, raw, len, per_segment, 0);
 }
 
 void lp__seq_failed(lp_seq_t *s, int status, const char *code, const char *msg) {

@@ -66,6 +66,13 @@ struct lp_job_s {
   int v2;                 /* an Open Inference Protocol client: answered as a tensor */
   int v2_binary;          /* ... in binary */
   size_t v2_rows;         /* k of its [k, n] input_ids */
+  /* its outputs as a v2 backend answered them: each sequence's out holds raw
+   * little-endian values of v2_dtype, with trailing dimensions v2_dims (the
+   * output's after its leading ones); LP_DT_INVALID: JSON text (lanepack wire) */
+  lp_dtype_t v2_dtype;
+  int v2_mixed;           /* parts came in different datatypes or trailing shapes */
+  int v2_ndim;
+  int64_t v2_dims[LP_TENSOR_MAX_DIMS];
   uint32_t nseq;
   uint32_t unresolved;    /* sequences queued or in flight */
   uint32_t queued;        /* sequences still in the model's queue */
@@ -289,12 +296,21 @@ typedef struct lp_perr_s {
   char extra[96];
 } lp_perr_t;
 
+/* infer.c: the bounds both routes put on a request's time fields. A deadline
+ * (deadline_ms, or v2's timeout) past an hour counts as an hour, the longest
+ * default_deadline_ms: the request's own bound answers it before that anyway. */
+#define LP_MAX_DEADLINE_MS 3600000.0
+/* A priority in [-1000, 1000]; beyond, the nearer end. */
+int lp__clamp_priority(int64_t priority);
+
 /* infer.c: parses a body into a job; on failure answers the client itself. */
 lp_job_t *lp__infer_parse(lp_proxy_t *p, lp_http_req_t *req, const char *model_from_path,
                           size_t model_len);
 /* A job of nseq sequences of lens[i] tokens laid end to end in tokens (copied
  * into the job's one block with its sequences and id), checked against the model's vocabulary and
- * shapes; field names the input in messages. NULL with e set on refusal. */
+ * shapes; field names the input in messages. deadline_ms: the client's, checked
+ * finite and >= 0 by the caller; > 0 is clamped to LP_MAX_DEADLINE_MS; 0 or < 0
+ * (none given) leaves the model's default_deadline_ms. NULL with e set on refusal. */
 lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, const int32_t *tokens, size_t ntokens,
                       const uint32_t *lens, size_t nseq, int multi, int priority, double deadline_ms,
                       const char *id_json, size_t id_len, const char *field, lp_perr_t *e);
@@ -332,6 +348,10 @@ int lp__job_arm(lp_job_t *job);
 void lp__job_timers_init(lp_proxy_t *p);
 /* One sequence's output is here (slice, per-token outputs wrapped in [ ]). */
 void lp__seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment);
+/* The same for a v2 client's sequence, as the backend's tensor part: len bytes
+ * of raw little-endian values of dtype, its trailing dimensions dims[0..ndim). */
+void lp__seq_done_tensor(lp_seq_t *s, lp_dtype_t dtype, const void *raw, size_t len, int ndim,
+                         const int64_t *dims, int per_segment);
 void lp__seq_failed(lp_seq_t *s, int status, const char *code, const char *msg);
 
 /* v2link.c: Open Inference Protocol backends */
@@ -351,7 +371,8 @@ void lp__v2_reject(lp_proxy_t *p, lp_http_req_t *req, int status, const char *co
 void lp__v2_reject_job(lp_proxy_t *p, lp_http_req_t *req, int status, const char *code, const char *msg,
                        const lp_job_t *job);
 /* A v2 job's answer body (its sequences' outputs as one tensor), its content
- * type and extra header lines. -EPROTO when the outputs are not numbers. */
+ * type and extra header lines. -EPROTO when the outputs are not numbers,
+ * -EDOM when its parts came in different datatypes or shapes. */
 int lp__v2_answer(lp_job_t *job, int per_segment, lp_buf_t *body, const char **ctype, char *hdr,
                   size_t hdrlen);
 

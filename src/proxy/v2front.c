@@ -5,6 +5,7 @@
  * when asked; health and metadata routes; errors as {"error": "..."}. */
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,14 @@ static const char *output_name(const lp_model_t *m) {
   return m->cfg->protocol == LP_PROTO_V2 && m->cfg->v2.output[0] ? m->cfg->v2.output : "output";
 }
 
+/* The datatype answers carry: a v2 backend's own (from its model metadata,
+ * then from each answer; FP32 until one of them has been seen); FP64 for a
+ * lanepack-JSON backend, whose outputs are JSON numbers (never chosen per value). */
+static lp_dtype_t v2_out_dtype(const lp_model_t *m) {
+  if (m->cfg->protocol != LP_PROTO_V2) return LP_DT_FP64;
+  return m->v2_out_dtype != LP_DT_INVALID ? m->v2_out_dtype : LP_DT_FP32;
+}
+
 static void metadata(lp_proxy_t *p, lp_http_req_t *req, lp_model_t *m) {
   lp_buf_t b;
   lp_buf_init(&b);
@@ -56,7 +65,9 @@ static void metadata(lp_proxy_t *p, lp_http_req_t *req, lp_model_t *m) {
                   "\"datatype\":\"INT64\",\"shape\":[-1,-1]}],\"outputs\":[{\"name\":");
   const char *on = output_name(m);
   lp_buf_json_str(&b, on, strlen(on));
-  lp_buf_puts(&b, ",\"datatype\":\"FP32\",\"shape\":[-1,-1,-1]}],\"parameters\":{\"max_sequence_length\":");
+  lp_buf_puts(&b, ",\"datatype\":\"");
+  lp_buf_puts(&b, lp_dtype_name(v2_out_dtype(m)));
+  lp_buf_puts(&b, "\",\"shape\":[-1,-1,-1]}],\"parameters\":{\"max_sequence_length\":");
   lp_buf_u64(&b, lp_bucket_set_max_len(&m->shapes));
   lp_buf_puts(&b, "}}\n");
   lp_proxy_count(p, LP_ROUTE_V2, 200);
@@ -84,25 +95,43 @@ static void infer(lp_proxy_t *p, lp_http_req_t *req, lp_model_t *m) {
   }
   const lp_tensor_t *t = lp_v2_find(&msg, "input_ids");
   const char *bad = NULL;
-  if (!t) bad = "the request needs an 'input_ids' tensor";
-  else if (t->dtype != LP_DT_INT32 && t->dtype != LP_DT_INT64) bad = "'input_ids' must be INT32 or INT64";
+  /* the code and status /v1/infer gives for the same cause */
+  const char *code = "bad_request";
+  int status = 400;
+  if (!t) {
+    bad = "the request needs an 'input_ids' tensor";
+    code = "missing_input";
+  } else if (t->dtype != LP_DT_INT32 && t->dtype != LP_DT_INT64) bad = "'input_ids' must be INT32 or INT64";
   else if (t->ndim < 1 || t->ndim > 2) bad = "'input_ids' must have shape [n], [1, n] or [k, n]";
   else if (msg.n > 1) bad = "'input_ids' is the only input";
   for (int k = 0; !bad && k < msg.nwant; k++)
     if (strcmp(msg.want[k], output_name(m)) != 0) bad = "unknown output requested";
   size_t k = !t || t->ndim == 1 ? 1 : (size_t)t->shape[0];
   size_t n = !t ? 0 : t->ndim == 1 ? (size_t)t->shape[0] : (size_t)t->shape[1];
-  if (!bad && k > p->cfg.max_sequences_per_request) bad = "too many sequences in one request";
-  if (!bad && (k == 0 || n == 0)) bad = "'input_ids' is empty";
+  if (!bad && k > p->cfg.max_sequences_per_request) {
+    snprintf(err, sizeof(err), "more than %u sequences in one request", p->cfg.max_sequences_per_request);
+    bad = err;
+    code = "too_many_sequences";
+    status = 413;
+  }
+  if (!bad && (k == 0 || n == 0)) {
+    bad = "'input_ids' is empty";
+    code = "empty_sequence";
+  }
   int32_t *tokens = NULL;
   if (!bad) {
     tokens = malloc(k * n * sizeof(int32_t));
-    if (!tokens) bad = "proxy out of memory";
+    if (!tokens) {
+      bad = "proxy out of memory";
+      code = "out_of_memory";
+      status = 503;
+    }
     for (size_t i = 0; tokens && i < k * n; i++) {
       int64_t v = lp_tensor_int(t, i);
       if (v < 0 || v > INT32_MAX) {
         snprintf(err, sizeof(err), "input_ids[%zu] is not in [0, 2147483647]", i);
         bad = err;
+        code = "token_out_of_range";
         break;
       }
       tokens[i] = (int32_t)v;
@@ -111,10 +140,12 @@ static void infer(lp_proxy_t *p, lp_http_req_t *req, lp_model_t *m) {
   if (bad) {
     free(tokens);
     lp_v2_msg_free(&msg);
-    return lp__v2_reject(p, req, 400, "bad_request", bad);
+    return lp__v2_reject(p, req, status, code, bad);
   }
-  int priority = msg.has_priority ? (int)(msg.priority > 1000 ? 1000 : msg.priority < -1000 ? -1000 : msg.priority) : 0;
-  double deadline_ms = msg.has_timeout && msg.timeout_us > 0 ? (double)msg.timeout_us / 1000.0 : -1;
+  /* as /v1/infer's priority and deadline_ms (lp__job_new clamps the deadline;
+   * 0, like no timeout, leaves the model's default_deadline_ms) */
+  int priority = msg.has_priority ? lp__clamp_priority(msg.priority) : 0;
+  double deadline_ms = msg.has_timeout ? (double)msg.timeout_us / 1000.0 : -1;
   uint32_t *lens = malloc(k * sizeof(uint32_t));
   for (size_t i = 0; lens && i < k; i++) lens[i] = (uint32_t)n;
   lp_perr_t e = {0};
@@ -149,91 +180,113 @@ static void infer(lp_proxy_t *p, lp_http_req_t *req, lp_model_t *m) {
 
 /* ---- the answer ---- */
 
-/* Parses one sequence's output text back into numbers; sets the tensor's
+/* Reads one sequence's output text (a lanepack-JSON backend's numbers) as
+ * doubles, null (how /v1 writes NaN and infinities) as NaN; sets the tensor's
  * trailing dimension (0 for scalars) on first use, and checks the others agree. */
-static int collect(json_t *v, double *vals, size_t *nv, size_t cap, int64_t *inner, int *ints) {
-  if (json_is_array(v)) {
-    size_t m = json_array_size(v);
-    if (*inner < 0) *inner = (int64_t)m;
-    if ((int64_t)m != *inner) return -1;
-    for (size_t i = 0; i < m; i++) {
-      json_t *x = json_array_get(v, i);
-      if (!json_is_number(x) || *nv >= cap) return -1;
-      *ints &= json_is_integer(x);
-      vals[(*nv)++] = json_number_value(x);
-    }
-    return 0;
+static int collect(json_t *v, double *vals, size_t *nv, size_t cap, int64_t *inner) {
+  size_t m = json_is_array(v) ? json_array_size(v) : 1;
+  int64_t want = json_is_array(v) ? (int64_t)m : 0;
+  if (m == 0) return -1; /* [] holds no number */
+  if (*inner < 0) *inner = want;
+  if (*inner != want) return -1;
+  for (size_t i = 0; i < m; i++) {
+    json_t *x = json_is_array(v) ? json_array_get(v, i) : v;
+    if (*nv >= cap) return -1;
+    if (json_is_null(x)) vals[(*nv)++] = NAN;
+    else if (json_is_real(x)) vals[(*nv)++] = json_real_value(x); /* integers too: INT_AS_REAL */
+    else return -1;
   }
-  if (*inner < 0) *inner = 0;
-  if (*inner != 0 || !json_is_number(v) || *nv >= cap) return -1;
-  *ints &= json_is_integer(v);
-  vals[(*nv)++] = json_number_value(v);
+  return 0;
+}
+
+/* The answer's members before "outputs". */
+static void put_members(lp_buf_t *b, const lp_job_t *job) {
+  lp_buf_puts(b, "\"model_name\":");
+  lp_buf_json_str(b, job->model->cfg->name, strlen(job->model->cfg->name));
+  lp_buf_puts(b, ",\"model_version\":\"1\"");
+  if (job->id_json) {
+    lp_buf_puts(b, ",\"id\":");
+    lp_buf_puts(b, job->id_json);
+  }
+}
+
+/* A v2 backend's parts: its values, in its datatype, laid end to end. */
+static int typed_output(lp_job_t *job, int per_segment, lp_v2_out_t *o, void **data) {
+  if (job->v2_mixed) return -EDOM;
+  size_t esz = lp_dtype_size(job->v2_dtype), bytes = 0;
+  for (uint32_t i = 0; i < job->nseq; i++) bytes += job->seqs[i].out_len;
+  size_t inner = 1;
+  for (int d = 0; d < job->v2_ndim; d++) inner *= (size_t)job->v2_dims[d];
+  size_t per_row = per_segment ? inner : job->seqs[0].len * inner;
+  if (!esz || o->ndim + job->v2_ndim > LP_TENSOR_MAX_DIMS || bytes != job->v2_rows * per_row * esz)
+    return -EDOM;
+  for (int d = 0; d < job->v2_ndim; d++) o->shape[o->ndim++] = job->v2_dims[d];
+  char *all = malloc(bytes ? bytes : 1);
+  if (!all) return -ENOMEM;
+  size_t at = 0;
+  for (uint32_t i = 0; i < job->nseq; i++) {
+    memcpy(all + at, job->seqs[i].out, job->seqs[i].out_len);
+    at += job->seqs[i].out_len;
+  }
+  o->dtype = job->v2_dtype;
+  o->count = bytes / esz;
+  *data = all;
+  return 0;
+}
+
+/* A lanepack-JSON backend's parts: every number as FP64, whatever its value. */
+static int text_output(lp_job_t *job, int per_segment, lp_v2_out_t *o, void **data) {
+  size_t n = job->seqs[0].len, cap = 0;
+  for (uint32_t i = 0; i < job->nseq; i++) cap += job->seqs[i].out_len; /* >= one byte per number */
+  double *vals = malloc((cap + 1) * sizeof(double));
+  if (!vals) return -ENOMEM;
+  size_t nv = 0;
+  int64_t inner = -1;
+  int rc = 0;
+  for (uint32_t i = 0; i < job->nseq && !rc; i++) {
+    json_error_t je;
+    json_t *v = json_loadb(job->seqs[i].out, job->seqs[i].out_len,
+                           JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
+    if (!v) rc = -EPROTO;
+    else if (per_segment) rc = collect(v, vals, &nv, cap, &inner);
+    else if (!json_is_array(v) || json_array_size(v) != n) rc = -EPROTO;
+    else
+      for (size_t j = 0; j < n && !rc; j++) rc = collect(json_array_get(v, j), vals, &nv, cap, &inner);
+    json_decref(v);
+  }
+  size_t rows = job->v2_rows * (per_segment ? 1 : n);
+  if (!rc && nv != rows * (size_t)(inner > 0 ? inner : 1)) rc = -EPROTO;
+  if (rc) {
+    free(vals);
+    return -EPROTO; /* the backend's values are not numbers: a lanepack-JSON backend's own form */
+  }
+  if (inner > 0) o->shape[o->ndim++] = inner;
+  o->dtype = LP_DT_FP64;
+  o->count = nv;
+  *data = vals;
   return 0;
 }
 
 int lp__v2_answer(lp_job_t *job, int per_segment, lp_buf_t *out_body, const char **ctype,
                   char *hdr, size_t hdrlen) {
   lp_model_t *m = job->model;
-  size_t k = job->v2_rows, n = job->seqs[0].len;
-  /* every output value, row-major: rows x (tokens per row or 1) x inner */
-  size_t cap = 0;
-  for (uint32_t i = 0; i < job->nseq; i++) cap += job->seqs[i].out_len; /* >= one byte per number */
-  double *vals = malloc((cap + 1) * sizeof(double));
-  if (!vals) return -ENOMEM;
-  size_t nv = 0;
-  int64_t inner = -1;
-  int ints = 1, rc = 0;
-  for (uint32_t i = 0; i < job->nseq && !rc; i++) {
-    json_error_t je;
-    json_t *v = json_loadb(job->seqs[i].out, job->seqs[i].out_len, JSON_DECODE_ANY, &je);
-    if (!v) rc = -EPROTO;
-    else if (per_segment) rc = collect(v, vals, &nv, cap, &inner, &ints);
-    else if (!json_is_array(v) || json_array_size(v) != n) rc = -EPROTO;
-    else
-      for (size_t j = 0; j < n && !rc; j++) rc = collect(json_array_get(v, j), vals, &nv, cap, &inner, &ints);
-    json_decref(v);
-  }
-  if (rc) {
-    free(vals);
-    return -EPROTO; /* the backend's values are not numbers: a lanepack-JSON backend's own form */
-  }
   lp_v2_out_t o = {.name = output_name(m), .ndim = 0};
-  o.shape[o.ndim++] = (int64_t)k;
-  if (!per_segment) o.shape[o.ndim++] = (int64_t)n;
-  if (inner > 0) o.shape[o.ndim++] = inner;
-  o.count = nv;
-  void *data = vals;
-  /* converted in place, through memcpy: element i is written no later than it is read */
-  if (ints) {
-    for (size_t i = 0; i < nv; i++) {
-      int64_t x = (int64_t)vals[i];
-      memcpy((char *)vals + i * 8, &x, 8);
-    }
-    o.dtype = LP_DT_INT64;
-  } else if (m->v2_out_dtype == LP_DT_FP64 || m->cfg->protocol != LP_PROTO_V2) {
-    o.dtype = LP_DT_FP64;
-  } else {
-    for (size_t i = 0; i < nv; i++) {
-      float x = (float)vals[i];
-      memcpy((char *)vals + i * 4, &x, 4);
-    }
-    o.dtype = LP_DT_FP32;
-  }
+  o.shape[o.ndim++] = (int64_t)job->v2_rows;
+  if (!per_segment) o.shape[o.ndim++] = (int64_t)job->seqs[0].len;
+  void *data = NULL;
+  int rc = job->v2_dtype != LP_DT_INVALID ? typed_output(job, per_segment, &o, &data)
+                                          : text_output(job, per_segment, &o, &data);
+  if (rc) return rc;
   o.data = data;
   lp_buf_t members;
   lp_buf_init(&members);
-  lp_buf_puts(&members, "\"model_name\":");
-  lp_buf_json_str(&members, m->cfg->name, strlen(m->cfg->name));
-  lp_buf_puts(&members, ",\"model_version\":\"1\"");
-  if (job->id_json) {
-    lp_buf_puts(&members, ",\"id\":");
-    lp_buf_puts(&members, job->id_json);
-  }
+  put_members(&members, job);
   size_t hl = 0;
   lp_buf_reset(out_body);
-  rc = lp_v2_write(out_body, lp_buf_cstr(&members), "outputs", &o, 1, job->v2_binary, &hl);
+  rc = members.oom ? -ENOMEM
+                   : lp_v2_write(out_body, lp_buf_cstr(&members), "outputs", &o, 1, job->v2_binary, &hl);
   lp_buf_free(&members);
-  free(vals);
+  free(data);
   if (rc) return rc;
   *ctype = job->v2_binary ? "application/octet-stream" : "application/json";
   hdr[0] = '\0';

@@ -161,13 +161,25 @@ int lp__v2_deliver(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err,
       n = (size_t)g->length * inner;
     }
     lp_buf_reset(out);
-    lp_tensor_write_json(out, t, first, n, inner);
+    lp_seq_t *s = bt->seqs[g->item];
+    size_t esz = lp_dtype_size(t->dtype);
+    if (s->job->v2) { /* a v2 client gets the tensor's own values: its bytes, never text */
+      if (!lp_buf_reserve(out, n * esz)) {
+        lp_tensor_put_raw((uint8_t *)out->data, t, first, n);
+        out->len = n * esz;
+      }
+    } else {
+      lp_tensor_write_json(out, t, first, n, inner);
+    }
     if (out->oom) {
       lp_v2_msg_free(&msg);
       snprintf(err, errlen, "proxy out of memory");
       return -ENOMEM;
     }
-    lp__seq_done(bt->seqs[g->item], out->data, out->len, c->per_segment);
+    if (s->job->v2)
+      lp__seq_done_tensor(s, t->dtype, out->data, out->len, t->ndim - lead, t->shape + lead, c->per_segment);
+    else
+      lp__seq_done(s, out->data, out->len, c->per_segment);
   }
   lp_v2_msg_free(&msg);
   return 0;
@@ -226,6 +238,18 @@ static void on_metadata(lp_xfer_t *x, void *ud) {
     if (n && n[0] && !lists(inputs, n)) missing = "an input lanepack sends is not in the metadata";
   }
   if (!missing && c->output[0] && !lists(outputs, c->output)) missing = "the output is not in the metadata";
+  /* the output's datatype, for our own metadata before any answer has come */
+  size_t oi;
+  json_t *oo;
+  json_array_foreach(outputs, oi, oo) {
+    const char *on = json_string_value(json_object_get(oo, "name"));
+    const char *dt = json_string_value(json_object_get(oo, "datatype"));
+    if (!c->output[0] || (on && strcmp(on, c->output) == 0)) {
+      lp_dtype_t d = dt ? lp_dtype_parse(dt) : LP_DT_INVALID;
+      if (d != LP_DT_INVALID && d != LP_DT_BYTES) b->model->v2_out_dtype = d;
+      break;
+    }
+  }
   json_decref(root);
   set_state(b, k, missing ? LP_SHAPE_UNAVAILABLE : LP_SHAPE_COMPILED, missing ? missing : "ready");
 }
