@@ -31,7 +31,7 @@ from lphelp import check, finish, free_port, wait_http  # noqa: E402
 
 lanepack = sys.argv[1]
 
-SECRET = b"invalid input_ids [4242, 1337, 90210] \x01\x1b[31m\xff\xfe tenant-a"
+SECRET = b"invalid input_ids [4242, 1337, 90210] \x01\x1b[31m\xff\xfe tenant-a " + b"\xc3\xa9\x7f" * 3000
 BIG = 300 * 1024 * 1024
 CHUNK = b" " * (1024 * 1024)
 

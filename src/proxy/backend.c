@@ -114,7 +114,7 @@ static void fetch_shapes(lp_backend_t *b) {
     lp__v2_probe_shapes(b);
     return;
   }
-  lp_upstream_request(b->model->proxy->up, b->shapes_url, NULL, 0, 5000, on_shapes, b);
+  lp_upstream_request(b->model->proxy->up, b->shapes_url, NULL, 0, 5000, LP_PROBE_ANSWER_MAX, on_shapes, b);
 }
 
 static void on_probe(lp_xfer_t *x, void *ud) {
@@ -147,7 +147,8 @@ static void on_health_timer(uv_timer_t *t) {
     for (size_t k = 0; k < p->models[i].nbackends; k++) {
       lp_backend_t *b = &p->models[i].backends[k];
       if (!b->probe && !b->retired)
-        b->probe = lp_upstream_request(p->up, b->health_url, NULL, 0, timeout, on_probe, b);
+        b->probe = lp_upstream_request(p->up, b->health_url, NULL, 0, timeout, LP_HEALTH_ANSWER_MAX,
+                                       on_probe, b);
     }
 }
 

@@ -288,12 +288,21 @@ send:
   return 0;
 }
 
-void lp__seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment) {
+void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, const char *slice, size_t len,
+                  int per_segment) {
   lp_job_t *job = s->job;
   if (s->state == LP_SEQ_DONE) return; /* a hedged copy answered first */
   if (s->state == LP_SEQ_QUEUED) lp__model_unqueue(job->model, s, LP_SEQ_INFLIGHT); /* its hedge had not left */
   /* the latest copy is the hedge: its winning is what hedging bought */
-  if (s->hedged && job->proxy->delivering == s->batch_id) job->proxy->hedges_won++;
+  if (s->hedged && bt->id == s->batch_id) job->proxy->hedges_won++;
+  /* where it ran is where this answer came from: the latest copy's place
+   * (what dispatch wrote) is another batch's when an earlier copy wins */
+  s->batch_id = bt->id;
+  s->lanes = bt->layout.lanes;
+  s->bucket = bt->layout.bucket;
+  s->lane = g->lane;
+  s->offset = g->offset;
+  s->dispatch_ns = bt->dispatch_ns;
   s->state = LP_SEQ_DONE;
   s->done_ns = uv_hrtime();
   job->unresolved--;
