@@ -33,6 +33,7 @@ lanepack = sys.argv[1]
 
 SECRET = b"invalid input_ids [4242, 1337, 90210] \x01\x1b[31m\xff\xfe tenant-a " + b"\xc3\xa9\x7f" * 3000
 BIG = 300 * 1024 * 1024
+BIGOK = 80 * 1024 * 1024
 CHUNK = b" " * (1024 * 1024)
 
 
@@ -129,6 +130,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.stream(json.dumps(answer).encode(), BIG, False)
         if mode == "endless":
             return self.stream(json.dumps(answer).encode(), BIG, True)
+        if mode == "bigok":  # within its bound (max_output_value_bytes raised): answered
+            return self.stream(json.dumps(answer).encode(), BIGOK, False)
         if mode == "hedge":
             time.sleep(0.8 if nth == 1 else 2.5)
         self.send(200, answer)
@@ -202,7 +205,7 @@ def rss_kb(pid):
     return -1
 
 
-MODES = ["quote422", "quote500", "close", "slow", "wrongid", "noid", "huge", "endless", "hugehealth",
+MODES = ["bigok", "quote422", "quote500", "close", "slow", "wrongid", "noid", "huge", "endless", "hugehealth",
          "hedge", "ids", "v2quote", "v2wrongid", "v2noid", "v2ids"]
 fakes = {m: fake(m) for m in MODES}
 tmp = tempfile.mkdtemp()
@@ -211,6 +214,8 @@ models = {}
 for m, s in fakes.items():
     url = "http://127.0.0.1:%d" % s.server_address[1]
     cfg = {"shapes": "2x8", "max_wait_ms": 0, "backends": [url], "max_retries": 0, "retry_backoff_ms": 1}
+    if m == "bigok":
+        cfg["max_output_value_bytes"] = 16 << 20
     if m == "slow":
         cfg["backend_timeout_ms"] = 400
     if m == "hedge":
@@ -225,7 +230,11 @@ with open(cfg_path, "w") as f:
     json.dump({"listen": "127.0.0.1:%d" % lp_port, "log_level": "info", "health_interval_ms": 1000,
                "unhealthy_after": 100, "models": models}, f)
 log_path = os.path.join(tmp, "lp.log")
-proc = subprocess.Popen([lanepack, "--config", cfg_path], stderr=open(log_path, "wb"))
+# under ASan freed memory waits in a quarantine, resident: none here, so RSS
+# says what the proxy holds
+env = dict(os.environ)
+env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=0:thread_local_quarantine_size_kb=0"
+proc = subprocess.Popen([lanepack, "--config", cfg_path], stderr=open(log_path, "wb"), env=env)
 try:
     wait_http(lp_port, "/healthz")
     time.sleep(0.3)  # first probes answered
@@ -299,6 +308,11 @@ try:
     check("huge /healthz: the probe was stopped early",
           fakes["hugehealth"].streamed and max(fakes["hugehealth"].streamed) < BIG // 4,
           fakes["hugehealth"].streamed)
+    st, data = infer(lp_port, "bigok", [5, 6, 7])
+    check("an 80 MB answer within its bound: 200", st == 200 and js(data).get("output") == [5, 6, 7], (st, data[:200]))
+    time.sleep(0.3)
+    now = rss_kb(proc.pid)
+    check("... and its buffer is given back (RSS %d kB from %d kB)" % (now, base), now < limit, (now, base))
     st, data = infer(lp_port, "noid", [8, 9])
     check("after them, answers as before", st == 200 and js(data).get("output") == [8, 9], (st, data))
 
