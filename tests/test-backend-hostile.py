@@ -19,6 +19,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -305,6 +306,8 @@ try:
     time.sleep(2.5)  # two health probes of hugehealth
     now = rss_kb(proc.pid)
     check("huge /healthz: RSS bounded (%d kB from %d kB)" % (now, base), now < limit, (now, base))
+    with open(log_path, "rb") as f:
+        check("huge /healthz: logged", b"health probe answer too large" in f.read())
     check("huge /healthz: the probe was stopped early",
           fakes["hugehealth"].streamed and max(fakes["hugehealth"].streamed) < BIG // 4,
           fakes["hugehealth"].streamed)
@@ -345,5 +348,6 @@ finally:
         proc.kill()
     for s in fakes.values():
         s.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)
 check("lanepack exited cleanly", proc.returncode == 0, proc.returncode)
 finish()

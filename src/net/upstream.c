@@ -261,7 +261,10 @@ static void check_done(lp_upstream_t *up) {
     curl_multi_remove_handle(up->multi, easy);
     if (!x) continue;
     if (x->result != LP_XFER_TOO_LARGE) x->result = classify(rc);
-    if (rc != CURLE_OK && !x->error[0]) snprintf(x->error, sizeof(x->error), "%s", curl_easy_strerror(rc));
+    if (x->result == LP_XFER_TOO_LARGE) /* curl's words would be about the write callback */
+      snprintf(x->error, sizeof(x->error), "the answer passed its limit of %zu bytes", x->_max);
+    else if (rc != CURLE_OK && !x->error[0])
+      snprintf(x->error, sizeof(x->error), "%s", curl_easy_strerror(rc));
     curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &x->status);
     finish(up, x);
   }

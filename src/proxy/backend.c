@@ -123,6 +123,10 @@ static void on_probe(lp_xfer_t *x, void *ud) {
   if (x->result == LP_XFER_CANCELLED) return;
   int ok = x->result == LP_XFER_OK && x->status == 200;
   int was = b->healthy && b->probed_ok;
+  if (x->result == LP_XFER_TOO_LARGE) /* a failed probe, and a backend worth a look */
+    lp_log(LP_LOG_WARN, "health probe answer too large",
+           "\"model\": \"%s\", \"backend\": \"%s\", \"limit\": %u", b->model->cfg->name, b->url,
+           LP_HEALTH_ANSWER_MAX);
   if (ok) {
     b->probed_ok = 1;
     if (!was) {

@@ -205,48 +205,43 @@ static void shape_missing(lp_model_t *m, lp_backend_t *be, int shape) {
          anywhere ? "true" : "false");
 }
 
+/* The length of the valid UTF-8 sequence at u[0..left) (RFC 3629: no
+ * overlongs, no surrogates, nothing past U+10FFFF), or 0. */
+static size_t utf8_len(const unsigned char *u, size_t left) {
+  unsigned lo = 0x80, hi = 0xbf;
+  size_t want = 0;
+  if (u[0] >= 0xc2 && u[0] <= 0xdf) want = 2;
+  else if (u[0] >= 0xe0 && u[0] <= 0xef) want = 3, lo = u[0] == 0xe0 ? 0xa0 : lo, hi = u[0] == 0xed ? 0x9f : hi;
+  else if (u[0] >= 0xf0 && u[0] <= 0xf4) want = 4, lo = u[0] == 0xf0 ? 0x90 : lo, hi = u[0] == 0xf4 ? 0x8f : hi;
+  if (!want || left < want || u[1] < lo || u[1] > hi) return 0;
+  for (size_t j = 2; j < want; j++)
+    if (u[j] < 0x80 || u[j] > 0xbf) return 0;
+  return want;
+}
+
 /* Up to cap-1 bytes of s[0..n) written to out as the inside of a JSON string,
- * safe for a log line whatever the bytes: quotes, backslashes and control
- * characters (C0, DEL, C1) escaped, valid UTF-8 kept, any other byte written as
- * U+FFFD. Stops before a piece that does not fit. */
+ * safe for a log line whatever the bytes: quotes and backslashes escaped,
+ * control characters (C0, DEL, C1) as \u00XX, valid UTF-8 kept, any other
+ * byte as \ufffd. Stops before a piece that does not fit. */
 static void log_excerpt(char *out, size_t cap, const char *s, size_t n) {
   static const char hex[] = "0123456789abcdef";
   size_t k = 0;
   for (size_t i = 0; i < n;) {
     const unsigned char *u = (const unsigned char *)s + i;
-    size_t left = n - i, len = 1;
+    size_t len = u[0] < 0x80 ? 1 : utf8_len(u, n - i);
+    unsigned cp = len == 2 ? ((u[0] & 0x1fu) << 6) | (u[1] & 0x3fu) : u[0]; /* C1 is two bytes */
     char piece[8];
-    size_t plen = 0;
-    unsigned cp = u[0];
-    if (u[0] < 0x80) {
-      if (u[0] == '"' || u[0] == '\\') plen = (size_t)snprintf(piece, sizeof(piece), "\\%c", u[0]);
-      else if (u[0] < 0x20 || u[0] == 0x7f) plen = (size_t)snprintf(piece, sizeof(piece), "\\u00%c%c", hex[u[0] >> 4], hex[u[0] & 15]);
-      else piece[plen++] = (char)u[0];
+    size_t plen;
+    if (len == 0) {
+      memcpy(piece, "\\ufffd", plen = 6);
+      len = 1;
+    } else if (len <= 2 && (cp < 0x20 || (cp >= 0x7f && cp < 0xa0))) {
+      char e[6] = {'\\', 'u', '0', '0', hex[cp >> 4], hex[cp & 15]};
+      memcpy(piece, e, plen = 6);
+    } else if (len == 1 && (u[0] == '"' || u[0] == '\\')) {
+      piece[0] = '\\', piece[1] = (char)u[0], plen = 2;
     } else {
-      /* the length of a valid UTF-8 sequence here (RFC 3629: no overlongs, no
-       * surrogates, nothing past U+10FFFF), or 1 for a bad byte */
-      unsigned lo = 0x80, hi = 0xbf;
-      size_t want = 0;
-      if (u[0] >= 0xc2 && u[0] <= 0xdf) want = 2;
-      else if (u[0] >= 0xe0 && u[0] <= 0xef) {
-        want = 3;
-        if (u[0] == 0xe0) lo = 0xa0;
-        if (u[0] == 0xed) hi = 0x9f;
-      } else if (u[0] >= 0xf0 && u[0] <= 0xf4) {
-        want = 4;
-        if (u[0] == 0xf0) lo = 0x90;
-        if (u[0] == 0xf4) hi = 0x8f;
-      }
-      int ok = want && left >= want && u[1] >= lo && u[1] <= hi;
-      for (size_t j = 2; ok && j < want; j++) ok = u[j] >= 0x80 && u[j] <= 0xbf;
-      if (ok) {
-        len = want;
-        cp = want == 2 ? ((u[0] & 0x1fu) << 6) | (u[1] & 0x3fu) : 0x100;
-        if (cp < 0xa0) plen = (size_t)snprintf(piece, sizeof(piece), "\\u00%c%c", hex[cp >> 4], hex[cp & 15]);
-        else memcpy(piece, u, plen = want);
-      } else {
-        memcpy(piece, "\\ufffd", plen = 6);
-      }
+      memcpy(piece, u, plen = len);
     }
     if (k + plen >= cap) break;
     memcpy(out + k, piece, plen);
