@@ -201,6 +201,10 @@ int lp__v2_deliver(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err,
     lp__seq_done(bt->seqs[g->item], bt, g, out->data, out->len, c->per_segment);
   }
   lp_v2_msg_free(&msg);
+  if (out->cap > LP_XFER_KEEP_BYTES) { /* one big answer's slice is not kept for ever */
+    lp_buf_free(out);
+    lp_buf_init(out);
+  }
   return 0;
 }
 
