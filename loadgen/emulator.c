@@ -446,12 +446,16 @@ void emu_log_batch(const char *batch_id, const char *body, size_t len, const cha
   const char *at = NULL;
   for (size_t i = 0; i + kl <= len && !at; i++)
     if (memcmp(body + i, key, kl) == 0) at = body + i + kl;
+  /* a value closed by a quote is a JSON string (v2's parameter, itself a JSON
+   * array): up to the first unescaped quote, read unescaped */
+  int str = close == '"';
   size_t n = 0;
   if (at)
-    while (at + n < body + len && at[n] != close) n++;
+    while (at + n < body + len && at[n] != close) n += str && at[n] == '\\' && at + n + 1 < body + len ? 2 : 1;
   /* the ids' text as a JSON string (the JSON wire's array has quotes in it) */
   fprintf(stderr, "{\"batch\": \"%s\", \"request_ids\": \"", batch_id);
   for (size_t i = 0; i < n; i++) {
+    if (str && at[i] == '\\' && i + 1 < n) i++;
     if (at[i] == '"' || at[i] == '\\') fputc('\\', stderr);
     fputc((unsigned char)at[i] < 0x20 ? ' ' : at[i], stderr);
   }

@@ -182,4 +182,49 @@ START_TEST(wrong_answers) {
 }
 END_TEST
 
-LP_TEST_MAIN("scatter", random_per_token, per_segment, wrong_answers)
+/* The echoed batch_id is read for the caller to compare: absent, one unsigned
+ * integer (repeated the same is still one), or anything else. */
+START_TEST(batch_id) {
+  lp_layout_t l = two_lanes();
+  lp_scatter_t sc;
+  lp_scatter_init(&sc);
+  static const struct {
+    const char *body;
+    int state;
+    uint64_t id;
+  } cases[] = {
+      {"{\"outputs\": [[1,2,3,4],[1,2,3,4]]}", LP_SCATTER_ID_NONE, 0},
+      {"{\"batch_id\": 7, \"outputs\": [[1,2,3,4],[1,2,3,4]]}", LP_SCATTER_ID_SET, 7},
+      {"{\"outputs\": [[1,2,3,4],[1,2,3,4]], \"batch_id\":18446744073709551615 }", LP_SCATTER_ID_SET,
+       UINT64_MAX},
+      {"{\"batch_id\": 7, \"outputs\": [[1,2,3,4],[1,2,3,4]], \"batch_id\": 7}", LP_SCATTER_ID_SET, 7},
+      {"{\"batch_id\": 7, \"outputs\": [[1,2,3,4],[1,2,3,4]], \"batch_id\": 8}", LP_SCATTER_ID_BAD, 0},
+      {"{\"batch_id\": \"7\", \"outputs\": [[1,2,3,4],[1,2,3,4]]}", LP_SCATTER_ID_BAD, 0},
+      {"{\"batch_id\": 7.0, \"outputs\": [[1,2,3,4],[1,2,3,4]]}", LP_SCATTER_ID_BAD, 0},
+      {"{\"batch_id\": 7e0, \"outputs\": [[1,2,3,4],[1,2,3,4]]}", LP_SCATTER_ID_BAD, 0},
+      {"{\"batch_id\": -7, \"outputs\": [[1,2,3,4],[1,2,3,4]]}", LP_SCATTER_ID_BAD, 0},
+      {"{\"batch_id\": 18446744073709551616, \"outputs\": [[1,2,3,4],[1,2,3,4]]}", LP_SCATTER_ID_BAD, 0},
+      {"{\"batch_id\": null, \"outputs\": [[1,2,3,4],[1,2,3,4]]}", LP_SCATTER_ID_BAD, 0},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char err[200] = "";
+    int rc = lp_scatter_index(&sc, cases[i].body, strlen(cases[i].body), &l, err, sizeof(err));
+    ck_assert_msg(rc == 0, "case %zu: %s", i, err);
+    ck_assert_msg(sc.id_state == cases[i].state, "case %zu: state %d", i, sc.id_state);
+    if (cases[i].state == LP_SCATTER_ID_SET) ck_assert_msg(sc.batch_id == cases[i].id, "case %zu", i);
+  }
+  /* not JSON after the name: refused as any malformed answer */
+  static const char *const bad[] = {"{\"batch_id\": 12x, \"outputs\": [[1,2,3,4],[1,2,3,4]]}",
+                                    "{\"batch_id\": 012, \"outputs\": [[1,2,3,4],[1,2,3,4]]}",
+                                    "{\"batch_id\": "};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    char err[200] = "";
+    ck_assert_msg(lp_scatter_index(&sc, bad[i], strlen(bad[i]), &l, err, sizeof(err)) == -EPROTO,
+                  "bad %zu accepted", i);
+  }
+  lp_scatter_free(&sc);
+  lp_layout_free(&l);
+}
+END_TEST
+
+LP_TEST_MAIN("scatter", random_per_token, per_segment, wrong_answers, batch_id)

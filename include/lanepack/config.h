@@ -63,6 +63,7 @@ typedef struct lp_model_config_s {
   uint64_t max_request_ms;      /* a request's longest stay; 0 = derived from the above */
   uint64_t max_queue_bytes;     /* memory queued requests may hold */
   uint64_t max_batch_tokens;    /* lanes x bucket of any shape, at most */
+  uint64_t max_output_value_bytes; /* an answer's bytes per token slot, at most (its bound) */
   lp_protocol_t protocol;
   lp_v2_config_t v2;
 } lp_model_config_t;

@@ -8,8 +8,14 @@
 
 #include "lanepack/layout.h"
 
+/* What an answer says of its "batch_id" member (set by lp_scatter_index). */
+enum { LP_SCATTER_ID_NONE = 0, LP_SCATTER_ID_SET, LP_SCATTER_ID_BAD };
+
 typedef struct lp_scatter_s {
   int per_segment;  /* set by lp_scatter_index: 1 if the answer was segment_outputs */
+  int id_state;     /* LP_SCATTER_ID_*: none, one unsigned integer (batch_id), or
+                       anything else (not such an integer, or two that differ) */
+  uint64_t batch_id;
   const char *body; /* borrowed: the answer being indexed */
   uint32_t *span;   /* per element: start, end byte offsets into body; owned */
   size_t span_cap;
@@ -23,8 +29,9 @@ void lp_scatter_free(lp_scatter_t *s);
 
 /* Indexes an answer for the batch laid out in lay: {"outputs": [[...] x lanes]}
  * with bucket values per lane, or {"segment_outputs": [[...] x lanes]} with one
- * value per segment of the lane (flat arrays for a ragged layout). Any other
- * member is ignored. Returns 0, -EPROTO with a message in err when the answer is
+ * value per segment of the lane (flat arrays for a ragged layout). "batch_id"
+ * is read into id_state and batch_id for the caller to compare with the batch
+ * it sent; any other member is ignored. Returns 0, -EPROTO with a message in err when the answer is
  * malformed or its sizes do not match the batch, or -ENOMEM. */
 int lp_scatter_index(lp_scatter_t *s, const char *body, size_t len, const lp_layout_t *lay,
                      char *err, size_t errlen);

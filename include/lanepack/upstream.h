@@ -18,7 +18,7 @@ typedef enum {
   LP_XFER_CONNECT,       /* could not connect (refused, unreachable) */
   LP_XFER_TIMEOUT,       /* no complete answer within the timeout */
   LP_XFER_BROKEN,        /* connection reset or closed mid-answer, bad HTTP */
-  LP_XFER_TOO_LARGE,     /* answer over the size limit */
+  LP_XFER_TOO_LARGE,     /* answer over the transfer's size limit: cut off there */
   LP_XFER_CANCELLED      /* lp_upstream_cancel was called */
 } lp_xfer_result_t;
 
@@ -42,25 +42,35 @@ struct lp_xfer_s {
   void *_ud;
   lp_xfer_t *_next;      /* free list, or the active list */
   lp_xfer_t *_prev;
+  size_t _max;           /* this answer's limit in bytes */
   int _active;
 };
 
-/* Returns NULL on failure (curl could not start, out of memory). */
+/* A finished transfer waiting for reuse keeps a body buffer up to this size;
+ * a larger one is freed. */
+#define LP_XFER_KEEP_BYTES (1u << 20)
+
+/* max_answer_bytes: the ceiling of every transfer's answer limit. Returns NULL
+ * on failure (curl could not start, out of memory). */
 lp_upstream_t *lp_upstream_new(uv_loop_t *loop, size_t max_answer_bytes);
 /* Cancels what is in flight (callbacks run with LP_XFER_CANCELLED) and frees
  * everything, up included, once the loop has run the handles' close callbacks. */
 void lp_upstream_close(lp_upstream_t *up);
 
 /* Starts a POST of body[0..len) (borrowed: it must live until the callback) or
- * a GET when body is NULL. Returns the transfer, or NULL on failure. */
+ * a GET when body is NULL. An answer body over max_answer bytes (0: the
+ * ceiling) is cut off there and the transfer ends LP_XFER_TOO_LARGE, so a
+ * backend can never make the proxy hold more than its caller expects. Returns
+ * the transfer, or NULL on failure. */
 lp_xfer_t *lp_upstream_request(lp_upstream_t *up, const char *url, const char *body,
-                               size_t len, uint64_t timeout_ms, lp_xfer_cb cb, void *ud);
+                               size_t len, uint64_t timeout_ms, size_t max_answer, lp_xfer_cb cb,
+                               void *ud);
 
 /* The same, with this request's own header lines (each "Name: value", the list
  * NULL-terminated; copied), which replace the default Content-Type. */
 lp_xfer_t *lp_upstream_request_h(lp_upstream_t *up, const char *url, const char *body, size_t len,
-                                 const char *const *headers, uint64_t timeout_ms, lp_xfer_cb cb,
-                                 void *ud);
+                                 const char *const *headers, uint64_t timeout_ms, size_t max_answer,
+                                 lp_xfer_cb cb, void *ud);
 
 /* Stops a transfer: its callback runs at once with LP_XFER_CANCELLED. */
 void lp_upstream_cancel(lp_xfer_t *x);

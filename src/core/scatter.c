@@ -66,12 +66,40 @@ static const char *index_array(lp_scatter_t *s, const char *base, const char *p,
   }
 }
 
+/* Reads the value at p as an unsigned 64-bit integer (plain digits, no sign,
+ * fraction or exponent) into s's batch id; anything else marks it bad. Returns
+ * the byte after the value, or NULL when it is not valid JSON. */
+static const char *read_id(lp_scatter_t *s, const char *p, const char *end) {
+  const char *q = p;
+  uint64_t v = 0;
+  int ok = q < end && *q >= '0' && *q <= '9' && !(*q == '0' && q + 1 < end && q[1] >= '0' && q[1] <= '9');
+  for (; ok && q < end && *q >= '0' && *q <= '9'; q++) {
+    unsigned d = (unsigned)(*q - '0');
+    if (v > (UINT64_MAX - d) / 10) ok = 0;
+    else v = v * 10 + d;
+  }
+  if (ok && q < end && (*q == '.' || *q == 'e' || *q == 'E')) ok = 0;
+  if (!ok) {
+    s->id_state = LP_SCATTER_ID_BAD;
+    return lp_jscan_skip(p, end, LP_JSCAN_MAX_DEPTH);
+  }
+  if (s->id_state == LP_SCATTER_ID_NONE) {
+    s->id_state = LP_SCATTER_ID_SET;
+    s->batch_id = v;
+  } else if (s->id_state == LP_SCATTER_ID_SET && s->batch_id != v) {
+    s->id_state = LP_SCATTER_ID_BAD;
+  }
+  return q;
+}
+
 int lp_scatter_index(lp_scatter_t *s, const char *body, size_t len, const lp_layout_t *lay,
                      char *err, size_t errlen) {
   const char *p = body, *end = body + len;
   if (len > UINT32_MAX) return fail(err, errlen, "answer larger than 4 GiB");
   s->body = body;
   s->lanes = lay->lanes;
+  s->id_state = LP_SCATTER_ID_NONE;
+  s->batch_id = 0;
   if (lp__grow((void **)&s->lane_start, &s->lane_cap, (size_t)lay->lanes + 1, sizeof(uint32_t)))
     return -ENOMEM;
 
@@ -80,11 +108,12 @@ int lp_scatter_index(lp_scatter_t *s, const char *body, size_t len, const lp_lay
   p = lp_jscan_ws(p + 1, end);
   int found = 0;
   while (p < end && *p != '}') {
-    int is_out = 0, is_seg = 0;
+    int is_out = 0, is_seg = 0, is_id = 0;
     const char *k = p;
     if (*p != '"' || (p = lp_jscan_key(k, end, "outputs", &is_out)) == NULL)
       return fail(err, errlen, "answer is not valid JSON (bad member name)");
     lp_jscan_key(k, end, "segment_outputs", &is_seg);
+    lp_jscan_key(k, end, "batch_id", &is_id);
     p = lp_jscan_ws(p, end);
     if (p >= end || *p != ':') return fail(err, errlen, "answer is not valid JSON (missing ':')");
     p = lp_jscan_ws(p + 1, end);
@@ -134,6 +163,9 @@ int lp_scatter_index(lp_scatter_t *s, const char *body, size_t len, const lp_lay
         p++;
       }
       s->lane_start[lay->lanes] = (uint32_t)at;
+    } else if (is_id) {
+      p = read_id(s, p, end);
+      if (p == NULL) return fail(err, errlen, "answer is not valid JSON");
     } else {
       p = lp_jscan_skip(p, end, LP_JSCAN_MAX_DEPTH);
       if (p == NULL) return fail(err, errlen, "answer is not valid JSON");

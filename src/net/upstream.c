@@ -33,7 +33,7 @@ struct lp_upstream_s {
   lp_xfer_t *free_list;    /* finished transfers with their easy handles, for reuse */
   lp_xfer_t *active;       /* transfers in flight, doubly linked through _next/_prev */
   struct curl_slist *headers;
-  size_t max_answer;
+  size_t max_answer;        /* the ceiling of any transfer's limit */
   int closing;
   int handles_open;
 };
@@ -178,7 +178,7 @@ static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp) {
 static size_t on_write(char *data, size_t size, size_t n, void *userp) {
   lp_xfer_t *x = userp;
   size_t len = size * n;
-  if (x->body.len + len > x->_up->max_answer) {
+  if (len > x->_max - x->body.len) { /* body.len <= _max always */
     x->result = LP_XFER_TOO_LARGE;
     return 0; /* curl stops the transfer */
   }
@@ -218,7 +218,13 @@ static void finish(lp_upstream_t *up, lp_xfer_t *x) {
   if (x->_next) x->_next->_prev = x->_prev;
   x->_prev = NULL;
   x->_cb(x, x->_ud);
-  /* back to the free list: the easy handle keeps its settings for reuse */
+  /* back to the free list: the easy handle keeps its settings for reuse, the
+   * body its buffer up to a batch's usual size; a larger one (a big answer
+   * once) is given back, not kept by an idle transfer for ever */
+  if (x->body.cap > LP_XFER_KEEP_BYTES) {
+    lp_buf_free(&x->body);
+    lp_buf_init(&x->body);
+  }
   lp_buf_reset(&x->body);
   if (x->_headers) {
     curl_slist_free_all(x->_headers);
@@ -236,6 +242,7 @@ static lp_xfer_result_t classify(CURLcode rc) {
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY: return LP_XFER_CONNECT;
     case CURLE_OPERATION_TIMEDOUT: return LP_XFER_TIMEOUT;
+    case CURLE_FILESIZE_EXCEEDED: return LP_XFER_TOO_LARGE; /* its Content-Length says so */
     default: return LP_XFER_BROKEN;
   }
 }
@@ -254,7 +261,10 @@ static void check_done(lp_upstream_t *up) {
     curl_multi_remove_handle(up->multi, easy);
     if (!x) continue;
     if (x->result != LP_XFER_TOO_LARGE) x->result = classify(rc);
-    if (rc != CURLE_OK && !x->error[0]) snprintf(x->error, sizeof(x->error), "%s", curl_easy_strerror(rc));
+    if (x->result == LP_XFER_TOO_LARGE) /* curl's words would be about the write callback */
+      snprintf(x->error, sizeof(x->error), "the answer passed its limit of %zu bytes", x->_max);
+    else if (rc != CURLE_OK && !x->error[0])
+      snprintf(x->error, sizeof(x->error), "%s", curl_easy_strerror(rc));
     curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &x->status);
     finish(up, x);
   }
@@ -288,13 +298,13 @@ lp_upstream_t *lp_upstream_new(uv_loop_t *loop, size_t max_answer) {
 }
 
 lp_xfer_t *lp_upstream_request(lp_upstream_t *up, const char *url, const char *body, size_t len,
-                               uint64_t timeout_ms, lp_xfer_cb cb, void *ud) {
-  return lp_upstream_request_h(up, url, body, len, NULL, timeout_ms, cb, ud);
+                               uint64_t timeout_ms, size_t max_answer, lp_xfer_cb cb, void *ud) {
+  return lp_upstream_request_h(up, url, body, len, NULL, timeout_ms, max_answer, cb, ud);
 }
 
 lp_xfer_t *lp_upstream_request_h(lp_upstream_t *up, const char *url, const char *body, size_t len,
-                                 const char *const *headers, uint64_t timeout_ms, lp_xfer_cb cb,
-                                 void *ud) {
+                                 const char *const *headers, uint64_t timeout_ms, size_t max_answer,
+                                 lp_xfer_cb cb, void *ud) {
   if (up->closing) return NULL;
   lp_xfer_t *x = up->free_list;
   if (x) {
@@ -339,6 +349,7 @@ lp_xfer_t *lp_upstream_request_h(lp_upstream_t *up, const char *url, const char 
   x->start_ns = uv_hrtime();
   x->inference_header_len = -1;
   x->device_ns = 0;
+  x->_max = max_answer && max_answer < up->max_answer ? max_answer : up->max_answer;
   lp_buf_reset(&x->body);
   if (headers) {
     struct curl_slist *l = curl_slist_append(NULL, "Expect:");
@@ -361,6 +372,8 @@ lp_xfer_t *lp_upstream_request_h(lp_upstream_t *up, const char *url, const char 
   }
   curl_easy_setopt(e, CURLOPT_URL, url);
   curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+  /* an answer announcing more than the limit is refused before it is read */
+  curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->_max);
   if (body) {
     curl_easy_setopt(e, CURLOPT_POST, 1L);
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);

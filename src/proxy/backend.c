@@ -177,7 +177,7 @@ static void fetch_shapes(lp_backend_t *b) {
     lp__v2_probe_shapes(b);
     return;
   }
-  lp_upstream_request(b->model->proxy->up, b->shapes_url, NULL, 0, 5000, on_shapes, b);
+  lp_upstream_request(b->model->proxy->up, b->shapes_url, NULL, 0, 5000, LP_PROBE_ANSWER_MAX, on_shapes, b);
 }
 
 static void on_probe(lp_xfer_t *x, void *ud) {
@@ -186,6 +186,10 @@ static void on_probe(lp_xfer_t *x, void *ud) {
   if (x->result == LP_XFER_CANCELLED) return;
   int ok = x->result == LP_XFER_OK && x->status == 200;
   int was = b->healthy && b->probed_ok;
+  if (x->result == LP_XFER_TOO_LARGE) /* a failed probe, and a backend worth a look */
+    lp_log(LP_LOG_WARN, "health probe answer too large",
+           "\"model\": \"%s\", \"backend\": \"%s\", \"limit\": %u", b->model->cfg->name, b->url,
+           LP_HEALTH_ANSWER_MAX);
   if (ok) {
     b->probed_ok = 1;
     if (!was) {
@@ -222,7 +226,9 @@ static void on_health_timer(uv_timer_t *t) {
     for (size_t k = 0; k < p->models[i].nbackends; k++) {
       lp_backend_t *b = &p->models[i].backends[k];
       if (b->retired) continue;
-      if (!b->probe) b->probe = lp_upstream_request(p->up, b->health_url, NULL, 0, timeout, on_probe, b);
+      if (!b->probe)
+        b->probe = lp_upstream_request(p->up, b->health_url, NULL, 0, timeout, LP_HEALTH_ANSWER_MAX,
+                                       on_probe, b);
       if (b->recheck_at && now >= b->recheck_at && b->healthy) recheck(b, now);
     }
 }

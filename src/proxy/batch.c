@@ -206,6 +206,77 @@ static void shape_missing(lp_model_t *m, lp_backend_t *be, int shape) {
          anywhere ? "true" : "false");
 }
 
+/* The length of the valid UTF-8 sequence at u[0..left) (RFC 3629: no
+ * overlongs, no surrogates, nothing past U+10FFFF), or 0. */
+static size_t utf8_len(const unsigned char *u, size_t left) {
+  unsigned lo = 0x80, hi = 0xbf;
+  size_t want = 0;
+  if (u[0] >= 0xc2 && u[0] <= 0xdf) want = 2;
+  else if (u[0] >= 0xe0 && u[0] <= 0xef) want = 3, lo = u[0] == 0xe0 ? 0xa0 : lo, hi = u[0] == 0xed ? 0x9f : hi;
+  else if (u[0] >= 0xf0 && u[0] <= 0xf4) want = 4, lo = u[0] == 0xf0 ? 0x90 : lo, hi = u[0] == 0xf4 ? 0x8f : hi;
+  if (!want || left < want || u[1] < lo || u[1] > hi) return 0;
+  for (size_t j = 2; j < want; j++)
+    if (u[j] < 0x80 || u[j] > 0xbf) return 0;
+  return want;
+}
+
+/* Up to cap-1 bytes of s[0..n) written to out as the inside of a JSON string,
+ * safe for a log line whatever the bytes: quotes and backslashes escaped,
+ * control characters (C0, DEL, C1) as \u00XX, valid UTF-8 kept, any other
+ * byte as \ufffd. Stops before a piece that does not fit. */
+static void log_excerpt(char *out, size_t cap, const char *s, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  size_t k = 0;
+  for (size_t i = 0; i < n;) {
+    const unsigned char *u = (const unsigned char *)s + i;
+    size_t len = u[0] < 0x80 ? 1 : utf8_len(u, n - i);
+    unsigned cp = len == 2 ? ((u[0] & 0x1fu) << 6) | (u[1] & 0x3fu) : u[0]; /* C1 is two bytes */
+    char piece[8];
+    size_t plen;
+    if (len == 0) {
+      memcpy(piece, "\\ufffd", plen = 6);
+      len = 1;
+    } else if (len <= 2 && (cp < 0x20 || (cp >= 0x7f && cp < 0xa0))) {
+      char e[6] = {'\\', 'u', '0', '0', hex[cp >> 4], hex[cp & 15]};
+      memcpy(piece, e, plen = 6);
+    } else if (len == 1 && (u[0] == '"' || u[0] == '\\')) {
+      piece[0] = '\\', piece[1] = (char)u[0], plen = 2;
+    } else {
+      memcpy(piece, u, plen = len);
+    }
+    if (k + plen >= cap) break;
+    memcpy(out + k, piece, plen);
+    k += plen;
+    i += len;
+  }
+  if (cap) out[k] = '\0';
+}
+
+/* The batch did not end in an answer: the log says what happened, with the
+ * backend's own words (escaped, bounded); a client only ever sees code and
+ * the generic message (another client's tokens may be quoted in the backend's
+ * body, and the backend's address is the operator's business). */
+static void log_refusal(const lp_batch_t *bt, const lp_xfer_t *x, const char *what, const char *detail,
+                        size_t detail_len) {
+  char esc[700];
+  log_excerpt(esc, sizeof(esc), detail ? detail : "", detail ? detail_len : 0);
+  lp_log(LP_LOG_WARN, what,
+         "\"batch\": %llu, \"model\": \"%s\", \"backend\": \"%s\", \"kind\": \"%s\", \"status\": %ld, "
+         "\"bytes\": %zu, \"detail\": \"%s\"",
+         (unsigned long long)bt->id, bt->model->cfg->name, bt->backend->url,
+         lp_xfer_result_name(x->result), x->status, x->body.len, esc);
+}
+
+/* The most bytes a batch's answer may take: max_output_value_bytes per token
+ * slot (the most values either output kind can have, in either encoding) and
+ * room for the rest of the message. A backend sending more is cut off there. */
+#define LP_ANSWER_MARGIN (64u << 10)
+static size_t answer_bound(const lp_model_t *m, const lp_batch_t *bt) {
+  uint64_t slots = (uint64_t)bt->layout.lanes * bt->layout.bucket; /* <= 2^26 */
+  uint64_t b = slots * m->cfg->max_output_value_bytes + LP_ANSWER_MARGIN; /* <= 2^51 */
+  return b < SIZE_MAX ? (size_t)b : SIZE_MAX;
+}
+
 static void on_batch_done(lp_xfer_t *x, void *ud) {
   lp_batch_t *bt = ud;
   lp_model_t *m = bt->model;
@@ -232,21 +303,26 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
   } else {
     lp_devclock_abandon(&be->clock, bt->device, bt->expect_ns, uv_hrtime());
   }
-  char msg[600];
-  if (x->result != LP_XFER_OK) {
+  char msg[160];
+  if (x->result == LP_XFER_TOO_LARGE) {
+    /* past what the batch can hold: malformed, whatever else it is */
+    be->failures++;
+    lp__backend_result(be, 0);
+    log_refusal(bt, x, "backend answer too large", x->error, strlen(x->error));
+    fail_batch(bt, 502, "bad_backend_answer", "the backend's answer was larger than the batch can be");
+  } else if (x->result != LP_XFER_OK) {
     int timeout = x->result == LP_XFER_TIMEOUT;
-    snprintf(msg, sizeof(msg), "backend %s: %s (%s)", be->url,
-             timeout ? "no answer in time" : "transfer failed", x->error);
     int keep = 0;
     if (x->result != LP_XFER_CANCELLED) {
       be->failures++;
       lp__backend_result(be, 0);
-      lp_log(LP_LOG_WARN, "batch failed", "\"batch\": %llu, \"backend\": \"%s\", \"kind\": \"%s\"",
-             (unsigned long long)bt->id, be->url, lp_xfer_result_name(x->result));
-      keep = retry_batch(bt, timeout ? 504 : 502, timeout ? "backend_timeout" : "backend_error", msg,
+      log_refusal(bt, x, "batch failed", x->error, strlen(x->error));
+      keep = retry_batch(bt, timeout ? 504 : 502, timeout ? "backend_timeout" : "backend_error",
+                         timeout ? "the backend did not answer in time"
+                                 : "the connection to the backend failed",
                          retry_kind(bt, x));
     } else {
-      fail_batch(bt, 503, "shutting_down", msg);
+      fail_batch(bt, 503, "shutting_down", "the proxy is shutting down");
     }
     if (keep) {
       lp_proxy_kick(p);
@@ -254,10 +330,9 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
     }
   } else if (x->status != 200) {
     int v2 = m->cfg->protocol == LP_PROTO_V2;
-    size_t n = x->body.len > 160 ? 160 : x->body.len;
-    snprintf(msg, sizeof(msg), "backend %s answered %ld: %.*s", be->url, x->status, (int)n,
-             x->body.data ? x->body.data : "");
-    while (n && (msg[strlen(msg) - 1] == '\n')) msg[strlen(msg) - 1] = 0, n--;
+    snprintf(msg, sizeof(msg), "the backend %s the batch (HTTP %ld)",
+             x->status >= 500 ? "failed" : "refused", x->status);
+    log_refusal(bt, x, "batch refused", x->body.data, x->body.len);
     /* a v2 server without the shape's model says 404 (or "unavailable") */
     int mismatch = (x->status == 500 && (contains(&x->body, "shape mismatch") ||
                                          contains(&x->body, "shape_mismatch"))) ||
@@ -287,13 +362,25 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
     int rc = v2 ? lp__v2_deliver(m, bt, x, err, sizeof(err))
                 : lp_scatter_index(sc, x->body.data ? x->body.data : "", x->body.len, &bt->layout,
                                    err, sizeof(err));
+    /* an answer naming another batch is another batch's answer (a backend, or
+     * a proxy between, that mixed two up): it is never sliced. One naming none
+     * is taken (the field is the backend's to echo, as v2's id is optional). */
+    if (!rc && !v2 && sc->id_state != LP_SCATTER_ID_NONE &&
+        (sc->id_state == LP_SCATTER_ID_BAD || sc->batch_id != bt->id)) {
+      if (sc->id_state == LP_SCATTER_ID_BAD)
+        snprintf(err, sizeof(err), "the answer's batch_id is not an unsigned integer (batch %llu)",
+                 (unsigned long long)bt->id);
+      else
+        snprintf(err, sizeof(err), "the answer's batch_id %llu is not this batch's %llu",
+                 (unsigned long long)sc->batch_id, (unsigned long long)bt->id);
+      rc = -EPROTO;
+    }
     if (rc) {
-      snprintf(msg, sizeof(msg), "backend %s answered a malformed batch: %s", be->url, err);
       be->failures++;
       lp__backend_result(be, 0);
-      lp_log(LP_LOG_WARN, "bad backend answer", "\"batch\": %llu, \"error\": \"%s\"",
-             (unsigned long long)bt->id, err);
-      fail_batch(bt, 502, "bad_backend_answer", msg);
+      log_refusal(bt, x, "bad backend answer", err, strlen(err));
+      fail_batch(bt, 502, "bad_backend_answer",
+                 "the backend's answer was malformed or did not match the batch");
     } else {
       be->batches++;
       lp__backend_result(be, 1);
@@ -302,7 +389,7 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
         const char *start;
         size_t len;
         lp_scatter_slice(sc, g, &start, &len);
-        lp__seq_done(bt->seqs[g->item], start, len, sc->per_segment);
+        lp__seq_done(bt->seqs[g->item], bt, g, start, len, sc->per_segment);
       }
     }
   }
@@ -472,10 +559,10 @@ int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *p
          plan->fill, plan->reason, be->url);
   if (m->cfg->protocol == LP_PROTO_V2)
     bt->xfer = lp_upstream_request_h(p->up, bt->url, bt->body.data, bt->body.len, bt->headers,
-                                     m->cfg->backend_timeout_ms, on_batch_done, bt);
+                                     m->cfg->backend_timeout_ms, answer_bound(m, bt), on_batch_done, bt);
   else
     bt->xfer = lp_upstream_request(p->up, be->batch_url, bt->body.data, bt->body.len,
-                                   m->cfg->backend_timeout_ms, on_batch_done, bt);
+                                   m->cfg->backend_timeout_ms, answer_bound(m, bt), on_batch_done, bt);
   if (bt->xfer) {
     bt->in_flight = 1;
     /* past stall_factor times its expected time, and at least stall_min_ms

@@ -36,6 +36,7 @@ void lp_model_config_default(lp_model_config_t *m, const char *name) {
   snprintf(m->v2.inputs[1], sizeof(m->v2.inputs[1]), "segment_ids");
   snprintf(m->v2.inputs[2], sizeof(m->v2.inputs[2]), "position_ids");
   m->max_batch_tokens = 1u << 21;
+  m->max_output_value_bytes = 4096;
 }
 
 void lp_config_default(lp_config_t *c) {
@@ -271,6 +272,8 @@ static int load_model(ctx_t *x, lp_model_config_t *m, json_t *o, const char *mpa
       U64_FIELD(x, v, path, 1 << 20, 1ull << 40, m->max_queue_bytes);
     } else if (strcmp(key, "max_batch_tokens") == 0) {
       U64_FIELD(x, v, path, 1, 1ull << 26, m->max_batch_tokens);
+    } else if (strcmp(key, "max_output_value_bytes") == 0) {
+      U64_FIELD(x, v, path, 16, 16u << 20, m->max_output_value_bytes);
     } else if (strcmp(key, "max_retries") == 0) {
       U64_FIELD(x, v, path, 0, 100, m->max_retries);
     } else if (strcmp(key, "retry_backoff_ms") == 0) {
@@ -519,6 +522,7 @@ char *lp_config_dump(const lp_config_t *c) {
     json_object_set_new(o, "max_request_ms", json_integer((json_int_t)m->max_request_ms));
     json_object_set_new(o, "max_queue_bytes", json_integer((json_int_t)m->max_queue_bytes));
     json_object_set_new(o, "max_batch_tokens", json_integer((json_int_t)m->max_batch_tokens));
+    json_object_set_new(o, "max_output_value_bytes", json_integer((json_int_t)m->max_output_value_bytes));
     json_object_set_new(o, "protocol", json_string(m->protocol == LP_PROTO_V2 ? "v2" : "lanepack"));
     if (m->protocol == LP_PROTO_V2) {
       json_t *v2 = json_object();

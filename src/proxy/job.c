@@ -290,13 +290,23 @@ send:
   return 0;
 }
 
-/* wrap: a per-token slice of JSON text, wrapped in [ ] when kept */
-static void seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment, int wrap) {
+/* wrap: a per-token slice of JSON text, wrapped in [ ] when kept; bt and g:
+ * the batch and segment that answered (the answer reports that batch and place) */
+static void seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, const char *slice,
+                     size_t len, int per_segment, int wrap) {
   lp_job_t *job = s->job;
   if (s->state == LP_SEQ_DONE) return; /* a hedged copy answered first */
   if (s->state == LP_SEQ_QUEUED) lp__model_unqueue(job->model, s, LP_SEQ_INFLIGHT); /* its hedge had not left */
   /* the latest copy is the hedge: its winning is what hedging bought */
-  if (s->hedged && job->proxy->delivering == s->batch_id) job->proxy->hedges_won++;
+  if (s->hedged && bt->id == s->batch_id) job->proxy->hedges_won++;
+  /* where it ran is where this answer came from: the latest copy's place
+   * (what dispatch wrote) is another batch's when an earlier copy wins */
+  s->batch_id = bt->id;
+  s->lanes = bt->layout.lanes;
+  s->bucket = bt->layout.bucket;
+  s->lane = g->lane;
+  s->offset = g->offset;
+  s->dispatch_ns = bt->dispatch_ns;
   s->state = LP_SEQ_DONE;
   s->done_ns = uv_hrtime();
   job->unresolved--;
@@ -324,11 +334,12 @@ static void seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment
   lp__job_release(job);
 }
 
-void lp__seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment) {
-  seq_done(s, slice, len, per_segment, 1);
+void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, const char *slice, size_t len,
+                  int per_segment) {
+  seq_done(s, bt, g, slice, len, per_segment, 1);
 }
 
-void lp__seq_done_tensor(lp_seq_t *s, lp_dtype_t dtype, const void *raw, size_t len, int ndim,
+void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_dtype_t dtype, const void *raw, size_t len, int ndim,
                          const int64_t *dims, int per_segment) {
   lp_job_t *job = s->job;
   if (s->state != LP_SEQ_DONE && ndim >= 0 && ndim <= LP_TENSOR_MAX_DIMS) {
@@ -343,7 +354,7 @@ void lp__seq_done_tensor(lp_seq_t *s, lp_dtype_t dtype, const void *raw, size_t 
       job->v2_mixed = 1;
     }
   }
-  seq_done(s, raw, len, per_segment, 0);
+  seq_done(s, bt, g, raw, len, per_segment, 0);
 }
 
 void lp__seq_failed(lp_seq_t *s, int status, const char *code, const char *msg) {

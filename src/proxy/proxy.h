@@ -346,12 +346,14 @@ void lp__job_release(lp_job_t *job);
 /* Starts the job's bound: answered by min(deadline, bound) whatever happens. */
 int lp__job_arm(lp_job_t *job);
 void lp__job_timers_init(lp_proxy_t *p);
-/* One sequence's output is here (slice, per-token outputs wrapped in [ ]). */
-void lp__seq_done(lp_seq_t *s, const char *slice, size_t len, int per_segment);
+/* One sequence's output is here (slice, per-token outputs wrapped in [ ]), from
+ * segment g of batch bt: the answer reports that batch and place. */
+void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, const char *slice, size_t len,
+                  int per_segment);
 /* The same for a v2 client's sequence, as the backend's tensor part: len bytes
  * of raw little-endian values of dtype, its trailing dimensions dims[0..ndim). */
-void lp__seq_done_tensor(lp_seq_t *s, lp_dtype_t dtype, const void *raw, size_t len, int ndim,
-                         const int64_t *dims, int per_segment);
+void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_dtype_t dtype,
+                         const void *raw, size_t len, int ndim, const int64_t *dims, int per_segment);
 void lp__seq_failed(lp_seq_t *s, int status, const char *code, const char *msg);
 
 /* v2link.c: Open Inference Protocol backends */
@@ -385,6 +387,10 @@ void lp__stall_timers_init(lp_proxy_t *p);
 void lp__batches_free(lp_model_t *m);
 
 /* backend.c */
+/* What a probe's answer may hold: health and readiness (whose body is not
+ * read), and shape lists or model metadata (a few shapes, a few tensors). */
+#define LP_HEALTH_ANSWER_MAX (4u << 10)
+#define LP_PROBE_ANSWER_MAX (64u << 10)
 void lp__backends_start(lp_proxy_t *p);
 void lp__backend_result(lp_backend_t *b, int ok);
 /* Shape k was found missing on b (mismatch, 404, not ready): asked about again

@@ -44,6 +44,25 @@ int lp__v2_model_name(const lp_model_t *m, int shape, char *out, size_t cap) {
   return 0;
 }
 
+/* Appends id as a JSON string escaped once more to sit inside a JSON string:
+ * a"b becomes \"a\\\"b\" (request ids are printable ASCII without quotes or
+ * backslashes, but nothing here relies on it). */
+static void put_id_in_string(lp_buf_t *b, const char *id) {
+  static const char hex[] = "0123456789abcdef";
+  lp_buf_puts(b, "\\\"");
+  for (const unsigned char *c = (const unsigned char *)(id ? id : ""); *c; c++) {
+    if (*c == '"') lp_buf_puts(b, "\\\\\\\"");   /* \" inside, each escaped again */
+    else if (*c == '\\') lp_buf_puts(b, "\\\\\\\\"); /* \\ inside */
+    else if (*c < 0x20) {
+      char u[8] = {'\\', '\\', 'u', '0', '0', hex[*c >> 4], hex[*c & 15], 0}; /* \u00XX inside */
+      lp_buf_puts(b, u);
+    } else {
+      lp_buf_append(b, (const char *)c, 1);
+    }
+  }
+  lp_buf_puts(b, "\\\"");
+}
+
 int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids) {
   const lp_v2_config_t *c = &m->cfg->v2;
   const lp_layout_t *l = &bt->layout;
@@ -70,17 +89,18 @@ int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids) {
     }
   }
   /* the request's members; its clients' request ids, in segment order, ride
-   * as a string parameter (parameters hold no arrays) */
+   * as a string parameter (parameters hold scalars only) holding a JSON array
+   * of strings, so an id with a comma in it stays one id */
   lp_buf_t *mb = &m->v2_members;
   lp_buf_reset(mb);
   lp_buf_printf(mb, "\"id\":\"%llu\",\"parameters\":{", (unsigned long long)bt->id);
   if (!c->output[0]) lp_buf_printf(mb, "\"binary_data_output\":%s,", c->binary ? "true" : "false");
-  lp_buf_puts(mb, "\"lanepack_request_ids\":\"");
+  lp_buf_puts(mb, "\"lanepack_request_ids\":\"[");
   for (size_t i = 0; item_ids && i < l->nsegs; i++) {
     if (i) lp_buf_puts(mb, ",");
-    lp_buf_puts(mb, item_ids[l->segs[i].item]); /* printable, no quote or backslash */
+    put_id_in_string(mb, item_ids[l->segs[i].item]);
   }
-  lp_buf_puts(mb, "\"}");
+  lp_buf_puts(mb, "]\"}");
   if (c->output[0])
     lp_buf_printf(mb, ",\"outputs\":[{\"name\":\"%s\",\"parameters\":{\"binary_data\":%s}}]", c->output,
                   c->binary ? "true" : "false");
@@ -113,6 +133,17 @@ int lp__v2_deliver(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err,
   if (rc) {
     lp_v2_msg_free(&msg);
     return rc;
+  }
+  /* an answer naming another request is another batch's answer (a backend,
+   * or a proxy between, that mixed two up): never sliced. The id is optional
+   * in the protocol (Triton echoes it when sent): an answer without one is
+   * taken. */
+  char want[24];
+  snprintf(want, sizeof(want), "%llu", (unsigned long long)bt->id);
+  if (msg.has_id && strcmp(msg.id, want) != 0) {
+    snprintf(err, errlen, "the answer's id is not this batch's %s", want);
+    lp_v2_msg_free(&msg);
+    return -EPROTO;
   }
   const lp_tensor_t *t = c->output[0] ? lp_v2_find(&msg, c->output) : &msg.t[0];
   if (!t) {
@@ -177,11 +208,16 @@ int lp__v2_deliver(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err,
       return -ENOMEM;
     }
     if (s->job->v2)
-      lp__seq_done_tensor(s, t->dtype, out->data, out->len, t->ndim - lead, t->shape + lead, c->per_segment);
+      lp__seq_done_tensor(s, bt, g, t->dtype, out->data, out->len, t->ndim - lead, t->shape + lead,
+                          c->per_segment);
     else
-      lp__seq_done(s, out->data, out->len, c->per_segment);
+      lp__seq_done(s, bt, g, out->data, out->len, c->per_segment);
   }
   lp_v2_msg_free(&msg);
+  if (out->cap > LP_XFER_KEEP_BYTES) { /* one big answer's slice is not kept for ever */
+    lp_buf_free(out);
+    lp_buf_init(out);
+  }
   return 0;
 }
 
@@ -270,7 +306,8 @@ static void on_ready(lp_xfer_t *x, void *ud) {
   char name[160], url[LP_URL_MAX + 200];
   lp__v2_model_name(b->model, k, name, sizeof(name));
   snprintf(url, sizeof(url), "%s/v2/models/%s", b->url, name);
-  if (!lp_upstream_request(b->model->proxy->up, url, NULL, 0, 5000, on_metadata, pr)) free(pr);
+  if (!lp_upstream_request(b->model->proxy->up, url, NULL, 0, 5000, LP_PROBE_ANSWER_MAX, on_metadata, pr))
+    free(pr);
 }
 
 void lp__v2_probe_shapes(lp_backend_t *b) {
@@ -282,6 +319,6 @@ void lp__v2_probe_shapes(lp_backend_t *b) {
     probe_t *pr = malloc(sizeof(*pr));
     if (!pr) return;
     *pr = (probe_t){b, (int)k};
-    if (!lp_upstream_request(m->proxy->up, url, NULL, 0, 5000, on_ready, pr)) free(pr);
+    if (!lp_upstream_request(m->proxy->up, url, NULL, 0, 5000, LP_HEALTH_ANSWER_MAX, on_ready, pr)) free(pr);
   }
 }
