@@ -208,12 +208,25 @@ static void batch_destroy(disp_batch_t *bt) {
 
 void lp_disp_free(lp_disp_t *d) {
   if (d == NULL) return;
-  for (size_t i = 0; i < d->batches.cap; i++)
-    if (d->batches.keys[i]) batch_destroy(d->batches.vals[i]);
-  for (size_t i = 0; i < d->jobs.cap; i++)
-    if (d->jobs.keys[i]) free(d->jobs.vals[i]);
-  /* jobs answered but still referenced by a batch are out of the map: their
-   * batches above held the last references */
+  /* the heaps first: freeing one touches its nodes, which live in jobs and batches */
+  lp_theap_free(&d->timers); lp_theap_free(&d->deadlines); lp_theap_free(&d->retries);
+  lp_theap_free(&d->stalls);
+  /* a job goes with its last reference: live jobs nothing refers to now, the
+   * rest (live or answered) with the last in-flight batch holding them */
+  for (size_t i = 0; i < d->jobs.cap; i++) {
+    disp_job_t *j = d->jobs.keys[i] ? d->jobs.vals[i] : NULL;
+    if (j) j->answered = 1;
+    if (j && j->refs == 0) free(j);
+  }
+  for (size_t i = 0; i < d->batches.cap; i++) {
+    if (!d->batches.keys[i]) continue;
+    disp_batch_t *bt = d->batches.vals[i];
+    for (uint32_t k = 0; k < bt->n; k++) {
+      disp_job_t *j = bt->seqs[k]->job;
+      if (--j->refs == 0) free(j);
+    }
+    batch_destroy(bt);
+  }
   while (d->spare) {
     disp_batch_t *b = d->spare;
     d->spare = b->dnext;
@@ -221,8 +234,6 @@ void lp_disp_free(lp_disp_t *d) {
   }
   free(d->jobs.keys); free(d->jobs.vals); free(d->batches.keys); free(d->batches.vals);
   lp_queue_free(&d->queue);
-  lp_theap_free(&d->timers); lp_theap_free(&d->deadlines); lp_theap_free(&d->retries);
-  lp_theap_free(&d->stalls);
   free(d->acts); free(d->items);
   lp_packer_free(d->packer);
   free(d->win); free(d->lens); free(d->trial); free(d->best); free(d->keys); free(d->sitems);
