@@ -387,26 +387,64 @@ START_TEST(slow_errors_teach_the_clock) {
   ck_assert_uint_eq(lp_disp_wake_at(d), 24 * MS);
   tick(d, 24 * MS); /* stalled: hedged on the other device */
   ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
-  tick(d, 48 * MS); /* the copy stalls too: a third copy waits for a device */
-  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
+  ck_assert_uint_eq(nth(LP_DISP_ACT_SEND, 1)->a.send.device, 1);
+  tick(d, 48 * MS); /* the copy stalls too: the third and last copy */
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 3);
+  tick(d, 72 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 3);
   /* the backend answers 422 after 400 ms: the clock learns it is that slow */
   result(d, 1, LP_DISP_ERR_4XX, 400 * MS);
-  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 3);
   ck_assert_uint_eq(lp_devclock_lead(lp_disp_clock(d, 0)), 392 * MS);
-  const act_t *s = nth(LP_DISP_ACT_SEND, 2);
-  ck_assert_uint_eq(s->a.send.expect_ns, 800 * MS);
-  ck_assert_int_eq(count(LP_DISP_ACT_ANSWER), 0);
+  ck_assert_int_eq(count(LP_DISP_ACT_ANSWER), 0); /* its copies still run */
   result(d, 2, LP_DISP_ERR_4XX, 424 * MS);
   ck_assert_int_eq(count(LP_DISP_ACT_ANSWER), 0);
-  /* no more stalls: the third is expected at 800 ms, stalled only at 1600 */
-  ck_assert_uint_eq(lp_disp_wake_at(d), 1600 * MS);
-  result(d, 3, LP_DISP_ERR_4XX, 800 * MS);
-  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 3);
+  result(d, 3, LP_DISP_ERR_4XX, 448 * MS);
   const act_t *an = answer_of(1);
   ck_assert_ptr_nonnull(an);
   ck_assert_int_eq(an->a.answer.http_status, 502);
   ck_assert_int_eq(count(LP_DISP_ACT_ANSWER), 1);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 3);
   ck_assert_int_eq(lp_disp_backend_up(d, 0), 1);
+  /* the next is expected 400 ms after it leaves and is not hedged before it
+   * comes: one send, one answer */
+  admit(d, 2, 1, 100, 0, 0, 450 * MS);
+  const act_t *s = nth(LP_DISP_ACT_SEND, 3);
+  ck_assert_uint_eq(s->a.send.expect_ns, 850 * MS);
+  ck_assert_uint_eq(lp_disp_wake_at(d), 1650 * MS);
+  result(d, 4, LP_DISP_ERR_4XX, 850 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 4);
+  ck_assert_int_eq(answer_of(2)->a.answer.http_status, 502);
+  lp_disp_free(d);
+}
+END_TEST
+
+START_TEST(stalled_batch_presumed_lost_on_one_device) {
+  lp_disp_config_t c;
+  base(&c, "4x8192", (uint64_t[]){20}, 1);
+  c.stall_factor = 2;
+  c.stall_min_ns = 10 * MS;
+  lp_disp_t *d = make(&c);
+  admit(d, 1, 1, 100, 0, 0, 0);
+  tick(d, 40 * MS);
+  /* the answer is presumed lost: the device gets the copy at once rather than
+   * sitting out the transfer timeout */
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
+  const act_t *s = nth(LP_DISP_ACT_SEND, 1);
+  ck_assert_uint_eq(s->a.send.device, 0);
+  ck_assert(send_has(s, 1));
+  ck_assert_uint_eq(s->a.send.expect_ns, 60 * MS);
+  /* that one stalls too: the device is taken as hung and gets nothing more, not
+   * even the third copy queued for it */
+  tick(d, 80 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
+  admit(d, 2, 1, 100, 0, 0, 81 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
+  /* an answer (here the first transfer's timeout) frees it */
+  result(d, 1, LP_DISP_TIMEOUT, 130 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 3);
+  s = nth(LP_DISP_ACT_SEND, 2);
+  ck_assert(send_has(s, 1) && send_has(s, 2));
+  ck_assert_int_eq(count(LP_DISP_ACT_ANSWER), 0);
   lp_disp_free(d);
 }
 END_TEST
@@ -761,6 +799,7 @@ LP_TEST_MAIN("dispatch", idle_device_gets_a_batch_at_once, just_in_time_while_bu
              shape_by_device_time_per_token, shape_never_by_counting_due_items,
              oldest_must_go_and_long_rides_large, stall_hedges_with_bounded_copies,
              bisect_on_5xx_and_poison_fails_alone, slow_errors_teach_the_clock,
+             stalled_batch_presumed_lost_on_one_device,
              shape_loss_fails_what_no_shape_holds, deadlines, urgent_deadline_must_go, priorities,
              cancel, request_bound_and_queue_bound, avoided_sequence_does_not_end_the_window,
              every_job_one_answer_under_faults)

@@ -70,7 +70,8 @@ struct disp_batch_s {
 typedef struct disp_dev_s {
   disp_batch_t *first, *last; /* in flight on it, in send order */
   uint32_t n;                 /* how many */
-  uint32_t stalled;           /* of which past their stall time */
+  uint32_t stalled;           /* of which past their stall time (presumed lost) */
+  uint32_t suspect;           /* stalls since it last answered: at 2 it is taken as hung */
   double util;                /* share of recent sends that found it busy */
 } disp_dev_t;
 

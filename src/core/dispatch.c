@@ -545,8 +545,33 @@ static void batch_put(lp_disp_t *d, disp_batch_t *bt) {
   d->nspare++;
 }
 
+/* The expected answers of the batches on device k of backend b that are not
+ * stalled, in order from now: each runs after the one ahead of it, or once it
+ * has arrived. A stalled batch is presumed lost (the device went on), so it
+ * holds nothing up. Their stall times move with them; the clock mirrors it. */
+static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
+  disp_backend_t *be = &d->be[b];
+  disp_dev_t *dv = &be->dev[k];
+  uint64_t prev = now, lead = lp_devclock_lead(&be->clock);
+  for (disp_batch_t *x = dv->first; x; x = x->dnext) {
+    if (x->stalled) continue;
+    uint64_t start = x->sent_ns + lead > prev ? x->sent_ns + lead : prev;
+    x->expect_ns = start + lp__disp_cost(d, x->backend, x->shape);
+    prev = x->expect_ns;
+    if (lp_theap_contains(&x->stall) && d->cfg.stall_factor > 0) {
+      uint64_t span = x->expect_ns - x->sent_ns;
+      uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
+      if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
+      (void)lp_theap_set(&d->stalls, &x->stall, x->sent_ns + wait); /* re-keying never grows */
+    }
+  }
+  lp_device_t *cd = &be->clock.dev[k];
+  cd->batches = dv->n - dv->stalled;
+  cd->free_ns = cd->batches ? prev : 0;
+}
+
 /* Takes bt off its device; the batches behind it move by how early or late it
- * ended, and the one now running is expected svc after now. */
+ * ended, and the one now running is expected a service time after now. */
 static void device_release(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
   disp_backend_t *be = &d->be[bt->backend];
   disp_dev_t *dv = &be->dev[bt->device];
@@ -559,22 +584,7 @@ static void device_release(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
   if (bt->stalled && dv->stalled) dv->stalled--;
   lp_theap_remove(&d->stalls, &bt->stall);
   if (head && dv->first) dv->first->prev_answer_ns = now;
-  /* the expected answers of the rest, in order */
-  uint64_t prev = now, lead = lp_devclock_lead(&be->clock);
-  for (disp_batch_t *x = dv->first; x; x = x->dnext) {
-    uint64_t start = x->sent_ns + lead > prev ? x->sent_ns + lead : prev;
-    x->expect_ns = start + lp__disp_cost(d, x->backend, x->shape);
-    prev = x->expect_ns;
-    if (lp_theap_contains(&x->stall) && d->cfg.stall_factor > 0) {
-      uint64_t span = x->expect_ns - x->sent_ns;
-      uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
-      if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
-      lp_theap_set(&d->stalls, &x->stall, x->sent_ns + wait);
-    }
-  }
-  lp_device_t *cd = &be->clock.dev[bt->device];
-  cd->batches = dv->n;
-  cd->free_ns = dv->n ? prev : 0;
+  device_chain(d, bt->backend, bt->device, now);
 }
 
 /* What an answer teaches the clock (errors too: a backend that answers slowly is
@@ -729,6 +739,8 @@ int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, u
   d->st.inflight--;
   lp_disp_outcome_t o = r->outcome;
   disp_backend_t *be = &d->be[bt->backend];
+  /* an answer says the device works; a timeout or a reset ends the wait too */
+  be->dev[bt->device].suspect = 0;
   if (o != LP_DISP_TIMEOUT && o != LP_DISP_RESET && o != LP_DISP_ABANDONED) learn(d, bt, r, now);
   device_release(d, bt, now);
   for (uint32_t i = 0; i < bt->n; i++) bt->seqs[i]->inflight--;
@@ -821,25 +833,24 @@ int lp_disp_backend_devices(lp_disp_t *d, uint32_t b, uint32_t devices, uint64_t
 
 /* ---- time ---- */
 
-/* A stalled batch: its sequences (and those of the batches waiting behind it on
- * its device) are queued again as copies while their budget lasts; the device
- * counts as busy until it answers. */
-static void stall(lp_disp_t *d, disp_batch_t *bt) {
+/* A stalled batch: its sequences are queued again as copies while their budget
+ * lasts. The batch is presumed lost and no longer holds its device up; but a
+ * device that stalls twice without answering in between is taken as hung and
+ * gets nothing more until it answers (or a transfer times out). */
+static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
   disp_dev_t *dv = &d->be[bt->backend].dev[bt->device];
   d->st.stalls++;
-  for (disp_batch_t *x = bt; x; x = x->dnext) {
-    if (!x->stalled) {
-      x->stalled = 1;
-      dv->stalled++;
-      lp_theap_remove(&d->stalls, &x->stall);
-    }
-    for (uint32_t i = 0; i < x->n; i++) {
-      disp_seq_t *s = x->seqs[i];
-      if (!seq_live(s) || s->state != SEQ_OUT || s->copies >= d->max_copies) continue;
-      s->free_next = 0;
-      if (seq_enqueue(d, s, 1) == 0) d->st.hedges++;
-    }
+  bt->stalled = 1;
+  dv->stalled++;
+  dv->suspect++;
+  lp_theap_remove(&d->stalls, &bt->stall);
+  for (uint32_t i = 0; i < bt->n; i++) {
+    disp_seq_t *s = bt->seqs[i];
+    if (!seq_live(s) || s->state != SEQ_OUT || s->copies >= d->max_copies) continue;
+    s->free_next = 0;
+    if (seq_enqueue(d, s, 1) == 0) d->st.hedges++;
   }
+  device_chain(d, bt->backend, bt->device, now);
 }
 
 void lp_disp_tick(lp_disp_t *d, uint64_t now) {
@@ -857,7 +868,7 @@ void lp_disp_tick(lp_disp_t *d, uint64_t now) {
     else if (!any_up(d)) job_answer(d, s->job, LP_DISP_ST_NO_BACKEND);
     else if (seq_enqueue(d, s, 1)) job_answer(d, s->job, LP_DISP_ST_NOMEM);
   }
-  while ((t = lp_theap_top(&d->stalls)) && t->at <= now) stall(d, container_of(t, disp_batch_t, stall));
+  while ((t = lp_theap_top(&d->stalls)) && t->at <= now) stall(d, container_of(t, disp_batch_t, stall), now);
   finish(d, now);
 }
 
