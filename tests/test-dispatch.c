@@ -434,17 +434,21 @@ START_TEST(stalled_batch_presumed_lost_on_one_device) {
   ck_assert(send_has(s, 1));
   ck_assert_uint_eq(s->a.send.expect_ns, 60 * MS);
   /* that one stalls too: the device is taken as hung and gets nothing more, not
-   * even the third copy queued for it */
+   * even the third copy queued for it, until a probe after stall_min */
   tick(d, 80 * MS);
   ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
   admit(d, 2, 1, 100, 0, 0, 81 * MS);
   ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
-  /* an answer (here the first transfer's timeout) frees it */
-  result(d, 1, LP_DISP_TIMEOUT, 130 * MS);
+  ck_assert_uint_eq(lp_disp_wake_at(d), 90 * MS);
+  tick(d, 90 * MS);
   ck_assert_int_eq(count(LP_DISP_ACT_SEND), 3);
   s = nth(LP_DISP_ACT_SEND, 2);
   ck_assert(send_has(s, 1) && send_has(s, 2));
-  ck_assert_int_eq(count(LP_DISP_ACT_ANSWER), 0);
+  /* it answers: the device is back */
+  result(d, 3, LP_DISP_OK, 110 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_ANSWER), 2);
+  admit(d, 3, 1, 100, 0, 0, 111 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 4);
   lp_disp_free(d);
 }
 END_TEST
