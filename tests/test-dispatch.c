@@ -650,6 +650,116 @@ START_TEST(avoided_sequence_does_not_end_the_window) {
 }
 END_TEST
 
+START_TEST(overtaken_batch_presumed_lost) {
+  lp_disp_config_t c;
+  base(&c, "1x8192", (uint64_t[]){10}, 1);
+  lp_disp_t *d = make(&c);
+  admit(d, 1, 1, 100, 0, 0, 0);
+  admit(d, 2, 1, 100, 0, 0, 1 * MS);
+  tick(d, 10 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
+  /* the second answers, the first never did: a device runs in order, so the
+   * first is lost and holds the device up no more */
+  result(d, 2, LP_DISP_OK, 20 * MS);
+  admit(d, 3, 1, 100, 0, 0, 21 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 3);
+  ck_assert_str_eq(nth(LP_DISP_ACT_SEND, 2)->a.send.reason, "idle");
+  lp_disp_free(d);
+}
+END_TEST
+
+START_TEST(backend_down_only_with_another_up_and_probed) {
+  lp_disp_config_t c;
+  base(&c, "1x8192", (uint64_t[]){10}, 1);
+  c.unhealthy_after = 2;
+  c.retry_backoff_ns = 1 * MS;
+  c.max_copies = 5;
+  /* alone, a failing backend is not marked down: retries and bounds answer */
+  lp_disp_t *d = make(&c);
+  admit(d, 1, 1, 100, 0, 0, 0);
+  uint64_t t = 5 * MS;
+  for (uint64_t b = 1; b <= 3; b++) {
+    result(d, b, LP_DISP_RESET, t);
+    t = lp_disp_wake_at(d); /* the backoff */
+    tick(d, t);
+    t += 1 * MS;
+  }
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 4);
+  ck_assert_int_eq(count(LP_DISP_ACT_HEALTH), 0);
+  ck_assert_int_eq(lp_disp_backend_up(d, 0), 1);
+  lp_disp_free(d);
+
+  c.nbackends = 2;
+  c.devices[1] = 1;
+  d = make(&c);
+  admit(d, 1, 1, 100, 0, 0, 0);
+  admit(d, 2, 1, 100, 0, 0, 0);
+  ck_assert_uint_eq(nth(LP_DISP_ACT_SEND, 1)->a.send.backend, 1);
+  result(d, 1, LP_DISP_RESET, 5 * MS);
+  tick(d, 6 * MS);
+  ck_assert_uint_eq(nth(LP_DISP_ACT_SEND, 2)->a.send.backend, 0);
+  result(d, 3, LP_DISP_RESET, 7 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_HEALTH), 1);
+  const act_t *h = nth(LP_DISP_ACT_HEALTH, 0);
+  ck_assert_uint_eq(h->a.health.backend, 0);
+  ck_assert_int_eq(h->a.health.up, 0);
+  ck_assert_int_eq(lp_disp_backend_up(d, 0), 0);
+  tick(d, 9 * MS); /* the retry waits for backend 1 */
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 3);
+  result(d, 2, LP_DISP_OK, 10 * MS);
+  ck_assert_uint_eq(nth(LP_DISP_ACT_SEND, 3)->a.send.backend, 1);
+  result(d, 4, LP_DISP_OK, 20 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_ANSWER), 2);
+  /* 200 ms after it was marked down, it may have one probe batch, when backend 1
+   * is busy */
+  admit(d, 5, 1, 100, 0, 0, 208 * MS);
+  ck_assert_uint_eq(nth(LP_DISP_ACT_SEND, 4)->a.send.backend, 1);
+  admit(d, 6, 1, 100, 0, 0, 209 * MS);
+  const act_t *s = nth(LP_DISP_ACT_SEND, 5);
+  ck_assert_ptr_nonnull(s);
+  ck_assert_uint_eq(s->a.send.backend, 0);
+  ck_assert_str_eq(s->a.send.reason, "probe");
+  admit(d, 7, 1, 100, 0, 0, 210 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 6); /* one probe at a time */
+  result(d, 6, LP_DISP_OK, 215 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_HEALTH), 2);
+  ck_assert_int_eq(nth(LP_DISP_ACT_HEALTH, 1)->a.health.up, 1);
+  ck_assert_int_eq(lp_disp_backend_up(d, 0), 1);
+  ck_assert_uint_eq(nth(LP_DISP_ACT_SEND, 6)->a.send.backend, 0); /* job 7, at once */
+  lp_disp_free(d);
+}
+END_TEST
+
+START_TEST(drain_and_fail_all) {
+  lp_disp_config_t c;
+  base(&c, "4x8192", (uint64_t[]){20}, 1);
+  lp_disp_t *d = make(&c);
+  admit(d, 1, 1, 100, 0, 0, 0);
+  admit(d, 2, 2, 100, 0, 0, 1 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 1);
+  /* draining: nothing waits for company, and nothing is retried */
+  lp_disp_drain(d, 2 * MS);
+  drain_at(d, 2 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
+  ck_assert_str_eq(nth(LP_DISP_ACT_SEND, 1)->a.send.reason, "drain");
+  result(d, 2, LP_DISP_ERR_5XX, 30 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
+  ck_assert_int_eq(answer_of(2)->a.answer.http_status, 502);
+  admit(d, 3, 1, 100, 0, 0, 31 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 3);
+  lp_disp_fail_all(d, LP_DISP_ST_SHUTDOWN, 32 * MS);
+  drain_at(d, 32 * MS);
+  ck_assert_str_eq(answer_of(1)->a.answer.code, "shutting_down");
+  ck_assert_int_eq(answer_of(3)->a.answer.http_status, 503);
+  ck_assert_int_eq(count(LP_DISP_ACT_ANSWER), 3);
+  result(d, 1, LP_DISP_OK, 40 * MS);
+  result(d, 3, LP_DISP_OK, 41 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_OUTPUT), 0);
+  ck_assert_int_eq(count(LP_DISP_ACT_ANSWER), 3);
+  lp_disp_free(d);
+}
+END_TEST
+
 /* ---- every job one answer, whatever happens ---- */
 
 static uint64_t rng_state = 88172645463325252ull;
@@ -806,4 +916,5 @@ LP_TEST_MAIN("dispatch", idle_device_gets_a_batch_at_once, just_in_time_while_bu
              stalled_batch_presumed_lost_on_one_device,
              shape_loss_fails_what_no_shape_holds, deadlines, urgent_deadline_must_go, priorities,
              cancel, request_bound_and_queue_bound, avoided_sequence_does_not_end_the_window,
-             every_job_one_answer_under_faults)
+             overtaken_batch_presumed_lost, backend_down_only_with_another_up_and_probed,
+             drain_and_fail_all, every_job_one_answer_under_faults)
