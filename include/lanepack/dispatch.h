@@ -291,4 +291,18 @@ int lp_disp_status_http(lp_disp_status_t s);
 const char *lp_disp_status_code(lp_disp_status_t s);
 const char *lp_disp_outcome_name(lp_disp_outcome_t o);
 
+/* ---- the shell's changes (dispatch-config.c) ---- */
+
+/* A reload: the tunables of cfg (wait, copies, stalls, backoff, timeouts, health,
+ * bounds, queue limits, seeded costs) replace the running ones; shapes, backends
+ * and devices are not read. Jobs admitted before keep their bound. 0 or -EINVAL. */
+int lp_disp_reconfigure(lp_disp_t *d, const lp_disp_config_t *cfg);
+
+/* Shape slot k (k <= the shape count: k == count appends) becomes lanes x bucket,
+ * or a free slot with lanes = bucket = 0; unchanged geometry changes nothing.
+ * A changed slot starts UNAVAILABLE on every backend with its learned costs
+ * forgotten: follow with lp_disp_backend_shapes. The caller keeps no batch of
+ * the slot's old shape in flight. 0 or -EINVAL. */
+int lp_disp_set_shape(lp_disp_t *d, size_t k, uint32_t lanes, uint32_t bucket);
+
 #endif

@@ -1,0 +1,64 @@
+/* What the I/O shell changes in a running dispatch core besides events: its
+ * tunables after a reload, and shape slots a backend added or that were pruned
+ * (the shell keeps one shape index space with the core). */
+#include "dispatch-internal.h"
+
+#include <errno.h>
+
+#define MS 1000000ull
+#define MAX_BACKOFF_NS (1000ull * MS)
+
+int lp_disp_reconfigure(lp_disp_t *d, const lp_disp_config_t *cfg) {
+  if (d == NULL || cfg == NULL) return -EINVAL;
+  lp_disp_config_t *c = &d->cfg;
+  c->max_segments = cfg->max_segments;
+  c->max_wait_ns = cfg->max_wait_ns;
+  c->high_util = cfg->high_util;
+  c->max_queued_at_device = cfg->max_queued_at_device;
+  c->max_window = cfg->max_window;
+  c->max_copies = cfg->max_copies;
+  c->stall_factor = cfg->stall_factor;
+  c->stall_min_ns = cfg->stall_min_ns;
+  c->retry_backoff_ns = cfg->retry_backoff_ns;
+  c->backend_timeout_ns = cfg->backend_timeout_ns;
+  c->unhealthy_after = cfg->unhealthy_after;
+  c->request_bound_ns = cfg->request_bound_ns;
+  c->max_queue_jobs = cfg->max_queue_jobs;
+  c->max_queue_tokens = cfg->max_queue_tokens;
+  d->max_copies = c->max_copies ? c->max_copies : 3;
+  d->unhealthy_after = c->unhealthy_after ? c->unhealthy_after : 3;
+  d->max_queued = c->max_queued_at_device ? c->max_queued_at_device : 1;
+  d->max_window = c->max_window ? c->max_window : 4096;
+  d->bound_ns = c->request_bound_ns; /* jobs admitted from now on */
+  if (d->bound_ns == 0) {
+    uint64_t b = c->retry_backoff_ns, per = 0;
+    for (uint32_t i = 0; i < d->max_copies; i++) {
+      per += c->backend_timeout_ns + b;
+      b = b * 2 < MAX_BACKOFF_NS ? b * 2 : MAX_BACKOFF_NS;
+    }
+    d->bound_ns = c->max_wait_ns + per + 1000 * MS;
+  }
+  /* seeded costs take effect on every backend (learned ones stay learned) */
+  for (size_t s = 0; s < d->shapes.count && s < LP_BUCKET_MAX_SHAPES; s++) {
+    uint64_t seed = cfg->seed_cost_ns[s];
+    c->seed_cost_ns[s] = seed;
+    for (uint32_t b = 0; seed && b < c->nbackends; b++) lp_devclock_seed(&d->be[b].clock, (int)s, seed);
+  }
+  return 0;
+}
+
+int lp_disp_set_shape(lp_disp_t *d, size_t k, uint32_t lanes, uint32_t bucket) {
+  if (d == NULL || k >= LP_BUCKET_MAX_SHAPES || k > d->shapes.count || (lanes == 0) != (bucket == 0))
+    return -EINVAL;
+  lp_shape_t *s = &d->shapes.shapes[k];
+  if (k < d->shapes.count && s->lanes == lanes && s->bucket == bucket) return 0;
+  if (k == d->shapes.count) d->shapes.count++;
+  *s = (lp_shape_t){.lanes = lanes, .bucket = bucket, .state = LP_SHAPE_UNAVAILABLE};
+  for (uint32_t b = 0; b < LP_DISP_MAX_BACKENDS; b++) {
+    d->be[b].state[k] = LP_SHAPE_UNAVAILABLE;
+    lp_devclock_forget_shape(&d->be[b].clock, (int)k);
+  }
+  /* trailing free slots leave the count */
+  while (d->shapes.count && d->shapes.shapes[d->shapes.count - 1].lanes == 0) d->shapes.count--;
+  return 0;
+}
