@@ -1,5 +1,6 @@
-/* Backends: choosing one for a batch, and their health from active probes
- * (GET /healthz) and from how their batches end. A backend's shapes come from
+/* Backends: their health from active probes (GET /healthz), told to the
+ * dispatch core (which also judges them by how their batches end and picks
+ * where each batch goes). A backend's shapes come from
  * GET /v1/shapes when it (re)appears, and again after a backoff while a shape
  * it was found to lack may have come back. */
 #include <jansson.h>
@@ -17,7 +18,7 @@
 #define LP_RECHECK_MAX_MS 16000
 
 void lp__backend_shape_missing(lp_backend_t *b, int k) {
-  uint64_t now = uv_hrtime();
+  uint64_t now = lp__now();
   b->missing |= 1u << k;
   if (!b->recheck_ms || now - b->missing_ns > 2ull * LP_RECHECK_MAX_MS * 1000000)
     b->recheck_ms = LP_RECHECK_FIRST_MS;
@@ -30,47 +31,26 @@ void lp__backend_shape_found(lp_backend_t *b, int k) {
   if (!b->missing) b->recheck_at = 0;
 }
 
-static void set_health(lp_backend_t *b, int healthy) {
-  if (b->retired) healthy = 0;
+/* The shell's record of a health change, whoever decided it. */
+static void note_health(lp_backend_t *b, int healthy) {
   if (b->healthy == healthy) return;
   b->healthy = healthy;
-  if (healthy && b->missing) b->recheck_at = uv_hrtime(); /* back: ask at once */
+  if (healthy && b->missing) b->recheck_at = lp__now(); /* back: ask at once */
   lp_log(healthy ? LP_LOG_INFO : LP_LOG_WARN, healthy ? "backend up" : "backend down",
          "\"model\": \"%s\", \"backend\": \"%s\"", b->model->cfg->name, b->url);
-  lp_proxy_kick(b->model->proxy);
 }
 
-void lp__backend_result(lp_backend_t *b, int ok) {
-  if (ok) {
-    b->failures_in_row = 0;
-    set_health(b, 1);
-  } else if (++b->failures_in_row >= b->model->proxy->cfg.unhealthy_after) {
-    set_health(b, 0);
-  }
-}
+void lp__backend_health_changed(lp_backend_t *b, int up) { note_health(b, up && !b->retired); }
 
-/* Better first: fewer failures in a row (a retry should go elsewhere), then
- * fewer batches in flight; round-robin keeps the cursor's order instead. */
-static int better(const lp_model_t *m, const lp_backend_t *a, const lp_backend_t *b) {
-  if (a->failures_in_row != b->failures_in_row) return a->failures_in_row < b->failures_in_row;
-  if (m->cfg->balance == LP_BALANCE_ROUND_ROBIN) return 0;
-  return a->inflight < b->inflight;
-}
-
-size_t lp__backends_free(lp_model_t *m, lp_backend_t **out) {
-  size_t n = 0;
-  for (size_t k = 0; k < m->nbackends; k++) {
-    lp_backend_t *b = &m->backends[(m->rr + k) % m->nbackends];
-    uint32_t cap = m->cfg->max_inflight ? m->cfg->max_inflight : 2 * b->clock.devices;
-    if (!b->healthy || b->inflight >= cap) continue;
-    size_t at = n++;
-    while (at > 0 && better(m, b, out[at - 1])) {
-      out[at] = out[at - 1];
-      at--;
-    }
-    out[at] = b;
-  }
-  return n; /* the round-robin cursor moves when a batch is really sent */
+/* A probe's verdict: up at once, down after unhealthy_after failures in a row.
+ * The core hears every verdict (it ends its own probing of a backend it marked
+ * down). */
+static void probe_result(lp_backend_t *b, int ok) {
+  if (b->retired) return;
+  if (ok) b->probe_fails = 0;
+  else if (++b->probe_fails < b->model->proxy->cfg.unhealthy_after) return;
+  note_health(b, ok);
+  lp__model_backend_health(b->model, b, ok);
 }
 
 /* Shapes a backend added (not configured) that no backend in service has any
@@ -120,7 +100,7 @@ static int merge_shapes(lp_backend_t *b, const lp_xfer_t *x) {
   }
   json_t *devices = json_object_get(root, "devices");
   if (json_is_integer(devices) && json_integer_value(devices) >= 1 && json_integer_value(devices) <= LP_CLOCK_MAX_DEVICES) {
-    lp_devclock_set_devices(&b->clock, (uint32_t)json_integer_value(devices));
+    lp__model_backend_devices(m, b, (uint32_t)json_integer_value(devices));
     b->devices_reported = 1;
   }
   json_decref(root);
@@ -140,6 +120,7 @@ static int merge_shapes(lp_backend_t *b, const lp_xfer_t *x) {
     }
     for (size_t o = 0; o < m->nbackends; o++) m->backends[o].shape_state[at] = LP_SHAPE_UNAVAILABLE;
     b->shape_state[at] = LP_SHAPE_COMPILED;
+    lp__model_shape_added(m, (size_t)at);
   }
   b->reported = 1;
   b->missing = 0; /* what it reports is what it has now */
@@ -206,7 +187,7 @@ static void on_probe(lp_xfer_t *x, void *ud) {
       fetch_shapes(b);
     }
   }
-  lp__backend_result(b, ok);
+  probe_result(b, ok);
 }
 
 /* Asks a backend again for the shapes it was found to lack, and sets the next look. */
@@ -221,7 +202,7 @@ static void recheck(lp_backend_t *b, uint64_t now) {
 static void on_health_timer(uv_timer_t *t) {
   lp_proxy_t *p = t->data;
   uint64_t timeout = p->cfg.health_interval_ms < 2000 ? p->cfg.health_interval_ms : 2000;
-  uint64_t now = uv_hrtime();
+  uint64_t now = lp__now();
   for (size_t i = 0; i < p->nmodels; i++)
     for (size_t k = 0; k < p->models[i].nbackends; k++) {
       lp_backend_t *b = &p->models[i].backends[k];

@@ -1,5 +1,8 @@
-/* Batches: a rectangle built from the scheduler's plan, sent to one backend,
- * and what its answer becomes: slices for each client, a retry, or failures. */
+/* Batches: the core's SEND built into a rectangle and a body and sent to its
+ * backend; the answer classified for the core (ok, 5xx, 4xx, missing shape,
+ * timeout, reset, malformed) with its times, and each OUTPUT the core then
+ * gives sliced to its client. What is retried, bisected, hedged or failed is
+ * the core's to say. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,37 +11,23 @@
 #include "lanepack/log.h"
 #include "proxy.h"
 
-static void batch_destroy(lp_batch_t *b);
-static void stall_arm(lp_proxy_t *p);
-
 #define LP_SPARE_BATCHES 4
+
+static void on_batch_done(lp_xfer_t *x, void *ud);
+
+static lp_job_t *job_of(uint64_t id) { return (lp_job_t *)(uintptr_t)id; }
 
 static void batch_destroy(lp_batch_t *b) {
   lp_layout_free(&b->layout);
   lp_buf_free(&b->body);
-  free(b->seqs);
+  free(b->items);
+  free(b->seg_of);
   free(b);
 }
 
 /* A finished batch goes back to its model's pool, buffers and all. */
-/* Lets go of sequence i (a batch holds a reference to each it lists). */
-static void drop(lp_batch_t *b, size_t i) {
-  lp_seq_t *s = b->seqs[i];
-  if (!s) return;
-  b->seqs[i] = NULL;
-  s->refs--;
-  s->job->refs--;
-  lp__job_release(s->job);
-}
-
-/* Another batch holds this sequence, or its hedge waits in the queue: this
- * batch's failure is not the sequence's. */
-static int other_copy(const lp_seq_t *s) { return s->refs > 1 || s->state == LP_SEQ_QUEUED; }
-
 static void batch_free(lp_batch_t *b) {
   lp_model_t *m = b->model;
-  lp_theap_remove(&m->proxy->stall_timers, &b->stall);
-  for (size_t i = 0; i < b->nseqs; i++) drop(b, i);
   if (m->nspare >= LP_SPARE_BATCHES) {
     batch_destroy(b);
     return;
@@ -48,7 +37,7 @@ static void batch_free(lp_batch_t *b) {
   m->nspare++;
 }
 
-static lp_batch_t *batch_get(lp_model_t *m, size_t nseqs) {
+static lp_batch_t *batch_get(lp_model_t *m, size_t n) {
   lp_batch_t *b = m->spare;
   if (b) {
     m->spare = b->next_spare;
@@ -56,30 +45,28 @@ static lp_batch_t *batch_get(lp_model_t *m, size_t nseqs) {
   } else {
     b = calloc(1, sizeof(*b));
     if (!b) return NULL;
-    lp_theap_node_init(&b->stall);
     lp_layout_init(&b->layout);
     lp_buf_init(&b->body);
   }
-  if (nseqs > b->seqs_cap) {
-    lp_seq_t **s = realloc(b->seqs, nseqs * sizeof(*s));
-    if (!s) {
+  if (n > b->items_cap) {
+    lp_disp_item_t *it = realloc(b->items, n * sizeof(*it));
+    if (it) b->items = it;
+    uint32_t *so = realloc(b->seg_of, n * sizeof(*so));
+    if (so) b->seg_of = so;
+    if (!it || !so) {
       batch_destroy(b);
       return NULL;
     }
-    b->seqs = s;
-    b->seqs_cap = nseqs;
+    b->items_cap = n;
   }
   lp_buf_reset(&b->body);
   b->model = m;
-  b->nseqs = 0;
+  b->nitems = 0;
+  b->cursor = 0;
   b->xfer = NULL;
-  b->next_spare = NULL;
+  b->next_spare = b->next_failed = NULL;
+  b->in_flight = 0;
   return b;
-}
-
-static void fail_batch(lp_batch_t *bt, int status, const char *code, const char *msg) {
-  for (size_t i = 0; i < bt->nseqs; i++)
-    if (bt->seqs[i] && !other_copy(bt->seqs[i])) lp__seq_failed(bt->seqs[i], status, code, msg);
 }
 
 static int contains(const lp_buf_t *b, const char *needle) {
@@ -87,123 +74,6 @@ static int contains(const lp_buf_t *b, const char *needle) {
   for (size_t i = 0; b->data && i + n <= b->len; i++)
     if (memcmp(b->data + i, needle, n) == 0) return 1;
   return 0;
-}
-
-static void on_batch_retry_closed(uv_handle_t *h) {
-  batch_free(container_of(h, lp_batch_t, retry));
-}
-
-/* Back in the queue after the backoff: the scheduler packs them anew, maybe with
- * others, maybe into another shape, on the backend it picks. */
-static void on_batch_retry(uv_timer_t *t) {
-  lp_batch_t *bt = container_of(t, lp_batch_t, retry);
-  lp_model_t *m = bt->model;
-  uint64_t now = uv_hrtime();
-  for (size_t i = 0; i < bt->nseqs; i++) {
-    lp_seq_t *s = bt->seqs[i];
-    if (!s) continue;
-    lp_job_t *job = s->job;
-    if (s->state == LP_SEQ_DONE || other_copy(s)) {
-      /* answered meanwhile, or its hedge carries it */
-    } else if (job->answered) { /* the client left, or another sequence failed it */
-      s->state = LP_SEQ_DONE;
-      job->unresolved--;
-    } else if (m->proxy->hard_stop) {
-      lp__seq_failed(s, 503, "shutting_down", "the proxy is shutting down");
-    } else if (s->sched.deadline_ns && s->sched.deadline_ns <= now) {
-      lp__seq_failed(s, 504, "deadline_exceeded", "the deadline passed while retrying");
-    } else {
-      int rc = lp__model_requeue(m, s);
-      if (rc == -ERANGE)
-        lp__seq_failed(s, 503, "no_shape_available",
-                       "no backend has a shape that holds this sequence any more");
-      else if (rc)
-        lp__seq_failed(s, 503, "out_of_memory", "proxy out of memory");
-    }
-  }
-  uv_close((uv_handle_t *)&bt->retry, on_batch_retry_closed);
-  lp_proxy_kick(m->proxy);
-}
-
-/* The backoff before retry number attempts+1: doubling from retry_backoff_ms,
- * capped (a shift past 63 bits is undefined, and earlier ones overflow). */
-uint64_t lp__backoff_ms(const lp_model_t *m, uint32_t attempts) {
-  uint64_t ms = m->cfg->retry_backoff_ms;
-  if (ms == 0) return 0;
-  for (uint32_t i = 0; i < attempts && ms < LP_MAX_BACKOFF_MS; i++) ms *= 2;
-  return ms < LP_MAX_BACKOFF_MS ? ms : LP_MAX_BACKOFF_MS;
-}
-
-/* How a failed batch's sequences are tried again: spending their budget, for
- * free and at once (a shape mismatch), each alone for free (see retry_kind), or
- * away from the backend that may still be computing them. */
-enum { RETRY_SPEND = 0, RETRY_FREE = 1, RETRY_ISOLATE = 2, RETRY_ELSEWHERE = 3 };
-
-/* How a failed batch's sequences are tried again. An otherwise healthy backend
- * that answers 5xx to a batch of several sequences may be refusing one of
- * them: each goes alone next time, at no cost to its budget, so one bad
- * sequence spends its own retries and not its neighbours'. A batch that timed
- * out may still be computing there: its retry goes elsewhere when it can. */
-static int retry_kind(const lp_batch_t *bt, const lp_xfer_t *x) {
-  if (x->result == LP_XFER_TIMEOUT) return RETRY_ELSEWHERE;
-  if (x->result == LP_XFER_OK && x->status >= 500 && bt->nseqs > 1 && bt->backend->failures_in_row <= 1)
-    return RETRY_ISOLATE;
-  return RETRY_SPEND;
-}
-
-/* A batch failed before the backend computed it: its sequences are tried again
- * (budget and deadline allowing) after a backoff, as kind says; the rest fail
- * with status. Returns 1 when the batch is kept for the retry, 0 when it can be
- * freed. */
-static int retry_batch(lp_batch_t *bt, int status, const char *code, const char *msg, int kind) {
-  int free_try = kind == RETRY_FREE || kind == RETRY_ISOLATE;
-  lp_model_t *m = bt->model;
-  uint64_t now = uv_hrtime();
-  uint32_t most = 0;
-  size_t kept = 0;
-  for (size_t i = 0; i < bt->nseqs; i++) {
-    lp_seq_t *s = bt->seqs[i];
-    if (!s) continue;
-    lp_job_t *job = s->job;
-    uint64_t backoff = free_try ? 0 : lp__backoff_ms(m, s->attempts) * 1000000ull;
-    if (s->state == LP_SEQ_DONE || other_copy(s)) {
-      drop(bt, i); /* answered, or carried by its hedge */
-    } else if (job->answered) {
-      s->state = LP_SEQ_DONE;
-      job->unresolved--;
-      drop(bt, i);
-    } else if (!free_try && s->attempts >= m->cfg->max_retries) {
-      lp__seq_failed(s, status, code, msg);
-      drop(bt, i);
-    } else if (s->sched.deadline_ns && s->sched.deadline_ns <= now + backoff) {
-      lp__seq_failed(s, 504, "deadline_exceeded", "the deadline would pass before a retry");
-      drop(bt, i);
-    } else {
-      if (!free_try) s->attempts++;
-      if (kind == RETRY_ISOLATE) s->isolate = 1;
-      if (kind == RETRY_ELSEWHERE) s->avoid = (int)(bt->backend - m->backends) + 1;
-      if (s->attempts > most) most = s->attempts;
-      m->proxy->retries++;
-      kept++; /* held until the backoff ends, then requeued */
-    }
-  }
-  if (!kept) return 0;
-  bt->backoff_ms = kind == RETRY_FREE ? 0 : (uint32_t)lp__backoff_ms(m, most ? most - 1 : 0);
-  uv_timer_init(m->proxy->loop, &bt->retry);
-  uv_timer_start(&bt->retry, on_batch_retry, bt->backoff_ms, 0);
-  return 1;
-}
-
-/* A backend that does not have a shape: never send it that shape again, and if
- * no backend has it, the model no longer chooses or admits by it. */
-static void shape_missing(lp_model_t *m, lp_backend_t *be, int shape) {
-  be->shape_state[shape] = LP_SHAPE_UNAVAILABLE;
-  lp__backend_shape_missing(be, shape); /* asked about again later */
-  lp__model_shapes_changed(m);
-  int anywhere = m->shapes.shapes[shape].state != LP_SHAPE_UNAVAILABLE;
-  lp_log(LP_LOG_WARN, "shape mismatch", "\"backend\": \"%s\", \"shape\": [%u, %u], \"anywhere\": %s",
-         be->url, m->shapes.shapes[shape].lanes, m->shapes.shapes[shape].bucket,
-         anywhere ? "true" : "false");
 }
 
 /* The length of the valid UTF-8 sequence at u[0..left) (RFC 3629: no
@@ -277,254 +147,102 @@ static size_t answer_bound(const lp_model_t *m, const lp_batch_t *bt) {
   return b < SIZE_MAX ? (size_t)b : SIZE_MAX;
 }
 
-static void on_batch_done(lp_xfer_t *x, void *ud) {
-  lp_batch_t *bt = ud;
-  lp_model_t *m = bt->model;
-  lp_proxy_t *p = m->proxy;
-  lp_backend_t *be = bt->backend;
-  be->inflight--;
-  m->inflight--;
-  m->shape_inflight[bt->shape]--;
-  p->batches--;
-  bt->in_flight = 0;
-  lp_theap_remove(&p->stall_timers, &bt->stall);
-  p->delivering = bt->id;
-  /* the device is free again: what it took teaches the clock, if it ran */
-  if (x->result == LP_XFER_OK && x->status == 200) {
-    uint64_t slots = (uint64_t)bt->layout.lanes * bt->layout.bucket, end = uv_hrtime();
-    uint64_t took = end - bt->dispatch_ns;
-    lp_hist_observe(&m->service, (double)(x->device_ns ? x->device_ns : took) / 1e9);
-    if (bt->expect_ns > bt->dispatch_ns) { /* how good the clock's prediction was */
-      double want = (double)(bt->expect_ns - bt->dispatch_ns);
-      lp_hist_observe(&m->service_error, ((double)took > want ? (double)took - want : want - (double)took) / want);
-    }
-    lp_devclock_finish(&be->clock, bt->device, bt->shape, bt->dispatch_ns, bt->expect_ns, end,
-                       x->device_ns, slots ? (double)bt->layout.real_tokens / (double)slots : 0);
-  } else {
-    lp_devclock_abandon(&be->clock, bt->device, bt->expect_ns, uv_hrtime());
-  }
-  char msg[160];
-  if (x->result == LP_XFER_TOO_LARGE) {
-    /* past what the batch can hold: malformed, whatever else it is */
-    be->failures++;
-    lp__backend_result(be, 0);
-    log_refusal(bt, x, "backend answer too large", x->error, strlen(x->error));
-    fail_batch(bt, 502, "bad_backend_answer", "the backend's answer was larger than the batch can be");
-  } else if (x->result != LP_XFER_OK) {
-    int timeout = x->result == LP_XFER_TIMEOUT;
-    int keep = 0;
-    if (x->result != LP_XFER_CANCELLED) {
-      be->failures++;
-      lp__backend_result(be, 0);
-      log_refusal(bt, x, "batch failed", x->error, strlen(x->error));
-      keep = retry_batch(bt, timeout ? 504 : 502, timeout ? "backend_timeout" : "backend_error",
-                         timeout ? "the backend did not answer in time"
-                                 : "the connection to the backend failed",
-                         retry_kind(bt, x));
-    } else {
-      fail_batch(bt, 503, "shutting_down", "the proxy is shutting down");
-    }
-    if (keep) {
-      lp_proxy_kick(p);
-      return;
-    }
-  } else if (x->status != 200) {
-    int v2 = m->cfg->protocol == LP_PROTO_V2;
-    snprintf(msg, sizeof(msg), "the backend %s the batch (HTTP %ld)",
-             x->status >= 500 ? "failed" : "refused", x->status);
-    log_refusal(bt, x, "batch refused", x->body.data, x->body.len);
-    /* a v2 server without the shape's model says 404 (or "unavailable") */
-    int mismatch = (x->status == 500 && (contains(&x->body, "shape mismatch") ||
-                                         contains(&x->body, "shape_mismatch"))) ||
-                   (v2 && (x->status == 404 || (x->status == 503 && contains(&x->body, "unavailable"))));
-    int keep = 0;
-    be->failures++;
-    if (mismatch) {
-      /* the backend is fine; the shape is not there: re-pack at once (the shape
-       * is now barred on this backend, so this cannot repeat) */
-      shape_missing(m, be, bt->shape);
-      keep = retry_batch(bt, 502, "backend_error", msg, RETRY_FREE);
-    } else if (x->status >= 500) {
-      lp__backend_result(be, 0);
-      keep = retry_batch(bt, 502, "backend_error", msg, retry_kind(bt, x));
-    } else {
-      lp__backend_result(be, 1); /* it answered: our batch was wrong, retrying cannot help */
-      fail_batch(bt, 502, "backend_error", msg);
-    }
-    if (keep) {
-      lp_proxy_kick(p);
-      return;
-    }
-  } else {
-    lp_scatter_t *sc = &m->scatter;
-    char err[300];
-    int v2 = m->cfg->protocol == LP_PROTO_V2;
-    int rc = v2 ? lp__v2_deliver(m, bt, x, err, sizeof(err))
-                : lp_scatter_index(sc, x->body.data ? x->body.data : "", x->body.len, &bt->layout,
-                                   err, sizeof(err));
-    /* an answer naming another batch is another batch's answer (a backend, or
-     * a proxy between, that mixed two up): it is never sliced. One naming none
-     * is taken (the field is the backend's to echo, as v2's id is optional). */
-    if (!rc && !v2 && sc->id_state != LP_SCATTER_ID_NONE &&
-        (sc->id_state == LP_SCATTER_ID_BAD || sc->batch_id != bt->id)) {
-      if (sc->id_state == LP_SCATTER_ID_BAD)
-        snprintf(err, sizeof(err), "the answer's batch_id is not an unsigned integer (batch %llu)",
-                 (unsigned long long)bt->id);
-      else
-        snprintf(err, sizeof(err), "the answer's batch_id %llu is not this batch's %llu",
-                 (unsigned long long)sc->batch_id, (unsigned long long)bt->id);
-      rc = -EPROTO;
-    }
-    if (rc) {
-      be->failures++;
-      lp__backend_result(be, 0);
-      log_refusal(bt, x, "bad backend answer", err, strlen(err));
-      fail_batch(bt, 502, "bad_backend_answer",
-                 "the backend's answer was malformed or did not match the batch");
-    } else {
-      be->batches++;
-      lp__backend_result(be, 1);
-      for (size_t i = 0; !v2 && i < bt->layout.nsegs; i++) {
-        const lp_segment_t *g = &bt->layout.segs[i];
-        const char *start;
-        size_t len;
-        lp_scatter_slice(sc, g, &start, &len);
-        lp__seq_done(bt->seqs[g->item], bt, g, start, len, sc->per_segment);
-      }
-    }
-  }
-  batch_free(bt);
-  lp_proxy_kick(p);
-}
+/* ---- sending ---- */
 
-/* ---- stalls: a batch far past its expected time is hedged ---- */
-
-static void on_stall_timer(uv_timer_t *t);
-
-static void stall_arm(lp_proxy_t *p) {
-  lp_theap_node_t *top = lp_theap_top(&p->stall_timers);
-  if (!top) return;
-  if (p->stall_timer_at && p->stall_timer_at <= top->at) return;
-  uint64_t now = uv_hrtime();
-  p->stall_timer_at = top->at;
-  uv_timer_start(&p->stall_timer, on_stall_timer, top->at > now ? (top->at - now + 999999) / 1000000 : 0, 0);
-}
-
-/* Its sequences go back in the queue as well as staying in it: the scheduler
- * packs them anew on a free device (of this backend or another), the first
- * answer wins and the other is dropped when it comes; the stalled device counts
- * as busy until it answers or its connection is dropped. */
-static void hedge(lp_batch_t *bt) {
-  lp_model_t *m = bt->model;
-  size_t n = 0;
-  for (size_t i = 0; i < bt->nseqs; i++) {
-    lp_seq_t *s = bt->seqs[i];
-    /* the latest copy only, and at most three copies in all */
-    if (!s || s->state != LP_SEQ_INFLIGHT || s->batch_id != bt->id || s->refs >= 3 || s->job->answered)
-      continue;
-    if (lp__model_requeue(m, s) == 0) {
-      s->hedged = 1;
-      n++;
-    }
-  }
-  m->proxy->stalls++;
-  lp_log(LP_LOG_WARN, "batch stalled: hedged", "\"batch\": %llu, \"backend\": \"%s\", \"sequences\": %zu",
-         (unsigned long long)bt->id, bt->backend->url, n);
-  lp_proxy_kick(m->proxy);
-}
-
-static void on_stall_timer(uv_timer_t *t) {
-  lp_proxy_t *p = container_of(t, lp_proxy_t, stall_timer);
-  p->stall_timer_at = 0;
-  uint64_t now = uv_hrtime();
-  lp_theap_node_t *top;
-  while ((top = lp_theap_top(&p->stall_timers)) && top->at <= now) {
-    lp_batch_t *bt = container_of(top, lp_batch_t, stall);
-    lp_theap_remove(&p->stall_timers, top);
-    if (bt->in_flight) hedge(bt);
-  }
-  stall_arm(p);
-}
-
-void lp__stall_timers_init(lp_proxy_t *p) {
-  lp_theap_init(&p->stall_timers);
-  uv_timer_init(p->loop, &p->stall_timer);
-  p->stall_timer_at = 0;
-}
-
-/* Sends what the plan placed; the placed sequences leave the queue. */
-/* The batch's items' request ids (layout item i is bt->seqs[i]), in the
+/* The batch's items' request ids (layout item i is bt->items[i]), in the
  * model's reused array; NULL when out of memory (the batch goes without). */
 static const char *const *batch_request_ids(lp_model_t *m, const lp_batch_t *bt) {
-  if (bt->nseqs > m->item_ids_cap) {
-    size_t c = bt->nseqs * 2;
+  if (bt->nitems > m->item_ids_cap) {
+    size_t c = bt->nitems * 2;
     const char **n = realloc(m->item_ids, c * sizeof(*n));
     if (!n) return NULL;
     m->item_ids = n;
     m->item_ids_cap = c;
   }
-  for (size_t i = 0; i < bt->nseqs; i++) m->item_ids[i] = bt->seqs[i]->job->request_id;
+  for (size_t i = 0; i < bt->nitems; i++) m->item_ids[i] = job_of(bt->items[i].job_id)->request_id;
   return m->item_ids;
 }
 
-int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *plan) {
+/* The batch never left: the core hears it as a reset once the action being
+ * handled is done (it retries its sequences or fails them). */
+static void start_failed(lp_model_t *m, lp_batch_t *bt, const char *why) {
+  lp_log(LP_LOG_ERROR, "batch not sent", "\"batch\": %llu, \"model\": \"%s\", \"error\": \"%s\"",
+         (unsigned long long)bt->id, m->cfg->name, why);
+  bt->next_failed = m->failed;
+  m->failed = bt;
+}
+
+void lp__batches_failed(lp_model_t *m) {
+  while (m->failed) {
+    lp_batch_t *bt = m->failed;
+    m->failed = bt->next_failed;
+    lp_disp_result_t r = {.outcome = LP_DISP_RESET};
+    lp_disp_result(m->disp, bt->id, &r, lp__now());
+    batch_free(bt);
+  }
+}
+
+void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   lp_proxy_t *p = m->proxy;
-  lp_batch_t *bt = batch_get(m, plan->placed + 1);
-  if (!bt) return -ENOMEM;
-  bt->backend = be;
-  bt->id = ++p->next_batch_id;
-  bt->shape = plan->shape;
-  if (plan->placed + 1 > m->scratch_cap) {
-    size_t c = plan->placed + 1;
-    lp_seq_ref_t *r = realloc(m->refs, c * sizeof(*r));
+  size_t n = a->send.n;
+  lp_batch_t *bt = batch_get(m, n ? n : 1);
+  if (!bt) { /* not even a record: the core hears it at once (no action is held) */
+    lp_disp_result_t r = {.outcome = LP_DISP_RESET};
+    lp_disp_result(m->disp, a->send.batch_id, &r, lp__now());
+    return;
+  }
+  bt->id = a->send.batch_id;
+  bt->shape = a->send.shape;
+  bt->device = (int)a->send.device;
+  bt->expect_ns = a->send.expect_ns;
+  bt->backend = &m->backends[a->send.backend < m->nbackends ? a->send.backend : 0];
+  memcpy(bt->items, a->send.items, n * sizeof(*bt->items));
+  bt->nitems = n;
+  if (a->send.backend >= m->nbackends) {
+    start_failed(m, bt, "no such backend");
+    return;
+  }
+  lp_backend_t *be = bt->backend;
+  if (n > m->scratch_cap) {
+    lp_seq_ref_t *r = realloc(m->refs, n * sizeof(*r));
     if (r) m->refs = r;
-    lp_place_t *pl = realloc(m->place, c * sizeof(*pl));
+    lp_place_t *pl = realloc(m->place, n * sizeof(*pl));
     if (pl) m->place = pl;
     if (!r || !pl) {
-      batch_free(bt);
-      return -ENOMEM;
+      start_failed(m, bt, "out of memory");
+      return;
     }
-    m->scratch_cap = c;
+    m->scratch_cap = n;
   }
-  lp_seq_ref_t *refs = m->refs;
-  lp_place_t *place = m->place;
-  size_t k = 0;
-  for (size_t i = 0; i < plan->n; i++) {
-    if (plan->place[i].bin < 0) continue;
-    lp_seq_t *s = m->win[i];
-    bt->seqs[k] = s;
-    s->refs++;
-    s->job->refs++;
-    refs[k] = (lp_seq_ref_t){s->tokens, s->len};
-    place[k] = plan->place[i];
-    k++;
+  for (size_t i = 0; i < n; i++) {
+    const lp_seq_t *s = &job_of(bt->items[i].job_id)->seqs[bt->items[i].seq];
+    m->refs[i] = (lp_seq_ref_t){s->tokens, s->len};
+    m->place[i] = (lp_place_t){.bin = (int32_t)bt->items[i].lane, .offset = bt->items[i].offset};
   }
-  bt->nseqs = k;
-  const lp_shape_t *sh = &m->shapes.shapes[plan->shape];
   /* only v2 rectangles send segment and position ids from the layout; the JSON
    * writer derives them from the segments */
   bt->layout.skip_ids = !(m->cfg->protocol == LP_PROTO_V2 &&
                           (m->cfg->v2.inputs[1][0] || m->cfg->v2.inputs[2][0]));
-  int rc = m->cfg->ragged ? lp_layout_build_ragged(&bt->layout, NULL, refs, k)
-                          : lp_layout_build(&bt->layout, sh->lanes, sh->bucket, m->cfg->pad_id,
-                                            place, refs, k);
+  int rc = m->cfg->ragged ? lp_layout_build_ragged(&bt->layout, NULL, m->refs, n)
+                          : lp_layout_build(&bt->layout, a->send.lanes, a->send.bucket, m->cfg->pad_id,
+                                            m->place, m->refs, n);
   if (rc) {
-    batch_free(bt);
-    return rc;
+    start_failed(m, bt, strerror(-rc));
+    return;
   }
-  uint64_t now = uv_hrtime();
+  uint64_t now = lp__now();
   for (size_t i = 0; i < bt->layout.nsegs; i++) {
     const lp_segment_t *g = &bt->layout.segs[i];
-    lp_seq_t *s = bt->seqs[g->item];
+    bt->seg_of[g->item] = (uint32_t)i;
+    lp_seq_t *s = &job_of(bt->items[g->item].job_id)->seqs[bt->items[g->item].seq];
     s->batch_id = bt->id;
     s->lanes = bt->layout.lanes;
     s->bucket = bt->layout.bucket;
     s->lane = g->lane;
     s->offset = g->offset;
     s->dispatch_ns = now;
-    lp__model_unqueue(m, s, LP_SEQ_INFLIGHT);
+    s->sends++;
   }
-  bt->backend = be;
   const char *const *ids = batch_request_ids(m, bt);
   if (m->cfg->protocol == LP_PROTO_V2) {
     if (lp__v2_encode(m, bt, ids)) bt->body.oom = 1;
@@ -532,61 +250,166 @@ int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *p
     lp_batchjson_write(&m->writer, &bt->body, &bt->layout, bt->id, m->cfg->name, ids);
   }
   if (bt->body.oom) {
-    fail_batch(bt, 503, "out_of_memory", "proxy out of memory");
-    batch_free(bt);
-    return 0;
+    start_failed(m, bt, "out of memory for the body");
+    return;
   }
-  /* accounting: what the chip will compute */
-  uint64_t slots = (uint64_t)bt->layout.lanes * bt->layout.bucket;
-  lp_bucket_set_account(&m->shapes, (size_t)plan->shape, (uint32_t)bt->layout.nsegs,
-                        bt->layout.real_tokens);
-  m->batches_by_shape[plan->shape]++;
-  m->real_tokens += bt->layout.real_tokens;
-  m->pad_tokens += slots - bt->layout.real_tokens;
-  lp_hist_observe(&m->fill, (double)bt->layout.real_tokens / (double)slots);
-  lp_hist_observe(&m->fill_by_shape[bt->shape], (double)bt->layout.real_tokens / (double)slots);
   bt->dispatch_ns = now;
-  bt->device = lp_devclock_start(&be->clock, plan->shape, now, &bt->expect_ns);
-  m->rr = (size_t)(be - m->backends) + 1;
-  be->inflight++;
-  m->inflight++;
-  m->shape_inflight[plan->shape]++;
-  p->batches++;
   lp_log(LP_LOG_DEBUG, "dispatch",
          "\"batch\": %llu, \"shape\": [%u, %u], \"segments\": %zu, \"fill\": %.4f, "
          "\"reason\": \"%s\", \"backend\": \"%s\"",
          (unsigned long long)bt->id, bt->layout.lanes, bt->layout.bucket, bt->layout.nsegs,
-         plan->fill, plan->reason, be->url);
+         (double)bt->layout.real_tokens / ((double)bt->layout.lanes * bt->layout.bucket), a->send.reason,
+         be->url);
   if (m->cfg->protocol == LP_PROTO_V2)
     bt->xfer = lp_upstream_request_h(p->up, bt->url, bt->body.data, bt->body.len, bt->headers,
                                      m->cfg->backend_timeout_ms, answer_bound(m, bt), on_batch_done, bt);
   else
     bt->xfer = lp_upstream_request(p->up, be->batch_url, bt->body.data, bt->body.len,
                                    m->cfg->backend_timeout_ms, answer_bound(m, bt), on_batch_done, bt);
-  if (bt->xfer) {
-    bt->in_flight = 1;
-    /* past stall_factor times its expected time, and at least stall_min_ms
-     * past it, it counts as stalled: the floor keeps a busy host's jitter on
-     * short batches from hedging them all (a storm of copies that starves new
-     * work) */
-    double f = m->cfg->stall_factor;
-    if (f > 0 && bt->expect_ns > now) {
-      uint64_t span = bt->expect_ns - now;
-      uint64_t wait = (uint64_t)(f * (double)span);
-      if (wait < span + m->cfg->stall_min_ms * 1000000ull) wait = span + m->cfg->stall_min_ms * 1000000ull;
-      uint64_t at = now + wait;
-      if (lp_theap_set(&p->stall_timers, &bt->stall, at) == 0) stall_arm(p);
-    }
-  } else {
-    lp_devclock_abandon(&be->clock, bt->device, bt->expect_ns, uv_hrtime());
-    be->inflight--;
-    m->inflight--;
-    m->shape_inflight[plan->shape]--;
-    p->batches--;
-    fail_batch(bt, 502, "backend_error", "could not start the upstream request");
-    batch_free(bt);
+  if (!bt->xfer) {
+    start_failed(m, bt, "could not start the upstream request");
+    return;
   }
-  return 0;
+  bt->in_flight = 1;
+  /* accounting: what the chip will compute */
+  uint64_t slots = (uint64_t)bt->layout.lanes * bt->layout.bucket;
+  lp_bucket_set_account(&m->shapes, (size_t)bt->shape, (uint32_t)bt->layout.nsegs, bt->layout.real_tokens);
+  m->batches_by_shape[bt->shape]++;
+  m->real_tokens += bt->layout.real_tokens;
+  m->pad_tokens += slots - bt->layout.real_tokens;
+  lp_hist_observe(&m->fill, (double)bt->layout.real_tokens / (double)slots);
+  lp_hist_observe(&m->fill_by_shape[bt->shape], (double)bt->layout.real_tokens / (double)slots);
+  be->inflight++;
+  m->inflight++;
+  m->shape_inflight[bt->shape]++;
+  p->batches++;
+}
+
+/* ---- answers ---- */
+
+void lp__batch_output(lp_model_t *m, const lp_disp_action_t *a) {
+  lp_batch_t *bt = m->delivering;
+  if (!bt || bt->id != a->output.batch_id) return; /* outputs come only while their answer is held */
+  size_t i = bt->cursor; /* the core says them in the batch's item order */
+  if (i >= bt->nitems || bt->items[i].job_id != a->output.job_id || bt->items[i].seq != a->output.seq)
+    for (i = 0; i < bt->nitems; i++)
+      if (bt->items[i].job_id == a->output.job_id && bt->items[i].seq == a->output.seq) break;
+  if (i >= bt->nitems) return;
+  bt->cursor = i + 1;
+  const lp_segment_t *g = &bt->layout.segs[bt->seg_of[i]];
+  lp_seq_t *s = &job_of(a->output.job_id)->seqs[a->output.seq];
+  if (m->cfg->protocol == LP_PROTO_V2) {
+    if (lp__v2_slice(m, bt, g, s)) lp__job_fail(s->job, 503, "out_of_memory", "proxy out of memory");
+    return;
+  }
+  const char *start;
+  size_t len;
+  lp_scatter_slice(&m->scatter, g, &start, &len);
+  lp__seq_done(s, bt, g, start, len, m->scatter.per_segment);
+}
+
+/* A 200 answer indexed for slicing (JSON: the scatter index; v2: the decoded
+ * message): 0, or -EPROTO with err. */
+static int open_answer(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen) {
+  if (m->cfg->protocol == LP_PROTO_V2) return lp__v2_open(m, bt, x, err, errlen);
+  lp_scatter_t *sc = &m->scatter;
+  int rc = lp_scatter_index(sc, x->body.data ? x->body.data : "", x->body.len, &bt->layout, err, errlen);
+  /* an answer naming another batch is another batch's answer (a backend, or
+   * a proxy between, that mixed two up): it is never sliced. One naming none
+   * is taken (the field is the backend's to echo, as v2's id is optional). */
+  if (!rc && sc->id_state != LP_SCATTER_ID_NONE && (sc->id_state == LP_SCATTER_ID_BAD || sc->batch_id != bt->id)) {
+    if (sc->id_state == LP_SCATTER_ID_BAD)
+      snprintf(err, errlen, "the answer's batch_id is not an unsigned integer (batch %llu)",
+               (unsigned long long)bt->id);
+    else
+      snprintf(err, errlen, "the answer's batch_id %llu is not this batch's %llu",
+               (unsigned long long)sc->batch_id, (unsigned long long)bt->id);
+    rc = -EPROTO;
+  }
+  return rc;
+}
+
+/* How the answer ended, for the core; what it says is logged. */
+static lp_disp_outcome_t classify(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, int *opened) {
+  lp_backend_t *be = bt->backend;
+  *opened = 0;
+  if (x->result == LP_XFER_CANCELLED) return LP_DISP_ABANDONED;
+  if (x->result == LP_XFER_TOO_LARGE) { /* past what the batch can hold: malformed, whatever else it is */
+    be->failures++;
+    log_refusal(bt, x, "backend answer too large", x->error, strlen(x->error));
+    return LP_DISP_GARBLED;
+  }
+  if (x->result != LP_XFER_OK) {
+    be->failures++;
+    log_refusal(bt, x, "batch failed", x->error, strlen(x->error));
+    return x->result == LP_XFER_TIMEOUT ? LP_DISP_TIMEOUT : LP_DISP_RESET;
+  }
+  if (x->status != 200) {
+    int v2 = m->cfg->protocol == LP_PROTO_V2;
+    be->failures++;
+    log_refusal(bt, x, "batch refused", x->body.data, x->body.len);
+    /* a v2 server without the shape's model says 404 (or "unavailable") */
+    int mismatch = (x->status == 500 && (contains(&x->body, "shape mismatch") ||
+                                         contains(&x->body, "shape_mismatch"))) ||
+                   (v2 && (x->status == 404 || (x->status == 503 && contains(&x->body, "unavailable"))));
+    if (mismatch) {
+      /* the shape is not there: barred on this backend (the core re-packs at
+       * once), asked about again later */
+      be->shape_state[bt->shape] = LP_SHAPE_UNAVAILABLE;
+      lp__backend_shape_missing(be, bt->shape);
+      return LP_DISP_ERR_SHAPE;
+    }
+    return x->status >= 500 ? LP_DISP_ERR_5XX : LP_DISP_ERR_4XX;
+  }
+  char err[300];
+  if (open_answer(m, bt, x, err, sizeof(err))) {
+    be->failures++;
+    log_refusal(bt, x, "bad backend answer", err, strlen(err));
+    lp__v2_close(m);
+    return LP_DISP_GARBLED;
+  }
+  *opened = 1;
+  be->batches++;
+  return LP_DISP_OK;
+}
+
+static void on_batch_done(lp_xfer_t *x, void *ud) {
+  lp_batch_t *bt = ud;
+  lp_model_t *m = bt->model;
+  lp_proxy_t *p = m->proxy;
+  bt->backend->inflight--;
+  m->inflight--;
+  m->shape_inflight[bt->shape]--;
+  p->batches--;
+  bt->in_flight = 0;
+  uint64_t now = lp__now();
+  int opened;
+  lp_disp_result_t r = {.outcome = classify(m, bt, x, &opened), .http_status = (int)x->status,
+                        .sent_ns = x->start_ns && x->start_ns <= now ? x->start_ns : bt->dispatch_ns,
+                        .device_ns = x->result == LP_XFER_OK ? x->device_ns : 0};
+  if (r.outcome == LP_DISP_OK) {
+    uint64_t took = now - bt->dispatch_ns;
+    lp_hist_observe(&m->service, (double)(x->device_ns ? x->device_ns : took) / 1e9);
+    if (bt->expect_ns > bt->dispatch_ns) { /* how good the clock's prediction was */
+      double want = (double)(bt->expect_ns - bt->dispatch_ns);
+      lp_hist_observe(&m->service_error, ((double)took > want ? (double)took - want : want - (double)took) / want);
+    }
+  }
+  /* the core says which sequences this answer serves (OUTPUT, sliced from it
+   * while it is held) and what becomes of the rest */
+  m->delivering = opened ? bt : NULL;
+  lp_disp_result(m->disp, bt->id, &r, now);
+  lp__model_pump(m);
+  m->delivering = NULL;
+  if (opened) lp__v2_close(m);
+  if (r.outcome == LP_DISP_ERR_SHAPE) {
+    lp__model_shapes_changed(m);
+    int anywhere = m->shapes.shapes[bt->shape].state != LP_SHAPE_UNAVAILABLE;
+    lp_log(LP_LOG_WARN, "shape mismatch", "\"backend\": \"%s\", \"shape\": [%u, %u], \"anywhere\": %s",
+           bt->backend->url, m->shapes.shapes[bt->shape].lanes, m->shapes.shapes[bt->shape].bucket,
+           anywhere ? "true" : "false");
+  }
+  batch_free(bt);
 }
 
 void lp__batches_free(lp_model_t *m) {

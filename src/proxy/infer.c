@@ -321,10 +321,10 @@ lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, const int32_t *tokens, size_
   lp_job_t *job = malloc(total);
   if (!job) return fail(e, 503, "out_of_memory", "proxy out of memory");
   memset(job, 0, head);
-  lp_theap_node_init(&job->timer);
   job->seqs = (lp_seq_t *)(job + 1);
   job->nseq = (uint32_t)nseq;
   job->multi = multi;
+  job->priority = priority;
   job->model = m;
   job->proxy = p;
   for (size_t i = 0; i < nseq; i++) {
@@ -352,7 +352,6 @@ lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, const int32_t *tokens, size_
     }
     s->job = job;
     s->len = lens[i];
-    s->q.priority = priority;
   }
   job->tokens = (int32_t *)((char *)job + head);
   if (ntokens) memcpy(job->tokens, tokens, ntokens * sizeof(int32_t));

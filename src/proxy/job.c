@@ -1,6 +1,6 @@
 /* A request's life after admission: its answer, built once every sequence has
- * its output, or its failure; and its time bound, kept in a heap apart from
- * the scheduler, so that no scheduling state can keep a request unanswered. */
+ * its output, or its failure. When it ends is the dispatch core's to say (its
+ * ANSWER action, within the request's bound); a client gone is told to it. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,144 +12,41 @@
 /* ---- ending jobs ---- */
 
 void lp__job_free(lp_job_t *job) {
-  lp_theap_remove(&job->proxy->job_timers, &job->timer);
+  if (job->charged) job->model->live_bytes -= job->bytes;
   for (uint32_t i = 0; i < job->nseq; i++) free(job->seqs[i].out);
   job->proxy->jobs--;
   free(job); /* one block with its sequences, tokens and id */
 }
 
-void lp__job_release(lp_job_t *job) {
-  if (job->unresolved == 0 && job->refs == 0) lp__job_free(job);
-}
-
-/* Removes the job's queued sequences (they will never be sent). */
-static void drop_queued(lp_job_t *job) {
-  if (!job->queued) return;
-  lp_model_t *m = job->model;
-  for (uint32_t i = 0; i < job->nseq && job->queued; i++) {
-    lp_seq_t *s = &job->seqs[i];
-    if (s->state == LP_SEQ_QUEUED) {
-      lp__model_unqueue(m, s, LP_SEQ_DONE);
-      job->unresolved--;
-    }
-  }
-}
-
-/* The job has had its one answer (or its client left): nothing times it now. */
-static void settle(lp_job_t *job) {
-  job->answered = 1;
-  lp_theap_remove(&job->proxy->job_timers, &job->timer);
-}
-
 void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg) {
-  if (!job->answered) {
-    settle(job);
-    if (job->req) {
-      const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
-      lp_http_req_t *req = job->req;
-      req->app = NULL; /* before answering: a failed write frees req at once */
-      job->req = NULL;
-      if (job->v2) lp__v2_reject_job(job->proxy, req, status, code, msg, job);
-      else lp__reject_job(job->proxy, req, LP_ROUTE_INFER, status, hdr, code, msg, NULL, job);
-    }
-  }
-  drop_queued(job);
-  lp__job_release(job);
+  if (job->answered) return;
+  job->answered = 1;
+  if (!job->req) return;
+  const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
+  lp_http_req_t *req = job->req;
+  req->app = NULL; /* before answering: a failed write frees req at once */
+  job->req = NULL;
+  if (job->v2) lp__v2_reject_job(job->proxy, req, status, code, msg, job);
+  else lp__reject_job(job->proxy, req, LP_ROUTE_INFER, status, hdr, code, msg, NULL, job);
 }
 
 void lp__job_cancel(lp_job_t *job) {
+  lp_model_t *m = job->model;
   job->req = NULL;
-  settle(job);
-  drop_queued(job);
-  lp__job_release(job);
-}
-
-/* ---- the time bound ---- */
-
-static void on_job_timer(uv_timer_t *t);
-
-/* Keeps the loop timer at the heap's top: restarted only when the top moves
- * earlier, so a stream of admissions costs a heap insertion each, no more. */
-static void timers_arm(lp_proxy_t *p) {
-  lp_theap_node_t *top = lp_theap_top(&p->job_timers);
-  if (!top) {
-    if (p->job_timer_at) uv_timer_stop(&p->job_timer);
-    p->job_timer_at = 0;
+  job->answered = 1;
+  if (!job->in_core) {
+    lp__job_free(job);
     return;
   }
-  if (p->job_timer_at && p->job_timer_at <= top->at) return;
-  uint64_t now = uv_hrtime();
-  uint64_t ms = top->at > now ? (top->at - now + 999999) / 1000000 : 0;
-  p->job_timer_at = top->at;
-  uv_timer_start(&p->job_timer, on_job_timer, ms, 0);
-}
-
-/* The next moment the job must be looked at: its deadline, its bound, or, while
- * only a compiling shape could hold one of its sequences, the backend timeout. */
-static uint64_t next_check(const lp_job_t *job) {
-  uint64_t at = job->bound_ns;
-  if (job->deadline_ns && job->deadline_ns < at) at = job->deadline_ns;
-  const lp_model_t *m = job->model;
-  uint32_t compiled = lp__model_compiled_max(m);
-  uint64_t patience = job->arrive_ns + m->cfg->backend_timeout_ms * 1000000ull;
-  for (uint32_t i = 0; i < job->nseq && patience < at; i++)
-    if (job->seqs[i].state == LP_SEQ_QUEUED && job->seqs[i].len > compiled) {
-      at = patience;
-      break;
-    }
-  return at;
-}
-
-int lp__job_arm(lp_job_t *job) {
-  lp_proxy_t *p = job->proxy;
-  job->bound_ns = job->arrive_ns + job->model->bound_ns;
-  if (lp_theap_set(&p->job_timers, &job->timer, next_check(job))) return -ENOMEM;
-  timers_arm(p);
-  return 0;
-}
-
-/* A job's time has come: fail it for the reason that holds, or look again later. */
-static void check(lp_job_t *job, uint64_t now) {
-  lp_proxy_t *p = job->proxy;
-  char msg[160];
-  if (job->deadline_ns && now >= job->deadline_ns) {
-    lp__job_fail(job, 504, "deadline_exceeded",
-                 job->queued == job->nseq ? "the deadline passed while queued"
-                                          : "the deadline passed before the backend answered");
+  if (m->pumping) { /* an action is being handled: the core hears it right after */
+    job->next_cancel = m->cancels;
+    m->cancels = job;
     return;
   }
-  if (now >= job->bound_ns) {
-    snprintf(msg, sizeof(msg), "no answer within the proxy's bound of %llu ms",
-             (unsigned long long)(job->model->bound_ns / 1000000));
-    lp_log(LP_LOG_WARN, "request bound reached", "\"model\": \"%s\", \"queued\": %u",
-           job->model->cfg->name, job->queued);
-    lp__job_fail(job, 504, "request_bound_exceeded", msg);
-    return;
-  }
-  uint64_t at = next_check(job);
-  if (at <= now) {
-    lp__job_fail(job, 503, "shape_compiling", "only a shape still compiling can hold this sequence");
-    return;
-  }
-  if (lp_theap_set(&p->job_timers, &job->timer, at)) /* cannot grow: re-keying never does */
-    lp__job_fail(job, 503, "out_of_memory", "proxy out of memory");
-}
-
-static void on_job_timer(uv_timer_t *t) {
-  lp_proxy_t *p = container_of(t, lp_proxy_t, job_timer);
-  p->job_timer_at = 0;
-  uint64_t now = uv_hrtime();
-  lp_theap_node_t *top;
-  while ((top = lp_theap_top(&p->job_timers)) && top->at <= now)
-    check(container_of(top, lp_job_t, timer), now);
-  timers_arm(p);
-  lp_proxy_kick(p);
-}
-
-void lp__job_timers_init(lp_proxy_t *p) {
-  lp_theap_init(&p->job_timers);
-  uv_timer_init(p->loop, &p->job_timer);
-  p->job_timer_at = 0;
+  job->in_core = 0;
+  lp_disp_cancel(m->disp, (uint64_t)(uintptr_t)job, lp__now());
+  lp__job_free(job);
+  lp__model_pump(m);
 }
 
 /* ---- answering ---- */
@@ -200,7 +97,7 @@ static int answer(lp_job_t *job, const char *single, size_t single_len, int per_
   lp_proxy_t *p = job->proxy;
   lp_buf_t out;
   lp_buf_init(&out);
-  uint64_t now = uv_hrtime(), queue_ns, backend_ns;
+  uint64_t now = lp__now(), queue_ns, backend_ns;
   const char *ctype = "application/json";
   char extra[96] = "";
   lp__job_times(job, &queue_ns, &backend_ns);
@@ -284,7 +181,7 @@ send:
   lp_http_req_t *req = job->req;
   req->app = NULL;
   job->req = NULL;
-  settle(job);
+  job->answered = 1;
   lp_http_respond_raw_at(req, &out, HEAD_ROOM - head->len);
   lp_buf_free(&out);
   return 0;
@@ -295,12 +192,11 @@ send:
 static void seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, const char *slice,
                      size_t len, int per_segment, int wrap) {
   lp_job_t *job = s->job;
-  if (s->state == LP_SEQ_DONE) return; /* a hedged copy answered first */
-  if (s->state == LP_SEQ_QUEUED) lp__model_unqueue(job->model, s, LP_SEQ_INFLIGHT); /* its hedge had not left */
-  /* the latest copy is the hedge: its winning is what hedging bought */
-  if (s->hedged && bt->id == s->batch_id) job->proxy->hedges_won++;
+  if (s->state == LP_SEQ_DONE) return; /* the core says each once; kept as a guard */
+  /* a later copy (a hedge) answered: what hedging bought */
+  if (s->sends > 1 && bt->id == s->batch_id) job->proxy->hedges_won++;
   /* where it ran is where this answer came from: the latest copy's place
-   * (what dispatch wrote) is another batch's when an earlier copy wins */
+   * (what the send wrote) is another batch's when an earlier copy wins */
   s->batch_id = bt->id;
   s->lanes = bt->layout.lanes;
   s->bucket = bt->layout.bucket;
@@ -308,7 +204,7 @@ static void seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, c
   s->offset = g->offset;
   s->dispatch_ns = bt->dispatch_ns;
   s->state = LP_SEQ_DONE;
-  s->done_ns = uv_hrtime();
+  s->done_ns = lp__now();
   job->unresolved--;
   job->model->sequences_done++;
   if (!job->answered && job->req) {
@@ -326,12 +222,9 @@ static void seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, c
       s->out_len = k;
       if (job->unresolved == 0) rc = answer(job, NULL, 0, per_segment);
     }
-    if (rc) {
-      lp__job_fail(job, 503, "out_of_memory", "proxy out of memory"); /* frees at 0 */
-      return;
-    }
+    /* the client has its 503; the core still answers the job (then it is freed) */
+    if (rc) lp__job_fail(job, 503, "out_of_memory", "proxy out of memory");
   }
-  lp__job_release(job);
 }
 
 void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, const char *slice, size_t len,
@@ -355,13 +248,4 @@ void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *
     }
   }
   seq_done(s, bt, g, raw, len, per_segment, 0);
-}
-
-void lp__seq_failed(lp_seq_t *s, int status, const char *code, const char *msg) {
-  lp_job_t *job = s->job;
-  if (s->state == LP_SEQ_DONE) return;
-  if (s->state == LP_SEQ_QUEUED) lp__model_unqueue(job->model, s, LP_SEQ_INFLIGHT);
-  s->state = LP_SEQ_DONE;
-  job->unresolved--;
-  lp__job_fail(job, status, code, msg); /* frees the job when nothing refers to it */
 }

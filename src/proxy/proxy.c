@@ -257,7 +257,7 @@ static void on_drain_timeout(uv_timer_t *t) {
   lp_log(LP_LOG_WARN, "drain timeout: failing what is left", "\"batches\": %zu", p->batches);
   p->hard_stop = 1;
   for (size_t i = 0; i < p->nmodels; i++)
-    lp__model_fail_all(&p->models[i], 503, "shutting_down", "the proxy is shutting down");
+    lp__model_fail_all(&p->models[i], LP_DISP_ST_SHUTDOWN);
   lp_upstream_cancel_all(p->up); /* their batches fail with shutting_down */
   uv_timer_start(&p->drain, on_last_resort, 2000, 0);
 }
@@ -357,8 +357,6 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
   lp_hist_init(&p->t_queue, latency_bounds, sizeof(latency_bounds) / sizeof(latency_bounds[0]));
   lp_hist_init(&p->t_backend, latency_bounds, sizeof(latency_bounds) / sizeof(latency_bounds[0]));
   lp_hist_init(&p->t_total, latency_bounds, sizeof(latency_bounds) / sizeof(latency_bounds[0]));
-  lp__job_timers_init(p);
-  lp__stall_timers_init(p);
   p->up = lp_upstream_new(loop, 1ull << 30);
   if (!p->up) return -ENOMEM;
   for (size_t i = 0; i < p->cfg.nmodels; i++) {

@@ -1,5 +1,8 @@
 /* The proxy's state, shared by its files only: jobs (client requests), their
- * sequences, models with their queues and backends, batches in flight. */
+ * sequences, models with their dispatch cores and backends, batches in flight.
+ * The policy (queue, device clocks, when and what a batch carries, retries,
+ * hedges, health from outcomes, request bounds) is the model's lp_disp_t; these
+ * files are the I/O around it. */
 #ifndef LANEPACK_PROXY_H
 #define LANEPACK_PROXY_H
 
@@ -13,15 +16,14 @@
 #include "lanepack/buf.h"
 #include "lanepack/config.h"
 #include "lanepack/devclock.h"
+#include "lanepack/dispatch.h"
 #include "lanepack/httpd.h"
 #include "lanepack/layout.h"
 #include "lanepack/metrics.h"
-#include "lanepack/queue.h"
 #include "lanepack/scatter.h"
-#include "lanepack/sched.h"
 #include "lanepack/tensor.h"
-#include "lanepack/timeheap.h"
 #include "lanepack/upstream.h"
+#include "lanepack/v2.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
@@ -30,23 +32,17 @@ typedef struct lp_model_s lp_model_t;
 typedef struct lp_job_s lp_job_t;
 typedef struct lp_batch_s lp_batch_t;
 
-enum { LP_SEQ_QUEUED = 0, LP_SEQ_INFLIGHT, LP_SEQ_DONE };
+/* One sequence of a job: waiting (queued or in flight: the core knows which),
+ * or done. */
+enum { LP_SEQ_WAITING = 0, LP_SEQ_DONE };
 
-/* One sequence of a job: waiting in its model's queue, in a batch, or done. */
 typedef struct lp_seq_s {
   lp_job_t *job;
   const int32_t *tokens;  /* into job->tokens */
   uint32_t len;
   int state;
-  lp_qnode_t q;           /* its place in the model's queue (priority, arrival) */
-  uint64_t gather_gen;    /* already in this decision's window */
-  uint32_t attempts;      /* retries spent */
-  uint32_t refs;          /* batches holding it (two while hedged) */
-  int hedged;             /* a copy went out again: the first answer wins */
-  int isolate;            /* goes alone: it was in a batch an otherwise healthy backend refused */
-  int avoid;              /* 1 + the backend that may still be computing it (timed out); 0: none */
-  lp_sched_item_t sched;
-  /* where it ran */
+  uint32_t sends;         /* batches that carried it (copies: hedges and retries) */
+  /* where it ran: its latest send, then the batch that answered it */
   uint64_t batch_id;
   uint32_t lanes, bucket, lane, offset;
   uint64_t dispatch_ns, done_ns;
@@ -54,8 +50,9 @@ typedef struct lp_seq_s {
   size_t out_len;
 } lp_seq_t;
 
-/* One client request. Owned by the proxy from admission until it is answered
- * and no batch refers to it. */
+/* One client request. Owned by the proxy from parsing until the core answers
+ * it (its ANSWER action) or is told its client left (lp_disp_cancel); its
+ * address is its job id in the core, so nothing of it is touched after. */
 struct lp_job_s {
   lp_proxy_t *proxy;
   lp_model_t *model;
@@ -74,17 +71,16 @@ struct lp_job_s {
   int v2_ndim;
   int64_t v2_dims[LP_TENSOR_MAX_DIMS];
   uint32_t nseq;
-  uint32_t unresolved;    /* sequences queued or in flight */
-  uint32_t queued;        /* sequences still in the model's queue */
+  uint32_t unresolved;    /* sequences without their output */
+  int priority;           /* the client's, clamped: higher goes first */
   int answered;           /* the client has had its one answer */
-  int doomed;             /* picked to fail: listed by the one who fails it */
-  uint32_t refs;          /* batch references to its sequences: freed at 0 */
+  int in_core;            /* admitted: the core answers it or must hear it is cancelled */
+  int charged;            /* its bytes count in its model's live_bytes */
+  lp_job_t *next_cancel;  /* in its model's list of cancels the core has not heard yet */
   lp_seq_t *seqs;         /* owned */
   int32_t *tokens;        /* in the job's block (allocated with it) */
   uint64_t arrive_ns;
   uint64_t deadline_ns;   /* the client's; 0 = none */
-  uint64_t bound_ns;      /* the proxy's: answered by then whatever happens */
-  lp_theap_node_t timer;  /* in proxy->job_timers until answered */
   size_t bytes;           /* what it holds, charged to the queue's budget */
 };
 
@@ -94,9 +90,9 @@ typedef struct lp_backend_s {
   char batch_url[LP_URL_MAX + 16];
   char health_url[LP_URL_MAX + 16];
   char shapes_url[LP_URL_MAX + 16];
-  int healthy;
+  int healthy;            /* as the core has it (probes and batch outcomes) */
   int probed_ok;          /* a health probe has succeeded */
-  uint32_t failures_in_row;
+  uint32_t probe_fails;   /* health probes failed in a row */
   uint32_t inflight;
   lp_xfer_t *probe;       /* health probe in flight */
   uint64_t batches, failures;
@@ -104,7 +100,6 @@ typedef struct lp_backend_s {
    * not contradicted; UNAVAILABLE after a shape mismatch here */
   lp_shape_state_t shape_state[LP_BUCKET_MAX_SHAPES];
   int reported;           /* /v1/shapes answered since it last came up */
-  lp_devclock_t clock;    /* its devices: when free, how long each shape takes */
   int retired;            /* gone from the configuration (reload): no new batches,
                              no probes, its shapes admit nothing; its batches in
                              flight still end here */
@@ -116,30 +111,33 @@ typedef struct lp_backend_s {
   uint32_t recheck_ms;
 } lp_backend_t;
 
+/* A batch the core sent: its layout and body, its transfer, and which job and
+ * sequence each layout item is (job ids are job addresses: valid while the
+ * core still has the job, which is when it says anything about it). */
 struct lp_batch_s {
   lp_model_t *model;
   lp_backend_t *backend;
-  uint64_t id;
+  uint64_t id;            /* the core's */
   int shape;              /* index in model->shapes (a ragged model has one) */
-  lp_seq_t **seqs;        /* layout item i is seqs[i]; owned array */
-  size_t nseqs;
-  size_t seqs_cap;
+  lp_disp_item_t *items;  /* layout item i is items[i]; owned array */
+  uint32_t *seg_of;       /* item i's segment in the layout; owned array */
+  size_t nitems;
+  size_t items_cap;
+  size_t cursor;          /* next item expected in OUTPUT order */
   lp_batch_t *next_spare; /* model's pool of finished batches */
   lp_layout_t layout;     /* owned */
   lp_buf_t body;          /* the request sent upstream; owned */
   uint64_t dispatch_ns;
   lp_xfer_t *xfer;
-  uv_timer_t retry;       /* backoff before its sequences go back in the queue */
-  uint32_t backoff_ms;
   /* v2 backends: where it goes and the header lines it needs */
   char url[LP_URL_MAX + 200];
   char v2_header[64];
   const char *headers[3];
   int32_t v2_scalar;      /* max_seqlen of a ragged batch */
-  int device;             /* the device the clock expects it on */
-  uint64_t expect_ns;     /* when it is expected back; 0 = unknown */
-  lp_theap_node_t stall;  /* in proxy->stall_timers while it may stall */
+  int device;             /* the device the core sent it to */
+  uint64_t expect_ns;     /* when the core expects it back; 0 = unknown */
   int in_flight;          /* its transfer is running */
+  lp_batch_t *next_failed;/* in the model's list of batches whose start failed */
 };
 
 struct lp_model_s {
@@ -148,23 +146,19 @@ struct lp_model_s {
   /* the union of every backend's shapes; a shape's state here is the best any
    * backend has it in (admission looks at this), its counters the model's */
   lp_bucket_set_t shapes;
-  lp_sched_t *sched;       /* owned */
-  lp_queue_t queue;        /* waiting sequences (lp_seq_t.q); owns its level array */
-  uint64_t queued_tokens;
-  size_t queued_requests;
-  uint64_t queued_bytes;
-  uint64_t next_seqno;
-  uint64_t gather_gen;
-  uint64_t bound_ns;       /* a request's longest stay in the proxy */
-  lp_sched_item_t *items;  /* scratch for decisions; owned */
-  lp_seq_t **win;          /* the sequences behind items; owned array */
-  lp_sched_item_t *items2; /* items as one backend may take them; owned */
-  size_t items2_cap;
-  size_t items_cap;
-  uv_timer_t wake;         /* the scheduler's next rule */
+  lp_disp_t *disp;         /* the policy; owned */
+  lp_disp_stats_t st;      /* its counters after the last event */
+  uint64_t live_bytes;     /* what admitted jobs hold, against max_queue_bytes */
+  uv_timer_t wake;         /* the core's wake_at, at millisecond grain */
+  uv_idle_t soon;          /* ... and when it is due within the grain */
+  uint64_t wake_at;        /* what the timer or idle is armed for; 0 = nothing */
+  int pumping;             /* draining the core's actions: events wait their turn */
+  int drain_told;          /* the core knows the proxy is draining */
+  lp_job_t *cancels;       /* clients gone while pumping: the core hears after */
+  lp_batch_t *failed;      /* batches whose transfer could not start: reported after */
+  lp_batch_t *delivering;  /* the batch whose answer OUTPUT actions are sliced from */
   lp_backend_t backends[LP_MAX_BACKENDS];
   size_t nbackends;
-  size_t rr;               /* round-robin cursor */
   uint32_t inflight;
   lp_lenhist_t lengths;    /* observed lengths, for the bucket advisor */
   lp_batchjson_t writer;   /* prebuilt id runs for batch bodies */
@@ -178,6 +172,9 @@ struct lp_model_s {
   lp_buf_t v2_members;     /* a v2 request's members (id, parameters, outputs); reused */
   size_t item_ids_cap;
   lp_dtype_t v2_out_dtype; /* the datatype v2 backends last answered in */
+  lp_v2_msg_t v2msg;       /* the v2 answer being sliced; its output tensor */
+  const lp_tensor_t *v2out;
+  int v2_open;             /* v2msg holds a decoded answer */
   lp_seq_ref_t *refs;      /* dispatch scratch; owned */
   lp_place_t *place;
   size_t scratch_cap;
@@ -227,20 +224,13 @@ struct lp_proxy_s {
   size_t tok_scratch_cap;
   uint32_t *len_scratch;
   size_t len_scratch_cap;
-  lp_theap_t job_timers;   /* every unanswered job by the time it must be looked at */
-  uv_timer_t job_timer;    /* fires at the heap's top */
-  uint64_t job_timer_at;   /* when job_timer fires; 0 = stopped */
-  lp_theap_t stall_timers; /* batches in flight by when they count as stalled */
-  uv_timer_t stall_timer;
-  uint64_t stall_timer_at;
   uint64_t stalls, hedges_won;
-  uint64_t delivering;     /* the batch whose answer is being sliced */
   /* metrics */
   uint64_t requests[LP_ROUTE_COUNT][LP_STATUS_SLOTS];
   struct { const char *code; uint64_t n; } rejections[32];
   size_t nrejections;
   lp_hist_t t_queue, t_backend, t_total;
-  uint64_t retries;        /* sequences sent again after a failed batch */
+  uint64_t retries;        /* sequences sent again after a failed batch (the cores' sum) */
   int exit_code;
   double start_time;       /* wall clock at start (Unix seconds) */
   int access_on;           /* the access log is open: access_fd */
@@ -264,8 +254,9 @@ void lp__access_log_close(lp_proxy_t *p);
 void lp__access_log_flush(lp_proxy_t *p);
 void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const lp_job_t *job);
 
-/* model.c: a scheduler configured from cfg; NULL on allocation failure. */
-lp_sched_t *lp__sched_for(const lp_model_config_t *cfg);
+/* model.c: the dispatch core's settings from a model's and the proxy's. */
+void lp__disp_config(const lp_config_t *pc, const lp_model_config_t *cfg, const lp_bucket_set_t *shapes,
+                     lp_disp_config_t *out);
 /* proxy.c: the HTTP server's limits from the configuration (handlers unset). */
 void lp__httpd_limits(const lp_config_t *cfg, lp_httpd_config_t *hc);
 /* model.c: settings derived from m->cfg, again after a reload. */
@@ -315,37 +306,38 @@ lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, const int32_t *tokens, size_
                       const uint32_t *lens, size_t nseq, int multi, int priority, double deadline_ms,
                       const char *id_json, size_t id_len, const char *field, lp_perr_t *e);
 
-/* model.c: admission, the queue, shape states, the scheduling loop */
+/* model.c: admission, shape states, the core's events and actions */
 int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg);
 void lp__model_close(lp_model_t *m);
+/* Hands job to the core; on refusal answers and frees it. Returns 0 or -1. */
 int lp__model_admit(lp_model_t *m, lp_job_t *job);
+/* Time passes: the core's tick, then its actions. */
 void lp__model_schedule(lp_model_t *m);
-void lp__model_fail_all(lp_model_t *m, int status, const char *code, const char *msg);
+/* Drains the core's actions (SEND, OUTPUT, ANSWER, HEALTH) and arms its wake. */
+void lp__model_pump(lp_model_t *m);
+/* The proxy's clock for the core (uv_hrtime, read here only). */
+uint64_t lp__now(void);
+void lp__model_fail_all(lp_model_t *m, lp_disp_status_t status);
 int lp__model_ready(const lp_model_t *m);
-/* Takes a queued sequence out of the queue and its counts. */
-void lp__model_unqueue(lp_model_t *m, lp_seq_t *s, int state);
-/* Puts a retried sequence back; -ENOMEM, or -ERANGE when no shape holds it now. */
-int lp__model_requeue(lp_model_t *m, lp_seq_t *s);
-/* A backend's shape states changed: recompute the model's, and fail at once the
- * queued sequences that no shape anywhere can hold any more. */
+/* A backend's shape states or the shape set changed: recompute the model's and
+ * tell the core each backend's (it fails what no shape holds any more). */
 void lp__model_shapes_changed(lp_model_t *m);
 /* Removes shape k (not configured, held by no batch in flight) and what is
  * kept of it per shape and per backend; its index is free for a new shape. */
 void lp__model_remove_shape(lp_model_t *m, size_t k);
-/* The shapes as one backend has them. */
-void lp__backend_view(const lp_backend_t *be, lp_bucket_set_t *out);
-/* Largest bucket compiled on some backend. */
-uint32_t lp__model_compiled_max(const lp_model_t *m);
+/* Shape k was added to m->shapes (a backend reported it): the core has it too. */
+void lp__model_shape_added(lp_model_t *m, size_t k);
+/* Backend b's health or devices as probes and reports say. */
+void lp__model_backend_health(lp_model_t *m, lp_backend_t *b, int up);
+void lp__model_backend_devices(lp_model_t *m, lp_backend_t *b, uint32_t devices);
 
-/* job.c: a request's end, exactly once, and its time bound */
+/* job.c: a request's end, exactly once */
+/* The client left: the core hears it (now, or after the actions being
+ * drained) and the job is freed then. */
 void lp__job_cancel(lp_job_t *job);
+/* Answers the client with an error if it has had no answer; frees nothing. */
 void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg);
 void lp__job_free(lp_job_t *job);
-/* Frees the job once no sequence is unresolved and no batch holds one. */
-void lp__job_release(lp_job_t *job);
-/* Starts the job's bound: answered by min(deadline, bound) whatever happens. */
-int lp__job_arm(lp_job_t *job);
-void lp__job_timers_init(lp_proxy_t *p);
 /* One sequence's output is here (slice, per-token outputs wrapped in [ ]), from
  * segment g of batch bt: the answer reports that batch and place. */
 void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, const char *slice, size_t len,
@@ -354,15 +346,17 @@ void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, cons
  * of raw little-endian values of dtype, its trailing dimensions dims[0..ndim). */
 void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_dtype_t dtype,
                          const void *raw, size_t len, int ndim, const int64_t *dims, int per_segment);
-void lp__seq_failed(lp_seq_t *s, int status, const char *code, const char *msg);
 
 /* v2link.c: Open Inference Protocol backends */
 int lp__v2_model_name(const lp_model_t *m, int shape, char *out, size_t cap);
 /* The batch as a v2 request: bt->body, bt->url, bt->headers. 0 or -errno. */
 int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids);
-/* A 200 answer sliced to every sequence of the batch; -EPROTO with err when
- * the answer is malformed (nothing delivered then). */
-int lp__v2_deliver(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen);
+/* A 200 answer decoded and checked against the batch (kept in m->v2msg until
+ * lp__v2_close); -EPROTO with err when it is malformed. */
+int lp__v2_open(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen);
+/* Segment g's part of the open answer to sequence s: 0, or -ENOMEM. */
+int lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp_seq_t *s);
+void lp__v2_close(lp_model_t *m);
 /* Asks the backend whether each shape's model is ready; answers set its states. */
 void lp__v2_probe_shapes(lp_backend_t *b);
 
@@ -379,11 +373,12 @@ int lp__v2_answer(lp_job_t *job, int per_segment, lp_buf_t *body, const char **c
                   size_t hdrlen);
 
 /* batch.c: rectangles sent upstream and their answers */
-#define LP_MAX_BACKOFF_MS 60000
-/* The backoff before retry attempts+1: doubling, capped, never overflowing. */
-uint64_t lp__backoff_ms(const lp_model_t *m, uint32_t attempts);
-int lp__batch_dispatch(lp_model_t *m, lp_backend_t *be, const lp_sched_plan_t *plan);
-void lp__stall_timers_init(lp_proxy_t *p);
+/* The core's SEND: the layout and body built, the transfer started. */
+void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a);
+/* The core's OUTPUT for the batch being delivered: the sequence's slice. */
+void lp__batch_output(lp_model_t *m, const lp_disp_action_t *a);
+/* Batches whose transfer could not start, reported to the core as resets. */
+void lp__batches_failed(lp_model_t *m);
 void lp__batches_free(lp_model_t *m);
 
 /* backend.c */
@@ -392,14 +387,13 @@ void lp__batches_free(lp_model_t *m);
 #define LP_HEALTH_ANSWER_MAX (4u << 10)
 #define LP_PROBE_ANSWER_MAX (64u << 10)
 void lp__backends_start(lp_proxy_t *p);
-void lp__backend_result(lp_backend_t *b, int ok);
+/* The core's verdict on b from its batches (a HEALTH action). */
+void lp__backend_health_changed(lp_backend_t *b, int up);
 /* Shape k was found missing on b (mismatch, 404, not ready): asked about again
  * after a backoff. The caller sets its state. */
 void lp__backend_shape_missing(lp_backend_t *b, int k);
 /* Shape k is there after all: nothing to ask about it. */
 void lp__backend_shape_found(lp_backend_t *b, int k);
-/* The healthy backends with a free slot, best first; returns how many. */
-size_t lp__backends_free(lp_model_t *m, lp_backend_t **out);
 
 /* status.c: /metrics, /v1/models, /v1/buckets/advice */
 void lp__render_metrics(lp_proxy_t *p, lp_buf_t *out);

@@ -91,13 +91,15 @@ static void apply_backends(lp_model_t *m) {
     if (!listed && !b->retired) {
       b->retired = 1;
       b->healthy = 0;
+      lp__model_backend_health(m, b, 0);
       lp_log(LP_LOG_INFO, "backend removed", "\"model\": \"%s\", \"backend\": \"%s\", \"in_flight\": %u",
              c->name, b->url, b->inflight);
     } else if (listed && b->retired) {
       b->retired = 0;
       b->healthy = 1;
       b->probed_ok = 0;
-      b->failures_in_row = 0;
+      b->probe_fails = 0;
+      lp__model_backend_health(m, b, 1);
       lp_log(LP_LOG_INFO, "backend back", "\"model\": \"%s\", \"backend\": \"%s\"", c->name, b->url);
     }
   }
@@ -117,21 +119,10 @@ int lp__proxy_reload(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errl
   if (n->auth_tokens_file[0] &&
       lp_config_read_tokens(n->auth_tokens_file, &tokens, &ntokens, err, errlen))
     return -EINVAL;
-  lp_sched_t *scheds[LP_MAX_MODELS] = {0};
-  for (size_t i = 0; i < p->nmodels; i++) {
-    const lp_model_config_t *c = lp_config_model(n, p->models[i].cfg->name);
-    if ((scheds[i] = lp__sched_for(c)) == NULL) {
-      for (size_t k = 0; k < i; k++) lp_sched_free(scheds[k]);
-      lp_config_free_tokens(tokens, ntokens);
-      snprintf(err, errlen, "out of memory");
-      return -ENOMEM;
-    }
-  }
   /* the access log is opened anew even under the same name: after logrotate
    * renamed it, the new file is the one written (postrotate sends SIGHUP) */
   if ((n->access_log[0] || p->cfg.access_log[0]) &&
       (rc = lp__access_log_open(p, n->access_log, err, errlen)) != 0) {
-    for (size_t i = 0; i < p->nmodels; i++) lp_sched_free(scheds[i]);
     lp_config_free_tokens(tokens, ntokens);
     return rc;
   }
@@ -151,8 +142,6 @@ int lp__proxy_reload(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errl
   if (p->admin) lp_httpd_set_limits(p->admin, &hc);
   for (size_t i = 0; i < p->nmodels; i++) {
     lp_model_t *m = &p->models[i];
-    lp_sched_free(m->sched);
-    m->sched = scheds[i];
     lp__model_reconfigured(m);
     apply_backends(m);
     lp__model_shapes_changed(m);

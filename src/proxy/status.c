@@ -18,14 +18,18 @@ extern const int lp__status_codes[LP_STATUS_SLOTS];
 typedef uint64_t (*model_value_fn)(const lp_model_t *m);
 typedef uint64_t (*backend_value_fn)(const lp_backend_t *b);
 
-static uint64_t m_qlen(const lp_model_t *m) { return m->queue.n; }
-static uint64_t m_qtokens(const lp_model_t *m) { return m->queued_tokens; }
+static uint64_t m_qlen(const lp_model_t *m) { return m->st.queued_seqs; }
+static uint64_t m_qtokens(const lp_model_t *m) { return m->st.queued_tokens; }
 static uint64_t m_done(const lp_model_t *m) { return m->sequences_done; }
 static uint64_t b_up(const lp_backend_t *b) { return (uint64_t)b->healthy; }
 static uint64_t b_inflight(const lp_backend_t *b) { return b->inflight; }
 static uint64_t b_failures(const lp_backend_t *b) { return b->failures; }
 static uint64_t b_batches(const lp_backend_t *b) { return b->batches; }
-static uint64_t b_devices(const lp_backend_t *b) { return b->clock.devices; }
+/* a backend's device clock is the core's */
+static const lp_devclock_t *b_clock(const lp_backend_t *b) {
+  return lp_disp_clock(b->model->disp, (uint32_t)(b - b->model->backends));
+}
+static uint64_t b_devices(const lp_backend_t *b) { return b_clock(b)->devices; }
 
 /* Per model, a histogram at offset in lp_model_t. */
 static void per_model_hist(lp_buf_t *b, lp_proxy_t *p, const char *name, const char *help, size_t offset) {
@@ -46,7 +50,7 @@ static void per_backend_seconds(lp_buf_t *b, lp_proxy_t *p, const char *name, co
     for (size_t k = 0; k < p->models[i].nbackends; k++) {
       const lp_backend_t *be = &p->models[i].backends[k];
       uint64_t ns;
-      memcpy(&ns, (const char *)&be->clock + offset, sizeof(ns));
+      memcpy(&ns, (const char *)b_clock(be) + offset, sizeof(ns));
       snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\"", p->models[i].cfg->name, be->url);
       lp_metric_sample(b, name, labels, (double)ns / 1e9);
     }
@@ -228,7 +232,7 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
     const lp_model_t *m = &p->models[i];
     for (size_t k = 0; k < m->nbackends; k++)
       for (size_t sh = 0; sh < m->shapes.count; sh++) {
-        uint64_t c = lp_devclock_cost(&m->backends[k].clock, (int)sh);
+        uint64_t c = lp_devclock_cost(b_clock(&m->backends[k]), (int)sh);
         if (!c) continue;
         snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\",shape=\"%ux%u\"", m->cfg->name,
                  m->backends[k].url, m->shapes.shapes[sh].lanes, m->shapes.shapes[sh].bucket);
@@ -245,8 +249,8 @@ void lp__render_models(lp_proxy_t *p, lp_buf_t *b) {
     lp_buf_puts(b, "{\"name\": ");
     lp_buf_json_str(b, m->cfg->name, strlen(m->cfg->name));
     lp_buf_printf(b, ", \"ragged\": %s, \"ready\": %s, \"queue\": {\"sequences\": %zu, \"tokens\": %llu}, \"shapes\": [",
-                  m->cfg->ragged ? "true" : "false", lp__model_ready(m) ? "true" : "false", m->queue.n,
-                  (unsigned long long)m->queued_tokens);
+                  m->cfg->ragged ? "true" : "false", lp__model_ready(m) ? "true" : "false", m->st.queued_seqs,
+                  (unsigned long long)m->st.queued_tokens);
     for (size_t s = 0, n = 0; s < m->shapes.count; s++) {
       const lp_shape_t *sh = &m->shapes.shapes[s];
       if (!sh->lanes) continue;

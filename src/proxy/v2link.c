@@ -120,35 +120,32 @@ int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids) {
   return 0;
 }
 
-int lp__v2_deliver(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen) {
+int lp__v2_open(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen) {
   const lp_v2_config_t *c = &m->cfg->v2;
   const lp_layout_t *l = &bt->layout;
+  lp__v2_close(m);
   if (x->inference_header_len == -2) {
     snprintf(err, errlen, "Inference-Header-Content-Length is not a size");
     return -EPROTO;
   }
-  lp_v2_msg_t msg;
-  int rc = lp_v2_decode(&msg, x->body.data ? x->body.data : "", x->body.len, x->inference_header_len,
+  lp_v2_msg_t *msg = &m->v2msg;
+  m->v2_open = 1; /* freed by lp__v2_close whatever happens below */
+  int rc = lp_v2_decode(msg, x->body.data ? x->body.data : "", x->body.len, x->inference_header_len,
                         0, err, errlen);
-  if (rc) {
-    lp_v2_msg_free(&msg);
-    return rc;
-  }
+  if (rc) return rc;
   /* an answer naming another request is another batch's answer (a backend,
    * or a proxy between, that mixed two up): never sliced. The id is optional
    * in the protocol (Triton echoes it when sent): an answer without one is
    * taken. */
   char want[24];
   snprintf(want, sizeof(want), "%llu", (unsigned long long)bt->id);
-  if (msg.has_id && strcmp(msg.id, want) != 0) {
+  if (msg->has_id && strcmp(msg->id, want) != 0) {
     snprintf(err, errlen, "the answer's id is not this batch's %s", want);
-    lp_v2_msg_free(&msg);
     return -EPROTO;
   }
-  const lp_tensor_t *t = c->output[0] ? lp_v2_find(&msg, c->output) : &msg.t[0];
+  const lp_tensor_t *t = c->output[0] ? lp_v2_find(msg, c->output) : &msg->t[0];
   if (!t) {
     snprintf(err, errlen, "the answer has no output '%s'", c->output);
-    lp_v2_msg_free(&msg);
     return -EPROTO;
   }
   m->v2_out_dtype = t->dtype;
@@ -176,49 +173,59 @@ int lp__v2_deliver(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err,
     else
       snprintf(err, errlen, "output '%s' has shape [%s], the batch needs [%llu, %s%llu, ...]", t->name,
                got, (unsigned long long)rows, c->per_segment ? ">= " : "", (unsigned long long)cols);
-    lp_v2_msg_free(&msg);
     return -EPROTO;
   }
-  size_t per_row = l->ragged ? inner : (size_t)t->shape[1] * inner;
-  lp_buf_t *out = &m->render;
-  for (size_t i = 0; i < l->nsegs; i++) {
-    const lp_segment_t *g = &l->segs[i];
-    size_t first, n;
-    if (c->per_segment) {
-      first = l->ragged ? i * inner : g->lane * per_row + (g->segment - 1) * inner;
-      n = inner;
-    } else {
-      first = l->ragged ? (size_t)g->offset * inner : g->lane * per_row + (size_t)g->offset * inner;
-      n = (size_t)g->length * inner;
-    }
-    lp_buf_reset(out);
-    lp_seq_t *s = bt->seqs[g->item];
-    size_t esz = lp_dtype_size(t->dtype);
-    if (s->job->v2) { /* a v2 client gets the tensor's own values: its bytes, never text */
-      if (!lp_buf_reserve(out, n * esz)) {
-        lp_tensor_put_raw((uint8_t *)out->data, t, first, n);
-        out->len = n * esz;
-      }
-    } else {
-      lp_tensor_write_json(out, t, first, n, inner);
-    }
-    if (out->oom) {
-      lp_v2_msg_free(&msg);
-      snprintf(err, errlen, "proxy out of memory");
-      return -ENOMEM;
-    }
-    if (s->job->v2)
-      lp__seq_done_tensor(s, bt, g, t->dtype, out->data, out->len, t->ndim - lead, t->shape + lead,
-                          c->per_segment);
-    else
-      lp__seq_done(s, bt, g, out->data, out->len, c->per_segment);
-  }
-  lp_v2_msg_free(&msg);
-  if (out->cap > LP_XFER_KEEP_BYTES) { /* one big answer's slice is not kept for ever */
-    lp_buf_free(out);
-    lp_buf_init(out);
-  }
+  m->v2out = t;
   return 0;
+}
+
+int lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp_seq_t *s) {
+  const lp_v2_config_t *c = &m->cfg->v2;
+  const lp_layout_t *l = &bt->layout;
+  const lp_tensor_t *t = m->v2out;
+  if (!m->v2_open || !t) return -EINVAL;
+  int lead = l->ragged ? 1 : 2;
+  size_t inner = 1;
+  for (int d = lead; d < t->ndim; d++) inner *= (size_t)t->shape[d];
+  size_t per_row = l->ragged ? inner : (size_t)t->shape[1] * inner;
+  size_t i = (size_t)(g - l->segs);
+  size_t first, n;
+  if (c->per_segment) {
+    first = l->ragged ? i * inner : g->lane * per_row + (g->segment - 1) * inner;
+    n = inner;
+  } else {
+    first = l->ragged ? (size_t)g->offset * inner : g->lane * per_row + (size_t)g->offset * inner;
+    n = (size_t)g->length * inner;
+  }
+  lp_buf_t *out = &m->render;
+  lp_buf_reset(out);
+  size_t esz = lp_dtype_size(t->dtype);
+  if (s->job->v2) { /* a v2 client gets the tensor's own values: its bytes, never text */
+    if (!lp_buf_reserve(out, n * esz)) {
+      lp_tensor_put_raw((uint8_t *)out->data, t, first, n);
+      out->len = n * esz;
+    }
+  } else {
+    lp_tensor_write_json(out, t, first, n, inner);
+  }
+  if (out->oom) return -ENOMEM;
+  if (s->job->v2)
+    lp__seq_done_tensor(s, bt, g, t->dtype, out->data, out->len, t->ndim - lead, t->shape + lead,
+                        c->per_segment);
+  else
+    lp__seq_done(s, bt, g, out->data, out->len, c->per_segment);
+  return 0;
+}
+
+void lp__v2_close(lp_model_t *m) {
+  if (!m->v2_open) return;
+  lp_v2_msg_free(&m->v2msg);
+  m->v2_open = 0;
+  m->v2out = NULL;
+  if (m->render.cap > LP_XFER_KEEP_BYTES) { /* one big answer's slice is not kept for ever */
+    lp_buf_free(&m->render);
+    lp_buf_init(&m->render);
+  }
 }
 
 /* ---- readiness of each shape's model on a backend: ready, and its metadata
