@@ -305,4 +305,9 @@ int lp_disp_reconfigure(lp_disp_t *d, const lp_disp_config_t *cfg);
  * the slot's old shape in flight. 0 or -EINVAL. */
 int lp_disp_set_shape(lp_disp_t *d, size_t k, uint32_t lanes, uint32_t bucket);
 
+/* Batches a device may hold beyond the one running, 0 allowed (the proxy's
+ * max_inflight cap: one batch in flight per device, none waiting at it).
+ * Replaces max_queued_at_device until the next lp_disp_reconfigure. */
+int lp_disp_set_queue_depth(lp_disp_t *d, uint32_t queued);
+
 #endif

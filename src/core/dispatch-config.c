@@ -62,3 +62,9 @@ int lp_disp_set_shape(lp_disp_t *d, size_t k, uint32_t lanes, uint32_t bucket) {
   while (d->shapes.count && d->shapes.shapes[d->shapes.count - 1].lanes == 0) d->shapes.count--;
   return 0;
 }
+
+int lp_disp_set_queue_depth(lp_disp_t *d, uint32_t queued) {
+  if (d == NULL) return -EINVAL;
+  d->max_queued = queued;
+  return 0;
+}

@@ -282,7 +282,10 @@ static int send(lp_disp_t *d, const view_t *v, uint32_t k, int shape, size_t n, 
   dv->n++;
   cd->batches = dv->n - dv->lost;
   cd->free_ns = bt->expect_ns;
-  if (d->cfg.stall_factor > 0) {
+  /* a shape whose time nothing has taught yet has no expected answer to be
+   * late against: no stall until the clock knows it */
+  int known = lp_devclock_cost(&be->clock, shape) != 0;
+  if (d->cfg.stall_factor > 0 && known) {
     uint64_t span = bt->expect_ns - now;
     uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
     if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
@@ -305,7 +308,7 @@ static int send(lp_disp_t *d, const view_t *v, uint32_t k, int shape, size_t n, 
   a.send.bucket = sh->bucket;
   a.send.n = m;
   a.send.real_tokens = real;
-  a.send.expect_ns = bt->expect_ns;
+  a.send.expect_ns = known ? bt->expect_ns : 0;
   a.send.copies = copies;
   a.send.reason = reason;
   return lp__disp_push(d, &a, d->sitems, m);
