@@ -398,9 +398,11 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
   /* the core says which sequences this answer serves (OUTPUT, sliced from it
    * while it is held) and what becomes of the rest */
   m->delivering = opened ? bt : NULL;
+  m->result_http = x->result == LP_XFER_OK && x->status != 200 ? (int)x->status : 0;
   lp_disp_result(m->disp, bt->id, &r, now);
   lp__model_pump(m);
   m->delivering = NULL;
+  m->result_http = 0;
   if (opened) lp__v2_close(m);
   if (r.outcome == LP_DISP_ERR_SHAPE) {
     lp__model_shapes_changed(m);

@@ -103,6 +103,13 @@ static void on_answer(lp_model_t *m, const lp_disp_action_t *a) {
   } else {
     char msg[160];
     const char *text = a->answer.message;
+    if (a->answer.status == LP_DISP_ST_BACKEND_ERROR && m->result_http) {
+      /* failed by the answer being handled: its status says more (the body
+       * goes to the log only) */
+      snprintf(msg, sizeof(msg), "the backend %s the batch (HTTP %d)",
+               m->result_http >= 500 ? "failed" : "refused", m->result_http);
+      text = msg;
+    }
     if (a->answer.status == LP_DISP_ST_BOUND) {
       snprintf(msg, sizeof(msg), "no answer within the proxy's bound (%.0f ms after arrival)",
                (double)(lp__now() - job->arrive_ns) / 1e6);
@@ -171,6 +178,13 @@ void lp__model_schedule(lp_model_t *m) {
 
 /* ---- life ---- */
 
+/* max_inflight, a cap per backend, as batches a device may hold beyond the
+ * running one (0: the core's default, one). */
+static void set_depth(lp_model_t *m) {
+  uint32_t dev = m->cfg->devices ? m->cfg->devices : 1;
+  if (m->cfg->max_inflight) lp_disp_set_queue_depth(m->disp, m->cfg->max_inflight > dev ? m->cfg->max_inflight / dev - 1 : 0);
+}
+
 void lp__backend_init(lp_model_t *m, lp_backend_t *b, const char *url) {
   const lp_model_config_t *cfg = m->cfg;
   memset(b, 0, sizeof(*b));
@@ -208,6 +222,7 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   lp__disp_config(&p->cfg, cfg, &m->shapes, &dc);
   m->disp = lp_disp_new(&dc);
   if (!m->disp) return -ENOMEM;
+  set_depth(m);
   uint32_t maxb = 0;
   for (size_t i = 0; i < m->shapes.count; i++)
     if (m->shapes.shapes[i].bucket > maxb) maxb = m->shapes.shapes[i].bucket;
@@ -238,6 +253,7 @@ void lp__model_reconfigured(lp_model_t *m) {
   lp_disp_config_t dc;
   lp__disp_config(&m->proxy->cfg, m->cfg, &m->shapes, &dc);
   lp_disp_reconfigure(m->disp, &dc);
+  set_depth(m);
   /* devices: the configured count holds for a backend that has not told its own */
   uint64_t now = lp__now();
   for (size_t b = 0; b < m->nbackends; b++)

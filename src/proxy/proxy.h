@@ -157,6 +157,7 @@ struct lp_model_s {
   lp_job_t *cancels;       /* clients gone while pumping: the core hears after */
   lp_batch_t *failed;      /* batches whose transfer could not start: reported after */
   lp_batch_t *delivering;  /* the batch whose answer OUTPUT actions are sliced from */
+  int result_http;         /* the HTTP status of the batch result being handled; 0: none */
   lp_backend_t backends[LP_MAX_BACKENDS];
   size_t nbackends;
   uint32_t inflight;
