@@ -266,6 +266,10 @@ static int send(lp_disp_t *d, const view_t *v, uint32_t k, int shape, size_t n, 
                                     .offset = d->best[w].offset, .len = s->len};
   }
   bt->n = (uint32_t)m;
+  /* a backend whose clock nothing has taught yet has no expected answer to be
+   * late against (no stall) nor a time its device frees (free_ns 0: the
+   * answer reschedules) */
+  int known = lp__disp_clock_knows(d, v->b);
   /* the device: it runs after what is ahead of it, or after the lead time */
   uint64_t lead = lp_devclock_lead(&be->clock), cost = lp__disp_cost(d, v->b, shape);
   lp_device_t *cd = &be->clock.dev[k];
@@ -281,10 +285,7 @@ static int send(lp_disp_t *d, const view_t *v, uint32_t k, int shape, size_t n, 
   dv->last = bt;
   dv->n++;
   cd->batches = dv->n - dv->lost;
-  cd->free_ns = bt->expect_ns;
-  /* a shape whose time nothing has taught yet has no expected answer to be
-   * late against: no stall until the clock knows it */
-  int known = lp_devclock_cost(&be->clock, shape) != 0;
+  cd->free_ns = known ? bt->expect_ns : 0;
   if (d->cfg.stall_factor > 0 && known) {
     uint64_t span = bt->expect_ns - now;
     uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
@@ -366,6 +367,7 @@ int lp__disp_schedule(lp_disp_t *d, uint64_t now, uint64_t *wake) {
           continue;
         }
         uint64_t free_at = live ? be->clock.dev[k].free_ns : 0;
+        if (live && free_at == 0 && !d->draining) continue; /* no clock yet: its answer reschedules */
         uint64_t leave = free_at > lead ? free_at - lead : 0;
         int rank;
         if (probe && live) continue;

@@ -291,6 +291,13 @@ uint64_t lp__disp_cost(const lp_disp_t *d, uint32_t b, int shape) {
   return v ? v : 1;
 }
 
+/* Some shape's time is known on backend b (the rest are scaled from it). */
+int lp__disp_clock_knows(const lp_disp_t *d, uint32_t b) {
+  for (size_t s = 0; s < d->shapes.count; s++)
+    if (lp_devclock_cost(&d->be[b].clock, (int)s)) return 1;
+  return 0;
+}
+
 /* ---- jobs ---- */
 
 static void job_free_if_done(lp_disp_t *d, disp_job_t *j) {
@@ -569,7 +576,7 @@ static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
   }
   lp_device_t *cd = &be->clock.dev[k];
   cd->batches = dv->n - dv->lost;
-  cd->free_ns = cd->batches ? prev : 0;
+  cd->free_ns = cd->batches && lp__disp_clock_knows(d, b) ? prev : 0;
 }
 
 /* Takes bt off its device; the batches behind it move by how early or late it
