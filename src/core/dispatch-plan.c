@@ -115,16 +115,19 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin) {
     s->mark = mark;
     d->win[n++] = s;
     tokens += s->len;
-    if (!must && aged(d, v, s, now)) must = s;
+    if (aged(d, v, s, now) && (!must || s->enq_ns < must->enq_ns)) must = s;
   }
-  /* the oldest beyond the window: a level's head is its oldest */
-  for (size_t l = 0; !must && l < d->queue.nlevels; l++) {
+  /* the oldest beyond the window, whatever its priority (age raises priority:
+   * a flood of higher priority never starves a lower one): a level's head is
+   * its oldest */
+  if (reserve(d, n + d->queue.nlevels + 2)) return -ENOMEM;
+  for (size_t l = 0; l < d->queue.nlevels; l++) {
     lp_qnode_t *q = d->queue.levels[l].head;
     for (int k = 0; q && k < HEAD_LOOK; q = q->next, k++) {
       disp_seq_t *s = seq_of(q);
       if (s->mark == mark) break; /* this level was in the window */
       if (!eligible(v, s)) continue;
-      if (aged(d, v, s, now)) {
+      if (aged(d, v, s, now) && (!must || s->enq_ns < must->enq_ns)) {
         s->mark = mark;
         d->win[n++] = s;
         must = s;
