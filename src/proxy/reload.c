@@ -84,30 +84,33 @@ static int check(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errlen) 
  * retired, returning ones back. */
 static void apply_backends(lp_model_t *m) {
   const lp_model_config_t *c = m->cfg;
-  for (size_t k = 0; k < m->nbackends; k++) {
-    lp_backend_t *b = &m->backends[k];
-    int listed = 0;
-    for (size_t i = 0; i < c->nbackends && !listed; i++) listed = strcmp(c->backends[i], b->url) == 0;
-    if (!listed && !b->retired) {
-      b->retired = 1;
-      b->healthy = 0;
-      lp__model_backend_health(m, b, 0);
-      lp_log(LP_LOG_INFO, "backend removed", "\"model\": \"%s\", \"backend\": \"%s\", \"in_flight\": %u",
-             c->name, b->url, b->inflight);
-    } else if (listed && b->retired) {
-      b->retired = 0;
-      b->healthy = 1;
-      b->probed_ok = 0;
-      b->probe_fails = 0;
-      lp__model_backend_health(m, b, 1);
-      lp_log(LP_LOG_INFO, "backend back", "\"model\": \"%s\", \"backend\": \"%s\"", c->name, b->url);
-    }
-  }
+  /* new and returning ones first: retiring the last healthy backend before its
+   * successor is up would fail the queue with no_healthy_backend */
   for (size_t i = 0; i < c->nbackends; i++) {
     if (find_backend(m, c->backends[i])) continue;
     lp__backend_init(m, &m->backends[m->nbackends++], c->backends[i]);
     lp_log(LP_LOG_INFO, "backend added", "\"model\": \"%s\", \"backend\": \"%s\"", c->name, c->backends[i]);
   }
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t k = 0; k < m->nbackends; k++) {
+      lp_backend_t *b = &m->backends[k];
+      int listed = 0;
+      for (size_t i = 0; i < c->nbackends && !listed; i++) listed = strcmp(c->backends[i], b->url) == 0;
+      if (pass == 1 && !listed && !b->retired) {
+        b->retired = 1;
+        b->healthy = 0;
+        lp__model_backend_health(m, b, 0);
+        lp_log(LP_LOG_INFO, "backend removed", "\"model\": \"%s\", \"backend\": \"%s\", \"in_flight\": %u",
+               c->name, b->url, b->inflight);
+      } else if (pass == 0 && listed && b->retired) {
+        b->retired = 0;
+        b->healthy = 1;
+        b->probed_ok = 0;
+        b->probe_fails = 0;
+        lp__model_backend_health(m, b, 1);
+        lp_log(LP_LOG_INFO, "backend back", "\"model\": \"%s\", \"backend\": \"%s\"", c->name, b->url);
+      }
+    }
 }
 
 int lp__proxy_reload(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errlen) {
