@@ -222,8 +222,9 @@ for m, s in fakes.items():
     if m == "slow":
         cfg["backend_timeout_ms"] = 400
     if m == "hedge":
+        # a hedge is a copy: max_retries bounds hedges and retries together
         cfg.update({"shapes": "1x8", "devices": 2, "cost_ms": {"1x8": 20}, "stall_factor": 1.5,
-                    "stall_min_ms": 100})
+                    "stall_min_ms": 100, "max_retries": 1})
     if m.startswith("v2"):
         cfg.update({"protocol": "v2", "v2": {"model": "m_{lanes}x{bucket}", "binary": False,
                                              "output": "output"}})

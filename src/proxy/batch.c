@@ -164,10 +164,19 @@ static const char *const *batch_request_ids(lp_model_t *m, const lp_batch_t *bt)
 }
 
 /* The batch never left: the core hears it as a reset once the action being
- * handled is done (it retries its sequences or fails them). */
-static void start_failed(lp_model_t *m, lp_batch_t *bt, const char *why) {
+ * handled is done. A rectangle that could not be built (its layout or body,
+ * out of memory) fails the requests it held with 503 out_of_memory, as their
+ * own failure (they are cancelled in the core first); one whose transfer could
+ * not start is retried. */
+static void start_failed(lp_model_t *m, lp_batch_t *bt, const char *why, int unbuildable) {
   lp_log(LP_LOG_ERROR, "batch not sent", "\"batch\": %llu, \"model\": \"%s\", \"error\": \"%s\"",
          (unsigned long long)bt->id, m->cfg->name, why);
+  for (size_t i = 0; unbuildable && i < bt->nitems; i++) {
+    lp_job_t *job = job_of(bt->items[i].job_id);
+    if (!job->in_core || job->cancel_queued) continue;
+    lp__job_fail(job, 503, "out_of_memory", "proxy out of memory: the batch could not be built");
+    lp__job_cancel(job); /* queued: the core hears it before the reset */
+  }
   bt->next_failed = m->failed;
   m->failed = bt;
 }
@@ -199,7 +208,7 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   memcpy(bt->items, a->send.items, n * sizeof(*bt->items));
   bt->nitems = n;
   if (a->send.backend >= m->nbackends) {
-    start_failed(m, bt, "no such backend");
+    start_failed(m, bt, "no such backend", 0);
     return;
   }
   lp_backend_t *be = bt->backend;
@@ -209,7 +218,7 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
     lp_place_t *pl = realloc(m->place, n * sizeof(*pl));
     if (pl) m->place = pl;
     if (!r || !pl) {
-      start_failed(m, bt, "out of memory");
+      start_failed(m, bt, "out of memory", 1);
       return;
     }
     m->scratch_cap = n;
@@ -227,7 +236,7 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
                           : lp_layout_build(&bt->layout, a->send.lanes, a->send.bucket, m->cfg->pad_id,
                                             m->place, m->refs, n);
   if (rc) {
-    start_failed(m, bt, strerror(-rc));
+    start_failed(m, bt, strerror(-rc), 1);
     return;
   }
   uint64_t now = lp__now();
@@ -250,7 +259,7 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
     lp_batchjson_write(&m->writer, &bt->body, &bt->layout, bt->id, m->cfg->name, ids);
   }
   if (bt->body.oom) {
-    start_failed(m, bt, "out of memory for the body");
+    start_failed(m, bt, "out of memory for the body", 1);
     return;
   }
   bt->dispatch_ns = now;
@@ -267,7 +276,7 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
     bt->xfer = lp_upstream_request(p->up, be->batch_url, bt->body.data, bt->body.len,
                                    m->cfg->backend_timeout_ms, answer_bound(m, bt), on_batch_done, bt);
   if (!bt->xfer) {
-    start_failed(m, bt, "could not start the upstream request");
+    start_failed(m, bt, "could not start the upstream request", 0);
     return;
   }
   bt->in_flight = 1;

@@ -39,7 +39,9 @@ void lp__job_cancel(lp_job_t *job) {
     lp__job_free(job);
     return;
   }
+  if (job->cancel_queued) return; /* the core hears it already */
   if (m->pumping) { /* an action is being handled: the core hears it right after */
+    job->cancel_queued = 1;
     job->next_cancel = m->cancels;
     m->cancels = job;
     return;

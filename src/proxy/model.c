@@ -326,11 +326,15 @@ void lp__model_shapes_changed(lp_model_t *m) {
   uint64_t now = lp__now();
   lp_shape_state_t none[LP_BUCKET_MAX_SHAPES];
   for (size_t k = 0; k < LP_BUCKET_MAX_SHAPES; k++) none[k] = LP_SHAPE_UNAVAILABLE;
-  for (size_t i = 0; i < LP_MAX_BACKENDS; i++) {
-    const lp_backend_t *b = &m->backends[i];
-    int live = i < m->nbackends && !b->retired;
-    lp_disp_backend_shapes(m->disp, (uint32_t)i, live ? b->shape_state : none, m->shapes.count, now);
-  }
+  /* the backends in service first: a shape moving from one backend to another
+   * (a reload swapping them) is never held by none in between */
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < LP_MAX_BACKENDS; i++) {
+      const lp_backend_t *b = &m->backends[i];
+      int live = i < m->nbackends && !b->retired;
+      if (live == (pass == 0))
+        lp_disp_backend_shapes(m->disp, (uint32_t)i, live ? b->shape_state : none, m->shapes.count, now);
+    }
   lp__model_pump(m);
 }
 

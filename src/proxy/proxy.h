@@ -77,6 +77,7 @@ struct lp_job_s {
   int in_core;            /* admitted: the core answers it or must hear it is cancelled */
   int charged;            /* its bytes count in its model's live_bytes */
   lp_job_t *next_cancel;  /* in its model's list of cancels the core has not heard yet */
+  int cancel_queued;      /* ... is on that list */
   lp_job_t *cw_prev, *cw_next; /* in its model's list of jobs only a compiling shape holds */
   int cw_linked;
   lp_seq_t *seqs;         /* owned */
