@@ -94,9 +94,21 @@ static void arm_wake(lp_model_t *m) {
 
 static lp_job_t *job_of(uint64_t id) { return (lp_job_t *)(uintptr_t)id; }
 
+/* The core answered a job whose cancel it has not heard yet (its client left
+ * while the actions were drained): the cancel is moot. */
+static void drop_cancel(lp_model_t *m, lp_job_t *job) {
+  for (lp_job_t **p = &m->cancels; *p; p = &(*p)->next_cancel)
+    if (*p == job) {
+      *p = job->next_cancel;
+      break;
+    }
+  job->cancel_queued = 0;
+}
+
 static void on_answer(lp_model_t *m, const lp_disp_action_t *a) {
   lp_job_t *job = job_of(a->answer.job_id);
   job->in_core = 0;
+  if (job->cancel_queued) drop_cancel(m, job);
   if (a->answer.status == LP_DISP_ST_OK) {
     /* every output was delivered and the answer written then, unless that failed */
     if (!job->answered) lp__job_fail(job, 503, "out_of_memory", "proxy out of memory");
