@@ -265,10 +265,10 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   bt->dispatch_ns = now;
   lp_log(LP_LOG_DEBUG, "dispatch",
          "\"batch\": %llu, \"shape\": [%u, %u], \"segments\": %zu, \"fill\": %.4f, "
-         "\"reason\": \"%s\", \"backend\": \"%s\"",
+         "\"reason\": \"%s\", \"backend\": \"%s\", \"device\": %u, \"copies\": %u",
          (unsigned long long)bt->id, bt->layout.lanes, bt->layout.bucket, bt->layout.nsegs,
          (double)bt->layout.real_tokens / ((double)bt->layout.lanes * bt->layout.bucket), a->send.reason,
-         be->url);
+         be->url, a->send.device, a->send.copies);
   if (m->cfg->protocol == LP_PROTO_V2)
     bt->xfer = lp_upstream_request_h(p->up, bt->url, bt->body.data, bt->body.len, bt->headers,
                                      m->cfg->backend_timeout_ms, answer_bound(m, bt), on_batch_done, bt);
@@ -404,6 +404,8 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
       lp_hist_observe(&m->service_error, ((double)took > want ? (double)took - want : want - (double)took) / want);
     }
   }
+  lp_log(LP_LOG_DEBUG, "batch done", "\"batch\": %llu, \"outcome\": \"%s\", \"ms\": %.3f",
+         (unsigned long long)bt->id, lp_disp_outcome_name(r.outcome), (double)(now - bt->dispatch_ns) / 1e6);
   /* the core says which sequences this answer serves (OUTPUT, sliced from it
    * while it is held) and what becomes of the rest */
   m->delivering = opened ? bt : NULL;
