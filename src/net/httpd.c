@@ -107,6 +107,7 @@ struct lp_http_conn_s {
   unsigned linger : 1;         /* linger after the closing answer is written */
   unsigned lingering : 1;      /* write side shut, reading and dropping until EOF */
   unsigned close_ready : 1;    /* the closing answer is written */
+  unsigned executing : 1;      /* inside llhttp_execute: the parser state must stay */
 };
 
 static void conn_close(lp_http_conn_t *c);
@@ -296,7 +297,8 @@ void lp_http_respond_raw_at(lp_http_req_t *req, lp_buf_t *out, size_t off) {
 /* Room again in the pipeline and the peer reading its answers: parse what was
  * held back, and read again. */
 static void conn_resume(lp_http_conn_t *c) {
-  if (c->paused && !c->closed && !c->wblocked && c->unanswered < c->srv->cfg.max_pipeline) {
+  if (c->paused && !c->closed && !c->executing && !c->wblocked &&
+      c->unanswered < c->srv->cfg.max_pipeline) {
     c->paused = 0;
     llhttp_resume(&c->ps->parser);
     char *p = c->ps->pending;
@@ -819,7 +821,11 @@ static void conn_close(lp_http_conn_t *c) {
     r = n;
   }
   lp_theap_remove(&s->timers, &c->timer);
-  parse_give_back(c);
+  /* A callback can close the connection inside llhttp_execute (an answer
+   * given at once whose write fails, or that closes): llhttp writes into its
+   * state when the callback returns, so the state goes back only once execute
+   * has returned (conn_parse). */
+  if (!c->executing) parse_give_back(c);
   uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
 }
 
@@ -832,8 +838,16 @@ static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
     conn_close(c);
     return;
   }
+  /* never re-entered for one connection: a callback that answers can resume
+   * the parser only of a paused connection, and a connection is paused only
+   * once execute has returned */
+  c->executing = 1;
   llhttp_errno_t e = llhttp_execute(&c->ps->parser, data, len);
-  if (c->closed) return;
+  c->executing = 0;
+  if (c->closed) {
+    parse_give_back(c);
+    return;
+  }
   if (e == HPE_OK) {
     parse_maybe_give_back(c);
     return;
