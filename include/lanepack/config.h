@@ -110,10 +110,15 @@ char *lp_config_dump(const lp_config_t *c);
 
 const lp_model_config_t *lp_config_model(const lp_config_t *c, const char *name);
 
-/* Reads bearer tokens, one per line ('#' comments and blank lines skipped) into
- * *tokens (malloc'd, free with lp_config_free_tokens). Returns 0, or -EINVAL
- * with a message for a missing or empty file. */
-int lp_config_read_tokens(const char *path, char ***tokens, size_t *n, char *err, size_t errlen);
+/* Reads bearer tokens, one per line of any length ('#' comments and blank lines
+ * skipped, spaces around a token dropped) into *tokens (malloc'd, free with
+ * lp_config_free_tokens). Returns 0, or -EINVAL with a message for a missing or
+ * empty file, or one naming the line of a token that holds other than visible
+ * ASCII or is longer than max_len (0: no bound). */
+int lp_config_read_tokens(const char *path, size_t max_len, char ***tokens, size_t *n, char *err,
+                          size_t errlen);
+/* The longest token an Authorization header can carry under c's max_header_bytes. */
+size_t lp_config_token_max(const lp_config_t *c);
 void lp_config_free_tokens(char **tokens, size_t n);
 
 #endif

@@ -64,7 +64,8 @@ void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const l
   snprintf(when + wl, sizeof(when) - wl, ".%03ldZ", ts.tv_nsec / 1000000);
   lp_http_peer(req, peer, sizeof(peer));
   static const char *const methods[] = {"DELETE", "GET", "HEAD", "POST", "PUT"};
-  const char *method = req->method >= 0 && req->method <= 4 ? methods[req->method] : "OTHER";
+  /* -1: refused by the server before the method was read */
+  const char *method = req->method < 0 ? "-" : req->method <= 4 ? methods[req->method] : "OTHER";
   lp_buf_t *b = &p->access_line;
   lp_buf_reset(b);
   lp_buf_puts(b, "{\"time\": ");
