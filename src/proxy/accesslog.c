@@ -1,26 +1,38 @@
 /* The access log: one JSON line per answered request (inference always when
  * on, successes sampled), written through a buffer flushed once a second, so
- * that logging costs no system call per request. */
+ * that logging costs no system call per request; to a file or, for "-", to
+ * standard error (its own buffered stream on a copy of the descriptor). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "lanepack/log.h"
 #include "proxy.h"
+
+#define ACCESS_BUF (64 * 1024)
 
 int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errlen) {
   FILE *f = NULL;
   if (!path[0]) {
     /* off */
   } else if (strcmp(path, "-") == 0) {
-    f = stderr;
+    /* stderr itself is unbuffered (a write per line): a stream of our own */
+    int fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (fd < 0 || (f = fdopen(fd, "a")) == NULL) {
+      int e = errno;
+      if (fd >= 0) close(fd);
+      snprintf(err, errlen, "access_log: cannot write to standard error: %s", strerror(e));
+      return -e;
+    }
   } else if ((f = fopen(path, "ae")) == NULL) {
     snprintf(err, errlen, "access_log: cannot open '%s': %s", path, strerror(errno));
     return -errno;
-  } else {
-    setvbuf(f, NULL, _IOFBF, 64 * 1024);
   }
+  if (f) setvbuf(f, NULL, _IOFBF, ACCESS_BUF);
   lp__access_log_close(p);
   p->access = f;
   return 0;
@@ -29,8 +41,7 @@ int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errle
 void lp__access_log_close(lp_proxy_t *p) {
   lp_buf_free(&p->access_line);
   if (!p->access) return;
-  fflush(p->access);
-  if (p->access != stderr) fclose(p->access);
+  fclose(p->access); /* flushes */
   p->access = NULL;
 }
 
@@ -108,5 +119,9 @@ void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const l
   lp_buf_puts(b, ", \"total_ms\": ");
   lp__put_ms(b, uv_hrtime() - req->start_ns);
   lp_buf_puts(b, "}\n");
-  if (!b->oom) fwrite(b->data, 1, b->len, p->access);
+  if (b->oom) return;
+  /* a line that would not fit flushes the buffer first, so that every write
+   * holds whole lines (standard error is shared with the process log) */
+  if (__fpending(p->access) + b->len > ACCESS_BUF) fflush(p->access);
+  fwrite(b->data, 1, b->len, p->access);
 }

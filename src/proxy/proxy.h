@@ -228,7 +228,7 @@ struct lp_proxy_s {
   uint64_t retries;        /* sequences sent again after a failed batch */
   int exit_code;
   double start_time;       /* wall clock at start (Unix seconds) */
-  FILE *access;            /* the access log, or NULL; owned (unless stderr) */
+  FILE *access;            /* the access log, or NULL; owned (for "-", a stream on a dup of fd 2) */
   uint64_t access_seen;    /* successes considered for sampling */
   lp_buf_t access_line;    /* the line being written; reused */
 };
