@@ -292,7 +292,9 @@ try:
           (lp.poll(), st, open(lp_err, "rb").read()[-1500:]))
 
     lp.terminate()
-    lp.wait(timeout=20)
+    rc = lp.wait(timeout=20)
+    check("the proxy exits cleanly (no leak under the sanitizers)", rc == 0,
+          (rc, open(lp_err, "rb").read()[-1500:]))
     procs.remove(lp)
 
     # ---- a global budget for bodies being uploaded ----
@@ -346,7 +348,8 @@ try:
         for c in up:
             c.close()
         lp.terminate()
-        lp.wait(timeout=20)
+        rc = lp.wait(timeout=20)
+        check("... and exits cleanly", rc == 0, (rc, open(lp2_err, "rb").read()[-1500:]))
     procs.remove(lp)
 finally:
     for p in procs:

@@ -79,6 +79,8 @@ typedef struct lp_config_s {
   size_t max_connections;
   size_t max_pipeline;
   size_t max_unsent_bytes;      /* written to a client and not yet read: over it, stop reading it */
+  size_t max_body_bytes_in_flight; /* bodies being received, all clients together; 0 = not
+                                      given: see lp_config_body_budget */
   uint64_t idle_timeout_ms;
   uint64_t request_timeout_ms;
   uint32_t max_sequences_per_request;
@@ -89,6 +91,11 @@ typedef struct lp_config_s {
   lp_model_config_t models[LP_MAX_MODELS];
   size_t nmodels;
 } lp_config_t;
+
+/* Bodies being received may hold this much together: max_body_bytes_in_flight,
+ * or when not given LP_BODY_BUDGET_DEFAULT but at least one largest body. */
+#define LP_BODY_BUDGET_DEFAULT (256u * 1024 * 1024)
+size_t lp_config_body_budget(const lp_config_t *c);
 
 /* Defaults: listen 127.0.0.1:8080, no models. */
 void lp_config_default(lp_config_t *c);

@@ -342,6 +342,9 @@ int lp_config_load_text(lp_config_t *c, const char *text, size_t len, const char
     } else if (strcmp(key, "max_connections") == 0) {
       uint64_t t = 0;
       if (!(rc = get_u64(&x, v, key, 1, 1000000, &t))) c->max_connections = t;
+    } else if (strcmp(key, "max_body_bytes_in_flight") == 0) {
+      uint64_t t = 0;
+      if (!(rc = get_u64(&x, v, key, 64, 1ull << 40, &t))) c->max_body_bytes_in_flight = t;
     } else if (strcmp(key, "max_unsent_bytes") == 0) {
       uint64_t t = 0;
       if (!(rc = get_u64(&x, v, key, 4096, 1ull << 32, &t))) c->max_unsent_bytes = t;
@@ -420,8 +423,17 @@ const lp_model_config_t *lp_config_model(const lp_config_t *c, const char *name)
   return NULL;
 }
 
+size_t lp_config_body_budget(const lp_config_t *c) {
+  if (c->max_body_bytes_in_flight) return c->max_body_bytes_in_flight;
+  return c->max_body_bytes > LP_BODY_BUDGET_DEFAULT ? c->max_body_bytes : LP_BODY_BUDGET_DEFAULT;
+}
+
 int lp_config_validate(const lp_config_t *c, char *err, size_t errlen) {
   ctx_t x = {err, errlen, "config"};
+  /* one body of the largest size must always fit */
+  if (c->max_body_bytes_in_flight && c->max_body_bytes_in_flight < c->max_body_bytes)
+    return fail(&x, "max_body_bytes_in_flight", "must be at least max_body_bytes (%zu)",
+                c->max_body_bytes);
   if (c->nmodels == 0)
     return fail(&x, "models", "no model: give --backend and --shapes, or a config file");
   for (size_t i = 0; i < c->nmodels; i++) {
@@ -471,6 +483,7 @@ char *lp_config_dump(const lp_config_t *c) {
   json_object_set_new(root, "max_connections", json_integer((json_int_t)c->max_connections));
   json_object_set_new(root, "max_pipeline", json_integer((json_int_t)c->max_pipeline));
   json_object_set_new(root, "max_unsent_bytes", json_integer((json_int_t)c->max_unsent_bytes));
+  json_object_set_new(root, "max_body_bytes_in_flight", json_integer((json_int_t)lp_config_body_budget(c)));
   json_object_set_new(root, "idle_timeout_ms", json_integer((json_int_t)c->idle_timeout_ms));
   json_object_set_new(root, "request_timeout_ms", json_integer((json_int_t)c->request_timeout_ms));
   json_object_set_new(root, "max_sequences_per_request",
