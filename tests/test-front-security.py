@@ -198,6 +198,17 @@ try:
         rid = hd.get("x-request-id", b"")
         ok = rid != bid and VALID_ID.fullmatch(rid.decode("latin-1")) is not None
         check("an early 400 does not echo the invalid id %r" % bid[:20], st == 400 and ok, (st, rid))
+    # a long id arriving in pieces (reads) is counted, never written past its buffer
+    c = socket.create_connection(("127.0.0.1", port), timeout=10)
+    c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: " + b"y" * 1500)
+    time.sleep(0.3)
+    c.sendall(b"y" * 1500)
+    time.sleep(0.3)
+    c.sendall(b"y" * 500 + b"\r\n\r\n")
+    st, hd, _ = read_answer(c)
+    c.close()
+    check("a 3500-byte X-Request-Id in pieces: answered, with a made id",
+          st == 200 and re.fullmatch(rb"[0-9a-f]{16}", hd.get("x-request-id", b"")), (st, hd))
     st, hd, _ = raw(port, b"GET /healthz HTTP/1.1\r\nX-Request-Id: early-ok-1\r\n\r\n")
     check("an early 400 echoes a valid id", st == 400 and hd.get("x-request-id") == b"early-ok-1", (st, hd))
     st, _, body = get(port, b"/v1/models/\xff\xfe\xc3/infer", bearer(short) + b"Content-Type: application/json\r\n",

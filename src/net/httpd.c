@@ -48,6 +48,7 @@ typedef struct lp_http_parse_s {
   int host_count;              /* Host headers of the request being parsed */
   int te_count;                /* Transfer-Encoding headers */
   int hdr;                     /* the current header's index in singles[], or -1 */
+  int trailers;                /* the headers are done: fields now are a chunked trailer */
   unsigned seen;               /* bit i: singles[i] given in this request */
   size_t rid_len;              /* X-Request-Id bytes sent (rid keeps the first ones) */
   int err_status;              /* set by a callback that rejects the request */
@@ -587,6 +588,9 @@ static void conn_reject(lp_http_conn_t *c, int status, const char *code, const c
   if (r->method < 0 && ps && r->url_len) r->method = ps->parser.method;
   request_id_settle(c->srv, r, ps);
   body_uncharge(r); /* the body is dropped */
+  free(r->body);
+  r->body = NULL;
+  r->body_len = r->_body_cap = 0;
   r->_close_after = 1;
   c->closing = 1;
   c->linger = 1;
@@ -637,6 +641,7 @@ static int on_message_begin(llhttp_t *p) {
   c->ps->te_count = 0;
   c->ps->te[0] = '\0';
   c->ps->hdr = -1;
+  c->ps->trailers = 0;
   c->ps->seen = 0;
   c->ps->rid_len = 0;
   c->ps->rid[0] = '\0';
@@ -780,10 +785,12 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
     case H_RID: {
       /* the first bytes kept; the length counted, so that a long id is refused
        * rather than cut */
-      size_t k = ps->rid_len < LP_HTTP_ID_MAX ? LP_HTTP_ID_MAX - ps->rid_len : 0;
-      if (k > n) k = n;
-      memcpy(ps->rid + ps->rid_len, at, k);
-      ps->rid[ps->rid_len + k] = '\0';
+      if (ps->rid_len < LP_HTTP_ID_MAX) {
+        size_t k = LP_HTTP_ID_MAX - ps->rid_len;
+        if (k > n) k = n;
+        memcpy(ps->rid + ps->rid_len, at, k);
+        ps->rid[ps->rid_len + k] = '\0';
+      }
       ps->rid_len += n;
       break;
     }
@@ -798,6 +805,8 @@ static int on_header_field_complete(llhttp_t *p) {
   lp_http_conn_t *c = CONN(p);
   lp_http_parse_t *ps = c->ps;
   ps->hdr = -1;
+  /* a chunked body's trailer fields are not headers (RFC 9110 6.5.1): ignored */
+  if (ps->trailers) return 0;
   for (int i = 0; i < H_COUNT; i++)
     if (strcasecmp(ps->field, singles[i].name) == 0) {
       ps->hdr = i;
@@ -844,6 +853,7 @@ static int on_headers_complete(llhttp_t *p) {
   lp_http_req_t *r = c->cur;
   req_settle_url(r);
   r->method = p->method;
+  c->ps->trailers = 1;
   request_id_settle(c->srv, r, c->ps); /* first: every answer from here echoes it */
   /* RFC 9112: what this server cannot or must not serve, said once, then closed */
   if (p->method == HTTP_CONNECT)
