@@ -847,7 +847,6 @@ static int on_header_value_complete(llhttp_t *p) {
   return 0;
 }
 
-
 static int on_headers_complete(llhttp_t *p) {
   lp_http_conn_t *c = CONN(p);
   lp_http_req_t *r = c->cur;
@@ -1222,7 +1221,7 @@ static void on_connection(uv_stream_t *server, int status) {
   s->nconns++;
   c->last_ns = uv_now(s->loop);
   if (s->nconns > s->cfg.max_connections) {
-    conn_reject(c, 503, "too_many_connections", "connection limit reached", NULL, NULL);
+    conn_reject(c, 503, "too_many_connections", "connection limit reached", NULL, "Retry-After: 1\r\n");
     return;
   }
   conn_arm_timer(c);
