@@ -52,6 +52,7 @@ typedef struct lp_http_req_s {
   size_t _charged;        /* body bytes charged to the server's in-flight budget */
   int _answered;
   int _close_after;
+  int _continue;          /* Expect: 100-continue, to be sent once earlier answers are */
   char _ihcl[24];
   char _url_inline[128];  /* url lives here while it fits: no allocation */
   lp_buf_t _resp;

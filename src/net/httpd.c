@@ -491,6 +491,22 @@ static void on_continue_written(uv_write_t *w, int status) {
   conn_wrote(c, status);
 }
 
+/* Writes the interim "100 Continue", queued behind any answer still being
+ * written, never dropped. Returns 0 or -1. */
+static int send_continue(lp_http_conn_t *c) {
+  static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  uv_buf_t b = uv_buf_init((char *)cont, sizeof(cont) - 1);
+  uv_write_t *w = malloc(sizeof(*w));
+  if (w == NULL) return -1;
+  w->data = c;
+  if (uv_write(w, (uv_stream_t *)&c->tcp, &b, 1, on_continue_written) < 0) {
+    free(w);
+    return -1;
+  }
+  c->writing++;
+  return 0;
+}
+
 /* Writes the answers at the head that are ready, in order: together in one
  * writev, tried on the socket at once (most answers leave in this call: no
  * write request, and libuv does not re-arm the poll for it); what the socket
@@ -552,6 +568,15 @@ static void conn_flush(lp_http_conn_t *c) {
     if (closing) break;
   }
   if (c->closed) return;
+  /* an Expect: 100-continue request that waited behind earlier answers is
+   * first in line now: its interim answer goes out behind them */
+  if (c->head && c->head->_continue && !c->head->_answered) {
+    c->head->_continue = 0;
+    if (send_continue(c) < 0) {
+      conn_close(c);
+      return;
+    }
+  }
   /* draining: a connection whose last answer is written goes */
   if (c->srv->closing && !c->head && !c->cur && !c->writing && !c->lingering) {
     conn_close(c);
@@ -884,20 +909,12 @@ static int on_headers_complete(llhttp_t *p) {
   if (c->ps->expect[0]) {
     if (strcasecmp(c->ps->expect, "100-continue") != 0)
       return fail_cb(c, 417, "expectation_failed", "only 'Expect: 100-continue' is supported");
-    /* The interim answer may only go out when no earlier answer is owed; a
-     * client that pipelines behind an Expect sends its body after a pause. */
-    if (c->head == r && r->has_body_length) {
-      /* queued behind any answer still being written, never dropped */
-      static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-      uv_buf_t b = uv_buf_init((char *)cont, sizeof(cont) - 1);
-      uv_write_t *w = malloc(sizeof(*w));
-      if (w == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
-      w->data = c;
-      if (uv_write(w, (uv_stream_t *)&c->tcp, &b, 1, on_continue_written) < 0) {
-        free(w);
+    /* The interim answer may only go out when no earlier answer is owed:
+     * now, or once the earlier answers are handed to writing (conn_flush). */
+    if (r->has_body_length) {
+      if (c->head != r) r->_continue = 1;
+      else if (send_continue(c) < 0)
         return fail_cb(c, 503, "write_failed", "could not write 100 Continue");
-      }
-      c->writing++;
     }
   }
   return 0;
@@ -924,6 +941,7 @@ static int on_message_complete(llhttp_t *p) {
     if (r->body == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
   }
   body_uncharge(r); /* handed over: the app's to account for now */
+  r->_continue = 0;  /* the body came without it */
   if (!llhttp_should_keep_alive(p)) {
     r->_close_after = 1;
     c->closing = 1;
