@@ -230,6 +230,11 @@ try:
     for want, data, _ in early:
         st, _, _ = raw(port, data)
         check("the server itself answers %d" % want, st == want, st)
+    st, _, body = get(port, b"/metrics", bearer(short))
+    for reason in (b"bad_host", b"headers_too_large", b"transfer_coding_not_implemented", b"body_too_large",
+                   b"repeated_header"):
+        check("the server's own %s rejections are counted" % reason.decode(),
+              st == 200 and b'lanepack_rejections_total{reason="' + reason + b'"}' in body, st)
     time.sleep(2.2)  # the access log is flushed once a second
     lines = access_lines(lp_err)
     for want, _, rid in early:
