@@ -1,7 +1,8 @@
 /* The access log: one JSON line per answered request (inference always when
  * on, successes sampled). Whole lines gather in a buffer written once a second
  * (or when 64 KiB have gathered), so that logging costs no system call per
- * request; "-" (stderr) writes each line at once. A line is written whole or
+ * request, to a file or, for "-", to standard error (shared with the process
+ * log: every write holds whole lines). A line is written whole or
  * not at all: when the disk fills, the part of a line that got out is cut back
  * and the lines lost are counted (lanepack_access_log_dropped_lines_total).
  * SIGHUP reopens the file (logrotate's postrotate). */
@@ -88,14 +89,10 @@ void lp__access_log_close(lp_proxy_t *p) {
   p->access_fd = -1;
 }
 
-/* One whole line, in the buffer (or at once to stderr). */
+/* One whole line, in the buffer. */
 static void put_line(lp_proxy_t *p, const lp_buf_t *line) {
   if (line->oom) {
     p->access_dropped++;
-    return;
-  }
-  if (p->access_fd == STDERR_FILENO) {
-    write_lines(p, line->data, line->len);
     return;
   }
   if (p->access_buf.len + line->len > LP_ACCESS_BUF) lp__access_log_flush(p);
@@ -133,7 +130,8 @@ void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const l
   snprintf(when + wl, sizeof(when) - wl, ".%03ldZ", ts.tv_nsec / 1000000);
   lp_http_peer(req, peer, sizeof(peer));
   static const char *const methods[] = {"DELETE", "GET", "HEAD", "POST", "PUT"};
-  const char *method = req->method >= 0 && req->method <= 4 ? methods[req->method] : "OTHER";
+  /* -1: refused by the server before the method was read */
+  const char *method = req->method < 0 ? "-" : req->method <= 4 ? methods[req->method] : "OTHER";
   lp_buf_t *b = &p->access_line;
   lp_buf_reset(b);
   lp_buf_puts(b, "{\"time\": ");
