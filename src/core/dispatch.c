@@ -763,7 +763,10 @@ int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, u
   disp_backend_t *be = &d->be[bt->backend];
   /* an answer says the device works; a timeout or a reset ends the wait too */
   be->dev[bt->device].suspect = 0;
-  if (o != LP_DISP_TIMEOUT && o != LP_DISP_RESET && o != LP_DISP_ABANDONED) learn(d, bt, r, now);
+  /* what the device did teaches its clock, errors included; a missing shape,
+   * a timeout or a reset say nothing of it */
+  if (o != LP_DISP_TIMEOUT && o != LP_DISP_RESET && o != LP_DISP_ABANDONED && o != LP_DISP_ERR_SHAPE)
+    learn(d, bt, r, now);
   device_release(d, bt, now);
   for (uint32_t i = 0; i < bt->n; i++) bt->seqs[i]->inflight--;
 
