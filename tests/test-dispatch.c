@@ -192,6 +192,22 @@ START_TEST(just_in_time_while_busy_and_lead_learned) {
 }
 END_TEST
 
+START_TEST(idle_backends_take_turns) {
+  lp_disp_config_t c;
+  base(&c, "1x8192", (uint64_t[]){10}, 1);
+  c.nbackends = 2;
+  c.devices[1] = 1;
+  lp_disp_t *d = make(&c);
+  for (uint64_t j = 1; j <= 4; j++) {
+    admit(d, j, 1, 100, 0, 0, (j - 1) * 20 * MS);
+    const act_t *s = nth(LP_DISP_ACT_SEND, (int)j - 1);
+    ck_assert_uint_eq(s->a.send.backend, (j - 1) % 2);
+    result(d, s->a.send.batch_id, LP_DISP_OK, (j - 1) * 20 * MS + 10 * MS);
+  }
+  lp_disp_free(d);
+}
+END_TEST
+
 /* ---- what it holds ---- */
 
 START_TEST(shape_by_device_time_per_token) {
@@ -942,7 +958,7 @@ START_TEST(every_job_one_answer_under_faults) {
 }
 END_TEST
 
-LP_TEST_MAIN("dispatch", idle_device_gets_a_batch_at_once, just_in_time_while_busy_and_lead_learned,
+LP_TEST_MAIN("dispatch", idle_device_gets_a_batch_at_once, idle_backends_take_turns, just_in_time_while_busy_and_lead_learned,
              shape_by_device_time_per_token, shape_never_by_counting_due_items,
              oldest_must_go_and_long_rides_large, stall_hedges_with_bounded_copies,
              bisect_on_5xx_and_poison_fails_alone, slow_errors_teach_the_clock,
