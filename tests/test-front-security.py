@@ -143,6 +143,18 @@ try:
         json.dump({"auth_tokens_file": tokens, "models": {"m": {"shapes": "4x64", "backends": [dead_backend]}}}, f)
     r = subprocess.run([lanepack, "--config", cc, "--check-config"], capture_output=True, timeout=30)
     check("--check-config takes a token file with a 515-character token", r.returncode == 0, r.stderr[-300:])
+    # a token that fills max_header_bytes all but its name and scheme: no request
+    # (its line and Host count too) can carry it, so it must not pass either
+    edge = os.path.join(tmp, "tokens-edge")
+    with open(edge, "w") as f:
+        f.write("ok-token\n" + "E" * (4096 - len("Authorization") - len("Bearer ")) + "\n")
+    with open(cc, "w") as f:
+        json.dump({"auth_tokens_file": edge, "max_header_bytes": 4096,
+                   "models": {"m": {"shapes": "4x64", "backends": [dead_backend]}}}, f)
+    r = subprocess.run([lanepack, "--config", cc, "--check-config"], capture_output=True, timeout=30)
+    err = r.stderr.decode("utf-8", "replace")
+    check("--check-config refuses a token that leaves no room for the request line and Host",
+          r.returncode != 0 and "line 2" in err, (r.returncode, err[-300:]))
 
     # ---- one proxy: tokens, no admin listener, access log on stderr ----
     port = free_port()
