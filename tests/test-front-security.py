@@ -143,6 +143,18 @@ try:
         json.dump({"auth_tokens_file": tokens, "models": {"m": {"shapes": "4x64", "backends": [dead_backend]}}}, f)
     r = subprocess.run([lanepack, "--config", cc, "--check-config"], capture_output=True, timeout=30)
     check("--check-config takes a token file with a 515-character token", r.returncode == 0, r.stderr[-300:])
+    # a token that fills max_header_bytes all but its name and scheme: no request
+    # (its line and Host count too) can carry it, so it must not pass either
+    edge = os.path.join(tmp, "tokens-edge")
+    with open(edge, "w") as f:
+        f.write("ok-token\n" + "E" * (4096 - len("Authorization") - len("Bearer ")) + "\n")
+    with open(cc, "w") as f:
+        json.dump({"auth_tokens_file": edge, "max_header_bytes": 4096,
+                   "models": {"m": {"shapes": "4x64", "backends": [dead_backend]}}}, f)
+    r = subprocess.run([lanepack, "--config", cc, "--check-config"], capture_output=True, timeout=30)
+    err = r.stderr.decode("utf-8", "replace")
+    check("--check-config refuses a token that leaves no room for the request line and Host",
+          r.returncode != 0 and "line 2" in err, (r.returncode, err[-300:]))
 
     # ---- one proxy: tokens, no admin listener, access log on stderr ----
     port = free_port()
@@ -332,13 +344,16 @@ try:
         part = b"POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
         size = 900 * 1024
         up = []
-        for i in range(2):
+        for i in range(2):  # bodies the budget holds are bytes received: 800 KiB of each
             c = socket.create_connection(("127.0.0.1", port), timeout=10)
-            c.sendall(part % size + b"{")
+            c.sendall(part % size + b"{" + b" " * (800 * 1024))
             up.append(c)
         time.sleep(0.5)
         c = socket.create_connection(("127.0.0.1", port), timeout=10)
-        c.sendall(part % size + b"{")
+        try:
+            c.sendall(part % size + b"{" + b" " * (300 * 1024))
+        except OSError:
+            pass  # refused while sending: the answer is read below
         st, hd, body = read_answer(c, 5)
         c.close()
         check("a body past the budget of bodies in flight: 503 with Retry-After, at once",
@@ -362,6 +377,21 @@ try:
         st, _, _ = raw(port, part % size + body)
         check("once a held body goes, another fits again (answered on its merits)", st == 400, st)
         for c in up:
+            c.close()
+        # the budget holds the bytes received, not what a Content-Length promises:
+        # clients that announce big bodies and send none of them (a few hundred
+        # bytes of headers) cannot shut every other upload out
+        time.sleep(0.5)
+        idle = []
+        for n in (1 << 20, (2 << 20) - (1 << 20) - 3):  # together: all but a byte of the budget
+            c = socket.create_connection(("127.0.0.1", port), timeout=10)
+            c.sendall(part % n)
+            idle.append(c)
+        time.sleep(0.5)
+        st, _, body = raw(port, part % 2 + b"{}")
+        check("bodies announced and not sent do not fill the budget: a small body is answered on its merits",
+              st == 400, (st, body[:200]))
+        for c in idle:
             c.close()
         lp.terminate()
         rc = lp.wait(timeout=20)

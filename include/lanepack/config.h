@@ -125,7 +125,8 @@ const lp_model_config_t *lp_config_model(const lp_config_t *c, const char *name)
  * ASCII or is longer than max_len (0: no bound). */
 int lp_config_read_tokens(const char *path, size_t max_len, char ***tokens, size_t *n, char *err,
                           size_t errlen);
-/* The longest token an Authorization header can carry under c's max_header_bytes. */
+/* The longest token an Authorization header can carry under c's max_header_bytes,
+ * with room left for the rest of a request. */
 size_t lp_config_token_max(const lp_config_t *c);
 void lp_config_free_tokens(char **tokens, size_t n);
 

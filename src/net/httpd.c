@@ -43,6 +43,8 @@ typedef struct lp_http_parse_s {
   char *pending;               /* bytes not yet parsed while paused; owned */
   size_t pending_len;
   size_t header_bytes;
+  size_t body_most;            /* the body's buffer at most: Content-Length + 1, else
+                                  max_body_bytes + 1 */
   size_t field_len;
   int field_done;
   int host_count;              /* Host headers of the request being parsed */
@@ -692,21 +694,20 @@ static int append(char **dst, size_t *len, size_t *cap, const char *at, size_t n
   return 0;
 }
 
-/* Makes room in r's body for `need` bytes (its NUL included): exactly that
- * (a Content-Length), else doubling, at most max_body_bytes + 1. The growth
- * is charged to the in-flight budget before anything is allocated: past it,
- * 503 with Retry-After, so that clients holding partial bodies cannot make
- * the server hold more than the budget together. */
-static int body_room(lp_http_conn_t *c, lp_http_req_t *r, size_t need, int exact) {
+/* Makes room in r's body for `need` bytes (its NUL included) as they arrive:
+ * doubling, at most `most` (Content-Length + 1 when given). The growth is
+ * charged to the in-flight budget before anything is allocated: past it, 503
+ * with Retry-After, so that clients holding partial bodies cannot make the
+ * server hold more than the budget together. Only bytes received are charged
+ * (at most twice over): a Content-Length alone, sent with nothing after it,
+ * would let a few clients fill the budget with a few hundred bytes of headers
+ * and shut every other upload out. */
+static int body_room(lp_http_conn_t *c, lp_http_req_t *r, size_t need, size_t most) {
   if (need <= r->_body_cap) return 0;
   lp_httpd_t *s = c->srv;
-  size_t nc = need;
-  if (!exact) {
-    nc = r->_body_cap ? r->_body_cap : 128;
-    while (nc < need) nc *= 2;
-    size_t most = s->cfg.max_body_bytes + 1;
-    if (nc > most) nc = most > need ? most : need;
-  }
+  size_t nc = r->_body_cap ? r->_body_cap : 128;
+  while (nc < need) nc *= 2;
+  if (nc > most) nc = most > need ? most : need;
   size_t more = nc - r->_body_cap;
   size_t budget = s->cfg.max_body_bytes_in_flight;
   if (budget && (s->body_bytes > budget || more > budget - s->body_bytes))
@@ -903,9 +904,8 @@ static int on_headers_complete(llhttp_t *p) {
   r->has_body_length = (p->flags & (F_CONTENT_LENGTH | F_CHUNKED)) != 0;
   if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->srv->cfg.max_body_bytes)
     return fail_cb(c, 413, "body_too_large", "request body exceeds the limit");
-  if ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0 &&
-      body_room(c, r, (size_t)p->content_length + 1, 1))
-    return -1;
+  c->ps->body_most = (p->flags & F_CONTENT_LENGTH) ? (size_t)p->content_length + 1
+                                                    : c->srv->cfg.max_body_bytes + 1;
   if (c->ps->expect[0]) {
     if (strcasecmp(c->ps->expect, "100-continue") != 0)
       return fail_cb(c, 417, "expectation_failed", "only 'Expect: 100-continue' is supported");
@@ -925,7 +925,7 @@ static int on_body(llhttp_t *p, const char *at, size_t n) {
   lp_http_req_t *r = c->cur;
   if (r->body_len + n > c->srv->cfg.max_body_bytes)
     return fail_cb(c, 413, "body_too_large", "request body exceeds the limit");
-  if (body_room(c, r, r->body_len + n + 1, 0)) return -1;
+  if (body_room(c, r, r->body_len + n + 1, c->ps->body_most)) return -1;
   memcpy(r->body + r->body_len, at, n);
   r->body_len += n;
   r->body[r->body_len] = '\0';

@@ -38,8 +38,10 @@ int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errle
 /* Writes len bytes of whole lines. On a short write, the part of a line that
  * got out is taken back (the file is cut to the last whole line), and every
  * line not written is counted as dropped: a full disk loses lines, never
- * leaves half of one. */
-static void write_lines(lp_proxy_t *p, const char *data, size_t len) {
+ * leaves half of one. Where nothing can be cut back (a pipe, a socket: a
+ * non-blocking one that is full), the rest of that line must follow before
+ * any other: returns its length, from *rest (0: nothing owed). */
+static size_t write_lines(lp_proxy_t *p, const char *data, size_t len, size_t *rest) {
   size_t off = 0;
   int e = 0;
   while (off < len) {
@@ -56,14 +58,18 @@ static void write_lines(lp_proxy_t *p, const char *data, size_t len) {
   if (off == len) {
     if (p->access_failing) lp_log(LP_LOG_INFO, "access log written again", NULL);
     p->access_failing = 0;
-    return;
+    return 0;
   }
-  size_t whole = off;
+  size_t whole = off, owed = 0;
   while (whole > 0 && data[whole - 1] != '\n') whole--;
   if (whole < off) {
     off_t at = lseek(p->access_fd, 0, SEEK_CUR); /* O_APPEND: just past what went out */
-    if (at >= (off_t)(off - whole) && ftruncate(p->access_fd, at - (off_t)(off - whole)) != 0) {
+    if (at < (off_t)(off - whole) || ftruncate(p->access_fd, at - (off_t)(off - whole)) != 0) {
       /* cannot cut it back (a pipe, say): the rest of it follows in the next write */
+      const char *nl = memchr(data + off, '\n', len - off);
+      owed = nl ? (size_t)(nl + 1 - data) - off : len - off;
+      *rest = off;
+      whole = off + owed;
     }
   }
   uint64_t lost = 0;
@@ -73,11 +79,17 @@ static void write_lines(lp_proxy_t *p, const char *data, size_t len) {
     lp_log(LP_LOG_WARN, "access log write failed: lines dropped", "\"error\": \"%s\", \"lines\": %llu",
            strerror(e), (unsigned long long)lost);
   p->access_failing = 1;
+  return owed;
 }
 
 void lp__access_log_flush(lp_proxy_t *p) {
-  if (p->access_on && p->access_buf.len) write_lines(p, p->access_buf.data, p->access_buf.len);
+  size_t rest = 0, owed = 0;
+  if (p->access_on && p->access_buf.len) owed = write_lines(p, p->access_buf.data, p->access_buf.len, &rest);
   lp_buf_reset(&p->access_buf);
+  if (owed) { /* the rest of a cut line goes first next time */
+    memmove(p->access_buf.data, p->access_buf.data + rest, owed);
+    p->access_buf.len = owed;
+  }
 }
 
 void lp__access_log_close(lp_proxy_t *p) {

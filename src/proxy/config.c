@@ -631,9 +631,14 @@ int lp_config_read_tokens(const char *path, size_t max_len, char ***out, size_t 
   return rc;
 }
 
+/* Room kept in max_header_bytes for the rest of a request: its url, Host and a
+ * few headers count against the limit too (a token that fills it alone can
+ * never be sent). */
+#define LP_TOKEN_REQUEST_ROOM 256
+
 size_t lp_config_token_max(const lp_config_t *c) {
   /* the header's name and the scheme count against the limit too */
-  size_t over = sizeof("Authorization") - 1 + sizeof("Bearer ") - 1;
+  size_t over = sizeof("Authorization") - 1 + sizeof("Bearer ") - 1 + LP_TOKEN_REQUEST_ROOM;
   return c->max_header_bytes > over ? c->max_header_bytes - over : 1;
 }
 
