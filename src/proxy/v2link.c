@@ -151,7 +151,6 @@ int lp__v2_deliver(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err,
     lp_v2_msg_free(&msg);
     return -EPROTO;
   }
-  m->v2_out_dtype = t->dtype;
   /* the leading dimensions say where each sequence's part is */
   int lead = l->ragged ? 1 : 2;
   uint64_t rows = l->ragged ? (c->per_segment ? l->nsegs : l->bucket) : l->lanes;
@@ -179,6 +178,8 @@ int lp__v2_deliver(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err,
     lp_v2_msg_free(&msg);
     return -EPROTO;
   }
+  /* what the model's metadata names: only from an answer that is sliced */
+  if (t->dtype != LP_DT_BYTES) m->v2_out_dtype = t->dtype;
   size_t per_row = l->ragged ? inner : (size_t)t->shape[1] * inner;
   lp_buf_t *out = &m->render;
   for (size_t i = 0; i < l->nsegs; i++) {
