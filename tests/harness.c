@@ -349,13 +349,18 @@ char *h_read_for(int fd, int ms, size_t *n) {
 }
 
 int h_stack_start(h_stack_t *s, const char *emu_args, const char *top, const char *model_keys) {
+  return h_stack_start_at(s, emu_args, top, model_keys, "/readyz");
+}
+
+int h_stack_start_at(h_stack_t *s, const char *emu_args, const char *top, const char *model_keys,
+                     const char *probe) {
   memset(s, 0, sizeof(*s));
   s->emu = h_start_emulator(emu_args, &s->emu_port);
   if (s->emu <= 0) return -1;
   char rest[2048];
   snprintf(rest, sizeof(rest), "%s \"models\": {\"m\": {\"backends\": [\"http://127.0.0.1:%d\"], %s}}",
            top, s->emu_port, model_keys);
-  s->proxy = h_start_proxy(rest, "/readyz", &s->port);
+  s->proxy = h_start_proxy(rest, probe, &s->port);
   if (s->proxy <= 0) {
     h_stop(s->emu, 5000);
     return -1;

@@ -58,6 +58,10 @@ typedef struct {
   int emu_port, port;
 } h_stack_t;
 int h_stack_start(h_stack_t *s, const char *emu_args, const char *top, const char *model_keys);
+/* The same, waiting for probe (a path that answers 200) instead of /readyz:
+ * for a stack that is meant never to be ready. */
+int h_stack_start_at(h_stack_t *s, const char *emu_args, const char *top, const char *model_keys,
+                     const char *probe);
 /* Stops both; returns the proxy's exit status (0 when it drained cleanly). */
 int h_stack_stop(h_stack_t *s);
 

@@ -9,7 +9,8 @@
 - An answer echoing another batch's `batch_id` (JSON wire) or `id` (v2) is a
   failed batch (502), never an answer; an answer without one is accepted.
 - A huge, an endless chunked and a huge /healthz answer are cut off at a bound
-  (502 for a batch) and the proxy's RSS stays bounded.
+  (502 for a batch) and the proxy's RSS stays bounded; a big answer within its
+  bound (also a v2 client's, built whole before it is written) is not kept.
 - A hedged batch whose original answers first reports the original's batch id.
 - A request id with a comma reaches backends unambiguously: a JSON array
   (JSON wire) and a JSON-encoded array in a string parameter (v2).
@@ -35,6 +36,7 @@ lanepack = sys.argv[1]
 SECRET = b"invalid input_ids [4242, 1337, 90210] \x01\x1b[31m\xff\xfe tenant-a " + b"\xc3\xa9\x7f" * 3000
 BIG = 300 * 1024 * 1024
 BIGOK = 80 * 1024 * 1024
+V2BIG_INNER = 1 << 20  # v2bigok: 1x8 tokens x 1 Mi INT32 = a 32 MB tensor, in and out
 CHUNK = b" " * (1024 * 1024)
 
 
@@ -143,6 +145,18 @@ class Handler(BaseHTTPRequestHandler):
         if mode == "v2quote":
             return self.send(422, SECRET, "text/plain")
         ids = next(t for t in head["inputs"] if t["name"] == "input_ids")
+        if mode == "v2bigok":  # a wide output, binary: within its bound
+            raw = bytes(4 * V2BIG_INNER * ids["shape"][0] * ids["shape"][1])
+            out = {"name": "output", "datatype": "INT32", "shape": ids["shape"] + [V2BIG_INNER],
+                   "parameters": {"binary_data_size": len(raw)}}
+            h = json.dumps({"id": head.get("id", ""), "model_name": "m", "outputs": [out]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Inference-Header-Content-Length", str(len(h)))
+            self.send_header("Content-Length", str(len(h) + len(raw)))
+            self.end_headers()
+            self.wfile.write(h + raw)
+            return
         out = {"name": "output", "datatype": "INT32", "shape": ids["shape"], "data": ids["data"]}
         answer = {"model_name": "m", "model_version": "1", "outputs": [out]}
         if mode != "v2noid":
@@ -209,7 +223,7 @@ def rss_kb(pid):
 
 
 MODES = ["bigok", "quote422", "quote500", "close", "slow", "wrongid", "noid", "huge", "endless", "hugehealth",
-         "hedge", "v2quote", "v2wrongid", "v2noid", "v2huge"]  # at most 16 models
+         "hedge", "v2quote", "v2wrongid", "v2noid", "v2huge", "v2bigok"]  # at most 16 models
 fakes = {m: fake(m) for m in MODES}
 tmp = tempfile.mkdtemp()
 lp_port = free_port()
@@ -228,6 +242,8 @@ for m, s in fakes.items():
     if m.startswith("v2"):
         cfg.update({"protocol": "v2", "v2": {"model": "m_{lanes}x{bucket}", "binary": False,
                                              "output": "output"}})
+    if m == "v2bigok":
+        cfg.update({"shapes": "1x8", "max_output_value_bytes": 16 << 20})
     models[m] = cfg
 cfg_path = os.path.join(tmp, "lp.json")
 with open(cfg_path, "w") as f:
@@ -319,6 +335,18 @@ try:
     time.sleep(0.3)
     now = rss_kb(proc.pid)
     check("... and its buffer is given back (RSS %d kB from %d kB)" % (now, base), now < limit, (now, base))
+    # a v2 client's big answer (built whole before it is written): its buffers go too
+    before = rss_kb(proc.pid)
+    body = {"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [1, 8], "data": list(range(8))}],
+            "parameters": {"binary_data_output": True}}
+    st, data = post(lp_port, "/v2/models/v2bigok/infer", body, timeout=60)
+    check("a 32 MB v2 answer within its bound: 200, whole", st == 200 and len(data) > 4 * 8 * V2BIG_INNER,
+          (st, len(data), data[:200]))
+    data = None
+    time.sleep(1.5)  # the proxy trims its heap once a second after traffic
+    now = rss_kb(proc.pid)
+    check("... and the proxy does not keep it (RSS %d kB from %d kB)" % (now, before), now < before + 16 * 1024,
+          (now, before))
     st, data = infer(lp_port, "noid", [8, 9])
     check("after them, answers as before", st == 200 and js(data).get("output") == [8, 9], (st, data))
 

@@ -49,4 +49,30 @@ START_TEST(arrays_and_strings) {
 }
 END_TEST
 
-LP_TEST_MAIN("buf", integers_match_printf, arrays_and_strings)
+/* Bytes from clients need not be UTF-8: what is well formed passes, each byte
+ * of anything else (stray continuation, overlong, surrogate, past U+10FFFF,
+ * cut short) becomes \ufffd. */
+START_TEST(json_strings_stay_utf8) {
+  static const struct {
+    const char *in, *out;
+  } cases[] = {
+      {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\""},
+      {"/\xff\xfe/", "\"/\\ufffd\\ufffd/\""},
+      {"\x80x", "\"\\ufffdx\""},
+      {"\xc0\xaf", "\"\\ufffd\\ufffd\""},         /* overlong '/' */
+      {"\xed\xa0\x80", "\"\\ufffd\\ufffd\\ufffd\""}, /* a surrogate */
+      {"\xf4\x90\x80\x80", "\"\\ufffd\\ufffd\\ufffd\\ufffd\""},
+      {"a\xc3", "\"a\\ufffd\""},                      /* cut short */
+      {"\xe2\x82", "\"\\ufffd\\ufffd\""},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    lp_buf_t b;
+    lp_buf_init(&b);
+    lp_buf_json_str(&b, cases[i].in, strlen(cases[i].in));
+    ck_assert_str_eq(lp_buf_cstr(&b), cases[i].out);
+    lp_buf_free(&b);
+  }
+}
+END_TEST
+
+LP_TEST_MAIN("buf", integers_match_printf, arrays_and_strings, json_strings_stay_utf8)

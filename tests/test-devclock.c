@@ -106,5 +106,23 @@ START_TEST(forget_shape) {
 }
 END_TEST
 
+/* devices cut by a reload (SIGHUP devices) while a batch runs on one cut: its
+ * end still frees that device, so that when it is back it is not busy for ever */
+START_TEST(device_cut_while_busy) {
+  lp_devclock_t c;
+  lp_devclock_init(&c, 2);
+  lp_devclock_seed(&c, 0, 10 * MS);
+  uint64_t f0, f1;
+  lp_devclock_start(&c, 0, 0, &f0);
+  int d1 = lp_devclock_start(&c, 0, 0, &f1);
+  ck_assert_int_eq(d1, 1);
+  lp_devclock_set_devices(&c, 1);
+  lp_devclock_finish(&c, d1, 0, 0, f1, 10 * MS, 0, 1.0);
+  lp_devclock_set_devices(&c, 2);
+  ck_assert_uint_eq(c.dev[1].batches, 0);
+  ck_assert_uint_eq(c.dev[1].free_ns, 0);
+}
+END_TEST
+
 LP_TEST_MAIN("devclock", idle_busy_and_expected_finish, median_survives_stalls,
-             lead_learned_from_device_time, devices_bounded, forget_shape)
+             lead_learned_from_device_time, devices_bounded, forget_shape, device_cut_while_busy)

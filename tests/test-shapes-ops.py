@@ -11,6 +11,7 @@ Each section runs its own lanepack against lanepack-emulator or a small fake
 JSON-wire backend written here (its shapes, holds and answers set by the test).
 
 Usage: test-shapes-ops.py LANEPACK EMULATOR"""
+import fcntl
 import http.client
 import json
 import os
@@ -508,12 +509,59 @@ def access_log():
         stop(emu)
 
 
+# ---- 8. access_log "-" on a pipe that fills (a log collector behind): whole lines ----
+def access_log_pipe():
+    """stderr a non-blocking pipe nobody reads for a while: a write stops in the
+    middle of a line (EAGAIN), and no ftruncate can take that part back. The
+    rest of the line must follow, never the next line glued to its first half."""
+    port = free_port()
+    rfd, wfd = os.pipe()
+    fcntl.fcntl(wfd, fcntl.F_SETFL, fcntl.fcntl(wfd, fcntl.F_GETFL) | os.O_NONBLOCK)
+    fcntl.fcntl(wfd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)  # a page: a write stops mid-line
+    cfg = base_cfg(port, log_level="error", access_log="-",
+                   models={"default": {"shapes": "2x32", "backends": ["http://127.0.0.1:%d" % free_port()]}})
+    lp, _ = start_lanepack(cfg, "pipe", stderr=wfd)
+    os.close(wfd)
+    got = []
+    try:
+        wait_http(port, "/healthz")
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+        for i in range(200):  # about 60 KB of lines: the pipe fills
+            c.request("POST", "/v1/infer", json.dumps({"input_ids": "not tokens %d" % i}),
+                      {"Content-Type": "application/json"})
+            c.getresponse().read()
+        time.sleep(1.3)  # a flush meets the full pipe
+        reader = threading.Thread(target=lambda: got.append(b"".join(iter(lambda: os.read(rfd, 65536), b""))))
+        reader.start()
+        for i in range(20):
+            c.request("POST", "/v1/infer", json.dumps({"input_ids": "after %d" % i}),
+                      {"Content-Type": "application/json", "X-Request-Id": "after-%d" % i})
+            c.getresponse().read()
+        c.close()
+        time.sleep(1.5)
+    finally:
+        stop(lp)
+    reader.join(10)
+    os.close(rfd)
+    lines = (got[0] if got else b"").splitlines()
+    bad = []
+    for ln in lines:
+        try:
+            json.loads(ln)
+        except ValueError:
+            bad.append(ln[:120])
+    check("access_log \"-\" on a full non-blocking pipe: every line that arrives is whole JSON (%d lines)" % len(lines),
+          lines and not bad, bad[:3])
+    check("... and the lines after the pipe drained arrive", sum(b'"after-' in ln for ln in lines) == 20,
+          sum(b'"after-' in ln for ln in lines))
+
+
 if __name__ == "__main__":
     # LP_TEST_ONLY=churn,layout_failure runs those sections only
     only = [x for x in os.environ.get("LP_TEST_ONLY", "").split(",") if x]
     try:
         for section in (uaf_on_shape_loss, transient_missing, retired_shapes, churn, layout_failure,
-                        reload_devices, access_log):
+                        reload_devices, access_log, access_log_pipe):
             if not only or section.__name__ in only:
                 section()
     finally:

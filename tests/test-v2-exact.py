@@ -38,6 +38,7 @@ MODELS = {
     "u64j": ("UINT64", [2**64 - 1, 2**63, 5]),               # JSON past INT64_MAX
     "f64j": ("FP64", [math.nan, math.inf, -math.inf, 0.5]),  # JSON NaN, Infinity (as Triton writes)
     "slow": ("FP32", [1.0, 2.0]),                            # answers after SLOW_S
+    "flip": ("INT64", [1, 2, 3]),                            # token 99: a malformed FP64 answer
 }
 SLOW_S = 1.5
 NP = {"INT64": np.int64, "UINT64": np.uint64, "FP64": np.float64, "FP32": np.float32, "FP16": np.float16,
@@ -101,6 +102,9 @@ class Backend(http.server.BaseHTTPRequestHandler):
         binary = head.get("parameters", {}).get("binary_data_output") or any(
             o.get("parameters", {}).get("binary_data") for o in head.get("outputs", []))
         o = {"name": "output", "datatype": dtype, "shape": shape}
+        if name == "flip" and 99 in toks:  # the wrong shape in another datatype: malformed
+            o = {"name": "output", "datatype": "FP64", "shape": [1]}
+            out = [0.5]
         ans = {"id": head.get("id"), "model_name": name, "outputs": [o]}
         if binary:
             raw = raw_of(dtype, out)
@@ -178,7 +182,7 @@ def metadata_before_answers(port):
 
 def exact_values(port):
     for name, (dtype, values) in MODELS.items():
-        if name == "slow":
+        if name in ("slow", "flip"):
             continue
         toks = list(range(len(values)))
         want_raw = raw_of(dtype, values)
@@ -223,6 +227,19 @@ def exact_values(port):
     s, h, raw, body = v2(port, "i64", [[0, 1], [2, 3], [1, 0]], binary_out=True)
     want = raw_of("INT64", [2**53 + 1, 2**63 - 1, -2**63, -1, 2**63 - 1, 2**53 + 1])
     check("i64 [3, 2]: rows in order, exact", s == 200 and raw == want, body[:200])
+
+
+def malformed_keeps_metadata(port):
+    """A malformed answer (refused, never sliced) does not change what the metadata names."""
+    s, _, _, body = v2(port, "flip", [[0, 1]])
+    s2, _, data = call(port, "GET", "/v2/models/flip")
+    dt = json.loads(data)["outputs"][0]["datatype"] if s2 == 200 else None
+    check("flip: a good answer, metadata INT64", s == 200 and dt == "INT64", "%d %s %s" % (s, dt, body[:200]))
+    s, _, _, body = v2(port, "flip", [[99, 1]])
+    s2, _, data = call(port, "GET", "/v2/models/flip")
+    dt = json.loads(data)["outputs"][0]["datatype"] if s2 == 200 else None
+    check("flip: a malformed FP64 answer is 502 and the metadata still says INT64",
+          s == 502 and dt == "INT64", "%d %s %s" % (s, dt, body[:200]))
 
 
 def emulator_values(port):
@@ -342,6 +359,7 @@ def main():
         wait_http(pp, "/v2/health/ready", timeout=15)
         metadata_before_answers(pp)
         exact_values(pp)
+        malformed_keeps_metadata(pp)
         emulator_values(pp)
         time_fields(pp)
         limits(pp)

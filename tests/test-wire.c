@@ -146,9 +146,17 @@ START_TEST(missing_model_and_bad_answers) {
   h_resp_free(&r);
   free(body);
   stop(&s);
-  /* a model whose metadata lacks the output we read is not used */
-  s = start("--shapes 4x64", "\"shapes\": \"4x64\", \"v2\": {\"model\": \"lanepack_{lanes}x{bucket}\", "
-            "\"output\": \"logits\"}");
+  /* a model whose metadata lacks the output we read is not used, and with no
+   * shape to run the proxy is not ready */
+  ck_assert_int_eq(h_stack_start_at(&s, "--protocol v2 --cost-ms 1 --shapes 4x64", "",
+                                    "\"protocol\": \"v2\", \"max_wait_ms\": 2, \"shapes\": \"4x64\", "
+                                    "\"v2\": {\"model\": \"lanepack_{lanes}x{bucket}\", \"output\": \"logits\"}",
+                                    "/healthz"),
+                   0);
+  usleep(200000); /* the shapes' metadata probes have answered */
+  ck_assert_int_eq(h_call(s.port, "GET", "/readyz", "", NULL, &r), 0);
+  ck_assert_int_eq(r.status, 503);
+  h_resp_free(&r);
   ck_assert_int_eq(h_call(s.port, "GET", "/v1/models", "", NULL, &r), 0);
   ck_assert_msg(strstr(r.body, "\"state\": \"unavailable\""), "%s", r.body);
   h_resp_free(&r);

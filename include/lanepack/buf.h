@@ -27,7 +27,9 @@ void lp_buf_i64(lp_buf_t *b, int64_t v);
 void lp_buf_u64(lp_buf_t *b, uint64_t v);
 /* Appends v[0..n) as a JSON array: "[1,2,3]". */
 void lp_buf_i32_array(lp_buf_t *b, const int32_t *v, size_t n);
-/* Appends s as a JSON string with quotes, escaping what JSON requires. */
+/* Appends s as a JSON string with quotes, escaping what JSON requires; each
+ * byte of s that is not part of well-formed UTF-8 becomes \ufffd, so that the
+ * result is valid JSON whatever s holds. */
 void lp_buf_json_str(lp_buf_t *b, const char *s, size_t n);
 /* NUL-terminates (not counted in len) and returns data, or NULL after oom. */
 const char *lp_buf_cstr(lp_buf_t *b);

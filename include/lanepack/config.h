@@ -80,6 +80,8 @@ typedef struct lp_config_s {
   size_t max_connections;
   size_t max_pipeline;
   size_t max_unsent_bytes;      /* written to a client and not yet read: over it, stop reading it */
+  size_t max_body_bytes_in_flight; /* bodies being received, all clients together; 0 = not
+                                      given: see lp_config_body_budget */
   uint64_t idle_timeout_ms;
   uint64_t request_timeout_ms;
   uint32_t max_sequences_per_request;
@@ -90,6 +92,11 @@ typedef struct lp_config_s {
   lp_model_config_t models[LP_MAX_MODELS];
   size_t nmodels;
 } lp_config_t;
+
+/* Bodies being received may hold this much together: max_body_bytes_in_flight,
+ * or when not given LP_BODY_BUDGET_DEFAULT but at least one largest body. */
+#define LP_BODY_BUDGET_DEFAULT (256u * 1024 * 1024)
+size_t lp_config_body_budget(const lp_config_t *c);
 
 /* Defaults: listen 127.0.0.1:8080, no models. */
 void lp_config_default(lp_config_t *c);
@@ -111,10 +118,16 @@ char *lp_config_dump(const lp_config_t *c);
 
 const lp_model_config_t *lp_config_model(const lp_config_t *c, const char *name);
 
-/* Reads bearer tokens, one per line ('#' comments and blank lines skipped) into
- * *tokens (malloc'd, free with lp_config_free_tokens). Returns 0, or -EINVAL
- * with a message for a missing or empty file. */
-int lp_config_read_tokens(const char *path, char ***tokens, size_t *n, char *err, size_t errlen);
+/* Reads bearer tokens, one per line of any length ('#' comments and blank lines
+ * skipped, spaces around a token dropped) into *tokens (malloc'd, free with
+ * lp_config_free_tokens). Returns 0, or -EINVAL with a message for a missing or
+ * empty file, or one naming the line of a token that holds other than visible
+ * ASCII or is longer than max_len (0: no bound). */
+int lp_config_read_tokens(const char *path, size_t max_len, char ***tokens, size_t *n, char *err,
+                          size_t errlen);
+/* The longest token an Authorization header can carry under c's max_header_bytes,
+ * with room left for the rest of a request. */
+size_t lp_config_token_max(const lp_config_t *c);
 void lp_config_free_tokens(char **tokens, size_t n);
 
 #endif

@@ -18,18 +18,26 @@
 #define LP_HTTP_POST 3
 #define LP_HTTP_PUT 4
 
+/* A client's X-Request-Id is kept (and echoed) only if it is 1..LP_HTTP_ID_MAX
+ * bytes of printable ASCII other than '"' and '\\' (no space, no control
+ * byte); otherwise the server makes one. */
+#define LP_HTTP_ID_MAX 63
+
 typedef struct lp_httpd_s lp_httpd_t;
 typedef struct lp_http_conn_s lp_http_conn_t;
 
 typedef struct lp_http_req_s {
-  int method;             /* llhttp_method_t: HTTP_GET, HTTP_POST, ... */
+  int method;             /* llhttp_method_t: HTTP_GET, HTTP_POST, ...; -1 while unknown
+                             (a request refused before its method was read) */
   char *url;              /* NUL-terminated, owned */
   size_t url_len;
   size_t path_len;        /* url[0..path_len) is the path, before any '?' */
   char content_type[96];  /* "" when absent; truncated if longer */
-  char authorization[256];/* "" when absent */
-  char request_id[64];    /* X-Request-Id as sent (printable, <= 63 bytes), else one
-                             made here; echoed in the answer's head */
+  char *authorization;    /* the whole Authorization value (NUL-terminated, owned), NULL
+                             when absent; bounded by max_header_bytes */
+  size_t authorization_len;
+  char request_id[64];    /* X-Request-Id as sent when valid (see LP_HTTP_ID_MAX), else
+                             one made here; echoed in the answer's head */
   int has_body_length;    /* Content-Length given or chunked */
   int64_t inference_header_len; /* Inference-Header-Content-Length (v2 binary): -1 absent, -2 bad */
   char *body;             /* owned; NUL-terminated (not counted in body_len) */
@@ -40,8 +48,11 @@ typedef struct lp_http_req_s {
   lp_http_conn_t *_conn;
   struct lp_http_req_s *_next;
   size_t _body_cap;
+  size_t _auth_cap;
+  size_t _charged;        /* body bytes charged to the server's in-flight budget */
   int _answered;
   int _close_after;
+  int _continue;          /* Expect: 100-continue, to be sent once earlier answers are */
   char _ihcl[24];
   char _url_inline[128];  /* url lives here while it fits: no allocation */
   lp_buf_t _resp;
@@ -57,6 +68,11 @@ typedef struct lp_httpd_config_s {
    * which is freed when this returns. May be NULL if requests are answered
    * before on_request returns. */
   void (*on_cancel)(lp_http_req_t *req, void *ud);
+  /* The server itself refuses a request (a limit, bad framing, a repeated
+   * header, a timeout; code is the error's code): called just before the
+   * answer is written, for counting and logging. req's url may be "" and its
+   * method -1 when the refusal came before they were read. May be NULL. */
+  void (*on_reject)(lp_http_req_t *req, int status, const char *code, void *ud);
   void *ud;
   size_t max_header_bytes;   /* request line and headers; over it: 431 */
   size_t max_body_bytes;     /* over it: 413 */
@@ -65,6 +81,10 @@ typedef struct lp_httpd_config_s {
   uint64_t idle_timeout_ms;  /* a connection with nothing in progress is closed */
   uint64_t request_timeout_ms; /* a request must arrive whole within this: else 408 */
   size_t max_unsent_bytes;   /* written but not taken by the peer: over it, reading stops */
+  /* Bytes of bodies being received (not yet handed to on_request) on all
+   * connections together; a body that would pass it gets 503 with
+   * Retry-After before it is buffered. 0 = no bound. */
+  size_t max_body_bytes_in_flight;
 } lp_httpd_config_t;
 
 /* Fills cfg with defaults (handlers left NULL). */

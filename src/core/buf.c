@@ -154,6 +154,30 @@ void lp_buf_i32_array(lp_buf_t *b, const int32_t *v, size_t n) {
   b->len = (size_t)(o - b->data);
 }
 
+/* The length of the well-formed UTF-8 sequence at s[0..n) (RFC 3629: no
+ * overlong form, no surrogate, nothing past U+10FFFF), or 0 if there is none. */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+  unsigned char c = s[0];
+  size_t k;
+  unsigned lo = 0x80, hi = 0xbf; /* the second byte's range */
+  if (c >= 0xc2 && c <= 0xdf) k = 2;
+  else if (c >= 0xe0 && c <= 0xef) {
+    k = 3;
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    k = 4;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;
+  } else {
+    return 0;
+  }
+  if (n < k || s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < k; i++)
+    if ((s[i] & 0xc0) != 0x80) return 0;
+  return k;
+}
+
 void lp_buf_json_str(lp_buf_t *b, const char *s, size_t n) {
   if (lp_buf_reserve(b, n * 6 + 2)) return;
   char *o = b->data + b->len;
@@ -169,8 +193,20 @@ void lp_buf_json_str(lp_buf_t *b, const char *s, size_t n) {
       o[4] = hex[c >> 4];
       o[5] = hex[c & 15];
       o += 6;
-    } else {
+    } else if (c < 0x80) {
       *o++ = (char)c;
+    } else {
+      /* bytes from clients (a path, a header) need not be UTF-8: each byte
+       * of a malformed sequence becomes U+FFFD, so the output stays JSON */
+      size_t k = utf8_len((const unsigned char *)s + i, n - i);
+      if (k == 0) {
+        memcpy(o, "\\ufffd", 6);
+        o += 6;
+      } else {
+        memcpy(o, s + i, k);
+        o += k;
+        i += k - 1;
+      }
     }
   }
   *o++ = '"';

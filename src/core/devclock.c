@@ -96,8 +96,10 @@ int lp_devclock_start(lp_devclock_t *c, int shape, uint64_t now, uint64_t *finis
   return best;
 }
 
+/* Any device the batch started on: one a reload has cut since (devices) must
+ * still be freed, or it is busy for ever once it comes back. */
 static void release(lp_devclock_t *c, int device, uint64_t now, uint64_t expected_end) {
-  if (device < 0 || (uint32_t)device >= c->devices) return;
+  if (device < 0 || device >= LP_CLOCK_MAX_DEVICES) return;
   lp_device_t *v = &c->dev[device];
   if (v->batches) v->batches--;
   if (v->batches == 0) {

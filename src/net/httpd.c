@@ -43,13 +43,22 @@ typedef struct lp_http_parse_s {
   char *pending;               /* bytes not yet parsed while paused; owned */
   size_t pending_len;
   size_t header_bytes;
+  size_t body_most;            /* the body's buffer at most: Content-Length + 1, else
+                                  max_body_bytes + 1 */
   size_t field_len;
   int field_done;
   int host_count;              /* Host headers of the request being parsed */
   int te_count;                /* Transfer-Encoding headers */
+  int hdr;                     /* the current header's index in singles[], or -1 */
+  int trailers;                /* the headers are done: fields now are a chunked trailer */
+  unsigned seen;               /* bit i: singles[i] given in this request */
+  size_t rid_len;              /* X-Request-Id bytes sent (rid keeps the first ones) */
   int err_status;              /* set by a callback that rejects the request */
-  const char *err_code;
+  const char *err_code;        /* these four: string literals */
   const char *err_msg;
+  const char *err_extra;
+  const char *err_headers;
+  char rid[LP_HTTP_ID_MAX + 1];/* X-Request-Id as sent, until settled */
   char field[64];              /* current header name (truncated) */
   char expect[32];             /* the Expect header of the request being parsed */
   char te[40];                 /* the Transfer-Encoding value (truncated) */
@@ -79,6 +88,7 @@ struct lp_httpd_s {
   int tick_open;
   int tick_closed;
   uint64_t id_base, id_count;  /* made request ids: random base + a count */
+  size_t body_bytes;           /* bodies being received: charged to max_body_bytes_in_flight */
   void (*done)(void *);
   void *done_arg;
 };
@@ -107,6 +117,7 @@ struct lp_http_conn_s {
   unsigned linger : 1;         /* linger after the closing answer is written */
   unsigned lingering : 1;      /* write side shut, reading and dropping until EOF */
   unsigned close_ready : 1;    /* the closing answer is written */
+  unsigned executing : 1;      /* inside llhttp_execute: the parser state must stay */
 };
 
 static void conn_close(lp_http_conn_t *c);
@@ -230,8 +241,49 @@ void lp_httpd_config_default(lp_httpd_config_t *cfg) {
 
 /* ---- requests ---- */
 
+/* The url as far as it was read ("" if none) and its path's length. */
+static void req_settle_url(lp_http_req_t *r) {
+  if (r->url == NULL) {
+    r->url = r->_url_inline;
+    r->_url_inline[0] = '\0';
+  }
+  const char *q = memchr(r->url, '?', r->url_len);
+  r->path_len = q ? (size_t)(q - r->url) : r->url_len;
+}
+
+/* Gives r its id, once: the client's X-Request-Id (ps->rid, when ps is the
+ * parse state of r) if it is valid (LP_HTTP_ID_MAX: it is echoed in a header
+ * and written in JSON logs), else a made one: unique within the process, and
+ * across restarts by its random base. */
+static void request_id_settle(lp_httpd_t *s, lp_http_req_t *r, const lp_http_parse_t *ps) {
+  if (r->request_id[0]) return;
+  size_t n = ps ? ps->rid_len : 0;
+  int ok = n > 0 && n <= LP_HTTP_ID_MAX;
+  for (size_t i = 0; ok && i < n; i++) {
+    unsigned char ch = (unsigned char)ps->rid[i];
+    ok = ch > 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
+  }
+  if (ok) {
+    memcpy(r->request_id, ps->rid, n + 1);
+    return;
+  }
+  static const char hex[] = "0123456789abcdef";
+  uint64_t v = s->id_base + ++s->id_count;
+  for (int i = 15; i >= 0; i--, v >>= 4) r->request_id[i] = hex[v & 15];
+  r->request_id[16] = '\0';
+}
+
+/* Gives back what a request's body had charged to the in-flight budget. */
+static void body_uncharge(lp_http_req_t *r) {
+  lp_httpd_t *s = r->_conn->srv;
+  s->body_bytes -= r->_charged <= s->body_bytes ? r->_charged : s->body_bytes;
+  r->_charged = 0;
+}
+
 static void req_free(lp_http_req_t *r) {
+  body_uncharge(r);
   if (r->url != r->_url_inline) free(r->url);
+  free(r->authorization);
   free(r->body);
   lp_buf_free(&r->_resp);
   free(r);
@@ -241,6 +293,7 @@ static lp_http_req_t *req_new(lp_http_conn_t *c) {
   lp_http_req_t *r = calloc(1, sizeof(*r));
   if (r == NULL) return NULL;
   r->_conn = c;
+  r->method = -1;
   r->start_ns = uv_hrtime();
   lp_buf_init(&r->_resp);
   if (c->tail) c->tail->_next = r;
@@ -296,7 +349,8 @@ void lp_http_respond_raw_at(lp_http_req_t *req, lp_buf_t *out, size_t off) {
 /* Room again in the pipeline and the peer reading its answers: parse what was
  * held back, and read again. */
 static void conn_resume(lp_http_conn_t *c) {
-  if (c->paused && !c->closed && !c->wblocked && c->unanswered < c->srv->cfg.max_pipeline) {
+  if (c->paused && !c->closed && !c->executing && !c->wblocked &&
+      c->unanswered < c->srv->cfg.max_pipeline) {
     c->paused = 0;
     llhttp_resume(&c->ps->parser);
     char *p = c->ps->pending;
@@ -439,6 +493,22 @@ static void on_continue_written(uv_write_t *w, int status) {
   conn_wrote(c, status);
 }
 
+/* Writes the interim "100 Continue", queued behind any answer still being
+ * written, never dropped. Returns 0 or -1. */
+static int send_continue(lp_http_conn_t *c) {
+  static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  uv_buf_t b = uv_buf_init((char *)cont, sizeof(cont) - 1);
+  uv_write_t *w = malloc(sizeof(*w));
+  if (w == NULL) return -1;
+  w->data = c;
+  if (uv_write(w, (uv_stream_t *)&c->tcp, &b, 1, on_continue_written) < 0) {
+    free(w);
+    return -1;
+  }
+  c->writing++;
+  return 0;
+}
+
 /* Writes the answers at the head that are ready, in order: together in one
  * writev, tried on the socket at once (most answers leave in this call: no
  * write request, and libuv does not re-arm the poll for it); what the socket
@@ -500,6 +570,15 @@ static void conn_flush(lp_http_conn_t *c) {
     if (closing) break;
   }
   if (c->closed) return;
+  /* an Expect: 100-continue request that waited behind earlier answers is
+   * first in line now: its interim answer goes out behind them */
+  if (c->head && c->head->_continue && !c->head->_answered) {
+    c->head->_continue = 0;
+    if (send_continue(c) < 0) {
+      conn_close(c);
+      return;
+    }
+  }
   /* draining: a connection whose last answer is written goes */
   if (c->srv->closing && !c->head && !c->cur && !c->writing && !c->lingering) {
     conn_close(c);
@@ -514,21 +593,38 @@ static void conn_flush(lp_http_conn_t *c) {
   }
 }
 
-/* A request the server itself rejects (limits, bad framing): the answer joins
- * the queue behind earlier ones, and the connection closes after it. */
-static void conn_reject(lp_http_conn_t *c, int status, const char *code, const char *msg) {
+/* A request the server itself rejects (limits, bad framing, a timeout): the
+ * answer joins the queue behind earlier ones, and the connection closes after
+ * it. The request being read keeps what was read of it (method, url, a valid
+ * X-Request-Id), for the answer and the app's log. */
+static void conn_reject(lp_http_conn_t *c, int status, const char *code, const char *msg,
+                        const char *extra, const char *headers) {
   lp_http_req_t *r = c->cur;
-  if (r == NULL || r->_answered) r = req_new(c);
+  const lp_http_parse_t *ps = c->ps;
+  if (r == NULL || r->_answered) {
+    r = req_new(c);
+    ps = NULL; /* the parse state, if any, is another request's */
+  }
   if (r == NULL) {
     conn_close(c);
     return;
   }
   c->cur = NULL;
+  req_settle_url(r);
+  /* llhttp knows the method once the url began */
+  if (r->method < 0 && ps && r->url_len) r->method = ps->parser.method;
+  request_id_settle(c->srv, r, ps);
+  body_uncharge(r); /* the body is dropped */
+  free(r->body);
+  r->body = NULL;
+  r->body_len = r->_body_cap = 0;
   r->_close_after = 1;
   c->closing = 1;
   c->linger = 1;
   c->discard = 1; /* the parser is done with this connection; keep reading, drop */
-  lp_http_respond_error(r, status, NULL, code, msg, NULL);
+  lp_httpd_t *s = c->srv;
+  if (s->cfg.on_reject) s->cfg.on_reject(r, status, code, s->cfg.ud);
+  lp_http_respond_error(r, status, headers, code, msg, extra);
   if (!c->closed) {
     conn_update_reading(c);
     conn_arm_timer(c);
@@ -539,11 +635,20 @@ static void conn_reject(lp_http_conn_t *c, int status, const char *code, const c
 
 #define CONN(p) ((lp_http_conn_t *)(p)->data)
 
-static int fail_cb(lp_http_conn_t *c, int status, const char *code, const char *msg) {
+/* A callback refuses the request: conn_parse answers once execute returns.
+ * Every argument is a string literal (or NULL for extra and headers). */
+static int fail_cb_x(lp_http_conn_t *c, int status, const char *code, const char *msg,
+                     const char *extra, const char *headers) {
   c->ps->err_status = status;
   c->ps->err_code = code;
   c->ps->err_msg = msg;
+  c->ps->err_extra = extra;
+  c->ps->err_headers = headers;
   return -1;
+}
+
+static int fail_cb(lp_http_conn_t *c, int status, const char *code, const char *msg) {
+  return fail_cb_x(c, status, code, msg, NULL, NULL);
 }
 
 static int count_header(lp_http_conn_t *c, size_t n) {
@@ -562,6 +667,11 @@ static int on_message_begin(llhttp_t *p) {
   c->ps->host_count = 0;
   c->ps->te_count = 0;
   c->ps->te[0] = '\0';
+  c->ps->hdr = -1;
+  c->ps->trailers = 0;
+  c->ps->seen = 0;
+  c->ps->rid_len = 0;
+  c->ps->rid[0] = '\0';
   c->cur = req_new(c);
   if (c->cur == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
   c->since_ms = uv_now(c->srv->loop);
@@ -581,6 +691,35 @@ static int append(char **dst, size_t *len, size_t *cap, const char *at, size_t n
   memcpy(*dst + *len, at, n);
   *len += n;
   (*dst)[*len] = '\0';
+  return 0;
+}
+
+/* Makes room in r's body for `need` bytes (its NUL included) as they arrive:
+ * doubling, at most `most` (Content-Length + 1 when given). The growth is
+ * charged to the in-flight budget before anything is allocated: past it, 503
+ * with Retry-After, so that clients holding partial bodies cannot make the
+ * server hold more than the budget together. Only bytes received are charged
+ * (at most twice over): a Content-Length alone, sent with nothing after it,
+ * would let a few clients fill the budget with a few hundred bytes of headers
+ * and shut every other upload out. */
+static int body_room(lp_http_conn_t *c, lp_http_req_t *r, size_t need, size_t most) {
+  if (need <= r->_body_cap) return 0;
+  lp_httpd_t *s = c->srv;
+  size_t nc = r->_body_cap ? r->_body_cap : 128;
+  while (nc < need) nc *= 2;
+  if (nc > most) nc = most > need ? most : need;
+  size_t more = nc - r->_body_cap;
+  size_t budget = s->cfg.max_body_bytes_in_flight;
+  if (budget && (s->body_bytes > budget || more > budget - s->body_bytes))
+    return fail_cb_x(c, 503, "bodies_in_flight_full",
+                     "request bodies being received exceed the server's max_body_bytes_in_flight; "
+                     "retry later", NULL, "Retry-After: 1\r\n");
+  char *d = realloc(r->body, nc);
+  if (d == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
+  r->body = d;
+  r->_body_cap = nc;
+  r->_charged += more;
+  s->body_bytes += more;
   return 0;
 }
 
@@ -612,6 +751,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n) {
   if (c->ps->field_done) {
     c->ps->field_len = 0;
     c->ps->field_done = 0;
+    c->ps->hdr = -1;
   }
   size_t k = n < sizeof(c->ps->field) - 1 - c->ps->field_len ? n : sizeof(c->ps->field) - 1 - c->ps->field_len;
   memcpy(c->ps->field + c->ps->field_len, at, k);
@@ -628,31 +768,83 @@ static void put_value(char *dst, size_t cap, const char *at, size_t n) {
   dst[have + k] = '\0';
 }
 
+/* The headers the server reads. A value may come in pieces (one read ends
+ * inside it), which are joined; a second header of the same name would be
+ * joined to the first without a separator ("1" and "0" reading as "10"), and
+ * two values of a field defined once are ambiguous anyway (RFC 9110 5.3): a
+ * repeat of a `once` header is refused with 400 naming it. Host and
+ * Transfer-Encoding have their own answers (400 bad_host, 501); a repeated
+ * Content-Length llhttp refuses itself. */
+enum { H_HOST, H_TE, H_EXPECT, H_CTYPE, H_AUTH, H_RID, H_IHCL, H_COUNT };
+#define SINGLE(name) "the header '" name "' may be given only once", ", \"header\": \"" name "\""
+static const struct {
+  const char *name; /* lower case */
+  int once;
+  const char *msg, *extra;
+} singles[H_COUNT] = {
+  [H_HOST] = {"host", 0, NULL, NULL},
+  [H_TE] = {"transfer-encoding", 0, NULL, NULL},
+  [H_EXPECT] = {"expect", 1, SINGLE("Expect")},
+  [H_CTYPE] = {"content-type", 1, SINGLE("Content-Type")},
+  [H_AUTH] = {"authorization", 1, SINGLE("Authorization")},
+  [H_RID] = {"x-request-id", 1, SINGLE("X-Request-Id")},
+  [H_IHCL] = {"inference-header-content-length", 1, SINGLE("Inference-Header-Content-Length")},
+};
+#undef SINGLE
+
 static int on_header_value(llhttp_t *p, const char *at, size_t n) {
   lp_http_conn_t *c = CONN(p);
   if (count_header(c, n)) return -1;
-  c->ps->field_done = 1;
+  lp_http_parse_t *ps = c->ps;
+  ps->field_done = 1;
   lp_http_req_t *r = c->cur;
-  if (strcasecmp(c->ps->field, "content-type") == 0)
-    put_value(r->content_type, sizeof(r->content_type), at, n);
-  else if (strcasecmp(c->ps->field, "authorization") == 0)
-    put_value(r->authorization, sizeof(r->authorization), at, n);
-  else if (strcasecmp(c->ps->field, "expect") == 0)
-    put_value(c->ps->expect, sizeof(c->ps->expect), at, n);
-  else if (strcasecmp(c->ps->field, "transfer-encoding") == 0)
-    put_value(c->ps->te, sizeof(c->ps->te), at, n);
-  else if (strcasecmp(c->ps->field, "inference-header-content-length") == 0)
-    put_value(r->_ihcl, sizeof(r->_ihcl), at, n);
-  else if (strcasecmp(c->ps->field, "x-request-id") == 0)
-    put_value(r->request_id, sizeof(r->request_id), at, n);
+  switch (ps->hdr) {
+    case H_CTYPE: put_value(r->content_type, sizeof(r->content_type), at, n); break;
+    case H_EXPECT: put_value(ps->expect, sizeof(ps->expect), at, n); break;
+    case H_TE: put_value(ps->te, sizeof(ps->te), at, n); break;
+    case H_IHCL: put_value(r->_ihcl, sizeof(r->_ihcl), at, n); break;
+    case H_AUTH:
+      /* whole, however long: bounded by max_header_bytes (count_header) */
+      if (append(&r->authorization, &r->authorization_len, &r->_auth_cap, at, n))
+        return fail_cb(c, 503, "out_of_memory", "server out of memory");
+      break;
+    case H_RID: {
+      /* the first bytes kept; the length counted, so that a long id is refused
+       * rather than cut */
+      if (ps->rid_len < LP_HTTP_ID_MAX) {
+        size_t k = LP_HTTP_ID_MAX - ps->rid_len;
+        if (k > n) k = n;
+        memcpy(ps->rid + ps->rid_len, at, k);
+        ps->rid[ps->rid_len + k] = '\0';
+      }
+      ps->rid_len += n;
+      break;
+    }
+    default: break;
+  }
   return 0;
 }
 
-/* Headers that must be counted once each, whatever pieces their values came in. */
+/* A header's name is whole: which one it is, counted once whatever pieces its
+ * value comes in. */
 static int on_header_field_complete(llhttp_t *p) {
   lp_http_conn_t *c = CONN(p);
-  if (strcasecmp(c->ps->field, "host") == 0) c->ps->host_count++;
-  else if (strcasecmp(c->ps->field, "transfer-encoding") == 0) c->ps->te_count++;
+  lp_http_parse_t *ps = c->ps;
+  ps->hdr = -1;
+  /* a chunked body's trailer fields are not headers (RFC 9110 6.5.1): ignored */
+  if (ps->trailers) return 0;
+  for (int i = 0; i < H_COUNT; i++)
+    if (strcasecmp(ps->field, singles[i].name) == 0) {
+      ps->hdr = i;
+      break;
+    }
+  if (ps->hdr == H_HOST) ps->host_count++;
+  else if (ps->hdr == H_TE) ps->te_count++;
+  else if (ps->hdr >= 0 && singles[ps->hdr].once) {
+    if (ps->seen & (1u << ps->hdr))
+      return fail_cb_x(c, 400, "repeated_header", singles[ps->hdr].msg, singles[ps->hdr].extra, NULL);
+    ps->seen |= 1u << ps->hdr;
+  }
   return 0;
 }
 
@@ -681,33 +873,13 @@ static int on_header_value_complete(llhttp_t *p) {
   return 0;
 }
 
-/* Keeps a client's X-Request-Id if it is printable ASCII without quotes or
- * backslashes (it is echoed in a header and written in JSON logs), else makes
- * one: unique within the process, and across restarts by its random base. */
-static void request_id_settle(lp_httpd_t *s, lp_http_req_t *r) {
-  size_t n = strlen(r->request_id);
-  int ok = n > 0 && n < sizeof(r->request_id) - 1;
-  for (size_t i = 0; ok && i < n; i++) {
-    unsigned char ch = (unsigned char)r->request_id[i];
-    ok = ch > 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
-  }
-  if (ok) return;
-  static const char hex[] = "0123456789abcdef";
-  uint64_t v = s->id_base + ++s->id_count;
-  for (int i = 15; i >= 0; i--, v >>= 4) r->request_id[i] = hex[v & 15];
-  r->request_id[16] = '\0';
-}
-
 static int on_headers_complete(llhttp_t *p) {
   lp_http_conn_t *c = CONN(p);
   lp_http_req_t *r = c->cur;
-  const char *q = memchr(r->url ? r->url : "", '?', r->url_len);
-  r->path_len = q ? (size_t)(q - r->url) : r->url_len;
-  if (r->url == NULL) {
-    r->url = r->_url_inline;
-    r->_url_inline[0] = '\0';
-  }
+  req_settle_url(r);
   r->method = p->method;
+  c->ps->trailers = 1;
+  request_id_settle(c->srv, r, c->ps); /* first: every answer from here echoes it */
   /* RFC 9112: what this server cannot or must not serve, said once, then closed */
   if (p->method == HTTP_CONNECT)
     return fail_cb(c, 405, "method_not_allowed", "CONNECT is not supported");
@@ -719,38 +891,30 @@ static int on_headers_complete(llhttp_t *p) {
     return fail_cb(c, 501, "transfer_coding_not_implemented",
                    "the only transfer coding served is 'chunked'");
   p->upgrade = 0; /* no protocol switch: an Upgrade header is ignored */
-  request_id_settle(c->srv, r);
   r->inference_header_len = -1;
   if (r->_ihcl[0]) {
     char *end;
+    errno = 0;
     long long v = strtoll(r->_ihcl, &end, 10);
-    r->inference_header_len = *end == '\0' && v >= 0 && r->_ihcl[0] != '-' ? v : -2;
+    /* a value that filled the field was cut: not a size */
+    int whole = strlen(r->_ihcl) < sizeof(r->_ihcl) - 1;
+    r->inference_header_len =
+        *end == '\0' && whole && errno == 0 && v >= 0 && r->_ihcl[0] != '-' ? v : -2;
   }
   r->has_body_length = (p->flags & (F_CONTENT_LENGTH | F_CHUNKED)) != 0;
   if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->srv->cfg.max_body_bytes)
     return fail_cb(c, 413, "body_too_large", "request body exceeds the limit");
-  if ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0) {
-    r->body = malloc(p->content_length + 1);
-    if (r->body == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
-    r->_body_cap = p->content_length + 1;
-  }
+  c->ps->body_most = (p->flags & F_CONTENT_LENGTH) ? (size_t)p->content_length + 1
+                                                    : c->srv->cfg.max_body_bytes + 1;
   if (c->ps->expect[0]) {
     if (strcasecmp(c->ps->expect, "100-continue") != 0)
       return fail_cb(c, 417, "expectation_failed", "only 'Expect: 100-continue' is supported");
-    /* The interim answer may only go out when no earlier answer is owed; a
-     * client that pipelines behind an Expect sends its body after a pause. */
-    if (c->head == r && r->has_body_length) {
-      /* queued behind any answer still being written, never dropped */
-      static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-      uv_buf_t b = uv_buf_init((char *)cont, sizeof(cont) - 1);
-      uv_write_t *w = malloc(sizeof(*w));
-      if (w == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
-      w->data = c;
-      if (uv_write(w, (uv_stream_t *)&c->tcp, &b, 1, on_continue_written) < 0) {
-        free(w);
+    /* The interim answer may only go out when no earlier answer is owed:
+     * now, or once the earlier answers are handed to writing (conn_flush). */
+    if (r->has_body_length) {
+      if (c->head != r) r->_continue = 1;
+      else if (send_continue(c) < 0)
         return fail_cb(c, 503, "write_failed", "could not write 100 Continue");
-      }
-      c->writing++;
     }
   }
   return 0;
@@ -761,8 +925,10 @@ static int on_body(llhttp_t *p, const char *at, size_t n) {
   lp_http_req_t *r = c->cur;
   if (r->body_len + n > c->srv->cfg.max_body_bytes)
     return fail_cb(c, 413, "body_too_large", "request body exceeds the limit");
-  if (append(&r->body, &r->body_len, &r->_body_cap, at, n))
-    return fail_cb(c, 503, "out_of_memory", "server out of memory");
+  if (body_room(c, r, r->body_len + n + 1, c->ps->body_most)) return -1;
+  memcpy(r->body + r->body_len, at, n);
+  r->body_len += n;
+  r->body[r->body_len] = '\0';
   return 0;
 }
 
@@ -774,6 +940,8 @@ static int on_message_complete(llhttp_t *p) {
     r->body = calloc(1, 1);
     if (r->body == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
   }
+  body_uncharge(r); /* handed over: the app's to account for now */
+  r->_continue = 0;  /* the body came without it */
   if (!llhttp_should_keep_alive(p)) {
     r->_close_after = 1;
     c->closing = 1;
@@ -819,7 +987,11 @@ static void conn_close(lp_http_conn_t *c) {
     r = n;
   }
   lp_theap_remove(&s->timers, &c->timer);
-  parse_give_back(c);
+  /* A callback can close the connection inside llhttp_execute (an answer
+   * given at once whose write fails, or that closes): llhttp writes into its
+   * state when the callback returns, so the state goes back only once execute
+   * has returned (conn_parse). */
+  if (!c->executing) parse_give_back(c);
   uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
 }
 
@@ -832,8 +1004,16 @@ static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
     conn_close(c);
     return;
   }
+  /* never re-entered for one connection: a callback that answers can resume
+   * the parser only of a paused connection, and a connection is paused only
+   * once execute has returned */
+  c->executing = 1;
   llhttp_errno_t e = llhttp_execute(&c->ps->parser, data, len);
-  if (c->closed) return;
+  c->executing = 0;
+  if (c->closed) {
+    parse_give_back(c);
+    return;
+  }
   if (e == HPE_OK) {
     parse_maybe_give_back(c);
     return;
@@ -865,7 +1045,8 @@ static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
     return;
   }
   if (c->ps->err_status) {
-    conn_reject(c, c->ps->err_status, c->ps->err_code, c->ps->err_msg);
+    lp_http_parse_t *ps = c->ps;
+    conn_reject(c, ps->err_status, ps->err_code, ps->err_msg, ps->err_extra, ps->err_headers);
   } else {
     char msg[160];
     const char *why = llhttp_get_error_reason(&c->ps->parser);
@@ -873,7 +1054,8 @@ static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
     /* 505 for a well-formed version that is not served; a bare CR or other
      * damage on the request line is a malformed request */
     int version = e == HPE_INVALID_VERSION && why && strcmp(why, "Invalid HTTP version") == 0;
-    conn_reject(c, version ? 505 : 400, version ? "http_version_not_supported" : "bad_http", msg);
+    conn_reject(c, version ? 505 : 400, version ? "http_version_not_supported" : "bad_http", msg,
+                NULL, NULL);
   }
 }
 
@@ -976,7 +1158,7 @@ static void on_conn_timer(lp_http_conn_t *c) {
   if (c->cur && !c->discard) {
     uint64_t limit = c->srv->cfg.request_timeout_ms;
     if (limit && now - c->since_ms >= limit)
-      conn_reject(c, 408, "request_timeout", "the request did not arrive in time");
+      conn_reject(c, 408, "request_timeout", "the request did not arrive in time", NULL, NULL);
     else
       conn_arm_timer(c);
     return;
@@ -1057,7 +1239,7 @@ static void on_connection(uv_stream_t *server, int status) {
   s->nconns++;
   c->last_ns = uv_now(s->loop);
   if (s->nconns > s->cfg.max_connections) {
-    conn_reject(c, 503, "too_many_connections", "connection limit reached");
+    conn_reject(c, 503, "too_many_connections", "connection limit reached", NULL, "Retry-After: 1\r\n");
     return;
   }
   conn_arm_timer(c);
@@ -1150,6 +1332,7 @@ void lp_httpd_set_limits(lp_httpd_t *s, const lp_httpd_config_t *cfg) {
   s->cfg.idle_timeout_ms = cfg->idle_timeout_ms;
   s->cfg.request_timeout_ms = cfg->request_timeout_ms;
   s->cfg.max_unsent_bytes = cfg->max_unsent_bytes;
+  s->cfg.max_body_bytes_in_flight = cfg->max_body_bytes_in_flight;
 }
 
 void lp_http_peer(const lp_http_req_t *req, char *out, size_t n) {

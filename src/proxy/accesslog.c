@@ -1,7 +1,8 @@
 /* The access log: one JSON line per answered request (inference always when
  * on, successes sampled). Whole lines gather in a buffer written once a second
  * (or when 64 KiB have gathered), so that logging costs no system call per
- * request; "-" (stderr) writes each line at once. A line is written whole or
+ * request, to a file or, for "-", to standard error (shared with the process
+ * log: every write holds whole lines). A line is written whole or
  * not at all: when the disk fills, the part of a line that got out is cut back
  * and the lines lost are counted (lanepack_access_log_dropped_lines_total).
  * SIGHUP reopens the file (logrotate's postrotate). */
@@ -37,8 +38,10 @@ int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errle
 /* Writes len bytes of whole lines. On a short write, the part of a line that
  * got out is taken back (the file is cut to the last whole line), and every
  * line not written is counted as dropped: a full disk loses lines, never
- * leaves half of one. */
-static void write_lines(lp_proxy_t *p, const char *data, size_t len) {
+ * leaves half of one. Where nothing can be cut back (a pipe, a socket: a
+ * non-blocking one that is full), the rest of that line must follow before
+ * any other: returns its length, from *rest (0: nothing owed). */
+static size_t write_lines(lp_proxy_t *p, const char *data, size_t len, size_t *rest) {
   size_t off = 0;
   int e = 0;
   while (off < len) {
@@ -55,14 +58,18 @@ static void write_lines(lp_proxy_t *p, const char *data, size_t len) {
   if (off == len) {
     if (p->access_failing) lp_log(LP_LOG_INFO, "access log written again", NULL);
     p->access_failing = 0;
-    return;
+    return 0;
   }
-  size_t whole = off;
+  size_t whole = off, owed = 0;
   while (whole > 0 && data[whole - 1] != '\n') whole--;
   if (whole < off) {
     off_t at = lseek(p->access_fd, 0, SEEK_CUR); /* O_APPEND: just past what went out */
-    if (at >= (off_t)(off - whole) && ftruncate(p->access_fd, at - (off_t)(off - whole)) != 0) {
+    if (at < (off_t)(off - whole) || ftruncate(p->access_fd, at - (off_t)(off - whole)) != 0) {
       /* cannot cut it back (a pipe, say): the rest of it follows in the next write */
+      const char *nl = memchr(data + off, '\n', len - off);
+      owed = nl ? (size_t)(nl + 1 - data) - off : len - off;
+      *rest = off;
+      whole = off + owed;
     }
   }
   uint64_t lost = 0;
@@ -72,11 +79,17 @@ static void write_lines(lp_proxy_t *p, const char *data, size_t len) {
     lp_log(LP_LOG_WARN, "access log write failed: lines dropped", "\"error\": \"%s\", \"lines\": %llu",
            strerror(e), (unsigned long long)lost);
   p->access_failing = 1;
+  return owed;
 }
 
 void lp__access_log_flush(lp_proxy_t *p) {
-  if (p->access_on && p->access_buf.len) write_lines(p, p->access_buf.data, p->access_buf.len);
+  size_t rest = 0, owed = 0;
+  if (p->access_on && p->access_buf.len) owed = write_lines(p, p->access_buf.data, p->access_buf.len, &rest);
   lp_buf_reset(&p->access_buf);
+  if (owed) { /* the rest of a cut line goes first next time */
+    memmove(p->access_buf.data, p->access_buf.data + rest, owed);
+    p->access_buf.len = owed;
+  }
 }
 
 void lp__access_log_close(lp_proxy_t *p) {
@@ -88,14 +101,10 @@ void lp__access_log_close(lp_proxy_t *p) {
   p->access_fd = -1;
 }
 
-/* One whole line, in the buffer (or at once to stderr). */
+/* One whole line, in the buffer. */
 static void put_line(lp_proxy_t *p, const lp_buf_t *line) {
   if (line->oom) {
     p->access_dropped++;
-    return;
-  }
-  if (p->access_fd == STDERR_FILENO) {
-    write_lines(p, line->data, line->len);
     return;
   }
   if (p->access_buf.len + line->len > LP_ACCESS_BUF) lp__access_log_flush(p);
@@ -133,7 +142,8 @@ void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const l
   snprintf(when + wl, sizeof(when) - wl, ".%03ldZ", ts.tv_nsec / 1000000);
   lp_http_peer(req, peer, sizeof(peer));
   static const char *const methods[] = {"DELETE", "GET", "HEAD", "POST", "PUT"};
-  const char *method = req->method >= 0 && req->method <= 4 ? methods[req->method] : "OTHER";
+  /* -1: refused by the server before the method was read */
+  const char *method = req->method < 0 ? "-" : req->method <= 4 ? methods[req->method] : "OTHER";
   lp_buf_t *b = &p->access_line;
   lp_buf_reset(b);
   lp_buf_puts(b, "{\"time\": ");

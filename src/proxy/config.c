@@ -345,6 +345,9 @@ int lp_config_load_text(lp_config_t *c, const char *text, size_t len, const char
     } else if (strcmp(key, "max_connections") == 0) {
       uint64_t t = 0;
       if (!(rc = get_u64(&x, v, key, 1, 1000000, &t))) c->max_connections = t;
+    } else if (strcmp(key, "max_body_bytes_in_flight") == 0) {
+      uint64_t t = 0;
+      if (!(rc = get_u64(&x, v, key, 64, 1ull << 40, &t))) c->max_body_bytes_in_flight = t;
     } else if (strcmp(key, "max_unsent_bytes") == 0) {
       uint64_t t = 0;
       if (!(rc = get_u64(&x, v, key, 4096, 1ull << 32, &t))) c->max_unsent_bytes = t;
@@ -423,8 +426,17 @@ const lp_model_config_t *lp_config_model(const lp_config_t *c, const char *name)
   return NULL;
 }
 
+size_t lp_config_body_budget(const lp_config_t *c) {
+  if (c->max_body_bytes_in_flight) return c->max_body_bytes_in_flight;
+  return c->max_body_bytes > LP_BODY_BUDGET_DEFAULT ? c->max_body_bytes : LP_BODY_BUDGET_DEFAULT;
+}
+
 int lp_config_validate(const lp_config_t *c, char *err, size_t errlen) {
   ctx_t x = {err, errlen, "config"};
+  /* one body of the largest size must always fit */
+  if (c->max_body_bytes_in_flight && c->max_body_bytes_in_flight < c->max_body_bytes)
+    return fail(&x, "max_body_bytes_in_flight", "must be at least max_body_bytes (%zu)",
+                c->max_body_bytes);
   if (c->nmodels == 0)
     return fail(&x, "models", "no model: give --backend and --shapes, or a config file");
   for (size_t i = 0; i < c->nmodels; i++) {
@@ -453,7 +465,8 @@ int lp_config_validate(const lp_config_t *c, char *err, size_t errlen) {
     char **tokens = NULL;
     size_t n = 0;
     char err2[300];
-    if (lp_config_read_tokens(c->auth_tokens_file, &tokens, &n, err2, sizeof(err2)))
+    if (lp_config_read_tokens(c->auth_tokens_file, lp_config_token_max(c), &tokens, &n, err2,
+                              sizeof(err2)))
       return fail(&x, "auth_tokens_file", "%s", err2);
     lp_config_free_tokens(tokens, n);
   }
@@ -473,6 +486,7 @@ char *lp_config_dump(const lp_config_t *c) {
   json_object_set_new(root, "max_connections", json_integer((json_int_t)c->max_connections));
   json_object_set_new(root, "max_pipeline", json_integer((json_int_t)c->max_pipeline));
   json_object_set_new(root, "max_unsent_bytes", json_integer((json_int_t)c->max_unsent_bytes));
+  json_object_set_new(root, "max_body_bytes_in_flight", json_integer((json_int_t)lp_config_body_budget(c)));
   json_object_set_new(root, "idle_timeout_ms", json_integer((json_int_t)c->idle_timeout_ms));
   json_object_set_new(root, "request_timeout_ms", json_integer((json_int_t)c->request_timeout_ms));
   json_object_set_new(root, "max_sequences_per_request",
@@ -550,7 +564,8 @@ char *lp_config_dump(const lp_config_t *c) {
   return s;
 }
 
-int lp_config_read_tokens(const char *path, char ***out, size_t *n, char *err, size_t errlen) {
+int lp_config_read_tokens(const char *path, size_t max_len, char ***out, size_t *n, char *err,
+                          size_t errlen) {
   *out = NULL;
   *n = 0;
   FILE *f = fopen(path, "r");
@@ -558,15 +573,34 @@ int lp_config_read_tokens(const char *path, char ***out, size_t *n, char *err, s
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
     return -EINVAL;
   }
-  char line[512];
-  size_t cap = 0;
+  /* lines of any length (getline): a token is never cut into two */
+  char *line = NULL;
+  size_t linecap = 0, cap = 0, lineno = 0;
+  ssize_t got;
   int rc = 0;
-  while (fgets(line, sizeof(line), f)) {
-    size_t len = strlen(line);
-    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ')) line[--len] = 0;
+  while ((got = getline(&line, &linecap, f)) >= 0) {
+    lineno++;
+    size_t len = (size_t)got;
+    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ' ||
+                   line[len - 1] == '\t'))
+      line[--len] = 0;
     char *t = line;
     while (*t == ' ' || *t == '\t') t++;
-    if (!*t || *t == '#') continue;
+    len -= (size_t)(t - line);
+    if (!len || *t == '#') continue;
+    /* what a client can send after "Bearer ": visible ASCII, no space or NUL */
+    for (size_t i = 0; i < len && rc == 0; i++)
+      if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] >= 0x7f) {
+        snprintf(err, errlen, "%s line %zu: a token may hold only visible ASCII characters (byte %zu is not)",
+                 path, lineno, i + 1);
+        rc = -EINVAL;
+      }
+    if (rc == 0 && max_len && len > max_len) {
+      snprintf(err, errlen, "%s line %zu: a token of %zu bytes cannot be sent within max_header_bytes "
+               "(at most %zu bytes after 'Authorization: Bearer ')", path, lineno, len, max_len);
+      rc = -EINVAL;
+    }
+    if (rc) break;
     if (*n == cap) {
       cap = cap ? cap * 2 : 8;
       char **nt = realloc(*out, cap * sizeof(char *));
@@ -582,7 +616,9 @@ int lp_config_read_tokens(const char *path, char ***out, size_t *n, char *err, s
     }
     (*n)++;
   }
+  free(line);
   fclose(f);
+  if (rc == -ENOMEM) snprintf(err, errlen, "%s: out of memory", path);
   if (rc == 0 && *n == 0) {
     snprintf(err, errlen, "%s: no token in the file", path);
     rc = -EINVAL;
@@ -593,6 +629,17 @@ int lp_config_read_tokens(const char *path, char ***out, size_t *n, char *err, s
     *n = 0;
   }
   return rc;
+}
+
+/* Room kept in max_header_bytes for the rest of a request: its url, Host and a
+ * few headers count against the limit too (a token that fills it alone can
+ * never be sent). */
+#define LP_TOKEN_REQUEST_ROOM 256
+
+size_t lp_config_token_max(const lp_config_t *c) {
+  /* the header's name and the scheme count against the limit too */
+  size_t over = sizeof("Authorization") - 1 + sizeof("Bearer ") - 1 + LP_TOKEN_REQUEST_ROOM;
+  return c->max_header_bytes > over ? c->max_header_bytes - over : 1;
 }
 
 void lp_config_free_tokens(char **tokens, size_t n) {

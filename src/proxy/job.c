@@ -96,6 +96,15 @@ static void put_batch(lp_buf_t *b, const lp_seq_t *s) {
  * before it. */
 #define HEAD_ROOM 512
 
+/* The proxy's scratch after a v2 answer was built in it: a big one (a wide
+ * output) is given back, not kept by the proxy for ever. */
+static void scratch_give_back(lp_proxy_t *p) {
+  if (p->scratch.cap > LP_XFER_KEEP_BYTES) {
+    lp_buf_free(&p->scratch);
+    lp_buf_init(&p->scratch);
+  }
+}
+
 static int answer(lp_job_t *job, const char *single, size_t single_len, int per_segment) {
   lp_proxy_t *p = job->proxy;
   lp_buf_t out;
@@ -113,6 +122,7 @@ static int answer(lp_job_t *job, const char *single, size_t single_len, int per_
     lp_buf_t *v2body = &p->scratch;
     lp_buf_reset(v2body);
     int rc = lp__v2_answer(job, per_segment, v2body, &ctype, extra, sizeof(extra));
+    if (rc) scratch_give_back(p);
     if (rc == -EPROTO || rc == -EDOM) {
       lp_buf_free(&out);
       lp__job_fail(job, 502, "bad_backend_answer",
@@ -126,6 +136,7 @@ static int answer(lp_job_t *job, const char *single, size_t single_len, int per_
       return rc;
     }
     lp_buf_append(body, v2body->data, v2body->len);
+    scratch_give_back(p);
     goto send;
   }
   lp_buf_puts(body, "{");

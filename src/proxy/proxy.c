@@ -112,7 +112,8 @@ static long query_uint(const lp_http_req_t *r, const char *name, long def) {
   return def;
 }
 
-/* Compares in time that depends on the lengths only, not on where they differ. */
+/* Whole tokens compared in time that depends on the lengths only, not on
+ * where they differ. */
 static int token_eq(const char *a, size_t alen, const char *b) {
   size_t blen = strlen(b);
   unsigned char d = alen != blen;
@@ -120,18 +121,35 @@ static int token_eq(const char *a, size_t alen, const char *b) {
   return d == 0;
 }
 
+/* "Bearer TOKEN" (RFC 6750: the scheme in any case, then spaces) with TOKEN
+ * one of the configured ones, whole: the header reaches here uncut (one
+ * header only: a repeat is refused by the server) and every token is read
+ * whole from its file. */
 static int authorized(lp_proxy_t *p, const lp_http_req_t *req) {
   if (!p->ntokens) return 1;
   const char *h = req->authorization;
-  if (strncasecmp(h, "Bearer ", 7) != 0) return 0;
+  size_t n = req->authorization_len;
+  if (!h || n < 7 || strncasecmp(h, "Bearer ", 7) != 0) return 0;
   const char *t = h + 7;
+  n -= 7;
+  while (n && *t == ' ') t++, n--;
+  while (n && (t[n - 1] == ' ' || t[n - 1] == '\t')) n--;
   int ok = 0;
-  for (size_t i = 0; i < p->ntokens; i++) ok |= token_eq(t, strlen(t), p->tokens[i]);
+  for (size_t i = 0; i < p->ntokens; i++) ok |= token_eq(t, n, p->tokens[i]);
   return ok;
 }
 
 static int is_admin_route(const lp_http_req_t *req) {
   return path_is(req, "/metrics") || path_is(req, "/v1/models") || path_is(req, "/v1/buckets/advice");
+}
+
+/* The server refused a request itself (a limit, bad framing, a repeated
+ * header, a timeout): counted and logged like any other error. */
+static void on_reject(lp_http_req_t *req, int status, const char *code, void *ud) {
+  lp_proxy_t *p = ud;
+  lp_proxy_count(p, LP_ROUTE_OTHER, status);
+  lp__count_rejection(p, code);
+  lp__access_log(p, req, status, NULL);
 }
 
 static void route(lp_proxy_t *p, lp_http_req_t *req, int on_admin);
@@ -143,9 +161,10 @@ static void on_request(lp_http_req_t *req, void *ud) {
 static void on_admin_request(lp_http_req_t *req, void *ud) { route(ud, req, 1); }
 
 /* Routes: with an admin listener, its routes live there only and inference
- * never does; probes answer on both. Client routes under /v1/ need a bearer
- * token when tokens are configured; the admin listener (loopback by default)
- * and the probes do not. */
+ * never does; probes answer on both. Client routes under /v1/ and /v2/models
+ * need a bearer token when tokens are configured, and so do the admin routes
+ * when they share the client port (/metrics shows backend URLs and load); the
+ * admin listener (loopback by default) and the probes do not. */
 static void route(lp_proxy_t *p, lp_http_req_t *req, int on_admin) {
   lp_buf_t *b = &p->scratch;
   lp_buf_reset(b);
@@ -157,7 +176,7 @@ static void route(lp_proxy_t *p, lp_http_req_t *req, int on_admin) {
     return;
   }
   int client_route = strncmp(req->url, "/v1/", 4) == 0 || strncmp(req->url, "/v2/models", 10) == 0 ||
-                     path_is(req, "/v2");
+                     path_is(req, "/v2") || is_admin_route(req);
   if (!on_admin && !probe && client_route && !authorized(p, req)) {
     lp_proxy_reject(p, req, LP_ROUTE_OTHER, 401, "WWW-Authenticate: Bearer\r\n", "unauthorized",
                     "a valid 'Authorization: Bearer TOKEN' header is required", NULL);
@@ -341,6 +360,7 @@ void lp__httpd_limits(const lp_config_t *cfg, lp_httpd_config_t *hc) {
   hc->max_connections = cfg->max_connections;
   hc->max_pipeline = cfg->max_pipeline;
   hc->max_unsent_bytes = cfg->max_unsent_bytes;
+  hc->max_body_bytes_in_flight = lp_config_body_budget(cfg);
   hc->idle_timeout_ms = cfg->idle_timeout_ms;
   hc->request_timeout_ms = cfg->request_timeout_ms;
 }
@@ -376,6 +396,7 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
   lp__httpd_limits(cfg, &hc);
   hc.on_request = on_request;
   hc.on_cancel = on_cancel;
+  hc.on_reject = on_reject;
   hc.ud = p;
   p->httpd = lp_httpd_new(loop, &hc);
   if (!p->httpd) return -ENOMEM;
@@ -398,7 +419,8 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
   }
   if (cfg->auth_tokens_file[0]) {
     char err[300];
-    if (lp_config_read_tokens(cfg->auth_tokens_file, &p->tokens, &p->ntokens, err, sizeof(err))) {
+    if (lp_config_read_tokens(cfg->auth_tokens_file, lp_config_token_max(cfg), &p->tokens,
+                              &p->ntokens, err, sizeof(err))) {
       lp_log(LP_LOG_ERROR, "auth tokens", "\"error\": \"%s\"", err);
       return -EINVAL;
     }

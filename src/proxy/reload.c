@@ -120,7 +120,7 @@ int lp__proxy_reload(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errl
   char **tokens = NULL;
   size_t ntokens = 0;
   if (n->auth_tokens_file[0] &&
-      lp_config_read_tokens(n->auth_tokens_file, &tokens, &ntokens, err, errlen))
+      lp_config_read_tokens(n->auth_tokens_file, lp_config_token_max(n), &tokens, &ntokens, err, errlen))
     return -EINVAL;
   /* the access log is opened anew even under the same name: after logrotate
    * renamed it, the new file is the one written (postrotate sends SIGHUP) */

@@ -148,7 +148,6 @@ int lp__v2_open(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, si
     snprintf(err, errlen, "the answer has no output '%s'", c->output);
     return -EPROTO;
   }
-  m->v2_out_dtype = t->dtype;
   /* the leading dimensions say where each sequence's part is */
   int lead = l->ragged ? 1 : 2;
   uint64_t rows = l->ragged ? (c->per_segment ? l->nsegs : l->bucket) : l->lanes;
@@ -175,6 +174,8 @@ int lp__v2_open(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, si
                got, (unsigned long long)rows, c->per_segment ? ">= " : "", (unsigned long long)cols);
     return -EPROTO;
   }
+  /* what the model's metadata names: only from an answer that is sliced */
+  if (t->dtype != LP_DT_BYTES) m->v2_out_dtype = t->dtype;
   m->v2out = t;
   return 0;
 }
