@@ -12,7 +12,6 @@
 /* ---- ending jobs ---- */
 
 void lp__job_free(lp_job_t *job) {
-  lp__model_unwatch(job->model, job);
   if (job->charged) job->model->live_bytes -= job->bytes;
   for (uint32_t i = 0; i < job->nseq; i++) free(job->seqs[i].out);
   job->proxy->jobs--;

@@ -254,8 +254,6 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   m->wake.data = m;
   uv_idle_init(p->loop, &m->soon);
   m->soon.data = m;
-  uv_timer_init(p->loop, &m->cw_timer);
-  m->cw_timer.data = m;
   for (size_t i = 0; i < cfg->nbackends; i++) lp__backend_init(m, &m->backends[m->nbackends++], cfg->backends[i]);
   uint64_t now = lp__now();
   for (uint32_t b = (uint32_t)m->nbackends; b < LP_MAX_BACKENDS; b++) lp_disp_backend_health(m->disp, b, 0, now);
@@ -279,7 +277,6 @@ void lp__model_reconfigured(lp_model_t *m) {
 void lp__model_close(lp_model_t *m) {
   uv_close((uv_handle_t *)&m->wake, NULL);
   uv_close((uv_handle_t *)&m->soon, NULL);
-  uv_close((uv_handle_t *)&m->cw_timer, NULL);
   lp_disp_free(m->disp);
   m->disp = NULL;
   lp__v2_close(m);
@@ -364,72 +361,6 @@ void lp__model_fail_all(lp_model_t *m, lp_disp_status_t status) {
   lp__model_pump(m);
 }
 
-/* ---- shapes still compiling ---- */
-
-static uint32_t compiled_max(const lp_model_t *m) {
-  uint32_t max = 0;
-  for (size_t i = 0; i < m->shapes.count; i++)
-    if (m->shapes.shapes[i].state == LP_SHAPE_COMPILED && m->shapes.shapes[i].bucket > max)
-      max = m->shapes.shapes[i].bucket;
-  return max;
-}
-
-static uint32_t longest(const lp_job_t *job) {
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < job->nseq; i++)
-    if (job->seqs[i].len > n) n = job->seqs[i].len;
-  return n;
-}
-
-void lp__model_unwatch(lp_model_t *m, lp_job_t *job) {
-  if (!job->cw_linked) return;
-  if (job->cw_prev) job->cw_prev->cw_next = job->cw_next;
-  else m->cw_head = job->cw_next;
-  if (job->cw_next) job->cw_next->cw_prev = job->cw_prev;
-  else m->cw_tail = job->cw_prev;
-  job->cw_prev = job->cw_next = NULL;
-  job->cw_linked = 0;
-}
-
-static void cw_arm(lp_model_t *m);
-
-static void on_cw_timer(uv_timer_t *t) {
-  lp_model_t *m = t->data;
-  uint64_t now = lp__now(), patience = m->cfg->backend_timeout_ms * MS;
-  uint32_t max = compiled_max(m);
-  lp_job_t *job;
-  while ((job = m->cw_head) != NULL && job->arrive_ns + patience <= now) {
-    lp__model_unwatch(m, job);
-    if (longest(job) <= max || !job->in_core) continue; /* compiled meanwhile: the core sends it */
-    job->in_core = 0;
-    lp_disp_cancel(m->disp, (uint64_t)(uintptr_t)job, now);
-    lp__job_fail(job, 503, "shape_compiling", "only a shape still compiling can hold this sequence");
-    lp__job_free(job);
-  }
-  lp__model_pump(m);
-  cw_arm(m);
-}
-
-static void cw_arm(lp_model_t *m) {
-  if (!m->cw_head) {
-    uv_timer_stop(&m->cw_timer);
-    return;
-  }
-  uint64_t at = m->cw_head->arrive_ns + m->cfg->backend_timeout_ms * MS, now = lp__now();
-  uv_timer_start(&m->cw_timer, on_cw_timer, at > now ? (at - now + MS - 1) / MS : 0, 0);
-}
-
-static void watch(lp_model_t *m, lp_job_t *job) {
-  if (longest(job) <= compiled_max(m)) return;
-  job->cw_prev = m->cw_tail;
-  job->cw_next = NULL;
-  if (m->cw_tail) m->cw_tail->cw_next = job;
-  else m->cw_head = job;
-  m->cw_tail = job;
-  job->cw_linked = 1;
-  if (m->cw_head == job) cw_arm(m);
-}
-
 /* ---- admission ---- */
 
 /* Answers a job the core never had, and frees it. */
@@ -476,7 +407,6 @@ int lp__model_admit(lp_model_t *m, lp_job_t *job) {
   }
   job->in_core = 1;
   job->charged = 1;
-  watch(m, job);
   job->unresolved = job->nseq;
   m->live_bytes += job->bytes;
   lp__model_pump(m);

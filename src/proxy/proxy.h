@@ -78,8 +78,6 @@ struct lp_job_s {
   int charged;            /* its bytes count in its model's live_bytes */
   lp_job_t *next_cancel;  /* in its model's list of cancels the core has not heard yet */
   int cancel_queued;      /* ... is on that list */
-  lp_job_t *cw_prev, *cw_next; /* in its model's list of jobs only a compiling shape holds */
-  int cw_linked;
   lp_seq_t *seqs;         /* owned */
   int32_t *tokens;        /* in the job's block (allocated with it) */
   uint64_t arrive_ns;
@@ -158,11 +156,6 @@ struct lp_model_s {
   int pumping;             /* draining the core's actions: events wait their turn */
   int drain_told;          /* the core knows the proxy is draining */
   lp_job_t *cancels;       /* clients gone while pumping: the core hears after */
-  /* jobs that only a compiling shape could hold at admission, oldest first: a
-   * shape still compiling backend_timeout_ms after admission fails them with
-   * 503 shape_compiling (the core would hold them to their bound) */
-  lp_job_t *cw_head, *cw_tail;
-  uv_timer_t cw_timer;
   lp_batch_t *failed;      /* batches whose transfer could not start: reported after */
   lp_batch_t *delivering;  /* the batch whose answer OUTPUT actions are sliced from */
   int result_http;         /* the HTTP status of the batch result being handled; 0: none */
@@ -336,8 +329,6 @@ void lp__model_shapes_changed(lp_model_t *m);
 void lp__model_remove_shape(lp_model_t *m, size_t k);
 /* Shape k was added to m->shapes (a backend reported it): the core has it too. */
 void lp__model_shape_added(lp_model_t *m, size_t k);
-/* Takes job off the list of jobs waiting for a compiling shape, if on it. */
-void lp__model_unwatch(lp_model_t *m, lp_job_t *job);
 /* Backend b's health or devices as probes and reports say. */
 void lp__model_backend_health(lp_model_t *m, lp_backend_t *b, int up);
 void lp__model_backend_devices(lp_model_t *m, lp_backend_t *b, uint32_t devices);
