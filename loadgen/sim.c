@@ -405,7 +405,8 @@ int main(int argc, char **argv) {
       }
       printf("}\n");
     } else {
-      printf("%4.0f%% %9.1f |", load * 100, rate);
+      if (cap > 0) printf("%4.0f%% %9.1f |", load * 100, rate);
+      else printf("%5s %9.1f |", "-", rate);
       row(o.policy, &lp);
       printf("\n%5s %9s |", "", "");
       if (have_ideal) {

@@ -290,7 +290,8 @@ static int step(world_t *w, const ev_t *e, char *err, size_t errlen) {
     }
     free(b->items);
     b->items = NULL;
-    if (!rc && (rc = drain(w, err, errlen)) == 0) rc = start(w, b->backend);
+    uint32_t bk = b->backend; /* drain may move the batches */
+    if (!rc && (rc = drain(w, err, errlen)) == 0) rc = start(w, bk);
     return rc;
   }
   case EV_WAKE:
