@@ -253,7 +253,8 @@ static uint64_t mix_seed(uint64_t seed, uint64_t k) {
 }
 
 /* The ideal's capacity: requests/s it serves under overload (offered at 1.5x
- * the fill-1 bound of the best shape), measured over a horizon. */
+ * the fill-1 bound of the best shape), measured over a horizon after a fifth
+ * of it as warm-up; also the policy's on the same arrivals. */
 static int capacity(const opts_t *o, const sim_pool_t *pool, double *cap_ideal, double *cap_lp) {
   const sim_model_t *m = &o->model;
   double best = 0, mean = 0;
@@ -281,6 +282,9 @@ static int capacity(const opts_t *o, const sim_pool_t *pool, double *cap_ideal, 
   if (sim_poisson(pool, 1.5 * bound, secs, 0, mix_seed(o->seed, 999), &reqs, &n)) return -ENOMEM;
   sim_figures_t f;
   uint64_t horizon = (uint64_t)(secs * 1e9);
+  /* the ideal with the oldest constraint: it serves the mix as it comes (the
+   * other would serve the short sequences first and count more requests while
+   * the long ones pile up) */
   int rc = run(o, "ideal", reqs, n, horizon, &f, NULL);
   *cap_ideal = f.served_rps;
   if (!rc && cap_lp) {
