@@ -300,9 +300,11 @@ static int capacity(const opts_t *o, const sim_pool_t *pool, double *cap_ideal, 
 static void json_fig(const char *name, const sim_figures_t *f) {
   printf("\"%s\": {\"p50_ms\": %.3f, \"p99_ms\": %.3f, \"p999_ms\": %.3f, \"max_ms\": %.3f, "
          "\"mean_ms\": %.3f, \"util\": %.4f, \"fill\": %.4f, \"served_rps\": %.2f, "
+         "\"queue_ms\": %.3f, \"service_ms\": %.3f, "
          "\"requests\": %llu, \"ok\": %llu, \"errors\": %llu, \"unanswered\": %llu, "
          "\"double_answered\": %llu, \"batches\": %llu, \"failed_batches\": %llu}",
          name, f->p50_ms, f->p99_ms, f->p999_ms, f->max_ms, f->mean_ms, f->util, f->fill, f->served_rps,
+         f->queue_ms, f->service_ms,
          (unsigned long long)f->requests, (unsigned long long)f->ok, (unsigned long long)f->errors,
          (unsigned long long)f->unanswered, (unsigned long long)f->double_answered,
          (unsigned long long)f->batches, (unsigned long long)f->failed_batches);

@@ -115,6 +115,9 @@ typedef struct sim_figures_s {
   double fill;            /* real tokens / slots over batches that ran */
   double served_rps;      /* answered 200 per second */
   double offered_rps;
+  /* the saturation signals as the proxy computes them (lanepack_saturation):
+   * mean arrival-to-first-send of answered requests, mean device time per batch */
+  double queue_ms, service_ms;
   uint64_t requests, ok, errors, unanswered, double_answered;
   uint64_t batches, failed_batches;
   double span_s;

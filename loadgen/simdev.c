@@ -48,6 +48,7 @@ typedef struct world_s {
   backend_t be[SIM_MAX_BACKENDS];
   uint64_t *answered;   /* per request: answer time + 1, 0 = none */
   int *status;
+  uint64_t *sent;       /* per request: its first send + 1, 0 = none */
   /* figures */
   uint64_t busy_ns, real_tokens, slots, batches, failed, doubles, last_answer, window_ok;
 } world_t;
@@ -144,7 +145,10 @@ static int add_batch(world_t *w, const sim_action_t *a, uint32_t *out) {
   b->shape = a->shape;
   b->sent_ns = w->now;
   b->next = NONE;
-  for (uint32_t i = 0; i < a->n; i++) b->real += w->reqs[a->items[i]].len;
+  for (uint32_t i = 0; i < a->n; i++) {
+    b->real += w->reqs[a->items[i]].len;
+    if (!w->sent[a->items[i]]) w->sent[a->items[i]] = w->now + 1;
+  }
   size_t s = hslot(w, b->id);
   while (w->map[s]) s = (s + 1) & (w->capmap - 1);
   w->map[s] = (uint32_t)(w->nb + 1);
@@ -325,7 +329,7 @@ static void figures(world_t *w, sim_figures_t *o) {
   memset(o, 0, sizeof(*o));
   uint64_t *lat = malloc((w->n ? w->n : 1) * sizeof(*lat));
   size_t k = 0;
-  double sum = 0;
+  double sum = 0, qsum = 0;
   o->requests = w->n;
   for (size_t i = 0; i < w->n; i++) {
     if (!w->answered[i]) {
@@ -337,6 +341,7 @@ static void figures(world_t *w, sim_figures_t *o) {
       continue;
     }
     o->ok++;
+    if (w->sent[i]) qsum += (double)(w->sent[i] - 1 - w->reqs[i].arrive_ns);
     uint64_t l = w->answered[i] - 1 - w->reqs[i].arrive_ns;
     sum += (double)l;
     if (lat) lat[k++] = l;
@@ -350,6 +355,8 @@ static void figures(world_t *w, sim_figures_t *o) {
     free(lat);
   }
   o->mean_ms = k ? sum / (double)k / 1e6 : 0;
+  o->queue_ms = o->ok ? qsum / (double)o->ok / 1e6 : 0;
+  o->service_ms = w->batches ? (double)w->busy_ns / (double)w->batches / 1e6 : 0;
   uint64_t last_arrival = w->n ? w->reqs[w->n - 1].arrive_ns : 0;
   uint64_t span = w->horizon ? w->horizon : last_arrival > w->last_answer ? last_arrival : w->last_answer;
   o->span_s = (double)span / 1e9;
@@ -385,7 +392,8 @@ int sim_run(const sim_model_t *m, sim_policy_t *p, const sim_req_t *reqs, size_t
   int rc = -ENOMEM;
   w.answered = calloc(w.n ? w.n : 1, sizeof(*w.answered));
   w.status = calloc(w.n ? w.n : 1, sizeof(*w.status));
-  if (!w.answered || !w.status) {
+  w.sent = calloc(w.n ? w.n : 1, sizeof(*w.sent));
+  if (!w.answered || !w.status || !w.sent) {
     snprintf(err, errlen, "out of memory");
     goto done;
   }
@@ -405,5 +413,6 @@ done:
   free(w.heap);
   free(w.answered);
   free(w.status);
+  free(w.sent);
   return rc;
 }
