@@ -119,7 +119,7 @@ static int parse(int argc, char **argv, opts_t *o) {
   uint64_t u;
   int c, idx, rate_set = 0;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+  while ((c = getopt_long(argc, argv, ":", opts, &idx)) != -1) {
     const char *a = optarg;
     switch (c) {
     case 'l': o->lengths = a; break;

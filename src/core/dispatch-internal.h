@@ -1,0 +1,142 @@
+/* The dispatch state machine's records, shared by its files (dispatch.c: events,
+ * failures, answers; dispatch-plan.c: when a batch leaves and what it holds). */
+#ifndef LANEPACK_DISPATCH_INTERNAL_H
+#define LANEPACK_DISPATCH_INTERNAL_H
+
+#include "lanepack/dispatch.h"
+#include "lanepack/packer.h"
+#include "lanepack/queue.h"
+#include "lanepack/timeheap.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef container_of
+#define container_of(p, T, m) ((T *)(void *)((char *)(p)-offsetof(T, m)))
+#endif
+
+typedef struct disp_job_s disp_job_t;
+typedef struct disp_batch_s disp_batch_t;
+
+enum { SEQ_QUEUED = 1, SEQ_OUT, SEQ_BACKOFF, SEQ_DONE };
+
+typedef struct disp_seq_s {
+  lp_qnode_t q;            /* in d->queue while SEQ_QUEUED */
+  lp_theap_node_t retry;   /* in d->retries while SEQ_BACKOFF */
+  disp_job_t *job;         /* borrowed: the job's block holds this record */
+  uint32_t idx, len;
+  uint8_t state;
+  uint8_t alone;           /* failed with no one else to blame: goes in a batch by itself */
+  uint8_t free_next;       /* its next send is a free re-send (bisection, missing shape) */
+  uint16_t inflight;       /* batches holding it now */
+  uint32_t copies;         /* sends that spent its budget: the first, hedges, retries */
+  uint32_t free_sends;     /* re-sends that did not */
+  uint32_t retries;        /* spending retries so far (the backoff doubles) */
+  uint32_t group;          /* suspect set after a failed batch was bisected; 0 = none */
+  uint32_t avoid;          /* backends (bit per index) it should not go to */
+  uint32_t mark;           /* decision scratch: the decision that looked at it */
+  uint64_t enq_ns;         /* its age counts from admission, through retries */
+  uint64_t batch_id, sent_ns; /* its latest send */
+} disp_seq_t;
+
+struct disp_job_s {
+  uint64_t id;
+  lp_theap_node_t timer;   /* in d->timers at min(deadline, bound) while unanswered */
+  lp_theap_node_t dl;      /* in d->deadlines at its deadline while it has a queued sequence */
+  int priority;
+  int answered;            /* answered or cancelled: nothing more is said for it */
+  uint64_t deadline_ns, admitted_ns, bound_ns, tokens;
+  uint32_t nseq, unresolved, queued;
+  uint32_t refs;           /* batches in flight holding one of its sequences */
+  disp_seq_t seqs[];       /* nseq records, in the same block */
+};
+
+struct disp_batch_s {
+  uint64_t id;
+  uint32_t backend, device;
+  int shape;
+  uint64_t sent_ns;        /* the SEND's time */
+  uint64_t expect_ns;      /* expected answer; 0 = unknown */
+  uint64_t prev_answer_ns; /* when the batch ahead of it on its device answered; 0 = none */
+  int behind;              /* a batch was ahead of it on its device when it was sent */
+  int stalled;
+  uint64_t real;
+  lp_theap_node_t stall;   /* in d->stalls while in flight and not stalled */
+  disp_batch_t *dnext, *dprev; /* its device's batches, in send order; free list */
+  disp_seq_t **seqs;       /* owned array of borrowed sequences (each holds a job ref) */
+  uint32_t n, cap;
+};
+
+typedef struct disp_dev_s {
+  disp_batch_t *first, *last; /* in flight on it, in send order */
+  uint32_t n;                 /* how many */
+  uint32_t stalled;           /* of which past their stall time */
+  double util;                /* share of recent sends that found it busy */
+} disp_dev_t;
+
+typedef struct disp_backend_s {
+  int up;
+  uint32_t fails_in_row;      /* failures a poisoned sequence does not explain */
+  uint32_t errors_in_row;     /* all failures */
+  lp_shape_state_t state[LP_BUCKET_MAX_SHAPES];
+  lp_devclock_t clock;        /* learned costs and lead; dev[].batches/free_ns mirrored */
+  disp_dev_t dev[LP_CLOCK_MAX_DEVICES];
+} disp_backend_t;
+
+/* A u64 -> pointer map, open addressing, linear probing, backward-shift delete. */
+typedef struct disp_map_s {
+  uint64_t *keys;          /* 0 = empty */
+  void **vals;
+  size_t cap, n;           /* cap a power of two */
+} disp_map_t;
+
+typedef struct disp_act_s {
+  lp_disp_action_t a;
+  size_t items_at;         /* SEND: offset of its items in d->items */
+} disp_act_t;
+
+struct lp_disp_s {
+  lp_disp_config_t cfg;
+  uint32_t max_copies, unhealthy_after, max_queued, max_window;
+  uint64_t bound_ns;
+  lp_bucket_set_t shapes;         /* the model's union over backends (states) */
+  disp_backend_t be[LP_DISP_MAX_BACKENDS];
+  lp_queue_t queue;               /* queued sequences: priority, then age */
+  lp_theap_t timers, deadlines, retries, stalls;
+  disp_map_t jobs, batches;
+  uint64_t next_batch_id, next_seqno;
+  uint32_t next_group, decision;
+  int draining;
+  uint64_t now, wake;
+  size_t live_jobs;               /* admitted, not answered */
+  uint64_t live_tokens;
+  lp_disp_stats_t st;
+  /* actions out, and the SEND items they point into (owned) */
+  disp_act_t *acts;
+  size_t nacts, acts_head, acts_cap;
+  lp_disp_item_t *items;
+  size_t nitems, items_cap;
+  /* decision scratch (owned), grown to the window */
+  lp_packer_t *packer;
+  disp_seq_t **win;
+  uint32_t *lens;
+  lp_place_t *trial, *best;
+  uint64_t *keys;
+  size_t win_cap;
+  lp_disp_item_t *sitems;
+  size_t sitems_cap;
+  disp_batch_t *spare;            /* finished batches kept for reuse */
+  size_t nspare;
+};
+
+/* dispatch.c */
+int lp__disp_push(lp_disp_t *d, const lp_disp_action_t *a, const lp_disp_item_t *items, size_t n);
+uint64_t lp__disp_cost(const lp_disp_t *d, uint32_t b, int shape);
+void lp__disp_unqueue(lp_disp_t *d, disp_seq_t *s, int state);
+disp_batch_t *lp__disp_batch_get(lp_disp_t *d, size_t n);
+int lp__disp_map_put(disp_map_t *m, uint64_t key, void *val);
+
+/* dispatch-plan.c: sends what may leave now and sets d->wake's share of it. */
+int lp__disp_schedule(lp_disp_t *d, uint64_t now, uint64_t *wake);
+
+#endif

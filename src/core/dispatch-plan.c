@@ -1,0 +1,378 @@
+/* When a batch leaves and what it holds. A device that is idle gets a batch at
+ * once; while every device is busy the next rectangle keeps filling and leaves
+ * when the first device is expected free, less the lead time (above high
+ * utilization, one batch waits queued at the device instead). What goes: the
+ * oldest sequence past its age bound and the most urgent deadline must go; the
+ * rest of the window is packed longest first; the shape is the one with the least
+ * device time per real token among those that hold what must go. */
+#include "dispatch-internal.h"
+
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* nodes looked at per level head when searching an aged sequence beyond the window */
+#define HEAD_LOOK 8
+/* the window walk skips at most this many times the window in ineligible nodes */
+#define SKIP_FACTOR 4
+
+static disp_seq_t *seq_of(lp_qnode_t *n) { return n ? container_of(n, disp_seq_t, q) : NULL; }
+
+/* What backend b can run now: its compiled shapes, their costs, the longest
+ * sequence and the largest rectangle they take. */
+typedef struct view_s {
+  uint32_t b;
+  size_t nsh;
+  int sh[LP_BUCKET_MAX_SHAPES];
+  uint64_t cost[LP_BUCKET_MAX_SHAPES];
+  uint32_t maxb;
+  uint64_t maxcap, maxcost;
+  int others_up;      /* another backend is healthy (an avoided sequence can go there) */
+} view_t;
+
+static void view_of(const lp_disp_t *d, uint32_t b, view_t *v) {
+  memset(v, 0, sizeof(*v));
+  v->b = b;
+  for (size_t k = 0; k < d->shapes.count; k++) {
+    if (d->be[b].state[k] != LP_SHAPE_COMPILED) continue;
+    const lp_shape_t *s = &d->shapes.shapes[k];
+    v->sh[v->nsh] = (int)k;
+    v->cost[v->nsh] = lp__disp_cost(d, b, (int)k);
+    if (v->cost[v->nsh] > v->maxcost) v->maxcost = v->cost[v->nsh];
+    v->nsh++;
+    if (s->bucket > v->maxb) v->maxb = s->bucket;
+    if ((uint64_t)s->lanes * s->bucket > v->maxcap) v->maxcap = (uint64_t)s->lanes * s->bucket;
+  }
+  for (uint32_t o = 0; o < d->cfg.nbackends; o++) v->others_up |= o != b && d->be[o].up;
+}
+
+/* The device time of the cheapest shape on b that holds len (0 when none). */
+static uint64_t cheapest_for(const lp_disp_t *d, const view_t *v, uint32_t len) {
+  uint64_t c = 0;
+  for (size_t i = 0; i < v->nsh; i++)
+    if (d->shapes.shapes[v->sh[i]].bucket >= len && (c == 0 || v->cost[i] < c)) c = v->cost[i];
+  return c;
+}
+
+static int eligible(const view_t *v, const disp_seq_t *s) {
+  if (s->len > v->maxb) return 0;
+  return !(s->avoid & (1u << v->b)) || !v->others_up;
+}
+
+/* Past its age bound: it has waited max_wait less the time its cheapest shape
+ * takes (a long sequence, which only a large and slow shape holds, must start
+ * sooner to be answered as soon). */
+static int aged(const lp_disp_t *d, const view_t *v, const disp_seq_t *s, uint64_t now) {
+  uint64_t c = cheapest_for(d, v, s->len);
+  uint64_t bound = d->cfg.max_wait_ns > c ? d->cfg.max_wait_ns - c : 0;
+  return now >= s->enq_ns && now - s->enq_ns >= bound;
+}
+
+static int reserve(lp_disp_t *d, size_t n) {
+  if (n <= d->win_cap) return 0;
+  size_t c = d->win_cap ? d->win_cap : 64;
+  while (c < n) c *= 2;
+  disp_seq_t **w = realloc(d->win, c * sizeof(*w));
+  if (w) d->win = w;
+  uint32_t *l = realloc(d->lens, c * sizeof(*l));
+  if (l) d->lens = l;
+  lp_place_t *t = realloc(d->trial, c * sizeof(*t));
+  if (t) d->trial = t;
+  lp_place_t *b = realloc(d->best, c * sizeof(*b));
+  if (b) d->best = b;
+  uint64_t *k = realloc(d->keys, c * sizeof(*k));
+  if (k) d->keys = k;
+  lp_disp_item_t *it = realloc(d->sitems, c * sizeof(*it));
+  if (it) d->sitems = it;
+  if (!w || !l || !t || !b || !k || !it) return -ENOMEM;
+  d->win_cap = c;
+  d->sitems_cap = c;
+  return 0;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Builds the window for backend b into d->win: must-go sequences first (*npin of
+ * them), then the rest in queue order. Returns how many, or -ENOMEM. */
+static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin) {
+  uint32_t mark = ++d->decision;
+  if (mark == 0) mark = ++d->decision;
+  size_t n = 0, limit = d->max_window, steps = 0, skip_limit = SKIP_FACTOR * (size_t)d->max_window;
+  uint64_t tokens = 0;
+  disp_seq_t *must = NULL, *urgent = NULL;
+  /* the head of the queue in order (priority, then age), eligible ones only */
+  if (reserve(d, 8)) return -ENOMEM;
+  for (lp_qnode_t *q = lp_queue_first(&d->queue); q && n < limit && tokens < 2 * v->maxcap && steps < skip_limit;
+       q = lp_queue_next(&d->queue, q), steps++) {
+    disp_seq_t *s = seq_of(q);
+    if (!eligible(v, s)) continue;
+    if (n + 3 > d->win_cap && reserve(d, n + 3)) return -ENOMEM;
+    s->mark = mark;
+    d->win[n++] = s;
+    tokens += s->len;
+    if (!must && aged(d, v, s, now)) must = s;
+  }
+  /* the oldest beyond the window: a level's head is its oldest */
+  for (size_t l = 0; !must && l < d->queue.nlevels; l++) {
+    lp_qnode_t *q = d->queue.levels[l].head;
+    for (int k = 0; q && k < HEAD_LOOK; q = q->next, k++) {
+      disp_seq_t *s = seq_of(q);
+      if (s->mark == mark) break; /* this level was in the window */
+      if (!eligible(v, s)) continue;
+      if (aged(d, v, s, now)) {
+        s->mark = mark;
+        d->win[n++] = s;
+        must = s;
+      }
+      break;
+    }
+  }
+  /* the most urgent deadline: it must go now if after this batch (up to the
+   * slowest shape's time) it could no longer make it */
+  lp_theap_node_t *t = lp_theap_top(&d->deadlines);
+  if (t) {
+    disp_job_t *j = container_of(t, disp_job_t, dl);
+    for (uint32_t i = 0; i < j->nseq; i++) {
+      disp_seq_t *s = &j->seqs[i];
+      if (s->state != SEQ_QUEUED || !eligible(v, s)) continue;
+      uint64_t need = lp_devclock_lead(&d->be[v->b].clock) + cheapest_for(d, v, s->len) + v->maxcost;
+      if (j->deadline_ns <= now + need) {
+        urgent = s;
+        if (s->mark != mark) {
+          s->mark = mark;
+          d->win[n++] = s;
+        }
+      }
+      break;
+    }
+  }
+  /* a sequence that failed alone goes alone: when it leads, or must go */
+  disp_seq_t *solo = must ? (must->alone ? must : NULL) : n && d->win[0]->alone ? d->win[0] : NULL;
+  if (solo) {
+    d->win[0] = solo;
+    *npin = 1;
+    return 1;
+  }
+  /* at most one suspect set per batch: the one of what must go, else the first */
+  uint32_t group = urgent && urgent->group ? urgent->group : must && must->group ? must->group : 0;
+  for (size_t i = 0; i < n && !group; i++) group = d->win[i]->alone ? 0 : d->win[i]->group;
+  if (urgent && urgent->group && urgent->group != group) urgent = NULL;
+  if (must && must->group && must->group != group) must = NULL;
+  /* compact: pinned first (deadline, then age), then the rest in queue order */
+  size_t k = 0, p = 0;
+  disp_seq_t *pins[2] = {urgent, must != urgent ? must : NULL};
+  for (int i = 0; i < 2; i++)
+    if (pins[i] && !pins[i]->alone) p++;
+  /* shift the rest right by p, skipping pins and mismatched groups, in place:
+   * first collect the rest at the front, then move it behind the pins */
+  for (size_t i = 0; i < n; i++) {
+    disp_seq_t *s = d->win[i];
+    if (s == pins[0] || s == pins[1] || s->alone || (s->group && s->group != group)) continue;
+    d->win[k++] = s;
+  }
+  memmove(d->win + p, d->win, k * sizeof(*d->win));
+  p = 0;
+  for (int i = 0; i < 2; i++)
+    if (pins[i] && !pins[i]->alone) d->win[p++] = pins[i];
+  *npin = p;
+  return (long)(k + p);
+}
+
+/* Packs the window into each shape of b and keeps the one with the least device
+ * time per real token among those that hold every pinned sequence (else the
+ * first pinned). Returns the shape index or -1; d->best gets its placements. */
+static int choose(lp_disp_t *d, const view_t *v, size_t n, size_t npin, uint64_t *real_out) {
+  int best = -1, best_level = -1;
+  double best_score = 0;
+  uint64_t best_real = 0;
+  for (size_t i = 0; i < n; i++) d->lens[i] = d->win[i]->len;
+  for (size_t i = 0; i < v->nsh; i++) {
+    const lp_shape_t *sh = &d->shapes.shapes[v->sh[i]];
+    if (npin && d->lens[0] > sh->bucket) continue;
+    lp_pack_params_t prm = {.capacity = sh->bucket, .max_bins = sh->lanes,
+                            .max_segments = d->cfg.max_segments, .n_pinned = (uint32_t)npin};
+    long placed = lp_packer_pack(d->packer, LP_ALGO_BFD, &prm, d->lens, n, d->trial, NULL);
+    if (placed < 0) return (int)placed;
+    if (placed == 0) continue;
+    uint64_t real = 0;
+    int level = 2;
+    for (size_t j = 0; j < n; j++) {
+      if (d->trial[j].bin < 0) {
+        if (j < npin) level = j == 0 ? 0 : level < 1 ? level : 1;
+        continue;
+      }
+      real += d->lens[j];
+    }
+    double score = (double)v->cost[i] / (double)real;
+    int better = best < 0 || level > best_level ||
+                 (level == best_level && (score < best_score || (score == best_score && real > best_real)));
+    if (better) {
+      best = v->sh[i];
+      best_level = level;
+      best_score = score;
+      best_real = real;
+      lp_place_t *t = d->best;
+      d->best = d->trial;
+      d->trial = t;
+    }
+  }
+  *real_out = best_real;
+  return best;
+}
+
+/* Sends the window's placed sequences as one batch to device k of backend b. */
+static int send(lp_disp_t *d, const view_t *v, uint32_t k, int shape, size_t n, uint64_t real,
+                const char *reason, uint64_t now) {
+  disp_backend_t *be = &d->be[v->b];
+  disp_dev_t *dv = &be->dev[k];
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    if (d->best[i].bin >= 0)
+      d->keys[m++] = (uint64_t)d->best[i].bin << 44 | (uint64_t)d->best[i].offset << 20 | i;
+  qsort(d->keys, m, sizeof(*d->keys), cmp_u64);
+  disp_batch_t *bt = lp__disp_batch_get(d, m);
+  if (!bt) return -ENOMEM;
+  bt->id = ++d->next_batch_id;
+  if (lp__disp_map_put(&d->batches, bt->id, bt)) {
+    free(bt->seqs);
+    free(bt);
+    return -ENOMEM;
+  }
+  bt->backend = v->b;
+  bt->device = k;
+  bt->shape = shape;
+  bt->sent_ns = now;
+  bt->real = real;
+  uint32_t copies = 0;
+  for (size_t i = 0; i < m; i++) {
+    size_t w = d->keys[i] & 0xfffff;
+    disp_seq_t *s = d->win[w];
+    bt->seqs[i] = s;
+    s->inflight++;
+    s->job->refs++;
+    if (s->copies + s->free_sends > 0) copies++;
+    if (s->free_next) s->free_sends++;
+    else s->copies++;
+    s->free_next = 0;
+    s->batch_id = bt->id;
+    s->sent_ns = now;
+    lp__disp_unqueue(d, s, SEQ_OUT);
+    d->sitems[i] = (lp_disp_item_t){.job_id = s->job->id, .seq = s->idx, .lane = (uint32_t)d->best[w].bin,
+                                    .offset = d->best[w].offset, .len = s->len};
+  }
+  bt->n = (uint32_t)m;
+  /* the device: it runs after what is ahead of it, or after the lead time */
+  uint64_t lead = lp_devclock_lead(&be->clock), cost = lp__disp_cost(d, v->b, shape);
+  lp_device_t *cd = &be->clock.dev[k];
+  bt->behind = dv->n > 0;
+  uint64_t start = now + lead;
+  if (bt->behind && cd->free_ns > start) start = cd->free_ns;
+  bt->expect_ns = start + cost;
+  dv->util = 0.9 * dv->util + (bt->behind ? 0.1 : 0.0);
+  bt->dprev = dv->last;
+  bt->dnext = NULL;
+  if (dv->last) dv->last->dnext = bt;
+  else dv->first = bt;
+  dv->last = bt;
+  dv->n++;
+  cd->batches = dv->n;
+  cd->free_ns = bt->expect_ns;
+  if (d->cfg.stall_factor > 0) {
+    uint64_t span = bt->expect_ns - now;
+    uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
+    if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
+    (void)lp_theap_set(&d->stalls, &bt->stall, now + wait); /* without it: no hedge, still answered */
+  }
+  const lp_shape_t *sh = &d->shapes.shapes[shape];
+  uint64_t slots = (uint64_t)sh->lanes * sh->bucket;
+  d->st.batches++;
+  d->st.inflight++;
+  d->st.real_tokens += real;
+  d->st.pad_tokens += slots - real;
+  d->st.batches_by_shape[shape]++;
+  d->st.real_by_shape[shape] += real;
+  lp_disp_action_t a = {.kind = LP_DISP_ACT_SEND};
+  a.send.batch_id = bt->id;
+  a.send.backend = v->b;
+  a.send.device = k;
+  a.send.shape = shape;
+  a.send.lanes = sh->lanes;
+  a.send.bucket = sh->bucket;
+  a.send.n = m;
+  a.send.real_tokens = real;
+  a.send.expect_ns = bt->expect_ns;
+  a.send.copies = copies;
+  a.send.reason = reason;
+  return lp__disp_push(d, &a, d->sitems, m);
+}
+
+/* Plans and sends one batch for device k of backend b. Returns 1 when sent, 0
+ * when nothing on the queue can go there (or, for a batch queued ahead, not a
+ * full rectangle's worth), or -ENOMEM. */
+static int plan(lp_disp_t *d, uint32_t b, uint32_t k, int rank, uint64_t now) {
+  view_t v;
+  view_of(d, b, &v);
+  if (v.nsh == 0) return 0;
+  size_t npin = 0;
+  long n = window(d, &v, now, &npin);
+  if (n <= 0) return (int)n;
+  uint64_t real = 0;
+  int shape = choose(d, &v, (size_t)n, npin, &real);
+  if (shape < 0) return shape == -1 ? 0 : shape;
+  if (rank == 2) {
+    const lp_shape_t *sh = &d->shapes.shapes[shape];
+    if (real < (uint64_t)sh->lanes * sh->bucket * 9 / 10) return 0; /* let it fill until just in time */
+  }
+  static const char *const reasons[] = {"idle", "just_in_time", "queued"};
+  int rc = send(d, &v, k, shape, (size_t)n, real, d->draining ? "drain" : reasons[rank], now);
+  return rc ? rc : 1;
+}
+
+int lp__disp_schedule(lp_disp_t *d, uint64_t now, uint64_t *wake) {
+  uint32_t tried = 0;
+  while (d->queue.n) {
+    int bb = -1, bk = -1, brank = 3;
+    uint64_t bfree = 0, bleave = 0;
+    for (uint32_t b = 0; b < d->cfg.nbackends; b++) {
+      disp_backend_t *be = &d->be[b];
+      if (!be->up || (tried & (1u << b))) continue;
+      uint64_t lead = lp_devclock_lead(&be->clock);
+      for (uint32_t k = 0; k < be->clock.devices; k++) {
+        disp_dev_t *dv = &be->dev[k];
+        if (dv->stalled || dv->n >= 1 + d->max_queued) continue;
+        uint64_t free_at = dv->n ? be->clock.dev[k].free_ns : 0;
+        uint64_t leave = free_at > lead ? free_at - lead : 0;
+        int rank;
+        if (dv->n == 0) rank = 0;
+        else if (d->draining || leave <= now) rank = 1;
+        else if (dv->util > d->cfg.high_util) rank = 2;
+        else {
+          if (leave < *wake) *wake = leave;
+          continue;
+        }
+        int better = bb < 0 || rank < brank || (rank == brank && free_at < bfree) ||
+                     (rank == brank && free_at == bfree && be->fails_in_row < d->be[bb].fails_in_row);
+        if (better) {
+          bb = (int)b;
+          bk = (int)k;
+          brank = rank;
+          bfree = free_at;
+          bleave = leave;
+        }
+      }
+    }
+    if (bb < 0) return 0;
+    int rc = plan(d, (uint32_t)bb, (uint32_t)bk, brank, now);
+    if (rc < 0) return rc;
+    if (rc == 0) {
+      tried |= 1u << bb;
+      if (brank == 2 && bleave < *wake) *wake = bleave;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,883 @@
+/* The dispatch state machine: jobs in and answers out, a batch's result turned
+ * into outputs, retries, bisection and hedges, the device clocks taught by every
+ * answer, backend health, and the time bound of every job. When batches leave
+ * and what they hold is in dispatch-plan.c. No I/O, no clock: time is passed in. */
+#include "dispatch-internal.h"
+
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MS 1000000ull
+#define MAX_BACKOFF_NS (1000ull * MS)
+/* free re-sends (bisection, missing shape) one sequence may have: a batch is
+ * bisected at most log2(its size) times, and lanes x segments is far below 2^16 */
+#define MAX_FREE_SENDS 16
+/* how far from a level's head a retried sequence's place is searched for */
+#define REQUEUE_SEARCH 256
+
+/* ---- names ---- */
+
+static const struct {
+  int http;
+  const char *code, *msg;
+} status_info[LP_DISP_ST_COUNT] = {
+  [LP_DISP_ST_OK] = {200, "", ""},
+  [LP_DISP_ST_DEADLINE] = {504, "deadline_exceeded", "the deadline passed before an answer"},
+  [LP_DISP_ST_BOUND] = {504, "request_bound_exceeded", "no answer within the proxy's bound"},
+  [LP_DISP_ST_BACKEND_ERROR] = {502, "backend_error", "the backend failed the batch"},
+  [LP_DISP_ST_BACKEND_TIMEOUT] = {504, "backend_timeout", "the backend did not answer in time"},
+  [LP_DISP_ST_BAD_ANSWER] = {502, "bad_backend_answer", "the backend answered a malformed batch"},
+  [LP_DISP_ST_NO_SHAPE] = {503, "no_shape_available",
+                           "no backend has a shape that holds this request's sequences any more"},
+  [LP_DISP_ST_NO_BACKEND] = {503, "no_healthy_backend", "no backend of this model is healthy"},
+  [LP_DISP_ST_SHUTDOWN] = {503, "shutting_down", "the proxy is shutting down"},
+  [LP_DISP_ST_NOMEM] = {503, "out_of_memory", "proxy out of memory"},
+};
+
+int lp_disp_status_http(lp_disp_status_t s) { return s < LP_DISP_ST_COUNT ? status_info[s].http : 500; }
+
+const char *lp_disp_status_code(lp_disp_status_t s) {
+  return s < LP_DISP_ST_COUNT ? status_info[s].code : "internal";
+}
+
+const char *lp_disp_outcome_name(lp_disp_outcome_t o) {
+  static const char *const names[LP_DISP_OUTCOME_COUNT] = {"ok", "5xx", "4xx", "shape_missing", "timeout",
+                                                           "reset", "garbled", "abandoned"};
+  return o < LP_DISP_OUTCOME_COUNT ? names[o] : "?";
+}
+
+int lp_disp_reject_status(int rc, const char **code) {
+  const char *c;
+  int http;
+  switch (rc) {
+    case -EINVAL: http = 400; c = "bad_request"; break;
+    case -EEXIST: http = 400; c = "duplicate_id"; break;
+    case -EMSGSIZE: http = 413; c = "sequence_too_long"; break;
+    case -ENODEV: http = 503; c = "no_shape_available"; break;
+    case -EHOSTDOWN: http = 503; c = "no_healthy_backend"; break;
+    case -ENOBUFS: http = 429; c = "queue_full"; break;
+    case -ETIME: http = 504; c = "deadline_exceeded"; break;
+    case -ENOMEM: http = 503; c = "out_of_memory"; break;
+    default: http = 500; c = "internal"; break;
+  }
+  if (code) *code = c;
+  return http;
+}
+
+/* ---- configuration ---- */
+
+void lp_disp_config_default(lp_disp_config_t *c) {
+  memset(c, 0, sizeof(*c));
+  lp_bucket_set_init(&c->shapes);
+  c->nbackends = 1;
+  c->max_wait_ns = 5 * MS;
+  c->high_util = 0.85;
+  c->max_copies = 3;
+  c->stall_factor = 3.0;
+  c->stall_min_ns = 50 * MS;
+  c->retry_backoff_ns = 10 * MS;
+  c->backend_timeout_ns = 30000 * MS;
+  c->unhealthy_after = 3;
+}
+
+/* ---- the id maps ---- */
+
+static uint64_t mix(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdull;
+  k ^= k >> 33;
+  return k;
+}
+
+static void *map_get(const disp_map_t *m, uint64_t key) {
+  if (m->cap == 0 || key == 0) return NULL;
+  for (size_t i = mix(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+    if (m->keys[i] == key) return m->vals[i];
+    if (m->keys[i] == 0) return NULL;
+  }
+}
+
+int lp__disp_map_put(disp_map_t *m, uint64_t key, void *val) {
+  if ((m->n + 1) * 2 > m->cap) {
+    size_t cap = m->cap ? m->cap * 2 : 64;
+    uint64_t *k = calloc(cap, sizeof(*k));
+    void **v = calloc(cap, sizeof(*v));
+    if (!k || !v) {
+      free(k);
+      free(v);
+      return -ENOMEM;
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+      if (!m->keys[i]) continue;
+      size_t j = mix(m->keys[i]) & (cap - 1);
+      while (k[j]) j = (j + 1) & (cap - 1);
+      k[j] = m->keys[i];
+      v[j] = m->vals[i];
+    }
+    free(m->keys);
+    free(m->vals);
+    m->keys = k;
+    m->vals = v;
+    m->cap = cap;
+  }
+  size_t i = mix(key) & (m->cap - 1);
+  while (m->keys[i] && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
+  if (!m->keys[i]) m->n++;
+  m->keys[i] = key;
+  m->vals[i] = val;
+  return 0;
+}
+
+static void map_del(disp_map_t *m, uint64_t key) {
+  if (m->cap == 0) return;
+  size_t mask = m->cap - 1, i = mix(key) & mask;
+  while (m->keys[i] != key) {
+    if (m->keys[i] == 0) return;
+    i = (i + 1) & mask;
+  }
+  m->n--;
+  /* backward shift: move later entries of the run into the hole when their home
+   * is not between the hole and them */
+  for (size_t j = (i + 1) & mask;; j = (j + 1) & mask) {
+    if (m->keys[j] == 0) break;
+    size_t h = mix(m->keys[j]) & mask;
+    if (((j - h) & mask) >= ((j - i) & mask)) {
+      m->keys[i] = m->keys[j];
+      m->vals[i] = m->vals[j];
+      i = j;
+    }
+  }
+  m->keys[i] = 0;
+  m->vals[i] = NULL;
+}
+
+/* ---- life cycle ---- */
+
+lp_disp_t *lp_disp_new(const lp_disp_config_t *cfg) {
+  if (cfg == NULL || cfg->shapes.count == 0 || cfg->nbackends == 0 ||
+      cfg->nbackends > LP_DISP_MAX_BACKENDS || cfg->shapes.count > LP_BUCKET_MAX_SHAPES)
+    return NULL;
+  lp_disp_t *d = calloc(1, sizeof(*d));
+  if (d == NULL) return NULL;
+  d->cfg = *cfg;
+  d->packer = lp_packer_new();
+  if (d->packer == NULL) {
+    free(d);
+    return NULL;
+  }
+  d->max_copies = cfg->max_copies ? cfg->max_copies : 3;
+  d->unhealthy_after = cfg->unhealthy_after ? cfg->unhealthy_after : 3;
+  d->max_queued = cfg->max_queued_at_device ? cfg->max_queued_at_device : 1;
+  d->max_window = cfg->max_window ? cfg->max_window : 4096;
+  d->bound_ns = cfg->request_bound_ns;
+  if (d->bound_ns == 0) {
+    uint64_t b = cfg->retry_backoff_ns, per = 0;
+    for (uint32_t i = 0; i < d->max_copies; i++) {
+      per += cfg->backend_timeout_ns + b;
+      b = b * 2 < MAX_BACKOFF_NS ? b * 2 : MAX_BACKOFF_NS;
+    }
+    d->bound_ns = cfg->max_wait_ns + per + 1000 * MS;
+  }
+  d->shapes = cfg->shapes;
+  for (uint32_t b = 0; b < cfg->nbackends; b++) {
+    disp_backend_t *be = &d->be[b];
+    be->up = 1;
+    lp_devclock_init(&be->clock, cfg->devices[b] ? cfg->devices[b] : 1);
+    for (size_t s = 0; s < cfg->shapes.count; s++) {
+      be->state[s] = cfg->shapes.shapes[s].state;
+      uint64_t seed = cfg->seed_cost_ns[s] ? cfg->seed_cost_ns[s] : cfg->shapes.shapes[s].cost_ns;
+      lp_devclock_seed(&be->clock, (int)s, seed);
+    }
+  }
+  lp_queue_init(&d->queue);
+  lp_theap_init(&d->timers);
+  lp_theap_init(&d->deadlines);
+  lp_theap_init(&d->retries);
+  lp_theap_init(&d->stalls);
+  d->wake = UINT64_MAX;
+  return d;
+}
+
+static void batch_destroy(disp_batch_t *bt) {
+  free(bt->seqs);
+  free(bt);
+}
+
+void lp_disp_free(lp_disp_t *d) {
+  if (d == NULL) return;
+  for (size_t i = 0; i < d->batches.cap; i++)
+    if (d->batches.keys[i]) batch_destroy(d->batches.vals[i]);
+  for (size_t i = 0; i < d->jobs.cap; i++)
+    if (d->jobs.keys[i]) free(d->jobs.vals[i]);
+  /* jobs answered but still referenced by a batch are out of the map: their
+   * batches above held the last references */
+  while (d->spare) {
+    disp_batch_t *b = d->spare;
+    d->spare = b->dnext;
+    batch_destroy(b);
+  }
+  free(d->jobs.keys); free(d->jobs.vals); free(d->batches.keys); free(d->batches.vals);
+  lp_queue_free(&d->queue);
+  lp_theap_free(&d->timers); lp_theap_free(&d->deadlines); lp_theap_free(&d->retries);
+  lp_theap_free(&d->stalls);
+  free(d->acts); free(d->items);
+  lp_packer_free(d->packer);
+  free(d->win); free(d->lens); free(d->trial); free(d->best); free(d->keys); free(d->sitems);
+  free(d);
+}
+
+/* ---- actions ---- */
+
+int lp__disp_push(lp_disp_t *d, const lp_disp_action_t *a, const lp_disp_item_t *items, size_t n) {
+  if (lp__grow((void **)&d->acts, &d->acts_cap, d->nacts + 1, sizeof(*d->acts))) return -ENOMEM;
+  if (n && lp__grow((void **)&d->items, &d->items_cap, d->nitems + n, sizeof(*d->items))) return -ENOMEM;
+  disp_act_t *x = &d->acts[d->nacts++];
+  x->a = *a;
+  x->items_at = d->nitems;
+  if (n) memcpy(d->items + d->nitems, items, n * sizeof(*items));
+  d->nitems += n;
+  return 0;
+}
+
+int lp_disp_next(lp_disp_t *d, lp_disp_action_t *a) {
+  if (d->acts_head == d->nacts) return 0;
+  disp_act_t *x = &d->acts[d->acts_head++];
+  *a = x->a;
+  if (a->kind == LP_DISP_ACT_SEND) a->send.items = d->items + x->items_at;
+  return 1;
+}
+
+/* At the start of each event: what was drained is forgotten (its pointers were
+ * valid until now). */
+static void begin(lp_disp_t *d, uint64_t now) {
+  if (d->acts_head == d->nacts) d->acts_head = d->nacts = d->nitems = 0;
+  if (now > d->now) d->now = now;
+}
+
+uint64_t lp_disp_wake_at(const lp_disp_t *d) { return d->wake; }
+
+/* ---- clocks ---- */
+
+/* Expected device time of a shape on backend b: learned, else seeded, else
+ * scaled from the known shapes by slots, else the slots (a unit for comparing). */
+uint64_t lp__disp_cost(const lp_disp_t *d, uint32_t b, int shape) {
+  const lp_devclock_t *c = &d->be[b].clock;
+  uint64_t v = lp_devclock_cost(c, shape);
+  if (v) return v;
+  double per = 0;
+  for (size_t s = 0; s < d->shapes.count; s++) {
+    uint64_t k = lp_devclock_cost(c, (int)s);
+    double slots = (double)d->shapes.shapes[s].lanes * d->shapes.shapes[s].bucket;
+    if (k && (per == 0 || (double)k / slots < per)) per = (double)k / slots;
+  }
+  double slots = (double)d->shapes.shapes[shape].lanes * d->shapes.shapes[shape].bucket;
+  v = per > 0 ? (uint64_t)(per * slots) : (uint64_t)slots;
+  return v ? v : 1;
+}
+
+/* ---- jobs ---- */
+
+static void job_free_if_done(lp_disp_t *d, disp_job_t *j) {
+  (void)d;
+  if (j->answered && j->refs == 0) free(j);
+}
+
+static void seq_leave_backoff(lp_disp_t *d, disp_seq_t *s) {
+  if (s->state == SEQ_BACKOFF) lp_theap_remove(&d->retries, &s->retry);
+}
+
+void lp__disp_unqueue(lp_disp_t *d, disp_seq_t *s, int state) {
+  if (s->state == SEQ_QUEUED) {
+    disp_job_t *j = s->job;
+    lp_queue_remove(&d->queue, &s->q);
+    d->st.queued_seqs--;
+    d->st.queued_tokens -= s->len;
+    if (--j->queued == 0) lp_theap_remove(&d->deadlines, &j->dl);
+  }
+  seq_leave_backoff(d, s);
+  s->state = (uint8_t)state;
+}
+
+static int seq_enqueue(lp_disp_t *d, disp_seq_t *s, int requeue) {
+  disp_job_t *j = s->job;
+  int rc = requeue ? lp_queue_requeue(&d->queue, &s->q, REQUEUE_SEARCH) : lp_queue_push(&d->queue, &s->q);
+  if (rc) return rc;
+  s->state = SEQ_QUEUED;
+  d->st.queued_seqs++;
+  d->st.queued_tokens += s->len;
+  if (j->queued++ == 0 && j->deadline_ns && lp_theap_set(&d->deadlines, &j->dl, j->deadline_ns)) {
+    /* without the heap entry the deadline still holds through the job timer */
+  }
+  return 0;
+}
+
+/* The job's one answer. Its queued sequences are dropped; in-flight copies finish
+ * and are ignored. */
+static void job_answer(lp_disp_t *d, disp_job_t *j, lp_disp_status_t st) {
+  if (j->answered) return;
+  for (uint32_t i = 0; i < j->nseq; i++) {
+    disp_seq_t *s = &j->seqs[i];
+    if (s->state == SEQ_QUEUED || s->state == SEQ_BACKOFF) lp__disp_unqueue(d, s, SEQ_DONE);
+  }
+  j->answered = 1;
+  lp_theap_remove(&d->timers, &j->timer);
+  lp_theap_remove(&d->deadlines, &j->dl);
+  map_del(&d->jobs, j->id);
+  d->live_jobs--;
+  d->live_tokens -= j->tokens;
+  if (st == LP_DISP_ST_OK) d->st.answered_ok++;
+  else d->st.answered_err++;
+  lp_disp_action_t a = {.kind = LP_DISP_ACT_ANSWER};
+  a.answer.job_id = j->id;
+  a.answer.status = st;
+  a.answer.http_status = status_info[st].http;
+  a.answer.code = status_info[st].code;
+  a.answer.message = status_info[st].msg;
+  a.answer.admitted_ns = j->admitted_ns;
+  /* an answer that cannot be queued is lost: the actions array only grows, and
+   * the caller's own bound answers the job; nothing else can be done here */
+  (void)lp__disp_push(d, &a, NULL, 0);
+  job_free_if_done(d, j);
+}
+
+/* Fails every unanswered job that has a sequence waiting (queued or in backoff). */
+static void fail_waiting(lp_disp_t *d, lp_disp_status_t st, uint32_t min_len) {
+  for (size_t i = 0; i < d->jobs.cap;) {
+    disp_job_t *j = d->jobs.keys[i] ? d->jobs.vals[i] : NULL;
+    int hit = 0;
+    for (uint32_t k = 0; j && k < j->nseq && !hit; k++)
+      hit = (j->seqs[k].state == SEQ_QUEUED || j->seqs[k].state == SEQ_BACKOFF) && j->seqs[k].len >= min_len;
+    if (hit) job_answer(d, j, st); /* deletes slot i: another entry may move into it */
+    else i++;
+  }
+}
+
+static int any_up(const lp_disp_t *d) {
+  for (uint32_t b = 0; b < d->cfg.nbackends; b++)
+    if (d->be[b].up) return 1;
+  return 0;
+}
+
+/* The model's shape states: the best any backend has. */
+static void union_shapes(lp_disp_t *d) {
+  for (size_t k = 0; k < d->shapes.count; k++) {
+    lp_shape_state_t best = LP_SHAPE_UNAVAILABLE;
+    for (uint32_t b = 0; b < d->cfg.nbackends; b++) {
+      lp_shape_state_t s = d->be[b].state[k];
+      if (s == LP_SHAPE_COMPILED || (s == LP_SHAPE_COMPILING && best == LP_SHAPE_UNAVAILABLE)) best = s;
+    }
+    d->shapes.shapes[k].state = best;
+  }
+}
+
+/* Ends every event: sends what may leave, then sets the wake time. */
+static void finish(lp_disp_t *d, uint64_t now) {
+  uint64_t wake = UINT64_MAX;
+  if (lp__disp_schedule(d, now, &wake) == -ENOMEM) {
+    /* the scratch could not grow: the queue waits for the job timers */
+  }
+  lp_theap_node_t *t;
+  if ((t = lp_theap_top(&d->timers)) && t->at < wake) wake = t->at;
+  if ((t = lp_theap_top(&d->retries)) && t->at < wake) wake = t->at;
+  if ((t = lp_theap_top(&d->stalls)) && t->at < wake) wake = t->at;
+  d->wake = wake != UINT64_MAX && wake < now ? now : wake;
+}
+
+/* The earliest a job's longest sequence can be answered, from now: the wait for
+ * a device, the lead time and the cheapest shape that holds it, over healthy
+ * backends; UINT64_MAX when no clock knows. */
+static uint64_t earliest_answer(const lp_disp_t *d, uint32_t longest, uint64_t now) {
+  uint64_t best = UINT64_MAX;
+  for (uint32_t b = 0; b < d->cfg.nbackends; b++) {
+    const disp_backend_t *be = &d->be[b];
+    if (!be->up) continue;
+    uint64_t free_at = lp_devclock_next_free(&be->clock);
+    uint64_t wait = free_at != UINT64_MAX && free_at > now ? free_at - now : 0;
+    for (size_t k = 0; k < d->shapes.count; k++) {
+      uint64_t c = lp_devclock_cost(&be->clock, (int)k);
+      if (be->state[k] != LP_SHAPE_COMPILED || d->shapes.shapes[k].bucket < longest || !c) continue;
+      c += wait + lp_devclock_lead(&be->clock);
+      if (c < best) best = c;
+    }
+  }
+  return best;
+}
+
+int lp_disp_admit(lp_disp_t *d, uint64_t job_id, uint32_t nseq, const uint32_t *lens, int priority,
+                  uint64_t deadline_ns, uint64_t now) {
+  begin(d, now);
+  int rc = 0;
+  uint32_t longest = 0;
+  uint64_t tokens = 0;
+  if (job_id == 0 || nseq == 0 || lens == NULL) rc = -EINVAL;
+  for (uint32_t i = 0; !rc && i < nseq; i++) {
+    if (lens[i] == 0) rc = -EINVAL;
+    if (lens[i] > longest) longest = lens[i];
+    tokens += lens[i];
+  }
+  if (!rc && map_get(&d->jobs, job_id)) rc = -EEXIST;
+  uint32_t max_len = lp_bucket_set_max_len(&d->shapes);
+  if (!rc && max_len == 0) rc = -ENODEV;
+  if (!rc && longest > max_len) rc = -EMSGSIZE;
+  if (!rc && !any_up(d)) rc = -EHOSTDOWN;
+  if (!rc && ((d->cfg.max_queue_jobs && d->live_jobs + 1 > d->cfg.max_queue_jobs) ||
+              (d->cfg.max_queue_tokens && d->live_tokens + tokens > d->cfg.max_queue_tokens)))
+    rc = -ENOBUFS;
+  if (!rc && deadline_ns) {
+    uint64_t e = earliest_answer(d, longest, now);
+    if (deadline_ns <= now || (e != UINT64_MAX && now + e > deadline_ns)) rc = -ETIME;
+  }
+  disp_job_t *j = NULL;
+  if (!rc) {
+    j = calloc(1, sizeof(*j) + nseq * sizeof(disp_seq_t));
+    if (!j || lp__disp_map_put(&d->jobs, job_id, j)) {
+      free(j);
+      rc = -ENOMEM;
+    }
+  }
+  if (rc) {
+    d->st.rejected++;
+    return rc;
+  }
+  j->id = job_id;
+  j->priority = priority;
+  j->deadline_ns = deadline_ns;
+  j->admitted_ns = now;
+  j->bound_ns = now + d->bound_ns;
+  j->nseq = j->unresolved = nseq;
+  j->tokens = tokens;
+  lp_theap_node_init(&j->timer);
+  lp_theap_node_init(&j->dl);
+  for (uint32_t i = 0; i < nseq; i++) {
+    disp_seq_t *s = &j->seqs[i];
+    s->job = j;
+    s->idx = i;
+    s->len = lens[i];
+    s->enq_ns = now;
+    s->q.priority = priority;
+    s->q.seqno = ++d->next_seqno;
+    lp_theap_node_init(&s->retry);
+  }
+  uint64_t at = deadline_ns && deadline_ns < j->bound_ns ? deadline_ns : j->bound_ns;
+  int bad = lp_theap_set(&d->timers, &j->timer, at);
+  for (uint32_t i = 0; !bad && i < nseq; i++) bad = seq_enqueue(d, &j->seqs[i], 0);
+  d->live_jobs++;
+  d->live_tokens += tokens;
+  d->st.admitted++;
+  if (bad) {
+    /* admitted, then failed at once: it still gets its one answer */
+    job_answer(d, j, LP_DISP_ST_NOMEM);
+  }
+  finish(d, now);
+  return 0;
+}
+
+int lp_disp_cancel(lp_disp_t *d, uint64_t job_id, uint64_t now) {
+  begin(d, now);
+  disp_job_t *j = map_get(&d->jobs, job_id);
+  if (!j) return -ENOENT;
+  for (uint32_t i = 0; i < j->nseq; i++) {
+    disp_seq_t *s = &j->seqs[i];
+    if (s->state == SEQ_QUEUED || s->state == SEQ_BACKOFF) lp__disp_unqueue(d, s, SEQ_DONE);
+  }
+  j->answered = 1;
+  lp_theap_remove(&d->timers, &j->timer);
+  lp_theap_remove(&d->deadlines, &j->dl);
+  map_del(&d->jobs, j->id);
+  d->live_jobs--;
+  d->live_tokens -= j->tokens;
+  d->st.cancelled++;
+  job_free_if_done(d, j);
+  finish(d, now);
+  return 0;
+}
+
+/* ---- batches ---- */
+
+disp_batch_t *lp__disp_batch_get(lp_disp_t *d, size_t n) {
+  disp_batch_t *bt = d->spare;
+  if (bt) {
+    d->spare = bt->dnext;
+    d->nspare--;
+  } else {
+    bt = calloc(1, sizeof(*bt));
+    if (!bt) return NULL;
+  }
+  if (n > bt->cap) {
+    disp_seq_t **s = realloc(bt->seqs, n * sizeof(*s));
+    if (!s) {
+      batch_destroy(bt);
+      return NULL;
+    }
+    bt->seqs = s;
+    bt->cap = (uint32_t)n;
+  }
+  disp_seq_t **seqs = bt->seqs;
+  uint32_t cap = bt->cap;
+  memset(bt, 0, sizeof(*bt));
+  bt->seqs = seqs;
+  bt->cap = cap;
+  lp_theap_node_init(&bt->stall);
+  return bt;
+}
+
+static void batch_put(lp_disp_t *d, disp_batch_t *bt) {
+  if (d->nspare >= 16) {
+    batch_destroy(bt);
+    return;
+  }
+  bt->dnext = d->spare;
+  d->spare = bt;
+  d->nspare++;
+}
+
+/* Takes bt off its device; the batches behind it move by how early or late it
+ * ended, and the one now running is expected svc after now. */
+static void device_release(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
+  disp_backend_t *be = &d->be[bt->backend];
+  disp_dev_t *dv = &be->dev[bt->device];
+  int head = dv->first == bt;
+  if (bt->dprev) bt->dprev->dnext = bt->dnext;
+  else dv->first = bt->dnext;
+  if (bt->dnext) bt->dnext->dprev = bt->dprev;
+  else dv->last = bt->dprev;
+  dv->n--;
+  if (bt->stalled && dv->stalled) dv->stalled--;
+  lp_theap_remove(&d->stalls, &bt->stall);
+  if (head && dv->first) dv->first->prev_answer_ns = now;
+  /* the expected answers of the rest, in order */
+  uint64_t prev = now, lead = lp_devclock_lead(&be->clock);
+  for (disp_batch_t *x = dv->first; x; x = x->dnext) {
+    uint64_t start = x->sent_ns + lead > prev ? x->sent_ns + lead : prev;
+    x->expect_ns = start + lp__disp_cost(d, x->backend, x->shape);
+    prev = x->expect_ns;
+    if (lp_theap_contains(&x->stall) && d->cfg.stall_factor > 0) {
+      uint64_t span = x->expect_ns - x->sent_ns;
+      uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
+      if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
+      lp_theap_set(&d->stalls, &x->stall, x->sent_ns + wait);
+    }
+  }
+  lp_device_t *cd = &be->clock.dev[bt->device];
+  cd->batches = dv->n;
+  cd->free_ns = dv->n ? prev : 0;
+}
+
+/* What an answer teaches the clock (errors too: a backend that answers slowly is
+ * busy that long, whatever it says). */
+static void learn(lp_disp_t *d, disp_batch_t *bt, const lp_disp_result_t *r, uint64_t now) {
+  lp_devclock_t *c = &d->be[bt->backend].clock;
+  uint64_t sent = r->sent_ns && r->sent_ns <= now ? r->sent_ns : bt->sent_ns;
+  uint64_t total = now > sent ? now - sent : 0;
+  uint64_t lead = lp_devclock_lead(c);
+  /* it started on an idle device when nothing was ahead of it, or what was
+   * ahead answered before it could have arrived */
+  int alone = !bt->behind || (bt->prev_answer_ns && bt->prev_answer_ns <= sent + lead);
+  if (r->device_ns) {
+    lp_window_add(&c->svc[bt->shape], r->device_ns);
+    if (alone) lp_window_add(&c->lead, total > r->device_ns ? total - r->device_ns : 0);
+  } else if (bt->behind && bt->prev_answer_ns && sent + lead <= bt->prev_answer_ns &&
+             now >= bt->prev_answer_ns) {
+    /* it waited at the device and ran as soon as the one ahead ended: the gap
+     * between the two answers is its service time */
+    lp_window_add(&c->svc[bt->shape], now - bt->prev_answer_ns);
+  } else if (alone) {
+    uint64_t svc = lp_devclock_cost(c, bt->shape);
+    if (svc) lp_window_add(&c->lead, total > svc ? total - svc : 0);
+    else lp_window_add(&c->svc[bt->shape], total);
+  }
+  uint64_t busy = r->device_ns ? r->device_ns : lp_devclock_cost(c, bt->shape);
+  uint64_t slots = (uint64_t)d->shapes.shapes[bt->shape].lanes * d->shapes.shapes[bt->shape].bucket;
+  c->busy_ns += busy;
+  c->useful_ns += slots ? (uint64_t)((double)busy * (double)bt->real / (double)slots) : 0;
+}
+
+static void set_health(lp_disp_t *d, uint32_t b, int up) {
+  disp_backend_t *be = &d->be[b];
+  if (be->up == up) return;
+  be->up = up;
+  be->fails_in_row = be->errors_in_row = 0;
+  lp_disp_action_t a = {.kind = LP_DISP_ACT_HEALTH};
+  a.health.backend = b;
+  a.health.up = up;
+  (void)lp__disp_push(d, &a, NULL, 0);
+  if (!any_up(d)) fail_waiting(d, LP_DISP_ST_NO_BACKEND, 0);
+}
+
+static uint64_t backoff_ns(const lp_disp_t *d, uint32_t retries) {
+  uint64_t b = d->cfg.retry_backoff_ns;
+  for (uint32_t i = 0; i < retries && b < MAX_BACKOFF_NS; i++) b *= 2;
+  return b < MAX_BACKOFF_NS ? b : MAX_BACKOFF_NS;
+}
+
+/* Sequence s failed in a batch and nothing else carries it: it goes back to the
+ * queue (free: at once; else after its backoff, spending its budget) or its job
+ * fails with st. */
+static void retry_or_fail(lp_disp_t *d, disp_seq_t *s, int free_try, lp_disp_status_t st, uint64_t now) {
+  disp_job_t *j = s->job;
+  if (d->draining) {
+    job_answer(d, j, st);
+    return;
+  }
+  if (free_try && s->free_sends >= MAX_FREE_SENDS) free_try = 0;
+  if (!free_try && s->copies >= d->max_copies) {
+    job_answer(d, j, st);
+    return;
+  }
+  uint64_t wait = free_try ? 0 : backoff_ns(d, s->retries);
+  if (j->deadline_ns && j->deadline_ns <= now + wait) {
+    job_answer(d, j, LP_DISP_ST_DEADLINE);
+    return;
+  }
+  if (s->len > lp_bucket_set_max_len(&d->shapes)) {
+    job_answer(d, j, LP_DISP_ST_NO_SHAPE);
+    return;
+  }
+  s->free_next = (uint8_t)free_try;
+  if (!free_try) s->retries++;
+  d->st.retries++;
+  if (wait == 0) {
+    if (seq_enqueue(d, s, 1)) job_answer(d, j, LP_DISP_ST_NOMEM);
+    return;
+  }
+  s->state = SEQ_BACKOFF;
+  if (lp_theap_set(&d->retries, &s->retry, now + wait)) {
+    s->state = SEQ_OUT;
+    job_answer(d, j, LP_DISP_ST_NOMEM);
+  }
+}
+
+/* A copy of it is queued or still in flight elsewhere: this failure is not its. */
+static int carried(const disp_seq_t *s) { return s->state == SEQ_QUEUED || s->inflight > 0; }
+
+static int seq_live(const disp_seq_t *s) { return s->state != SEQ_DONE && !s->job->answered; }
+
+static lp_disp_status_t status_for(lp_disp_outcome_t o) {
+  switch (o) {
+    case LP_DISP_TIMEOUT: return LP_DISP_ST_BACKEND_TIMEOUT;
+    case LP_DISP_GARBLED: return LP_DISP_ST_BAD_ANSWER;
+    case LP_DISP_ABANDONED: return LP_DISP_ST_SHUTDOWN;
+    default: return LP_DISP_ST_BACKEND_ERROR;
+  }
+}
+
+/* A 5xx to a batch: if several of its sequences still need it, they are split in
+ * two halves that may not share a batch again (each still packs with others),
+ * re-sent free; one left alone to blame goes alone from now on. Returns 1 when
+ * the failure is explained by a sequence already under suspicion. */
+static int bisect(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
+  int explained = 0;
+  uint32_t live = 0;
+  for (uint32_t i = 0; i < bt->n; i++) {
+    disp_seq_t *s = bt->seqs[i];
+    if (s->alone || s->group) explained = 1;
+    if (seq_live(s) && !carried(s)) live++;
+  }
+  if (live >= 2) {
+    uint32_t g[2] = {++d->next_group, ++d->next_group}, k = 0;
+    if (g[0] == 0 || g[1] == 0) g[0] = ++d->next_group, g[1] = ++d->next_group;
+    d->st.bisections++;
+    for (uint32_t i = 0; i < bt->n; i++) {
+      disp_seq_t *s = bt->seqs[i];
+      if (!seq_live(s) || carried(s)) continue;
+      s->group = g[k++ & 1];
+      retry_or_fail(d, s, 1, LP_DISP_ST_BACKEND_ERROR, now);
+    }
+    return explained;
+  }
+  for (uint32_t i = 0; i < bt->n; i++) {
+    disp_seq_t *s = bt->seqs[i];
+    if (!seq_live(s) || carried(s)) continue;
+    /* failed alone: it spends its own budget; failed beside others that were
+     * fine: it is the one to blame, and goes alone next time for free */
+    int was_alone = bt->n == 1;
+    s->alone = 1;
+    s->group = 0;
+    retry_or_fail(d, s, !was_alone, LP_DISP_ST_BACKEND_ERROR, now);
+  }
+  return explained;
+}
+
+/* Bars a shape on backend b (it said it does not have it) and fails what no
+ * shape anywhere holds now. */
+static void shape_gone(lp_disp_t *d, uint32_t b, int shape) {
+  d->be[b].state[shape] = LP_SHAPE_UNAVAILABLE;
+  union_shapes(d);
+  uint32_t max_len = lp_bucket_set_max_len(&d->shapes);
+  fail_waiting(d, LP_DISP_ST_NO_SHAPE, max_len + 1);
+}
+
+int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, uint64_t now) {
+  begin(d, now);
+  disp_batch_t *bt = map_get(&d->batches, batch_id);
+  if (!bt || r == NULL || r->outcome >= LP_DISP_OUTCOME_COUNT) return bt ? -EINVAL : -ENOENT;
+  map_del(&d->batches, batch_id);
+  d->st.inflight--;
+  lp_disp_outcome_t o = r->outcome;
+  disp_backend_t *be = &d->be[bt->backend];
+  if (o != LP_DISP_TIMEOUT && o != LP_DISP_RESET && o != LP_DISP_ABANDONED) learn(d, bt, r, now);
+  device_release(d, bt, now);
+  for (uint32_t i = 0; i < bt->n; i++) bt->seqs[i]->inflight--;
+
+  if (o == LP_DISP_OK) {
+    be->fails_in_row = be->errors_in_row = 0;
+    for (uint32_t i = 0; i < bt->n; i++) {
+      disp_seq_t *s = bt->seqs[i];
+      if (!seq_live(s)) continue;
+      lp__disp_unqueue(d, s, SEQ_DONE); /* a hedge copy still queued is dropped */
+      lp_disp_action_t a = {.kind = LP_DISP_ACT_OUTPUT};
+      a.output.job_id = s->job->id;
+      a.output.seq = s->idx;
+      a.output.batch_id = bt->id;
+      a.output.sent_ns = bt->sent_ns;
+      (void)lp__disp_push(d, &a, NULL, 0);
+      if (--s->job->unresolved == 0) job_answer(d, s->job, LP_DISP_ST_OK);
+    }
+  } else if (o == LP_DISP_ERR_4XX || o == LP_DISP_ABANDONED) {
+    /* refused as wrong (it answered: the backend is fine), or given up */
+    if (o == LP_DISP_ERR_4XX) be->fails_in_row = be->errors_in_row = 0;
+    lp_disp_status_t st = status_for(o);
+    for (uint32_t i = 0; i < bt->n; i++)
+      if (seq_live(bt->seqs[i]) && !carried(bt->seqs[i])) job_answer(d, bt->seqs[i]->job, st);
+  } else if (o == LP_DISP_ERR_SHAPE) {
+    shape_gone(d, bt->backend, bt->shape);
+    for (uint32_t i = 0; i < bt->n; i++)
+      if (seq_live(bt->seqs[i]) && !carried(bt->seqs[i]))
+        retry_or_fail(d, bt->seqs[i], 1, LP_DISP_ST_NO_SHAPE, now);
+  } else {
+    int explained = o == LP_DISP_ERR_5XX ? bisect(d, bt, now) : 0;
+    if (o != LP_DISP_ERR_5XX) {
+      for (uint32_t i = 0; i < bt->n; i++) {
+        disp_seq_t *s = bt->seqs[i];
+        if (!seq_live(s) || carried(s)) continue;
+        /* it may still run there: elsewhere next time, while another is up */
+        if (o == LP_DISP_TIMEOUT) s->avoid |= 1u << bt->backend;
+        retry_or_fail(d, s, 0, status_for(o), now);
+      }
+    }
+    be->errors_in_row++;
+    if (!explained) be->fails_in_row++;
+    if (be->up && (be->fails_in_row >= d->unhealthy_after || be->errors_in_row >= 4 * d->unhealthy_after))
+      set_health(d, bt->backend, 0);
+  }
+  for (uint32_t i = 0; i < bt->n; i++) {
+    disp_job_t *j = bt->seqs[i]->job;
+    j->refs--;
+    job_free_if_done(d, j);
+  }
+  batch_put(d, bt);
+  finish(d, now);
+  return 0;
+}
+
+/* ---- health and shapes ---- */
+
+int lp_disp_backend_health(lp_disp_t *d, uint32_t b, int up, uint64_t now) {
+  if (b >= d->cfg.nbackends) return -EINVAL;
+  begin(d, now);
+  up = up != 0;
+  if (d->be[b].up != up) {
+    d->be[b].up = up;
+    d->be[b].fails_in_row = d->be[b].errors_in_row = 0;
+    if (!any_up(d)) fail_waiting(d, LP_DISP_ST_NO_BACKEND, 0);
+  }
+  finish(d, now);
+  return 0;
+}
+
+int lp_disp_backend_shapes(lp_disp_t *d, uint32_t b, const lp_shape_state_t *states, size_t n,
+                           uint64_t now) {
+  if (b >= d->cfg.nbackends || n > d->shapes.count || (n && !states)) return -EINVAL;
+  begin(d, now);
+  for (size_t k = 0; k < n; k++) d->be[b].state[k] = states[k];
+  union_shapes(d);
+  fail_waiting(d, LP_DISP_ST_NO_SHAPE, lp_bucket_set_max_len(&d->shapes) + 1);
+  finish(d, now);
+  return 0;
+}
+
+int lp_disp_backend_devices(lp_disp_t *d, uint32_t b, uint32_t devices, uint64_t now) {
+  if (b >= d->cfg.nbackends || devices == 0 || devices > LP_CLOCK_MAX_DEVICES) return -EINVAL;
+  begin(d, now);
+  /* devices dropped keep their batches until they answer; none is sent to them */
+  lp_devclock_set_devices(&d->be[b].clock, devices);
+  finish(d, now);
+  return 0;
+}
+
+/* ---- time ---- */
+
+/* A stalled batch: its sequences (and those of the batches waiting behind it on
+ * its device) are queued again as copies while their budget lasts; the device
+ * counts as busy until it answers. */
+static void stall(lp_disp_t *d, disp_batch_t *bt) {
+  disp_dev_t *dv = &d->be[bt->backend].dev[bt->device];
+  d->st.stalls++;
+  for (disp_batch_t *x = bt; x; x = x->dnext) {
+    if (!x->stalled) {
+      x->stalled = 1;
+      dv->stalled++;
+      lp_theap_remove(&d->stalls, &x->stall);
+    }
+    for (uint32_t i = 0; i < x->n; i++) {
+      disp_seq_t *s = x->seqs[i];
+      if (!seq_live(s) || s->state != SEQ_OUT || s->copies >= d->max_copies) continue;
+      s->free_next = 0;
+      if (seq_enqueue(d, s, 1) == 0) d->st.hedges++;
+    }
+  }
+}
+
+void lp_disp_tick(lp_disp_t *d, uint64_t now) {
+  begin(d, now);
+  lp_theap_node_t *t;
+  while ((t = lp_theap_top(&d->timers)) && t->at <= now) {
+    disp_job_t *j = container_of(t, disp_job_t, timer);
+    job_answer(d, j, j->deadline_ns && j->deadline_ns <= now ? LP_DISP_ST_DEADLINE : LP_DISP_ST_BOUND);
+  }
+  while ((t = lp_theap_top(&d->retries)) && t->at <= now) {
+    disp_seq_t *s = container_of(t, disp_seq_t, retry);
+    lp_theap_remove(&d->retries, t);
+    s->state = SEQ_OUT;
+    if (s->len > lp_bucket_set_max_len(&d->shapes)) job_answer(d, s->job, LP_DISP_ST_NO_SHAPE);
+    else if (!any_up(d)) job_answer(d, s->job, LP_DISP_ST_NO_BACKEND);
+    else if (seq_enqueue(d, s, 1)) job_answer(d, s->job, LP_DISP_ST_NOMEM);
+  }
+  while ((t = lp_theap_top(&d->stalls)) && t->at <= now) stall(d, container_of(t, disp_batch_t, stall));
+  finish(d, now);
+}
+
+void lp_disp_drain(lp_disp_t *d, uint64_t now) {
+  begin(d, now);
+  d->draining = 1;
+  finish(d, now);
+}
+
+void lp_disp_fail_all(lp_disp_t *d, lp_disp_status_t status, uint64_t now) {
+  begin(d, now);
+  if (status == LP_DISP_ST_OK || status >= LP_DISP_ST_COUNT) status = LP_DISP_ST_SHUTDOWN;
+  while (d->jobs.n) {
+    for (size_t i = 0; i < d->jobs.cap; i++)
+      if (d->jobs.keys[i]) {
+        job_answer(d, d->jobs.vals[i], status);
+        break;
+      }
+  }
+  finish(d, now);
+}
+
+/* ---- reading ---- */
+
+void lp_disp_stats(const lp_disp_t *d, lp_disp_stats_t *out) {
+  *out = d->st;
+  out->queued_jobs = d->live_jobs;
+}
+
+const lp_devclock_t *lp_disp_clock(const lp_disp_t *d, uint32_t b) {
+  return b < d->cfg.nbackends ? &d->be[b].clock : NULL;
+}
+
+int lp_disp_backend_up(const lp_disp_t *d, uint32_t b) { return b < d->cfg.nbackends && d->be[b].up; }
