@@ -80,6 +80,7 @@ typedef struct lp_config_s {
   size_t max_pipeline;
   size_t max_unsent_bytes;      /* written to a client and not yet read: over it, stop reading it */
   uint64_t idle_timeout_ms;
+  uint64_t max_requests_per_connection; /* answers before Connection: close; 0 = no limit */
   uint64_t request_timeout_ms;
   uint32_t max_sequences_per_request;
   uint64_t drain_timeout_ms;

@@ -95,6 +95,7 @@ struct lp_http_conn_s {
   uint64_t since_ms;           /* the request being read began (uv_now ms); while
                                   lingering: when lingering ends */
   uint32_t unanswered;
+  uint64_t requests;            /* read whole on this connection */
   uint32_t writing;            /* uv_writes in flight */
   uint32_t discarded;          /* bytes dropped (saturates; bounded far below) */
   uint32_t last_wq;            /* unsent bytes at the last look (low bits: a change) */
@@ -774,7 +775,8 @@ static int on_message_complete(llhttp_t *p) {
     r->body = calloc(1, 1);
     if (r->body == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
   }
-  if (!llhttp_should_keep_alive(p)) {
+  uint64_t most = c->srv->cfg.max_requests_per_connection;
+  if (!llhttp_should_keep_alive(p) || (most && ++c->requests >= most)) {
     r->_close_after = 1;
     c->closing = 1;
   }
