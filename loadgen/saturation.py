@@ -37,6 +37,9 @@ SETS = [
     ("manpages", "tests/data/manpages.lengths", "4x2048,1x8192"),
     ("copyright", "tests/data/copyright.lengths", "16x1024,4x4096,1x8192"),
     ("copyright", "tests/data/copyright.lengths", "8x2048,2x8192"),
+    # inputs of one size that fill a lane only half (image patches, fixed
+    # windows): packing cannot fill the slots, so busy x fill stays low
+    ("uniform 520-620", "uniform:520,620", "8x1024,1x1024"),
 ]
 COSTS = [("fixed+slot", 8.0, 2.0), ("per-slot", 0.5, 3.0)]
 DEVICES = [1, 4]
