@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -204,6 +205,19 @@ with tempfile.TemporaryDirectory() as tmp:
         check("three pipelined inference requests: three answers, the last with Connection: close, then EOF",
               answers == 3 and data.count(b"Connection: close") == 1 and
               data.rfind(b"Connection: close") > data.rfind(b"HTTP/1.1 200"), data[-300:])
+        # SIGHUP with max_requests_per_connection 2: new connections close after 2
+        cfg["max_requests_per_connection"] = 2
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        lp.send_signal(signal.SIGHUP)
+        end, hdrs = time.time() + 5, None
+        while time.time() < end:
+            hdrs, closed = raw_requests(lp_port, 3)
+            if hdrs[:2] == [None, "close"]:
+                break
+            time.sleep(0.2)
+        check("after SIGHUP with max_requests_per_connection 2, the second answer closes", hdrs[:2] == [None, "close"],
+              hdrs)
     finally:
         lp.terminate()
         try:

@@ -1152,6 +1152,7 @@ void lp_httpd_set_limits(lp_httpd_t *s, const lp_httpd_config_t *cfg) {
   s->cfg.idle_timeout_ms = cfg->idle_timeout_ms;
   s->cfg.request_timeout_ms = cfg->request_timeout_ms;
   s->cfg.max_unsent_bytes = cfg->max_unsent_bytes;
+  s->cfg.max_requests_per_connection = cfg->max_requests_per_connection; /* new requests count anew */
 }
 
 void lp_http_peer(const lp_http_req_t *req, char *out, size_t n) {
