@@ -6,7 +6,9 @@ target value whose crossing lands nearest the knee over all scenarios.
 
 The knee of a scenario is the highest load before the p99 takes off: the first
 load L whose p99 is less than 1/KNEE of the p99 at L + 0.1 (a tenth more load
-doubles the tail: the queue no longer drains between bursts). Candidates:
+doubles the tail: the queue no longer drains between bursts), where that p99 is
+also more than 3 x the light-load p99 (the least at loads <= 0.5; a move to a
+bigger shape at light load doubles a small p99 too, and is no knee). Candidates:
   busy   device busy time / (devices x time)  (lanepack_device_busy_seconds_total)
   useful busy x fill: device time doing real tokens (lanepack_device_useful_seconds_total)
   queue  mean queue delay / mean device time per batch (Triton's users'
@@ -67,7 +69,7 @@ def knee(rows):
     by = {round(r["load"], 2): r for r in rows}
     for r in rows:
         up = by.get(round(r["load"] + 0.1, 2))
-        if up and up["p99"] > KNEE * r["p99"]:
+        if up and up["p99"] > KNEE * r["p99"] and up["p99"] > 3 * base:
             return r["load"], base
     return None, base
 
@@ -98,7 +100,7 @@ def main():
                 rows = run(a.sim, a.policy, lengths, shapes, costs(shapes, fixed, per), dev, a.seed)
                 k, base = knee(rows)
                 scen.append((f"{mix} {shapes} {cname} x{dev}", rows, k, base))
-    print(f"policy {a.policy}; knee: the first load L with p99(L + 0.1) > {KNEE} x p99(L)")
+    print(f"policy {a.policy}; knee: the first load L with p99(L + 0.1) > {KNEE} x p99(L) and > 3 x the light-load p99")
     print(f"{'scenario':52s} {'knee':>5s} {'p99@light':>9s} | signal at the knee: {'busy':>6s} {'useful':>6s} {'queue':>6s}")
     for name, rows, k, base in scen:
         at = next((r for r in rows if r["load"] == k), None)
@@ -129,8 +131,24 @@ def main():
                 best = (t, score)
         t, (mean, worst, miss) = best
         at = [r[sig] for name, rows, k, base in scen if k is not None for r in rows if r["load"] == k]
+        # the safe target: the highest one crossed at or before the knee in 90%
+        # of the scenarios, and how far before the knee it is crossed
+        safe = None
+        for u in grid:
+            leads = []
+            for name, rows, k, base in scen:
+                if k is None:
+                    continue
+                c = crossing(rows, sig, u)
+                leads.append(k - c if c is not None else -1.0)
+            if sum(1 for x in leads if x >= -1e-9) >= 0.9 * len(leads):
+                safe = (u, sum(leads) / len(leads), min(leads))
         print(f"{sig:8s} {t:7.2f} {mean:18.3f} {worst:6.2f} {miss:14d}   at the knees: "
-              f"min {min(at):.2f} median {sorted(at)[len(at) // 2]:.2f} max {max(at):.2f}")
+              f"min {min(at):.2f} median {sorted(at)[len(at) // 2]:.2f} max {max(at):.2f}", end="")
+        if safe:
+            print(f"; crossed before 90% of knees up to {safe[0]:.2f} (mean lead {safe[1]:.2f} load)")
+        else:
+            print("; no target is crossed before 90% of the knees")
     return 0
 
 
