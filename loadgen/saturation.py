@@ -92,6 +92,7 @@ def main():
     ap.add_argument("--sim", default="build/loadgen/lanepack-sim")
     ap.add_argument("--policy", default="core")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--target", type=float, default=0.7, help="the queue target to show per scenario")
     a = ap.parse_args()
     scen = []
     for mix, lengths, shapes in SETS:
@@ -101,13 +102,17 @@ def main():
                 k, base = knee(rows)
                 scen.append((f"{mix} {shapes} {cname} x{dev}", rows, k, base))
     print(f"policy {a.policy}; knee: the first load L with p99(L + 0.1) > {KNEE} x p99(L) and > 3 x the light-load p99")
-    print(f"{'scenario':52s} {'knee':>5s} {'p99@light':>9s} | signal at the knee: {'busy':>6s} {'useful':>6s} {'queue':>6s}")
+    print(f"{'scenario':52s} {'knee':>5s} {'p99@light':>9s} | signal at the knee: {'busy':>6s} {'useful':>6s} {'queue':>6s}"
+          f" | load where queue reaches {a.target} (p99 there)")
     for name, rows, k, base in scen:
         at = next((r for r in rows if r["load"] == k), None)
+        c = crossing(rows, "queue", a.target)
+        near = min(rows, key=lambda r: abs(r["load"] - c)) if c is not None else None
+        tail = f" | {c:5.2f} ({near['p99']:.0f} ms)" if c is not None else " |     -"
         if at is None:
-            print(f"{name:52s} {'-':>5s} {base:9.1f} |")
+            print(f"{name:52s} {'-':>5s} {base:9.1f} | {'':40s}{tail}")
             continue
-        print(f"{name:52s} {k:5.2f} {base:9.1f} | {'':20s}{at['busy']:6.3f} {at['useful']:6.3f} {at['queue']:6.2f}")
+        print(f"{name:52s} {k:5.2f} {base:9.1f} | {'':20s}{at['busy']:6.3f} {at['useful']:6.3f} {at['queue']:6.2f}{tail}")
     print()
     print("per signal: the target whose crossing is nearest the knee over all scenarios")
     print(f"{'signal':8s} {'target':>7s} {'mean |load error|':>18s} {'worst':>6s} {'never crosses':>14s}")
