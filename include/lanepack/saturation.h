@@ -1,8 +1,8 @@
 /* A model's saturation over a trailing window: the mean time requests waited
  * before dispatch over the mean device time of a batch (as Triton's users scale
- * on queue-duration / compute-duration). Below about 0.7 a request waits less
- * than a batch takes and the tail is flat; past it the tail takes off (see
- * README, "Scaling out", for the simulator's evidence). Made from cumulative
+ * on queue-duration / compute-duration). In the simulator the p99 takes off
+ * near 1 (a request waits as long as a batch runs), whatever the mix and its
+ * fill; autoscalers target 0.7 (README, "Scaling out", has the evidence). Made from cumulative
  * sums (the histograms' sum and count) sampled whenever it is read, so nothing
  * on the request path changes. No I/O, no clock: the caller passes the time. */
 #ifndef LANEPACK_SATURATION_H
