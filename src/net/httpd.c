@@ -95,7 +95,7 @@ struct lp_http_conn_s {
   uint64_t since_ms;           /* the request being read began (uv_now ms); while
                                   lingering: when lingering ends */
   uint32_t unanswered;
-  uint64_t requests;            /* read whole on this connection */
+  uint64_t requests;           /* read whole on this connection */
   uint32_t writing;            /* uv_writes in flight */
   uint32_t discarded;          /* bytes dropped (saturates; bounded far below) */
   uint32_t last_wq;            /* unsent bytes at the last look (low bits: a change) */
@@ -1152,7 +1152,7 @@ void lp_httpd_set_limits(lp_httpd_t *s, const lp_httpd_config_t *cfg) {
   s->cfg.idle_timeout_ms = cfg->idle_timeout_ms;
   s->cfg.request_timeout_ms = cfg->request_timeout_ms;
   s->cfg.max_unsent_bytes = cfg->max_unsent_bytes;
-  s->cfg.max_requests_per_connection = cfg->max_requests_per_connection; /* new requests count anew */
+  s->cfg.max_requests_per_connection = cfg->max_requests_per_connection; /* open connections keep their count */
 }
 
 void lp_http_peer(const lp_http_req_t *req, char *out, size_t n) {
