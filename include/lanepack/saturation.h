@@ -1,7 +1,7 @@
 /* A model's saturation over a trailing window: the mean time requests waited
  * before dispatch over the mean device time of a batch (as Triton's users scale
  * on queue-duration / compute-duration). In the simulator the p99 takes off
- * near 1 (a request waits as long as a batch runs), whatever the mix and its
+ * near 0.8 to 1 (a request waits about as long as a batch runs), whatever the mix and its
  * fill; autoscalers target 0.7 (README, "Scaling out", has the evidence). Made from cumulative
  * sums (the histograms' sum and count) sampled whenever it is read, so nothing
  * on the request path changes. No I/O, no clock: the caller passes the time. */
