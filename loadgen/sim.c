@@ -255,7 +255,8 @@ static uint64_t mix_seed(uint64_t seed, uint64_t k) {
 /* The ideal's capacity: requests/s it serves under overload (offered at 1.5x
  * the fill-1 bound of the best shape), measured over a horizon after a fifth
  * of it as warm-up; also the policy's on the same arrivals. */
-static int capacity(const opts_t *o, const sim_pool_t *pool, double *cap_ideal, double *cap_lp) {
+static int capacity(const opts_t *o, const sim_pool_t *pool, double *cap_ideal, double *cap_lp,
+                    double *tps_ideal, double *tps_lp) {
   const sim_model_t *m = &o->model;
   double best = 0, mean = 0;
   for (size_t i = 0; i < m->shapes.count; i++) {
@@ -287,9 +288,11 @@ static int capacity(const opts_t *o, const sim_pool_t *pool, double *cap_ideal, 
    * the long ones pile up) */
   int rc = run(o, "ideal", reqs, n, horizon, &f, NULL);
   *cap_ideal = f.served_rps;
+  *tps_ideal = f.served_tps;
   if (!rc && cap_lp) {
     rc = run(o, "lanepack", reqs, n, horizon, &f, NULL);
     *cap_lp = f.served_rps;
+    *tps_lp = f.served_tps;
   }
   free(reqs);
   return rc;
@@ -300,10 +303,10 @@ static int capacity(const opts_t *o, const sim_pool_t *pool, double *cap_ideal, 
 static void json_fig(const char *name, const sim_figures_t *f) {
   printf("\"%s\": {\"p50_ms\": %.3f, \"p99_ms\": %.3f, \"p999_ms\": %.3f, \"max_ms\": %.3f, "
          "\"mean_ms\": %.3f, \"util\": %.4f, \"fill\": %.4f, \"served_rps\": %.2f, "
-         "\"requests\": %llu, \"ok\": %llu, \"errors\": %llu, \"unanswered\": %llu, "
+         "\"served_tps\": %.1f, \"requests\": %llu, \"ok\": %llu, \"errors\": %llu, \"unanswered\": %llu, "
          "\"double_answered\": %llu, \"batches\": %llu, \"failed_batches\": %llu}",
          name, f->p50_ms, f->p99_ms, f->p999_ms, f->max_ms, f->mean_ms, f->util, f->fill, f->served_rps,
-         (unsigned long long)f->requests, (unsigned long long)f->ok, (unsigned long long)f->errors,
+         f->served_tps, (unsigned long long)f->requests, (unsigned long long)f->ok, (unsigned long long)f->errors,
          (unsigned long long)f->unanswered, (unsigned long long)f->double_answered,
          (unsigned long long)f->batches, (unsigned long long)f->failed_batches);
 }
@@ -350,9 +353,9 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  double cap = 0, cap_lp = 0, t0 = now_s();
+  double cap = 0, cap_lp = 0, tps = 0, tps_lp = 0, t0 = now_s();
   if (!o.no_ideal || o.nloads) {
-    if (capacity(&o, &pool, &cap, o.no_ideal ? NULL : &cap_lp)) return 1;
+    if (capacity(&o, &pool, &cap, o.no_ideal ? NULL : &cap_lp, &tps, &tps_lp)) return 1;
   }
   if (!o.json) {
     printf("lanepack-sim: %s on %s, costs", o.lengths ? o.lengths : o.trace, o.shapes);
@@ -364,8 +367,8 @@ int main(int argc, char **argv) {
     if (pool.dropped)
       printf("lengths: %zu of %zu longer than the largest bucket (%u) left out\n", pool.dropped, pool.total, maxb);
     if (cap > 0)
-      printf("capacity under overload: ideal %.1f req/s, %s %.1f req/s (%.3f of the ideal)\n", cap, o.policy,
-             cap_lp, cap_lp / cap);
+      printf("capacity under overload: ideal %.1f req/s, %s %.1f req/s (%.3f of the ideal); "
+             "tokens/s %.3f of the ideal's\n", cap, o.policy, cap_lp, cap_lp / cap, tps > 0 ? tps_lp / tps : 0);
     printf("%5s %9s | %-9s %8s %8s %8s %8s %6s %6s %9s\n", "load", "offered", "policy", "p50 ms", "p99 ms",
            "p99.9 ms", "max ms", "util", "fill", "served/s");
   }
@@ -395,8 +398,9 @@ int main(int argc, char **argv) {
     double ratio = have_ideal && ref->p99_ms > 0 ? lp.p99_ms / ref->p99_ms : 0;
     if (o.json) {
       printf("{\"load\": %.4f, \"offered_rps\": %.2f, \"requests\": %zu, \"policy\": \"%s\", "
-             "\"capacity_rps\": %.2f, \"lanepack_capacity_rps\": %.2f, ",
-             o.nloads ? o.loads[k] : load, rate, n, o.policy, cap, cap_lp);
+             "\"capacity_rps\": %.2f, \"lanepack_capacity_rps\": %.2f, \"capacity_tps\": %.1f, "
+             "\"lanepack_capacity_tps\": %.1f, ",
+             o.nloads ? o.loads[k] : load, rate, n, o.policy, cap, cap_lp, tps, tps_lp);
       json_fig("lanepack", &lp);
       if (have_ideal) {
         printf(", ");

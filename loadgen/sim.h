@@ -114,6 +114,7 @@ typedef struct sim_figures_s {
   double util;            /* device busy time / (devices x span) */
   double fill;            /* real tokens / slots over batches that ran */
   double served_rps;      /* answered 200 per second */
+  double served_tps;      /* their tokens per second (starving long sequences cannot raise it) */
   double offered_rps;
   uint64_t requests, ok, errors, unanswered, double_answered;
   uint64_t batches, failed_batches;

@@ -35,7 +35,7 @@ typedef struct core_s {
   size_t phead, pn, pcap;
   uint32_t *items;      /* scratch for a SEND's requests */
   size_t capitems;
-  uint64_t wake_at;
+  uint64_t wake_at, now;
   sim_actq_t aq;
 } core_t;
 
@@ -103,6 +103,7 @@ static int drain(core_t *s) {
 /* Stamps new sends with their timeout, gives the core the timeouts that came,
  * and arms the world's wake for the earlier of the core's and the next timeout. */
 static int settle(core_t *s, uint64_t now) {
+  s->now = now;
   int rc = drain(s);
   for (size_t i = s->pn; i-- > s->phead && s->pend[i].at == 0;) s->pend[i].at = now + s->timeout_ns;
   while (!rc && s->phead < s->pn && (s->ended[s->pend[s->phead].batch] || s->pend[s->phead].at <= now)) {
@@ -161,9 +162,27 @@ static int core_next(void *st, sim_action_t *a) {
   return 0;
 }
 
+/* A run cut at its horizon leaves jobs and batches in the core: they are ended
+ * first, because lp_disp_free of a core with batches or jobs still in its
+ * timer heaps touches them after freeing them (a defect of the first cut). */
+static void settle_all(core_t *s) {
+  lp_disp_result_t r = {.outcome = LP_DISP_ABANDONED};
+  lp_disp_fail_all(s->d, LP_DISP_ST_SHUTDOWN, s->now);
+  /* what fail_all sends still ends here: the pending list grows while it runs */
+  if (drain(s)) return;
+  for (size_t i = s->phead; i < s->pn; i++) {
+    if (s->ended[s->pend[i].batch]) continue;
+    s->ended[s->pend[i].batch] = 1;
+    lp_disp_result(s->d, s->pend[i].batch, &r, s->now);
+    if (drain(s)) return;
+  }
+  sim_actq_free(&s->aq);
+}
+
 static void core_free(void *st) {
   core_t *s = st;
   if (!s) return;
+  if (s->d) settle_all(s);
   lp_disp_free(s->d);
   free(s->ended);
   free(s->pend);

@@ -49,7 +49,7 @@ typedef struct world_s {
   uint64_t *answered;   /* per request: answer time + 1, 0 = none */
   int *status;
   /* figures */
-  uint64_t busy_ns, real_tokens, slots, batches, failed, doubles, last_answer, window_ok;
+  uint64_t busy_ns, real_tokens, slots, batches, failed, doubles, last_answer, window_ok, window_tokens;
 } world_t;
 
 #define NONE UINT32_MAX
@@ -195,7 +195,10 @@ static int drain(world_t *w, char *err, size_t errlen) {
         w->answered[a.req] = w->now + 1;
         w->status[a.req] = a.status;
         if (w->now > w->last_answer) w->last_answer = w->now;
-        if (w->horizon && a.status == 200 && w->now >= w->horizon / 5) w->window_ok++;
+        if (w->horizon && a.status == 200 && w->now >= w->horizon / 5) {
+          w->window_ok++;
+          w->window_tokens += w->reqs[a.req].len;
+        }
       }
       break;
     case SIM_ACT_CANCEL: {
@@ -325,7 +328,7 @@ static void figures(world_t *w, sim_figures_t *o) {
   memset(o, 0, sizeof(*o));
   uint64_t *lat = malloc((w->n ? w->n : 1) * sizeof(*lat));
   size_t k = 0;
-  double sum = 0;
+  double sum = 0, tokens = 0;
   o->requests = w->n;
   for (size_t i = 0; i < w->n; i++) {
     if (!w->answered[i]) {
@@ -337,6 +340,7 @@ static void figures(world_t *w, sim_figures_t *o) {
       continue;
     }
     o->ok++;
+    tokens += w->reqs[i].len;
     uint64_t l = w->answered[i] - 1 - w->reqs[i].arrive_ns;
     sum += (double)l;
     if (lat) lat[k++] = l;
@@ -355,10 +359,13 @@ static void figures(world_t *w, sim_figures_t *o) {
   o->span_s = (double)span / 1e9;
   uint64_t offered_span = w->horizon ? w->horizon : last_arrival;
   o->offered_rps = offered_span ? (double)w->n / ((double)offered_span / 1e9) : 0;
-  if (w->horizon)
+  if (w->horizon) {
     o->served_rps = (double)w->window_ok / ((double)w->horizon * 0.8 / 1e9);
-  else
+    o->served_tps = (double)w->window_tokens / ((double)w->horizon * 0.8 / 1e9);
+  } else {
     o->served_rps = span ? (double)o->ok / o->span_s : 0;
+    o->served_tps = span ? tokens / o->span_s : 0;
+  }
   double devs = (double)w->m->backends * w->m->devices;
   o->util = span ? (double)w->busy_ns / (devs * (double)span) : 0;
   if (o->util > 1) o->util = 1; /* the last batches may end past the horizon */
