@@ -113,7 +113,8 @@ typedef struct sim_figures_s {
   double p50_ms, p99_ms, p999_ms, max_ms, mean_ms;
   double util;            /* device busy time / (devices x span) */
   double fill;            /* real tokens / slots over batches that ran */
-  double served_rps;      /* answered 200 per second */
+  double served_rps;      /* answered 200 per second while the arrivals came (or, with a
+                             horizon, in its last four fifths) */
   double served_tps;      /* their tokens per second (starving long sequences cannot raise it) */
   double offered_rps;
   uint64_t requests, ok, errors, unanswered, double_answered;

@@ -36,6 +36,8 @@ typedef struct core_s {
   uint32_t *items;      /* scratch for a SEND's requests */
   size_t capitems;
   uint64_t wake_at, now;
+  uint8_t *answered;    /* per request admitted: its ANSWER came */
+  size_t admitted, capanswered;
   sim_actq_t aq;
 } core_t;
 
@@ -90,6 +92,7 @@ static int drain(core_t *s) {
       break;
     }
     case LP_DISP_ACT_ANSWER:
+      if (a.answer.job_id - 1 < s->admitted) s->answered[a.answer.job_id - 1] = 1;
       if (sim_actq_answer(&s->aq, (uint32_t)(a.answer.job_id - 1), a.answer.http_status)) return -ENOMEM;
       break;
     case LP_DISP_ACT_OUTPUT:
@@ -129,10 +132,21 @@ static int settle(core_t *s, uint64_t now) {
 static int core_admit(void *st, uint64_t now, uint32_t req, const sim_req_t *r) {
   core_t *s = st;
   uint32_t len = r->len;
+  if (req >= s->capanswered) {
+    size_t c = s->capanswered ? s->capanswered : 1024;
+    while (c <= req) c *= 2;
+    uint8_t *v = realloc(s->answered, c);
+    if (!v) return -ENOMEM;
+    memset(v + s->capanswered, 0, c - s->capanswered);
+    s->answered = v;
+    s->capanswered = c;
+  }
+  if (req + 1 > s->admitted) s->admitted = (size_t)req + 1;
   int rc = lp_disp_admit(s->d, (uint64_t)req + 1, 1, &len, r->prio, r->deadline_ns, now);
   if (rc == -ENOMEM) return rc;
   if (rc) {
     const char *code;
+    s->answered[req] = 1;
     if (sim_actq_answer(&s->aq, req, lp_disp_reject_status(rc, &code))) return -ENOMEM;
   }
   return settle(s, now);
@@ -163,20 +177,21 @@ static int core_next(void *st, sim_action_t *a) {
 }
 
 /* A run cut at its horizon leaves jobs and batches in the core: they are ended
- * first, because lp_disp_free of a core with batches or jobs still in its
- * timer heaps touches them after freeing them (a defect of the first cut). */
+ * first (jobs cancelled, batches abandoned), because lp_disp_free of a core
+ * with them still in its timer heaps touches them after freeing them (a defect
+ * of the first cut). */
 static void settle_all(core_t *s) {
+  for (size_t i = 0; i < s->admitted; i++)
+    if (!s->answered[i]) lp_disp_cancel(s->d, (uint64_t)i + 1, s->now);
   lp_disp_result_t r = {.outcome = LP_DISP_ABANDONED};
-  lp_disp_fail_all(s->d, LP_DISP_ST_SHUTDOWN, s->now);
-  /* what fail_all sends still ends here: the pending list grows while it runs */
-  if (drain(s)) return;
   for (size_t i = s->phead; i < s->pn; i++) {
     if (s->ended[s->pend[i].batch]) continue;
     s->ended[s->pend[i].batch] = 1;
     lp_disp_result(s->d, s->pend[i].batch, &r, s->now);
-    if (drain(s)) return;
   }
-  sim_actq_free(&s->aq);
+  lp_disp_action_t a;
+  while (lp_disp_next(s->d, &a)) {
+  }
 }
 
 static void core_free(void *st) {
@@ -185,6 +200,7 @@ static void core_free(void *st) {
   if (s->d) settle_all(s);
   lp_disp_free(s->d);
   free(s->ended);
+  free(s->answered);
   free(s->pend);
   free(s->items);
   sim_actq_free(&s->aq);

@@ -328,7 +328,7 @@ static void figures(world_t *w, sim_figures_t *o) {
   memset(o, 0, sizeof(*o));
   uint64_t *lat = malloc((w->n ? w->n : 1) * sizeof(*lat));
   size_t k = 0;
-  double sum = 0, tokens = 0;
+  double sum = 0;
   o->requests = w->n;
   for (size_t i = 0; i < w->n; i++) {
     if (!w->answered[i]) {
@@ -340,7 +340,6 @@ static void figures(world_t *w, sim_figures_t *o) {
       continue;
     }
     o->ok++;
-    tokens += w->reqs[i].len;
     uint64_t l = w->answered[i] - 1 - w->reqs[i].arrive_ns;
     sum += (double)l;
     if (lat) lat[k++] = l;
@@ -363,8 +362,16 @@ static void figures(world_t *w, sim_figures_t *o) {
     o->served_rps = (double)w->window_ok / ((double)w->horizon * 0.8 / 1e9);
     o->served_tps = (double)w->window_tokens / ((double)w->horizon * 0.8 / 1e9);
   } else {
-    o->served_rps = span ? (double)o->ok / o->span_s : 0;
-    o->served_tps = span ? tokens / o->span_s : 0;
+    /* what was served while the traffic came: a policy that falls behind, or
+     * holds requests for a timeout, shows here */
+    double in = 0, in_tokens = 0;
+    for (size_t i = 0; i < w->n; i++)
+      if (w->answered[i] && w->status[i] == 200 && w->answered[i] - 1 <= last_arrival) {
+        in++;
+        in_tokens += w->reqs[i].len;
+      }
+    o->served_rps = last_arrival ? in / ((double)last_arrival / 1e9) : 0;
+    o->served_tps = last_arrival ? in_tokens / ((double)last_arrival / 1e9) : 0;
   }
   double devs = (double)w->m->backends * w->m->devices;
   o->util = span ? (double)w->busy_ns / (devs * (double)span) : 0;
