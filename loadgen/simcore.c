@@ -181,16 +181,15 @@ static int core_next(void *st, sim_action_t *a) {
  * with them still in its timer heaps touches them after freeing them (a defect
  * of the first cut). */
 static void settle_all(core_t *s) {
+  /* a cancel may let the core send what else waits: drain() notes those too */
   for (size_t i = 0; i < s->admitted; i++)
-    if (!s->answered[i]) lp_disp_cancel(s->d, (uint64_t)i + 1, s->now);
+    if (!s->answered[i] && lp_disp_cancel(s->d, (uint64_t)i + 1, s->now) == 0 && drain(s)) return;
   lp_disp_result_t r = {.outcome = LP_DISP_ABANDONED};
   for (size_t i = s->phead; i < s->pn; i++) {
     if (s->ended[s->pend[i].batch]) continue;
     s->ended[s->pend[i].batch] = 1;
     lp_disp_result(s->d, s->pend[i].batch, &r, s->now);
-  }
-  lp_disp_action_t a;
-  while (lp_disp_next(s->d, &a)) {
+    if (drain(s)) return;
   }
 }
 

@@ -22,13 +22,13 @@ for policy in legacy core; do
     echo "ok - # SKIP the dispatch core is not built in"
     continue
   fi
-  "$sim" --lengths "$data/manpages.lengths" "${base[@]}" --load 0.3,0.7 --duration 4 --seed 3 \
+  "$sim" --lengths "$data/manpages.lengths" "${base[@]}" --load 0.3,0.7 --duration 3 --seed 3 \
     --policy $policy --json > "$tmp/a.json" 2> "$tmp/err"
   check "$policy: json run exits 0" "[ $? -eq 0 ]"
-  "$sim" --lengths "$data/manpages.lengths" "${base[@]}" --load 0.3,0.7 --duration 4 --seed 3 \
+  "$sim" --lengths "$data/manpages.lengths" "${base[@]}" --load 0.3,0.7 --duration 3 --seed 3 \
     --policy $policy --json > "$tmp/b.json" 2>> "$tmp/err"
   check "$policy: the same seed gives the same JSON" "cmp -s '$tmp/a.json' '$tmp/b.json'"
-  "$sim" --lengths "$data/manpages.lengths" "${base[@]}" --load 0.3,0.7 --duration 4 --seed 4 \
+  "$sim" --lengths "$data/manpages.lengths" "${base[@]}" --load 0.3,0.7 --duration 3 --seed 4 \
     --policy $policy --json > "$tmp/c.json" 2>> "$tmp/err"
   check "$policy: another seed gives other figures" "! cmp -s '$tmp/a.json' '$tmp/c.json'"
   python3 - "$tmp/a.json" <<'PY' > "$tmp/check" 2>&1
