@@ -416,12 +416,12 @@ int main(int argc, char **argv) {
       if (cap > 0) printf("%4.0f%% %9.1f |", load * 100, rate);
       else printf("%5s %9.1f |", "-", rate);
       row(o.policy, &lp);
-      printf("\n%5s %9s |", "", "");
-      if (have_ideal) {
-        row(ref == &id ? "ideal" : "ideal-any", ref);
-        printf("  p99 x%.2f", ratio);
-      }
       printf("\n");
+      if (have_ideal) {
+        printf("%5s %9s |", "", "");
+        row(ref == &id ? "ideal" : "ideal-any", ref);
+        printf("  p99 x%.2f\n", ratio);
+      }
       if (lp.errors || lp.unanswered || lp.double_answered)
         printf("%16s %s: %llu errors, %llu unanswered, %llu answered twice\n", "", o.policy,
                (unsigned long long)lp.errors, (unsigned long long)lp.unanswered,
