@@ -3,6 +3,11 @@
  * utilization, fill and served rate next to the ideal policy's on the same
  * arrivals. This file is the command line and the report. */
 #include <errno.h>
+
+#ifndef LP_VERSION
+#define LP_VERSION "0.1.0"
+#endif
+
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -41,7 +46,7 @@ static void usage(FILE *f) {
           "         [--requests N] [--devices N] [--backends N] [--lead-ms MS] [--jitter F]\n"
           "         [--fail-rate P] [--stall-rate P] [--slow-rate P --slow-ms MS]\n"
           "         [--slow-error-rate P [--slow-error-ms MS]] [--policy core|legacy]\n"
-          "         [--capacity-s S] [--no-ideal] [--seed N] [--json]\n"
+          "         [--capacity-s S] [--no-ideal] [--seed N] [--json] [--version]\n"
           "Replays Poisson arrivals (or a trace: ARRIVAL_MS LENGTH [PRIORITY [DEADLINE_MS]]\n"
           "per line) at virtual time through the policy and the ideal; --load is a fraction\n"
           "of the ideal's capacity, measured first on the same lengths.\n");
@@ -113,6 +118,7 @@ static int parse(int argc, char **argv, opts_t *o) {
       {"policy", required_argument, 0, 'p'},    {"capacity-s", required_argument, 0, 'C'},
       {"no-ideal", no_argument, 0, 'I'},        {"seed", required_argument, 0, 'z'},
       {"json", no_argument, 0, 'J'},            {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, 'V'},
       {0, 0, 0, 0}};
   sim_model_t *m = &o->model;
   double v;
@@ -192,6 +198,7 @@ static int parse(int argc, char **argv, opts_t *o) {
       break;
     case 'J': o->json = 1; break;
     case 'h': usage(stdout); exit(0);
+    case 'V': printf("lanepack-sim %s\n", LP_VERSION); exit(0);
     case ':': return bad("%s needs a value", argv[optind - 1]);
     default: return bad("unknown option '%s' (see --help)", argv[optind - 1]);
     }
