@@ -311,11 +311,15 @@ static void json_fig(const char *name, const sim_figures_t *f) {
   printf("\"%s\": {\"p50_ms\": %.3f, \"p99_ms\": %.3f, \"p999_ms\": %.3f, \"max_ms\": %.3f, "
          "\"mean_ms\": %.3f, \"util\": %.4f, \"fill\": %.4f, \"served_rps\": %.2f, "
          "\"served_tps\": %.1f, \"requests\": %llu, \"ok\": %llu, \"errors\": %llu, \"unanswered\": %llu, "
-         "\"double_answered\": %llu, \"batches\": %llu, \"failed_batches\": %llu}",
+         "\"double_answered\": %llu, \"batches\": %llu, \"failed_batches\": %llu",
          name, f->p50_ms, f->p99_ms, f->p999_ms, f->max_ms, f->mean_ms, f->util, f->fill, f->served_rps,
          f->served_tps, (unsigned long long)f->requests, (unsigned long long)f->ok, (unsigned long long)f->errors,
          (unsigned long long)f->unanswered, (unsigned long long)f->double_answered,
          (unsigned long long)f->batches, (unsigned long long)f->failed_batches);
+  printf(", \"errors_by_status\": {");
+  for (int k = 0; k < 4 && f->err_count[k]; k++)
+    printf("%s\"%d\": %llu", k ? ", " : "", f->err_status[k], (unsigned long long)f->err_count[k]);
+  printf("}}");
 }
 
 static void row(const char *who, const sim_figures_t *f) {
@@ -430,9 +434,13 @@ int main(int argc, char **argv) {
         printf("  p99 x%.2f\n", ratio);
       }
       if (lp.errors || lp.unanswered || lp.double_answered)
-        printf("%16s %s: %llu errors, %llu unanswered, %llu answered twice\n", "", o.policy,
-               (unsigned long long)lp.errors, (unsigned long long)lp.unanswered,
+      {
+        printf("%16s %s: %llu errors (", "", o.policy, (unsigned long long)lp.errors);
+        for (int e = 0; e < 4 && lp.err_count[e]; e++)
+          printf("%s%llu x %d", e ? ", " : "", (unsigned long long)lp.err_count[e], lp.err_status[e]);
+        printf("), %llu unanswered, %llu answered twice\n", (unsigned long long)lp.unanswered,
                (unsigned long long)lp.double_answered);
+      }
     }
     fflush(stdout);
     if (reqs != trace) free(reqs);

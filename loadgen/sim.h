@@ -118,6 +118,8 @@ typedef struct sim_figures_s {
   double served_tps;      /* their tokens per second (starving long sequences cannot raise it) */
   double offered_rps;
   uint64_t requests, ok, errors, unanswered, double_answered;
+  int err_status[4];      /* the most common error statuses, and how many each */
+  uint64_t err_count[4];
   uint64_t batches, failed_batches;
   double span_s;
 } sim_figures_t;

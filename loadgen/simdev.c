@@ -337,6 +337,12 @@ static void figures(world_t *w, sim_figures_t *o) {
     }
     if (w->status[i] != 200) {
       o->errors++;
+      int e = 0;
+      while (e < 4 && o->err_count[e] && o->err_status[e] != w->status[i]) e++;
+      if (e < 4) {
+        o->err_status[e] = w->status[i];
+        o->err_count[e]++;
+      }
       continue;
     }
     o->ok++;
