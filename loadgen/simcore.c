@@ -41,8 +41,6 @@ typedef struct core_s {
   size_t capitems;
   uint64_t wake_at, now;
   uint64_t probe_at[SIM_MAX_BACKENDS]; /* 0: up, else when the prober says so */
-  uint8_t *answered;    /* per request admitted: its ANSWER came */
-  size_t admitted, capanswered;
   sim_actq_t aq;
 } core_t;
 
@@ -97,7 +95,6 @@ static int drain(core_t *s) {
       break;
     }
     case LP_DISP_ACT_ANSWER:
-      if (a.answer.job_id - 1 < s->admitted) s->answered[a.answer.job_id - 1] = 1;
       if (sim_actq_answer(&s->aq, (uint32_t)(a.answer.job_id - 1), a.answer.http_status)) return -ENOMEM;
       break;
     case LP_DISP_ACT_HEALTH:
@@ -149,21 +146,10 @@ static int settle(core_t *s, uint64_t now) {
 static int core_admit(void *st, uint64_t now, uint32_t req, const sim_req_t *r) {
   core_t *s = st;
   uint32_t len = r->len;
-  if (req >= s->capanswered) {
-    size_t c = s->capanswered ? s->capanswered : 1024;
-    while (c <= req) c *= 2;
-    uint8_t *v = realloc(s->answered, c);
-    if (!v) return -ENOMEM;
-    memset(v + s->capanswered, 0, c - s->capanswered);
-    s->answered = v;
-    s->capanswered = c;
-  }
-  if (req + 1 > s->admitted) s->admitted = (size_t)req + 1;
   int rc = lp_disp_admit(s->d, (uint64_t)req + 1, 1, &len, r->prio, r->deadline_ns, now);
   if (rc == -ENOMEM) return rc;
   if (rc) {
     const char *code;
-    s->answered[req] = 1;
     if (sim_actq_answer(&s->aq, req, lp_disp_reject_status(rc, &code))) return -ENOMEM;
   }
   return settle(s, now);
@@ -193,30 +179,11 @@ static int core_next(void *st, sim_action_t *a) {
   return 0;
 }
 
-/* A run cut at its horizon leaves jobs and batches in the core: they are ended
- * first (jobs cancelled, batches abandoned), because lp_disp_free of a core
- * with them still in its timer heaps touches them after freeing them (a defect
- * of the first cut). */
-static void settle_all(core_t *s) {
-  /* a cancel may let the core send what else waits: drain() notes those too */
-  for (size_t i = 0; i < s->admitted; i++)
-    if (!s->answered[i] && lp_disp_cancel(s->d, (uint64_t)i + 1, s->now) == 0 && drain(s)) return;
-  lp_disp_result_t r = {.outcome = LP_DISP_ABANDONED};
-  for (size_t i = s->phead; i < s->pn; i++) {
-    if (s->ended[s->pend[i].batch]) continue;
-    s->ended[s->pend[i].batch] = 1;
-    lp_disp_result(s->d, s->pend[i].batch, &r, s->now);
-    if (drain(s)) return;
-  }
-}
-
 static void core_free(void *st) {
   core_t *s = st;
   if (!s) return;
-  if (s->d) settle_all(s);
   lp_disp_free(s->d);
   free(s->ended);
-  free(s->answered);
   free(s->pend);
   free(s->items);
   sim_actq_free(&s->aq);
