@@ -222,9 +222,7 @@ static int parse(int argc, char **argv, opts_t *o) {
   if (!o->trace && !o->nloads == !rate_set) return bad("%s", "give one of --load LIST and --rate R");
   if (m->fail_rate + m->stall_rate + m->slow_rate + m->slow_error_rate > 1)
     return bad("%s", "the fault rates add up to more than 1");
-  if (!o->policy) o->policy = sim_core_available() ? "core" : "legacy";
-  if (!strcmp(o->policy, "core") && !sim_core_available())
-    return bad("%s", "--policy core: this build has no dispatch core (use --policy legacy)");
+  if (!o->policy) o->policy = "core";
   return 0;
 }
 

@@ -86,8 +86,6 @@ typedef struct sim_policy_s {
 int sim_ideal_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs, int oldest);
 int sim_legacy_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs);
 int sim_core_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs);
-/* Whether the dispatch core is built in (its header had landed). */
-int sim_core_available(void);
 
 /* A policy's queue of actions for the world, with the items its SENDs carry
  * (simact.c): filled during one call, emptied by next(). */

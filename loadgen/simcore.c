@@ -7,17 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim.h"
-
-#ifndef SIM_HAVE_CORE
-int sim_core_available(void) { return 0; }
-
-int sim_core_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs) {
-  (void)p, (void)m, (void)reqs;
-  return -ENOSYS;
-}
-#else
 #include "lanepack/dispatch.h"
+#include "sim.h"
 
 /* The proxy's defaults (src/proxy/config.c) where the core leaves them open. */
 #define BACKEND_TIMEOUT_NS 30000000000ull
@@ -43,8 +34,6 @@ typedef struct core_s {
   uint64_t probe_at[SIM_MAX_BACKENDS]; /* 0: up, else when the prober says so */
   sim_actq_t aq;
 } core_t;
-
-int sim_core_available(void) { return 1; }
 
 static int mark(core_t *s, uint64_t id) {
   if (id >= s->capended) {
@@ -221,4 +210,3 @@ int sim_core_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs) {
   p->lead_ns = m->lead_ns;
   return 0;
 }
-#endif

@@ -2,7 +2,7 @@
 # lanepack-sim on fixed seeds: the same seed gives the same JSON, bad arguments
 # exit 2 with a message, the figures are sane (every request answered once,
 # served = offered below capacity, the ideal's capacity > 0), a trace replays,
-# and, when the dispatch core is built in, the goals of issue 19 it meets.
+# and the goals of issue 19 that the dispatch core meets.
 # Usage: test-sim.sh SIM TESTS_DIR
 set -u
 sim=$1
@@ -17,11 +17,6 @@ base=(--shapes 4x8192,8x2048 --cost-ms 4x8192=20 --cost-ms 8x2048=8)
 
 # ---- determinism ----
 for policy in legacy core; do
-  if [ $policy = core ] && ! "$sim" --lengths "$data/manpages.lengths" "${base[@]}" --rate 10 --duration 1 \
-       --policy core --no-ideal > /dev/null 2>&1; then
-    echo "ok - # SKIP the dispatch core is not built in"
-    continue
-  fi
   "$sim" --lengths "$data/manpages.lengths" "${base[@]}" --load 0.3,0.7 --duration 3 --seed 3 \
     --policy $policy --json > "$tmp/a.json" 2> "$tmp/err"
   check "$policy: json run exits 0" "[ $? -eq 0 ]"
@@ -105,17 +100,15 @@ check "trace: five requests, one too long" "grep -q '^ok$' '$tmp/check' || { cat
 # least 0.99 of the ideal's; with 1% of batches failing 5xx, p99 within 1.5x of
 # no faults. (Measured over more mixes, shape sets and devices by
 # loadgen/sim-goals.py; these are the cases met, on short runs.)
-if "$sim" --lengths "$data/manpages.lengths" "${base[@]}" --rate 10 --duration 1 --policy core \
-     --no-ideal > /dev/null 2>&1; then
-  goal() { # mix, shapes, cost args...
-    local mix=$1 shapes=$2
-    shift 2
-    local args=(--lengths "$data/$mix.lengths" --shapes "$shapes" "$@" --load 0.1,0.5,0.8,0.9
-                --duration 5 --seed 1 --policy core --json)
-    "$sim" "${args[@]}" > "$tmp/g.json" 2> "$tmp/err" &&
-      "$sim" "${args[@]}" --fail-rate 0.01 --no-ideal > "$tmp/gf.json" 2>> "$tmp/err"
-    check "goals on $mix, $shapes $*: runs exit 0" "[ $? -eq 0 ] || { cat '$tmp/err'; false; }"
-    python3 - "$tmp/g.json" "$tmp/gf.json" <<'PY' > "$tmp/check" 2>&1
+goal() { # mix, shapes, cost args...
+  local mix=$1 shapes=$2
+  shift 2
+  local args=(--lengths "$data/$mix.lengths" --shapes "$shapes" "$@" --load 0.1,0.5,0.8,0.9
+              --duration 5 --seed 1 --policy core --json)
+  "$sim" "${args[@]}" > "$tmp/g.json" 2> "$tmp/err" &&
+    "$sim" "${args[@]}" --fail-rate 0.01 --no-ideal > "$tmp/gf.json" 2>> "$tmp/err"
+  check "goals on $mix, $shapes $*: runs exit 0" "[ $? -eq 0 ] || { cat '$tmp/err'; false; }"
+  python3 - "$tmp/g.json" "$tmp/gf.json" <<'PY' > "$tmp/check" 2>&1
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 faulty = [json.loads(l) for l in open(sys.argv[2])]
@@ -133,14 +126,11 @@ if cap < 0.99:
     bad.append("capacity %.3f of the ideal's" % cap)
 print("\n".join(bad) if bad else "ok")
 PY
-    check "goals on $mix, $shapes $*: met" "grep -q '^ok$' '$tmp/check' || { cat '$tmp/check'; false; }"
-  }
-  goal manpages 4x8192,8x2048 --cost-ms 4x8192=20 --cost-ms 8x2048=8
-  goal changelog-entries 4x8192,8x2048 --cost-ms 4x8192=20 --cost-ms 8x2048=8
-  goal copyright 4x8192 --cost-ms 4x8192=20 --devices 4
-else
-  echo "ok - # SKIP goals: the dispatch core is not built in"
-fi
+  check "goals on $mix, $shapes $*: met" "grep -q '^ok$' '$tmp/check' || { cat '$tmp/check'; false; }"
+}
+goal manpages 4x8192,8x2048 --cost-ms 4x8192=20 --cost-ms 8x2048=8
+goal changelog-entries 4x8192,8x2048 --cost-ms 4x8192=20 --cost-ms 8x2048=8
+goal copyright 4x8192 --cost-ms 4x8192=20 --devices 4
 
 # ---- bad arguments: exit 2 and say what is wrong ----
 bad() { # description, expected message (grep -E), args...
