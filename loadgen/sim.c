@@ -15,8 +15,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "lanepack/dispatch.h"
 #include "lanepack/lengths.h"
 #include "sim.h"
+
+#define SIM_STR_(x) #x
+#define SIM_STR(x) SIM_STR_(x)
+#define LP_DISP_MAX_BACKENDS_S SIM_STR(LP_DISP_MAX_BACKENDS)
 
 #define MAX_LOADS 64
 
@@ -223,6 +228,8 @@ static int parse(int argc, char **argv, opts_t *o) {
   if (m->fail_rate + m->stall_rate + m->slow_rate + m->slow_error_rate > 1)
     return bad("%s", "the fault rates add up to more than 1");
   if (!o->policy) o->policy = "core";
+  if (!strcmp(o->policy, "core") && m->backends > LP_DISP_MAX_BACKENDS)
+    return bad("--backends: the dispatch core takes at most %s", LP_DISP_MAX_BACKENDS_S);
   return 0;
 }
 

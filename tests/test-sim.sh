@@ -153,6 +153,7 @@ bad "load and rate" "one of --load" "${L[@]}" "${base[@]}" --load 0.5 --rate 5
 bad "bad load" "--load: expected" "${L[@]}" "${base[@]}" --load 0.5,x
 bad "negative rate" "--rate: expected" "${L[@]}" "${base[@]}" --rate -3
 bad "zero devices" "--devices: expected" "${L[@]}" "${base[@]}" --rate 5 --devices 0
+bad "too many backends for the core" "at most 16" "${L[@]}" "${base[@]}" --rate 5 --backends 17
 bad "fault rates over 1" "more than 1" "${L[@]}" "${base[@]}" --rate 5 --fail-rate 0.6 --stall-rate 0.6
 bad "unknown option" "unknown option .--frobnicate" "${L[@]}" "${base[@]}" --rate 5 --frobnicate
 bad "missing value" "--seed needs a value" "${L[@]}" "${base[@]}" --rate 5 --seed
