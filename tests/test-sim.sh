@@ -54,6 +54,24 @@ PY
   check "$policy: figures are sane" "grep -q '^ok$' '$tmp/check' || { cat '$tmp/check'; false; }"
 done
 
+# ---- --compare: the second policy's figures are its own run's ----
+"$sim" --lengths "$data/manpages.lengths" "${base[@]}" --load 0.3,0.7 --duration 3 --seed 3 \
+  --policy core --compare legacy --json > "$tmp/cmp.json" 2> "$tmp/err"
+check "compare run exits 0" "[ $? -eq 0 ]"
+"$sim" --lengths "$data/manpages.lengths" "${base[@]}" --load 0.3,0.7 --duration 3 --seed 3 \
+  --policy legacy --json > "$tmp/leg.json" 2> "$tmp/err"
+python3 - "$tmp/cmp.json" "$tmp/a.json" "$tmp/leg.json" <<'PY' > "$tmp/check" 2>&1
+import json, sys
+cmp, core, leg = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+for c, a, l in zip(cmp, core, leg):
+    assert c["lanepack"] == a["lanepack"] and c["ideal"] == a["ideal"], (c, a)
+    assert c["compared_policy"] == "legacy" and c["compared"] == l["lanepack"], (c, l)
+    assert c["compared_capacity_rps"] == l["lanepack_capacity_rps"], (c, l)
+    assert abs(c["compared_p99_ratio"] - l["p99_ratio"]) < 1e-3, (c, l)
+print("ok")
+PY
+check "compare: each policy's figures as when run alone" "grep -q '^ok$' '$tmp/check' || { cat '$tmp/check'; false; }"
+
 # ---- the command of issue 19, shortened, prints its table ----
 "$sim" --lengths "$data/manpages.lengths" "${base[@]}" --load 0.2,0.5,0.8,0.9 --duration 3 --seed 1 \
   > "$tmp/table" 2> "$tmp/err"
@@ -158,6 +176,7 @@ bad "fault rates over 1" "more than 1" "${L[@]}" "${base[@]}" --rate 5 --fail-ra
 bad "unknown option" "unknown option .--frobnicate" "${L[@]}" "${base[@]}" --rate 5 --frobnicate
 bad "missing value" "--seed needs a value" "${L[@]}" "${base[@]}" --rate 5 --seed
 bad "unknown policy" "--policy: expected" "${L[@]}" "${base[@]}" --rate 5 --policy magic
+bad "compare with itself" "is the policy already" "${L[@]}" "${base[@]}" --rate 5 --compare core
 bad "missing lengths file" "no-such.lengths" --lengths "$tmp/no-such.lengths" "${base[@]}" --rate 5
 bad "trace with a rate" "--trace brings" --trace "$tmp/trace" "${base[@]}" --rate 5
 printf '0 100\n1 abc\n' > "$tmp/bad.trace"
