@@ -118,11 +118,11 @@ check "trace: five requests, one too long" "grep -q '^ok$' '$tmp/check' || { cat
 # least 0.99 of the ideal's; with 1% of batches failing 5xx, p99 within 1.5x of
 # no faults. (Measured over more mixes, shape sets and devices by
 # loadgen/sim-goals.py; these are the cases met, on short runs.)
-goal() { # mix, shapes, cost args...
-  local mix=$1 shapes=$2
-  shift 2
+goal() { # mix, seconds, shapes, cost args... (the seconds give each load a few thousand requests)
+  local mix=$1 secs=$2 shapes=$3
+  shift 3
   local args=(--lengths "$data/$mix.lengths" --shapes "$shapes" "$@" --load 0.1,0.5,0.8,0.9
-              --duration 5 --seed 1 --policy core --json)
+              --duration $secs --seed 1 --policy core --json)
   "$sim" "${args[@]}" > "$tmp/g.json" 2> "$tmp/err" &&
     "$sim" "${args[@]}" --fail-rate 0.01 --no-ideal > "$tmp/gf.json" 2>> "$tmp/err"
   check "goals on $mix, $shapes $*: runs exit 0" "[ $? -eq 0 ] || { cat '$tmp/err'; false; }"
@@ -146,9 +146,9 @@ print("\n".join(bad) if bad else "ok")
 PY
   check "goals on $mix, $shapes $*: met" "grep -q '^ok$' '$tmp/check' || { cat '$tmp/check'; false; }"
 }
-goal manpages 4x8192,8x2048 --cost-ms 4x8192=20 --cost-ms 8x2048=8
-goal changelog-entries 4x8192,8x2048 --cost-ms 4x8192=20 --cost-ms 8x2048=8
-goal copyright 4x8192 --cost-ms 4x8192=20 --devices 4
+goal manpages 5 4x8192,8x2048 --cost-ms 4x8192=20 --cost-ms 8x2048=8
+goal changelog-entries 2 4x8192,8x2048 --cost-ms 4x8192=20 --cost-ms 8x2048=8
+goal copyright 5 4x8192 --cost-ms 4x8192=20 --devices 4
 
 # ---- bad arguments: exit 2 and say what is wrong ----
 bad() { # description, expected message (grep -E), args...
