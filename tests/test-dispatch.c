@@ -192,6 +192,22 @@ START_TEST(just_in_time_while_busy_and_lead_learned) {
 }
 END_TEST
 
+START_TEST(idle_backends_take_turns) {
+  lp_disp_config_t c;
+  base(&c, "1x8192", (uint64_t[]){10}, 1);
+  c.nbackends = 2;
+  c.devices[1] = 1;
+  lp_disp_t *d = make(&c);
+  for (uint64_t j = 1; j <= 4; j++) {
+    admit(d, j, 1, 100, 0, 0, (j - 1) * 20 * MS);
+    const act_t *s = nth(LP_DISP_ACT_SEND, (int)j - 1);
+    ck_assert_uint_eq(s->a.send.backend, (j - 1) % 2);
+    result(d, s->a.send.batch_id, LP_DISP_OK, (j - 1) * 20 * MS + 10 * MS);
+  }
+  lp_disp_free(d);
+}
+END_TEST
+
 /* ---- what it holds ---- */
 
 START_TEST(shape_by_device_time_per_token) {
@@ -482,6 +498,39 @@ START_TEST(shape_loss_fails_what_no_shape_holds) {
   result(d, 2, LP_DISP_ERR_SHAPE, 9 * MS);
   ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
   ck_assert_int_eq(answer_of(3)->a.answer.status, LP_DISP_ST_NO_SHAPE);
+  lp_disp_free(d);
+}
+END_TEST
+
+START_TEST(compiling_shape_waited_for_backend_timeout) {
+  lp_disp_config_t c;
+  base(&c, "4x8192,8x2048", (uint64_t[]){20, 8}, 1);
+  c.shapes.shapes[0].state = LP_SHAPE_COMPILING;
+  c.backend_timeout_ns = 100 * MS;
+  lp_disp_t *d = make(&c);
+  ck_assert_int_eq(admit(d, 1, 1, 5000, 0, 0, 0), 0); /* a compiling shape admits */
+  ck_assert_int_eq(admit(d, 2, 1, 1000, 0, 0, 0), 0);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 1);
+  ck_assert(!send_has(nth(LP_DISP_ACT_SEND, 0), 1));
+  result(d, 1, LP_DISP_OK, 8 * MS);
+  ck_assert_uint_eq(lp_disp_wake_at(d), 100 * MS);
+  tick(d, 100 * MS);
+  const act_t *an = answer_of(1);
+  ck_assert_ptr_nonnull(an);
+  ck_assert_int_eq(an->a.answer.status, LP_DISP_ST_SHAPE_COMPILING);
+  ck_assert_str_eq(an->a.answer.code, "shape_compiling");
+  /* one that compiles in time goes at once, and its job is not failed */
+  admit(d, 3, 1, 5000, 0, 0, 200 * MS);
+  lp_shape_state_t st[2] = {LP_SHAPE_COMPILED, LP_SHAPE_COMPILED};
+  ck_assert_int_eq(lp_disp_backend_shapes(d, 0, st, 2, 250 * MS), 0);
+  drain_at(d, 250 * MS);
+  const act_t *s = nth(LP_DISP_ACT_SEND, 1);
+  ck_assert_ptr_nonnull(s);
+  ck_assert_int_eq(s->a.send.shape, 0);
+  ck_assert(send_has(s, 3));
+  tick(d, 300 * MS);
+  ck_assert_ptr_null(answer_of(3));
+  ck_assert_uint_eq(lp_disp_wake_at(d), 200 * MS + 10000 * MS);
   lp_disp_free(d);
 }
 END_TEST
@@ -909,12 +958,12 @@ START_TEST(every_job_one_answer_under_faults) {
 }
 END_TEST
 
-LP_TEST_MAIN("dispatch", idle_device_gets_a_batch_at_once, just_in_time_while_busy_and_lead_learned,
+LP_TEST_MAIN("dispatch", idle_device_gets_a_batch_at_once, idle_backends_take_turns, just_in_time_while_busy_and_lead_learned,
              shape_by_device_time_per_token, shape_never_by_counting_due_items,
              oldest_must_go_and_long_rides_large, stall_hedges_with_bounded_copies,
              bisect_on_5xx_and_poison_fails_alone, slow_errors_teach_the_clock,
              stalled_batch_presumed_lost_on_one_device,
-             shape_loss_fails_what_no_shape_holds, deadlines, urgent_deadline_must_go, priorities,
+             shape_loss_fails_what_no_shape_holds, compiling_shape_waited_for_backend_timeout, deadlines, urgent_deadline_must_go, priorities,
              cancel, request_bound_and_queue_bound, avoided_sequence_does_not_end_the_window,
              overtaken_batch_presumed_lost, backend_down_only_with_another_up_and_probed,
              drain_and_fail_all, every_job_one_answer_under_faults)

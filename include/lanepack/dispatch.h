@@ -200,6 +200,9 @@ typedef enum {
   LP_DISP_ST_NO_BACKEND,     /* 503 no_healthy_backend */
   LP_DISP_ST_SHUTDOWN,       /* 503 shutting_down */
   LP_DISP_ST_NOMEM,          /* 503 out_of_memory */
+  LP_DISP_ST_SHAPE_COMPILING,/* 503 shape_compiling: only a shape still compiling holds one
+                                of its sequences, and it did not compile within
+                                backend_timeout of the job's admission */
   LP_DISP_ST_COUNT
 } lp_disp_status_t;
 

@@ -114,6 +114,7 @@ struct lp_disp_s {
   disp_map_t jobs, batches;
   uint64_t next_batch_id, next_seqno;
   uint32_t next_group, decision;
+  uint32_t rr;                    /* the backend looked at first next time */
   int draining;
   uint64_t now, wake;
   size_t live_jobs;               /* admitted, not answered */

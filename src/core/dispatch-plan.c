@@ -331,6 +331,7 @@ static int plan(lp_disp_t *d, uint32_t b, uint32_t k, int rank, uint64_t now) {
   static const char *const reasons[] = {"idle", "just_in_time", "queued", "probe"};
   int rc = send(d, &v, k, shape, (size_t)n, real, d->draining && rank < 3 ? "drain" : reasons[rank], now);
   if (rc == 0 && rank == 3) d->be[b].probing = 1;
+  if (rc == 0) d->rr = (b + 1) % d->cfg.nbackends;
   return rc ? rc : 1;
 }
 
@@ -339,7 +340,10 @@ int lp__disp_schedule(lp_disp_t *d, uint64_t now, uint64_t *wake) {
   while (d->queue.n) {
     int bb = -1, bk = -1, brank = 4;
     uint64_t bfree = 0, bleave = 0;
-    for (uint32_t b = 0; b < d->cfg.nbackends; b++) {
+    /* backends from the one after the last that got a batch: among equals,
+     * round robin */
+    for (uint32_t i = 0; i < d->cfg.nbackends; i++) {
+      uint32_t b = (d->rr + i) % d->cfg.nbackends;
       disp_backend_t *be = &d->be[b];
       if (tried & (1u << b)) continue;
       int probe = 0;

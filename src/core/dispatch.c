@@ -37,6 +37,8 @@ static const struct {
   [LP_DISP_ST_NO_BACKEND] = {503, "no_healthy_backend", "no backend of this model is healthy"},
   [LP_DISP_ST_SHUTDOWN] = {503, "shutting_down", "the proxy is shutting down"},
   [LP_DISP_ST_NOMEM] = {503, "out_of_memory", "proxy out of memory"},
+  [LP_DISP_ST_SHAPE_COMPILING] = {503, "shape_compiling",
+                                  "only a shape still compiling can hold this sequence"},
 };
 
 int lp_disp_status_http(lp_disp_status_t s) { return s < LP_DISP_ST_COUNT ? status_info[s].http : 500; }
@@ -419,6 +421,27 @@ static uint64_t earliest_answer(const lp_disp_t *d, uint32_t longest, uint64_t n
   return best;
 }
 
+/* The longest sequence a compiled shape (on any backend) holds now. */
+static uint32_t compiled_max(const lp_disp_t *d) {
+  uint32_t m = 0;
+  for (size_t k = 0; k < d->shapes.count; k++)
+    if (d->shapes.shapes[k].state == LP_SHAPE_COMPILED && d->shapes.shapes[k].bucket > m)
+      m = d->shapes.shapes[k].bucket;
+  return m;
+}
+
+/* When a job must be looked at: its deadline, its bound, or, while only a shape
+ * still compiling could hold one of its sequences, backend_timeout after its
+ * admission (a compile that takes longer is not waited for). */
+static uint64_t next_check(const lp_disp_t *d, const disp_job_t *j) {
+  uint64_t at = j->deadline_ns && j->deadline_ns < j->bound_ns ? j->deadline_ns : j->bound_ns;
+  uint64_t patience = j->admitted_ns + d->cfg.backend_timeout_ns;
+  uint32_t m = compiled_max(d);
+  for (uint32_t i = 0; i < j->nseq && patience < at; i++)
+    if (j->seqs[i].state != SEQ_DONE && j->seqs[i].len > m) at = patience;
+  return at;
+}
+
 int lp_disp_admit(lp_disp_t *d, uint64_t job_id, uint32_t nseq, const uint32_t *lens, int priority,
                   uint64_t deadline_ns, uint64_t now) {
   begin(d, now);
@@ -474,8 +497,7 @@ int lp_disp_admit(lp_disp_t *d, uint64_t job_id, uint32_t nseq, const uint32_t *
     s->q.seqno = ++d->next_seqno;
     lp_theap_node_init(&s->retry);
   }
-  uint64_t at = deadline_ns && deadline_ns < j->bound_ns ? deadline_ns : j->bound_ns;
-  int bad = lp_theap_set(&d->timers, &j->timer, at);
+  int bad = lp_theap_set(&d->timers, &j->timer, next_check(d, j));
   for (uint32_t i = 0; !bad && i < nseq; i++) bad = seq_enqueue(d, &j->seqs[i], 0);
   d->live_jobs++;
   d->live_tokens += tokens;
@@ -763,7 +785,10 @@ int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, u
   disp_backend_t *be = &d->be[bt->backend];
   /* an answer says the device works; a timeout or a reset ends the wait too */
   be->dev[bt->device].suspect = 0;
-  if (o != LP_DISP_TIMEOUT && o != LP_DISP_RESET && o != LP_DISP_ABANDONED) learn(d, bt, r, now);
+  /* what the device did teaches its clock, errors included; a missing shape,
+   * a timeout or a reset say nothing of it */
+  if (o != LP_DISP_TIMEOUT && o != LP_DISP_RESET && o != LP_DISP_ABANDONED && o != LP_DISP_ERR_SHAPE)
+    learn(d, bt, r, now);
   device_release(d, bt, now);
   for (uint32_t i = 0; i < bt->n; i++) bt->seqs[i]->inflight--;
 
@@ -897,7 +922,11 @@ void lp_disp_tick(lp_disp_t *d, uint64_t now) {
   lp_theap_node_t *t;
   while ((t = lp_theap_top(&d->timers)) && t->at <= now) {
     disp_job_t *j = container_of(t, disp_job_t, timer);
-    job_answer(d, j, j->deadline_ns && j->deadline_ns <= now ? LP_DISP_ST_DEADLINE : LP_DISP_ST_BOUND);
+    uint64_t at = next_check(d, j);
+    if (j->deadline_ns && j->deadline_ns <= now) job_answer(d, j, LP_DISP_ST_DEADLINE);
+    else if (j->bound_ns <= now) job_answer(d, j, LP_DISP_ST_BOUND);
+    else if (at <= now) job_answer(d, j, LP_DISP_ST_SHAPE_COMPILING);
+    else (void)lp_theap_set(&d->timers, t, at); /* re-keying never grows */
   }
   while ((t = lp_theap_top(&d->retries)) && t->at <= now) {
     disp_seq_t *s = container_of(t, disp_seq_t, retry);
