@@ -3,6 +3,11 @@
  * utilization, fill and served rate next to the ideal policy's on the same
  * arrivals. This file is the command line and the report. */
 #include <errno.h>
+
+#ifndef LP_VERSION
+#define LP_VERSION "0.1.0"
+#endif
+
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,13 +15,19 @@
 #include <string.h>
 #include <time.h>
 
+#include "lanepack/dispatch.h"
 #include "lanepack/lengths.h"
 #include "sim.h"
+
+#define SIM_STR_(x) #x
+#define SIM_STR(x) SIM_STR_(x)
+#define LP_DISP_MAX_BACKENDS_S SIM_STR(LP_DISP_MAX_BACKENDS)
 
 #define MAX_LOADS 64
 
 typedef struct opts_s {
   const char *lengths, *trace, *shapes, *policy;
+  const char *compare;  /* a second policy run on the same arrivals, or NULL */
   char cost_spec[LP_BUCKET_MAX_SHAPES][64];
   size_t ncost;
   double loads[MAX_LOADS];
@@ -41,7 +52,8 @@ static void usage(FILE *f) {
           "         [--requests N] [--devices N] [--backends N] [--lead-ms MS] [--jitter F]\n"
           "         [--fail-rate P] [--stall-rate P] [--slow-rate P --slow-ms MS]\n"
           "         [--slow-error-rate P [--slow-error-ms MS]] [--policy core|legacy]\n"
-          "         [--capacity-s S] [--no-ideal] [--seed N] [--json]\n"
+          "         [--compare core|legacy]\n"
+          "         [--capacity-s S] [--no-ideal] [--seed N] [--json] [--version]\n"
           "Replays Poisson arrivals (or a trace: ARRIVAL_MS LENGTH [PRIORITY [DEADLINE_MS]]\n"
           "per line) at virtual time through the policy and the ideal; --load is a fraction\n"
           "of the ideal's capacity, measured first on the same lengths.\n");
@@ -113,6 +125,7 @@ static int parse(int argc, char **argv, opts_t *o) {
       {"policy", required_argument, 0, 'p'},    {"capacity-s", required_argument, 0, 'C'},
       {"no-ideal", no_argument, 0, 'I'},        {"seed", required_argument, 0, 'z'},
       {"json", no_argument, 0, 'J'},            {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, 'V'},        {"compare", required_argument, 0, 'K'},
       {0, 0, 0, 0}};
   sim_model_t *m = &o->model;
   double v;
@@ -183,6 +196,10 @@ static int parse(int argc, char **argv, opts_t *o) {
       if (strcmp(a, "core") && strcmp(a, "legacy")) return bad("--policy: expected core or legacy, got '%s'", a);
       o->policy = a;
       break;
+    case 'K':
+      if (strcmp(a, "core") && strcmp(a, "legacy")) return bad("--compare: expected core or legacy, got '%s'", a);
+      o->compare = a;
+      break;
     case 'C':
       if (parse_double(a, 0.1, 1e5, &o->capacity_s)) return bad("--capacity-s: expected seconds > 0, got '%s'", a);
       break;
@@ -192,6 +209,7 @@ static int parse(int argc, char **argv, opts_t *o) {
       break;
     case 'J': o->json = 1; break;
     case 'h': usage(stdout); exit(0);
+    case 'V': printf("lanepack-sim %s\n", LP_VERSION); exit(0);
     case ':': return bad("%s needs a value", argv[optind - 1]);
     default: return bad("unknown option '%s' (see --help)", argv[optind - 1]);
     }
@@ -215,25 +233,24 @@ static int parse(int argc, char **argv, opts_t *o) {
   if (!o->trace && !o->nloads == !rate_set) return bad("%s", "give one of --load LIST and --rate R");
   if (m->fail_rate + m->stall_rate + m->slow_rate + m->slow_error_rate > 1)
     return bad("%s", "the fault rates add up to more than 1");
-  if (!o->policy) o->policy = sim_core_available() ? "core" : "legacy";
-  if (!strcmp(o->policy, "core") && !sim_core_available())
-    return bad("%s", "--policy core: this build has no dispatch core (use --policy legacy)");
+  if (!o->policy) o->policy = "core";
+  if (o->compare && !strcmp(o->compare, o->policy))
+    return bad("--compare: '%s' is the policy already", o->compare);
+  if ((!strcmp(o->policy, "core") || (o->compare && !strcmp(o->compare, "core"))) &&
+      m->backends > LP_DISP_MAX_BACKENDS)
+    return bad("--backends: the dispatch core takes at most %s", LP_DISP_MAX_BACKENDS_S);
   return 0;
 }
 
 /* ---- running ---- */
 
-static int new_policy(const opts_t *o, const sim_req_t *reqs, sim_policy_t *p) {
-  return strcmp(o->policy, "core") == 0 ? sim_core_new(p, &o->model, reqs)
-                                       : sim_legacy_new(p, &o->model, reqs);
-}
-
-/* Runs one policy kind ("lanepack", "ideal", "ideal-any") on reqs. */
+/* Runs one policy ("core", "legacy", "ideal", "ideal-any") on reqs. */
 static int run(const opts_t *o, const char *kind, const sim_req_t *reqs, size_t n, uint64_t horizon,
                sim_figures_t *f, double *secs) {
   sim_policy_t p;
-  int rc = strcmp(kind, "lanepack") == 0 ? new_policy(o, reqs, &p)
-                                          : sim_ideal_new(&p, &o->model, reqs, strcmp(kind, "ideal") == 0);
+  int rc = !strcmp(kind, "core")     ? sim_core_new(&p, &o->model, reqs)
+           : !strcmp(kind, "legacy") ? sim_legacy_new(&p, &o->model, reqs)
+                                     : sim_ideal_new(&p, &o->model, reqs, strcmp(kind, "ideal") == 0);
   if (rc) {
     fprintf(stderr, "lanepack-sim: %s: %s\n", kind, strerror(-rc));
     return rc;
@@ -255,7 +272,12 @@ static uint64_t mix_seed(uint64_t seed, uint64_t k) {
 /* The ideal's capacity: requests/s it serves under overload (offered at 1.5x
  * the fill-1 bound of the best shape), measured over a horizon after a fifth
  * of it as warm-up; also the policy's on the same arrivals. */
-static int capacity(const opts_t *o, const sim_pool_t *pool, double *cap_ideal, double *cap_lp) {
+typedef struct caps_s {
+  double ideal_rps, ideal_tps;  /* the ideal's, the reference */
+  double rps[2], tps[2];        /* the policy's and the compared one's */
+} caps_t;
+
+static int capacity(const opts_t *o, const sim_pool_t *pool, int policies_too, caps_t *c) {
   const sim_model_t *m = &o->model;
   double best = 0, mean = 0;
   for (size_t i = 0; i < m->shapes.count; i++) {
@@ -286,10 +308,13 @@ static int capacity(const opts_t *o, const sim_pool_t *pool, double *cap_ideal, 
    * other would serve the short sequences first and count more requests while
    * the long ones pile up) */
   int rc = run(o, "ideal", reqs, n, horizon, &f, NULL);
-  *cap_ideal = f.served_rps;
-  if (!rc && cap_lp) {
-    rc = run(o, "lanepack", reqs, n, horizon, &f, NULL);
-    *cap_lp = f.served_rps;
+  c->ideal_rps = f.served_rps;
+  c->ideal_tps = f.served_tps;
+  const char *pol[2] = {o->policy, o->compare};
+  for (int i = 0; !rc && policies_too && i < 2 && pol[i]; i++) {
+    rc = run(o, pol[i], reqs, n, horizon, &f, NULL);
+    c->rps[i] = f.served_rps;
+    c->tps[i] = f.served_tps;
   }
   free(reqs);
   return rc;
@@ -300,19 +325,32 @@ static int capacity(const opts_t *o, const sim_pool_t *pool, double *cap_ideal, 
 static void json_fig(const char *name, const sim_figures_t *f) {
   printf("\"%s\": {\"p50_ms\": %.3f, \"p99_ms\": %.3f, \"p999_ms\": %.3f, \"max_ms\": %.3f, "
          "\"mean_ms\": %.3f, \"util\": %.4f, \"fill\": %.4f, \"served_rps\": %.2f, "
-         "\"queue_ms\": %.3f, \"service_ms\": %.3f, "
+         "\"served_tps\": %.1f, \"queue_ms\": %.3f, \"service_ms\": %.3f, "
          "\"requests\": %llu, \"ok\": %llu, \"errors\": %llu, \"unanswered\": %llu, "
-         "\"double_answered\": %llu, \"batches\": %llu, \"failed_batches\": %llu}",
+         "\"double_answered\": %llu, \"batches\": %llu, \"failed_batches\": %llu",
          name, f->p50_ms, f->p99_ms, f->p999_ms, f->max_ms, f->mean_ms, f->util, f->fill, f->served_rps,
-         f->queue_ms, f->service_ms,
-         (unsigned long long)f->requests, (unsigned long long)f->ok, (unsigned long long)f->errors,
+         f->served_tps, f->queue_ms, f->service_ms, (unsigned long long)f->requests,
+         (unsigned long long)f->ok, (unsigned long long)f->errors,
          (unsigned long long)f->unanswered, (unsigned long long)f->double_answered,
          (unsigned long long)f->batches, (unsigned long long)f->failed_batches);
+  printf(", \"errors_by_status\": {");
+  for (int k = 0; k < 4 && f->err_count[k]; k++)
+    printf("%s\"%d\": %llu", k ? ", " : "", f->err_status[k], (unsigned long long)f->err_count[k]);
+  printf("}}");
 }
 
 static void row(const char *who, const sim_figures_t *f) {
   printf("  %-9s %8.1f %8.1f %8.1f %8.1f %6.3f %6.3f %9.1f", who, f->p50_ms, f->p99_ms, f->p999_ms,
          f->max_ms, f->util, f->fill, f->served_rps);
+}
+
+static void print_errors(const char *who, const sim_figures_t *f) {
+  if (!f->errors && !f->unanswered && !f->double_answered) return;
+  printf("%16s %s: %llu errors (", "", who, (unsigned long long)f->errors);
+  for (int e = 0; e < 4 && f->err_count[e]; e++)
+    printf("%s%llu x %d", e ? ", " : "", (unsigned long long)f->err_count[e], f->err_status[e]);
+  printf("), %llu unanswered, %llu answered twice\n", (unsigned long long)f->unanswered,
+         (unsigned long long)f->double_answered);
 }
 
 int main(int argc, char **argv) {
@@ -352,10 +390,13 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  double cap = 0, cap_lp = 0, t0 = now_s();
-  if (!o.no_ideal || o.nloads) {
-    if (capacity(&o, &pool, &cap, o.no_ideal ? NULL : &cap_lp)) return 1;
-  }
+  caps_t caps;
+  memset(&caps, 0, sizeof(caps));
+  double t0 = now_s();
+  if ((!o.no_ideal || o.nloads) && capacity(&o, &pool, !o.no_ideal, &caps)) return 1;
+  double cap = caps.ideal_rps;
+  const char *pol[2] = {o.policy, o.compare};
+  int npol = o.compare ? 2 : 1;
   if (!o.json) {
     printf("lanepack-sim: %s on %s, costs", o.lengths ? o.lengths : o.trace, o.shapes);
     for (size_t i = 0; i < o.model.shapes.count; i++)
@@ -365,9 +406,13 @@ int main(int argc, char **argv) {
            o.model.devices, (double)o.model.lead_ns / 1e6, o.policy, (unsigned long long)o.seed);
     if (pool.dropped)
       printf("lengths: %zu of %zu longer than the largest bucket (%u) left out\n", pool.dropped, pool.total, maxb);
-    if (cap > 0)
-      printf("capacity under overload: ideal %.1f req/s, %s %.1f req/s (%.3f of the ideal)\n", cap, o.policy,
-             cap_lp, cap_lp / cap);
+    if (cap > 0) {
+      printf("capacity under overload: ideal %.1f req/s", cap);
+      for (int i = 0; i < npol && !o.no_ideal; i++)
+        printf(", %s %.1f req/s (%.3f of the ideal; tokens/s %.3f)", pol[i], caps.rps[i], caps.rps[i] / cap,
+               caps.ideal_tps > 0 ? caps.tps[i] / caps.ideal_tps : 0);
+      printf("\n");
+    }
     printf("%5s %9s | %-9s %8s %8s %8s %8s %6s %6s %9s\n", "load", "offered", "policy", "p50 ms", "p99 ms",
            "p99.9 ms", "max ms", "util", "fill", "served/s");
   }
@@ -377,29 +422,32 @@ int main(int argc, char **argv) {
   for (size_t k = 0; k < runs; k++) {
     sim_req_t *reqs = trace;
     size_t n = ntrace;
-    double rate = o.rate, load = 0;
+    double rate = o.rate;
     if (!o.trace) {
       if (o.nloads) rate = o.loads[k] * cap;
       if ((rc = sim_poisson(&pool, rate, o.duration, o.requests, mix_seed(o.seed, k), &reqs, &n))) return 1;
     }
-    sim_figures_t lp, id, ida;
+    sim_figures_t f[2], id, ida;
     double secs = 0;
-    if (run(&o, "lanepack", reqs, n, 0, &lp, &secs)) return 1;
+    for (int i = 0; i < npol; i++)
+      if (run(&o, pol[i], reqs, n, 0, &f[i], i ? NULL : &secs)) return 1;
     lp_secs += secs;
     total_requests += n;
-    rate = lp.offered_rps;
-    load = cap > 0 ? rate / cap : 0;
+    rate = f[0].offered_rps;
+    double load = cap > 0 ? rate / cap : 0;
     int have_ideal = !o.no_ideal;
     if (have_ideal && (run(&o, "ideal", reqs, n, 0, &id, NULL) || run(&o, "ideal-any", reqs, n, 0, &ida, NULL)))
       return 1;
     /* the reference: the better p99 of the two ideals */
     const sim_figures_t *ref = have_ideal && ida.p99_ms < id.p99_ms ? &ida : &id;
-    double ratio = have_ideal && ref->p99_ms > 0 ? lp.p99_ms / ref->p99_ms : 0;
+    double ratio[2] = {0, 0};
+    for (int i = 0; i < npol; i++) ratio[i] = have_ideal && ref->p99_ms > 0 ? f[i].p99_ms / ref->p99_ms : 0;
     if (o.json) {
       printf("{\"load\": %.4f, \"offered_rps\": %.2f, \"requests\": %zu, \"policy\": \"%s\", "
-             "\"capacity_rps\": %.2f, \"lanepack_capacity_rps\": %.2f, ",
-             o.nloads ? o.loads[k] : load, rate, n, o.policy, cap, cap_lp);
-      json_fig("lanepack", &lp);
+             "\"capacity_rps\": %.2f, \"lanepack_capacity_rps\": %.2f, \"capacity_tps\": %.1f, "
+             "\"lanepack_capacity_tps\": %.1f, ",
+             o.nloads ? o.loads[k] : load, rate, n, o.policy, cap, caps.rps[0], caps.ideal_tps, caps.tps[0]);
+      json_fig("lanepack", &f[0]);
       if (have_ideal) {
         printf(", ");
         json_fig("ideal", ref);
@@ -407,23 +455,30 @@ int main(int argc, char **argv) {
         json_fig("ideal_oldest", &id);
         printf(", ");
         json_fig("ideal_any", &ida);
-        printf(", \"p99_ratio\": %.4f", ratio);
+        printf(", \"p99_ratio\": %.4f", ratio[0]);
+      }
+      if (o.compare) {
+        printf(", \"compared_policy\": \"%s\", \"compared_capacity_rps\": %.2f, "
+               "\"compared_capacity_tps\": %.1f, \"compared_p99_ratio\": %.4f, ",
+               o.compare, caps.rps[1], caps.tps[1], ratio[1]);
+        json_fig("compared", &f[1]);
       }
       printf("}\n");
     } else {
       if (cap > 0) printf("%4.0f%% %9.1f |", load * 100, rate);
       else printf("%5s %9.1f |", "-", rate);
-      row(o.policy, &lp);
-      printf("\n%5s %9s |", "", "");
-      if (have_ideal) {
-        row(ref == &id ? "ideal" : "ideal-any", ref);
-        printf("  p99 x%.2f", ratio);
+      for (int i = 0; i < npol; i++) {
+        if (i) printf("%5s %9s |", "", "");
+        row(pol[i], &f[i]);
+        if (have_ideal) printf("  p99 x%.2f", ratio[i]);
+        printf("\n");
+        print_errors(pol[i], &f[i]);
       }
-      printf("\n");
-      if (lp.errors || lp.unanswered || lp.double_answered)
-        printf("%16s %s: %llu errors, %llu unanswered, %llu answered twice\n", "", o.policy,
-               (unsigned long long)lp.errors, (unsigned long long)lp.unanswered,
-               (unsigned long long)lp.double_answered);
+      if (have_ideal) {
+        printf("%5s %9s |", "", "");
+        row(ref == &id ? "ideal" : "ideal-any", ref);
+        printf("\n");
+      }
     }
     fflush(stdout);
     if (reqs != trace) free(reqs);

@@ -86,8 +86,6 @@ typedef struct sim_policy_s {
 int sim_ideal_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs, int oldest);
 int sim_legacy_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs);
 int sim_core_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs);
-/* Whether the dispatch core is built in (its header had landed). */
-int sim_core_available(void);
 
 /* A policy's queue of actions for the world, with the items its SENDs carry
  * (simact.c): filled during one call, emptied by next(). */
@@ -113,12 +111,16 @@ typedef struct sim_figures_s {
   double p50_ms, p99_ms, p999_ms, max_ms, mean_ms;
   double util;            /* device busy time / (devices x span) */
   double fill;            /* real tokens / slots over batches that ran */
-  double served_rps;      /* answered 200 per second */
+  double served_rps;      /* answered 200 per second while the arrivals came (or, with a
+                             horizon, in its last four fifths) */
+  double served_tps;      /* their tokens per second (starving long sequences cannot raise it) */
   double offered_rps;
   /* the saturation signals as the proxy computes them (lanepack_saturation):
    * mean arrival-to-first-send of answered requests, mean device time per batch */
   double queue_ms, service_ms;
   uint64_t requests, ok, errors, unanswered, double_answered;
+  int err_status[4];      /* the most common error statuses, and how many each */
+  uint64_t err_count[4];
   uint64_t batches, failed_batches;
   double span_s;
 } sim_figures_t;

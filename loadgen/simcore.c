@@ -1,25 +1,20 @@
 /* The "core" policy for lanepack-sim: the dispatch core (lanepack/dispatch.h)
  * driven through the simulator's policy interface, as the proxy drives it:
- * one job of one sequence per request, a batch's end as its result, and the
- * transfer timeout that the caller (here this adapter) reports itself. */
+ * one job of one sequence per request, a batch's end as its result, the
+ * transfer timeout that the caller (here this adapter) reports itself, and a
+ * health prober that brings a backend the core marked down back a probe later. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim.h"
-
-#ifndef SIM_HAVE_CORE
-int sim_core_available(void) { return 0; }
-
-int sim_core_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs) {
-  (void)p, (void)m, (void)reqs;
-  return -ENOSYS;
-}
-#else
 #include "lanepack/dispatch.h"
+#include "sim.h"
 
 /* The proxy's defaults (src/proxy/config.c) where the core leaves them open. */
 #define BACKEND_TIMEOUT_NS 30000000000ull
+/* health_interval_ms: a backend the core marked down is probed this often; the
+ * modelled backends are alive, so the next probe brings it back */
+#define PROBE_NS 1000000000ull
 
 typedef struct pending_s {
   uint64_t batch, at;   /* its transfer times out at `at` */
@@ -35,11 +30,10 @@ typedef struct core_s {
   size_t phead, pn, pcap;
   uint32_t *items;      /* scratch for a SEND's requests */
   size_t capitems;
-  uint64_t wake_at;
+  uint64_t wake_at, now;
+  uint64_t probe_at[SIM_MAX_BACKENDS]; /* 0: up, else when the prober says so */
   sim_actq_t aq;
 } core_t;
-
-int sim_core_available(void) { return 1; }
 
 static int mark(core_t *s, uint64_t id) {
   if (id >= s->capended) {
@@ -92,8 +86,11 @@ static int drain(core_t *s) {
     case LP_DISP_ACT_ANSWER:
       if (sim_actq_answer(&s->aq, (uint32_t)(a.answer.job_id - 1), a.answer.http_status)) return -ENOMEM;
       break;
-    case LP_DISP_ACT_OUTPUT:
     case LP_DISP_ACT_HEALTH:
+      if (a.health.backend < SIM_MAX_BACKENDS)
+        s->probe_at[a.health.backend] = a.health.up ? 0 : s->now + PROBE_NS;
+      break;
+    case LP_DISP_ACT_OUTPUT:
       break;
     }
   }
@@ -103,6 +100,7 @@ static int drain(core_t *s) {
 /* Stamps new sends with their timeout, gives the core the timeouts that came,
  * and arms the world's wake for the earlier of the core's and the next timeout. */
 static int settle(core_t *s, uint64_t now) {
+  s->now = now;
   int rc = drain(s);
   for (size_t i = s->pn; i-- > s->phead && s->pend[i].at == 0;) s->pend[i].at = now + s->timeout_ns;
   while (!rc && s->phead < s->pn && (s->ended[s->pend[s->phead].batch] || s->pend[s->phead].at <= now)) {
@@ -115,8 +113,17 @@ static int settle(core_t *s, uint64_t now) {
     rc = drain(s);
     for (size_t i = s->pn; i-- > s->phead && s->pend[i].at == 0;) s->pend[i].at = now + s->timeout_ns;
   }
+  for (uint32_t b = 0; !rc && b < s->m->backends; b++)
+    if (s->probe_at[b] && s->probe_at[b] <= now) {
+      s->probe_at[b] = 0;
+      lp_disp_backend_health(s->d, b, 1, now);
+      rc = drain(s);
+      for (size_t i = s->pn; i-- > s->phead && s->pend[i].at == 0;) s->pend[i].at = now + s->timeout_ns;
+    }
   if (rc) return rc;
   uint64_t wake = lp_disp_wake_at(s->d);
+  for (uint32_t b = 0; b < s->m->backends; b++)
+    if (s->probe_at[b] && s->probe_at[b] < wake) wake = s->probe_at[b];
   if (s->phead < s->pn && s->pend[s->phead].at < wake) wake = s->pend[s->phead].at;
   if (wake != UINT64_MAX && wake != s->wake_at) {
     s->wake_at = wake;
@@ -203,4 +210,3 @@ int sim_core_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs) {
   p->lead_ns = m->lead_ns;
   return 0;
 }
-#endif

@@ -50,7 +50,7 @@ typedef struct world_s {
   int *status;
   uint64_t *sent;       /* per request: its first send + 1, 0 = none */
   /* figures */
-  uint64_t busy_ns, real_tokens, slots, batches, failed, doubles, last_answer, window_ok;
+  uint64_t busy_ns, real_tokens, slots, batches, failed, doubles, last_answer, window_ok, window_tokens;
 } world_t;
 
 #define NONE UINT32_MAX
@@ -199,7 +199,10 @@ static int drain(world_t *w, char *err, size_t errlen) {
         w->answered[a.req] = w->now + 1;
         w->status[a.req] = a.status;
         if (w->now > w->last_answer) w->last_answer = w->now;
-        if (w->horizon && a.status == 200 && w->now >= w->horizon / 5) w->window_ok++;
+        if (w->horizon && a.status == 200 && w->now >= w->horizon / 5) {
+          w->window_ok++;
+          w->window_tokens += w->reqs[a.req].len;
+        }
       }
       break;
     case SIM_ACT_CANCEL: {
@@ -338,6 +341,12 @@ static void figures(world_t *w, sim_figures_t *o) {
     }
     if (w->status[i] != 200) {
       o->errors++;
+      int e = 0;
+      while (e < 4 && o->err_count[e] && o->err_status[e] != w->status[i]) e++;
+      if (e < 4) {
+        o->err_status[e] = w->status[i];
+        o->err_count[e]++;
+      }
       continue;
     }
     o->ok++;
@@ -362,10 +371,21 @@ static void figures(world_t *w, sim_figures_t *o) {
   o->span_s = (double)span / 1e9;
   uint64_t offered_span = w->horizon ? w->horizon : last_arrival;
   o->offered_rps = offered_span ? (double)w->n / ((double)offered_span / 1e9) : 0;
-  if (w->horizon)
+  if (w->horizon) {
     o->served_rps = (double)w->window_ok / ((double)w->horizon * 0.8 / 1e9);
-  else
-    o->served_rps = span ? (double)o->ok / o->span_s : 0;
+    o->served_tps = (double)w->window_tokens / ((double)w->horizon * 0.8 / 1e9);
+  } else {
+    /* what was served while the traffic came: a policy that falls behind, or
+     * holds requests for a timeout, shows here */
+    double in = 0, in_tokens = 0;
+    for (size_t i = 0; i < w->n; i++)
+      if (w->answered[i] && w->status[i] == 200 && w->answered[i] - 1 <= last_arrival) {
+        in++;
+        in_tokens += w->reqs[i].len;
+      }
+    o->served_rps = last_arrival ? in / ((double)last_arrival / 1e9) : 0;
+    o->served_tps = last_arrival ? in_tokens / ((double)last_arrival / 1e9) : 0;
+  }
   double devs = (double)w->m->backends * w->m->devices;
   o->util = span ? (double)w->busy_ns / (devs * (double)span) : 0;
   if (o->util > 1) o->util = 1; /* the last batches may end past the horizon */

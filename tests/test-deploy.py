@@ -302,7 +302,7 @@ for name in sorted(os.listdir(os.path.join(src, "conf"))):
 with tempfile.TemporaryDirectory() as d:
     r = subprocess.run(["meson", "install", "-C", build, "--destdir", d, "--no-rebuild"], capture_output=True, text=True)
     check("meson install succeeds", r.returncode == 0, r.stderr[-500:])
-    for prog in ("lanepack", "lanepack-emulator", "lanepack-loadgen", "lanepack-packbench"):
+    for prog in ("lanepack", "lanepack-emulator", "lanepack-loadgen", "lanepack-packbench", "lanepack-sim"):
         binary = os.path.join(d, "usr", "local", "bin", prog)
         man = os.path.join(d, "usr", "local", "share", "man", "man1", prog + ".1")
         check("%s installed with its man page" % prog, os.access(binary, os.X_OK) and os.path.exists(man))

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "testutil.h"
 #include "lanepack/packer.h"
@@ -239,4 +240,64 @@ START_TEST(names) {
 }
 END_TEST
 
-LP_TEST_MAIN("packer", empty_input, exact_and_overflow, many_one_token, pinned_first, best_fit_differs, random_properties, spfhp_histogram, names)
+/* Reusing one packer across capacities and algorithms gives what a fresh one
+ * gives: the best-fit index left by a call (bins of any capacity, SPFHP groups,
+ * a first-fit tree in between) does not leak into the next. */
+START_TEST(reuse_across_capacities) {
+  lp_packer_t *p = lp_packer_new(), *q;
+  uint32_t lens[200];
+  lp_place_t a[200], b[200];
+  uint64_t x = 12345;
+  const uint32_t caps[] = {8192, 2048, 512, 8192, 100000, 64, 2048};
+  const lp_algo_t algos[] = {LP_ALGO_BFD, LP_ALGO_SPFHP, LP_ALGO_FFD};
+  for (int round = 0; round < 60; round++) {
+    uint32_t cap = caps[round % 7];
+    lp_algo_t algo = algos[round % 3];
+    size_t n = 1 + (size_t)(round * 37 % 200);
+    for (size_t i = 0; i < n; i++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      lens[i] = 1 + (uint32_t)((x >> 33) % cap);
+    }
+    lp_pack_params_t prm = {.capacity = cap, .max_bins = (uint32_t)(round % 5 ? 4 + round % 9 : 0),
+                            .max_segments = (uint32_t)(round % 4), .n_pinned = (uint32_t)(round % 3)};
+    uint32_t ua, ub;
+    long ra = lp_packer_pack(p, algo, &prm, lens, n, a, &ua);
+    q = lp_packer_new();
+    long rb = lp_packer_pack(q, algo, &prm, lens, n, b, &ub);
+    lp_packer_free(q);
+    ck_assert_int_eq(ra, rb);
+    ck_assert_uint_eq(ua, ub);
+    for (size_t i = 0; i < n; i++) {
+      ck_assert_int_eq(a[i].bin, b[i].bin);
+      ck_assert_uint_eq(a[i].offset, b[i].offset);
+    }
+  }
+  lp_packer_free(p);
+}
+END_TEST
+
+/* A decision costs what its items cost, not the bucket: packing a few items
+ * into a very long bucket, thousands of times, must not clear a bucket-sized
+ * index each time (that was ~20 MB per call at 2^20 tokens; about a minute of
+ * memset for this loop, against milliseconds). The bound is far from both. */
+START_TEST(best_fit_cost_does_not_grow_with_the_bucket) {
+  lp_packer_t *p = lp_packer_new();
+  uint32_t lens[8] = {1000, 700, 500, 300, 90000, 4000, 12, 1};
+  lp_place_t out[8];
+  lp_pack_params_t prm = {.capacity = 1u << 20, .max_bins = 2};
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < 6000; i++) {
+    REQUIRE(lp_packer_pack(p, LP_ALGO_BFD, &prm, lens, 8, out, NULL) == 8);
+    uint64_t count[65] = {0};
+    count[64] = 3;
+    REQUIRE(lp_packer_spfhp_bins(p, count, 64, 0) == 3);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  ck_assert_msg(s < 3.0, "6000 best-fit packs into a 2^20 bucket took %.2f s", s);
+  lp_packer_free(p);
+}
+END_TEST
+
+LP_TEST_MAIN("packer", empty_input, exact_and_overflow, many_one_token, pinned_first, best_fit_differs, random_properties, spfhp_histogram, names, reuse_across_capacities, best_fit_cost_does_not_grow_with_the_bucket)

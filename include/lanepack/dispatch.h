@@ -179,7 +179,12 @@ typedef enum {
   LP_DISP_ACT_ANSWER,    /* job job_id is finished: status OK (every sequence had its
                             OUTPUT) or an error; exactly once per admitted job */
   LP_DISP_ACT_HEALTH     /* the core marked backend health.backend up or down from
-                            batch outcomes (the caller may log it and probe) */
+                            batch outcomes (the caller may log it and probe). Down is
+                            only said while another backend is up; a backend down
+                            here gets a probe batch now and then (SEND reason
+                            "probe") and is up again when that one is answered. A
+                            verdict of the caller's (lp_disp_backend_health) ends
+                            those probes. */
 } lp_disp_act_kind_t;
 
 /* Why a job failed (or OK). lp_disp_status_http / _code give the HTTP status and
@@ -195,6 +200,9 @@ typedef enum {
   LP_DISP_ST_NO_BACKEND,     /* 503 no_healthy_backend */
   LP_DISP_ST_SHUTDOWN,       /* 503 shutting_down */
   LP_DISP_ST_NOMEM,          /* 503 out_of_memory */
+  LP_DISP_ST_SHAPE_COMPILING,/* 503 shape_compiling: only a shape still compiling holds one
+                                of its sequences, and it did not compile within
+                                backend_timeout of the job's admission */
   LP_DISP_ST_COUNT
 } lp_disp_status_t;
 
@@ -225,8 +233,10 @@ typedef struct lp_disp_action_s {
       uint64_t real_tokens;    /* sum of lens: fill = real_tokens / (lanes x bucket) */
       uint64_t expect_ns;      /* when the clock expects its answer; 0 = unknown */
       uint32_t copies;         /* items that are a hedge or retry copy */
-      const char *reason;      /* "idle", "just_in_time", "oldest", "drain", "queued":
-                                  why it left now (static string) */
+      const char *reason;      /* why it left now (static string): "idle" (a device was
+                                  free), "just_in_time" (one is about to be),
+                                  "queued" (a full batch to wait at a busy device
+                                  above high_util), "drain", "probe" */
     } send;
     struct {
       uint64_t job_id;

@@ -59,9 +59,10 @@ struct disp_batch_s {
   uint64_t expect_ns;      /* expected answer; 0 = unknown */
   uint64_t prev_answer_ns; /* when the batch ahead of it on its device answered; 0 = none */
   int behind;              /* a batch was ahead of it on its device when it was sent */
-  int stalled;
+  int lost;                /* presumed lost: stalled, or overtaken on its device by one sent
+                              after it; it holds the device up no more */
   uint64_t real;
-  lp_theap_node_t stall;   /* in d->stalls while in flight and not stalled */
+  lp_theap_node_t stall;   /* in d->stalls while in flight and not yet stalled */
   disp_batch_t *dnext, *dprev; /* its device's batches, in send order; free list */
   disp_seq_t **seqs;       /* owned array of borrowed sequences (each holds a job ref) */
   uint32_t n, cap;
@@ -70,12 +71,19 @@ struct disp_batch_s {
 typedef struct disp_dev_s {
   disp_batch_t *first, *last; /* in flight on it, in send order */
   uint32_t n;                 /* how many */
-  uint32_t stalled;           /* of which past their stall time */
+  uint32_t lost;              /* of which presumed lost */
+  uint32_t suspect;           /* stalls since it last answered: at 2 it is taken as hung */
+  uint64_t probe_at;          /* hung: when it may have one batch to see if it is back */
   double util;                /* share of recent sends that found it busy */
 } disp_dev_t;
 
 typedef struct disp_backend_s {
   int up;
+  int core_down;              /* marked down here from its batches: probed with one batch
+                                 at probe_at (then probing), up again when it succeeds */
+  int probing;
+  uint32_t downs;             /* failed probes in a row: the interval doubles */
+  uint64_t probe_at;
   uint32_t fails_in_row;      /* failures a poisoned sequence does not explain */
   uint32_t errors_in_row;     /* all failures */
   lp_shape_state_t state[LP_BUCKET_MAX_SHAPES];
@@ -106,6 +114,7 @@ struct lp_disp_s {
   disp_map_t jobs, batches;
   uint64_t next_batch_id, next_seqno;
   uint32_t next_group, decision;
+  uint32_t rr;                    /* the backend looked at first next time */
   int draining;
   uint64_t now, wake;
   size_t live_jobs;               /* admitted, not answered */

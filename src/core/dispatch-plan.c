@@ -269,7 +269,7 @@ static int send(lp_disp_t *d, const view_t *v, uint32_t k, int shape, size_t n, 
   /* the device: it runs after what is ahead of it, or after the lead time */
   uint64_t lead = lp_devclock_lead(&be->clock), cost = lp__disp_cost(d, v->b, shape);
   lp_device_t *cd = &be->clock.dev[k];
-  bt->behind = dv->n > 0;
+  bt->behind = dv->n > dv->lost;
   uint64_t start = now + lead;
   if (bt->behind && cd->free_ns > start) start = cd->free_ns;
   bt->expect_ns = start + cost;
@@ -280,7 +280,7 @@ static int send(lp_disp_t *d, const view_t *v, uint32_t k, int shape, size_t n, 
   else dv->first = bt;
   dv->last = bt;
   dv->n++;
-  cd->batches = dv->n;
+  cd->batches = dv->n - dv->lost;
   cd->free_ns = bt->expect_ns;
   if (d->cfg.stall_factor > 0) {
     uint64_t span = bt->expect_ns - now;
@@ -328,35 +328,62 @@ static int plan(lp_disp_t *d, uint32_t b, uint32_t k, int rank, uint64_t now) {
     const lp_shape_t *sh = &d->shapes.shapes[shape];
     if (real < (uint64_t)sh->lanes * sh->bucket * 9 / 10) return 0; /* let it fill until just in time */
   }
-  static const char *const reasons[] = {"idle", "just_in_time", "queued"};
-  int rc = send(d, &v, k, shape, (size_t)n, real, d->draining ? "drain" : reasons[rank], now);
+  static const char *const reasons[] = {"idle", "just_in_time", "queued", "probe"};
+  int rc = send(d, &v, k, shape, (size_t)n, real, d->draining && rank < 3 ? "drain" : reasons[rank], now);
+  if (rc == 0 && rank == 3) d->be[b].probing = 1;
+  if (rc == 0) d->rr = (b + 1) % d->cfg.nbackends;
   return rc ? rc : 1;
 }
 
 int lp__disp_schedule(lp_disp_t *d, uint64_t now, uint64_t *wake) {
   uint32_t tried = 0;
   while (d->queue.n) {
-    int bb = -1, bk = -1, brank = 3;
+    int bb = -1, bk = -1, brank = 4;
     uint64_t bfree = 0, bleave = 0;
-    for (uint32_t b = 0; b < d->cfg.nbackends; b++) {
+    /* backends from the one after the last that got a batch: among equals,
+     * round robin */
+    for (uint32_t i = 0; i < d->cfg.nbackends; i++) {
+      uint32_t b = (d->rr + i) % d->cfg.nbackends;
       disp_backend_t *be = &d->be[b];
-      if (!be->up || (tried & (1u << b))) continue;
+      if (tried & (1u << b)) continue;
+      int probe = 0;
+      if (!be->up) {
+        /* down here: one probe batch when its time comes, to an idle device */
+        if (!be->core_down || be->probing) continue;
+        if (now < be->probe_at) {
+          if (be->probe_at < *wake) *wake = be->probe_at;
+          continue;
+        }
+        probe = 1;
+      }
       uint64_t lead = lp_devclock_lead(&be->clock);
       for (uint32_t k = 0; k < be->clock.devices; k++) {
         disp_dev_t *dv = &be->dev[k];
-        if (dv->stalled || dv->n >= 1 + d->max_queued) continue;
-        uint64_t free_at = dv->n ? be->clock.dev[k].free_ns : 0;
+        /* batches presumed lost hold it up no more, unless it stalled twice running */
+        uint32_t live = dv->n - dv->lost;
+        if (live >= 1 + d->max_queued) continue;
+        if (dv->suspect >= 2 && now < dv->probe_at) {
+          if (dv->probe_at < *wake) *wake = dv->probe_at;
+          continue;
+        }
+        uint64_t free_at = live ? be->clock.dev[k].free_ns : 0;
         uint64_t leave = free_at > lead ? free_at - lead : 0;
         int rank;
-        if (dv->n == 0) rank = 0;
+        if (probe && live) continue;
+        if (live == 0) rank = probe ? 3 : 0;
         else if (d->draining || leave <= now) rank = 1;
         else if (dv->util > d->cfg.high_util) rank = 2;
         else {
           if (leave < *wake) *wake = leave;
           continue;
         }
-        int better = bb < 0 || rank < brank || (rank == brank && free_at < bfree) ||
-                     (rank == brank && free_at == bfree && be->fails_in_row < d->be[bb].fails_in_row);
+        /* the device that can start first; among equals, one with nothing
+         * stalled, then the backend with fewer failures in a row */
+        int better = bb < 0 || rank < brank || (rank == brank && free_at < bfree);
+        if (!better && bb >= 0 && rank == brank && free_at == bfree) {
+          uint32_t st = d->be[bb].dev[bk].suspect;
+          better = dv->suspect < st || (dv->suspect == st && be->fails_in_row < d->be[bb].fails_in_row);
+        }
         if (better) {
           bb = (int)b;
           bk = (int)k;

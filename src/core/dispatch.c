@@ -17,6 +17,8 @@
 #define MAX_FREE_SENDS 16
 /* how far from a level's head a retried sequence's place is searched for */
 #define REQUEUE_SEARCH 256
+/* first interval between probe batches to a backend marked down here */
+#define PROBE_NS (200 * MS)
 
 /* ---- names ---- */
 
@@ -35,6 +37,8 @@ static const struct {
   [LP_DISP_ST_NO_BACKEND] = {503, "no_healthy_backend", "no backend of this model is healthy"},
   [LP_DISP_ST_SHUTDOWN] = {503, "shutting_down", "the proxy is shutting down"},
   [LP_DISP_ST_NOMEM] = {503, "out_of_memory", "proxy out of memory"},
+  [LP_DISP_ST_SHAPE_COMPILING] = {503, "shape_compiling",
+                                  "only a shape still compiling can hold this sequence"},
 };
 
 int lp_disp_status_http(lp_disp_status_t s) { return s < LP_DISP_ST_COUNT ? status_info[s].http : 500; }
@@ -208,12 +212,25 @@ static void batch_destroy(disp_batch_t *bt) {
 
 void lp_disp_free(lp_disp_t *d) {
   if (d == NULL) return;
-  for (size_t i = 0; i < d->batches.cap; i++)
-    if (d->batches.keys[i]) batch_destroy(d->batches.vals[i]);
-  for (size_t i = 0; i < d->jobs.cap; i++)
-    if (d->jobs.keys[i]) free(d->jobs.vals[i]);
-  /* jobs answered but still referenced by a batch are out of the map: their
-   * batches above held the last references */
+  /* the heaps first: freeing one touches its nodes, which live in jobs and batches */
+  lp_theap_free(&d->timers); lp_theap_free(&d->deadlines); lp_theap_free(&d->retries);
+  lp_theap_free(&d->stalls);
+  /* a job goes with its last reference: live jobs nothing refers to now, the
+   * rest (live or answered) with the last in-flight batch holding them */
+  for (size_t i = 0; i < d->jobs.cap; i++) {
+    disp_job_t *j = d->jobs.keys[i] ? d->jobs.vals[i] : NULL;
+    if (j) j->answered = 1;
+    if (j && j->refs == 0) free(j);
+  }
+  for (size_t i = 0; i < d->batches.cap; i++) {
+    if (!d->batches.keys[i]) continue;
+    disp_batch_t *bt = d->batches.vals[i];
+    for (uint32_t k = 0; k < bt->n; k++) {
+      disp_job_t *j = bt->seqs[k]->job;
+      if (--j->refs == 0) free(j);
+    }
+    batch_destroy(bt);
+  }
   while (d->spare) {
     disp_batch_t *b = d->spare;
     d->spare = b->dnext;
@@ -221,8 +238,6 @@ void lp_disp_free(lp_disp_t *d) {
   }
   free(d->jobs.keys); free(d->jobs.vals); free(d->batches.keys); free(d->batches.vals);
   lp_queue_free(&d->queue);
-  lp_theap_free(&d->timers); lp_theap_free(&d->deadlines); lp_theap_free(&d->retries);
-  lp_theap_free(&d->stalls);
   free(d->acts); free(d->items);
   lp_packer_free(d->packer);
   free(d->win); free(d->lens); free(d->trial); free(d->best); free(d->keys); free(d->sitems);
@@ -406,6 +421,27 @@ static uint64_t earliest_answer(const lp_disp_t *d, uint32_t longest, uint64_t n
   return best;
 }
 
+/* The longest sequence a compiled shape (on any backend) holds now. */
+static uint32_t compiled_max(const lp_disp_t *d) {
+  uint32_t m = 0;
+  for (size_t k = 0; k < d->shapes.count; k++)
+    if (d->shapes.shapes[k].state == LP_SHAPE_COMPILED && d->shapes.shapes[k].bucket > m)
+      m = d->shapes.shapes[k].bucket;
+  return m;
+}
+
+/* When a job must be looked at: its deadline, its bound, or, while only a shape
+ * still compiling could hold one of its sequences, backend_timeout after its
+ * admission (a compile that takes longer is not waited for). */
+static uint64_t next_check(const lp_disp_t *d, const disp_job_t *j) {
+  uint64_t at = j->deadline_ns && j->deadline_ns < j->bound_ns ? j->deadline_ns : j->bound_ns;
+  uint64_t patience = j->admitted_ns + d->cfg.backend_timeout_ns;
+  uint32_t m = compiled_max(d);
+  for (uint32_t i = 0; i < j->nseq && patience < at; i++)
+    if (j->seqs[i].state != SEQ_DONE && j->seqs[i].len > m) at = patience;
+  return at;
+}
+
 int lp_disp_admit(lp_disp_t *d, uint64_t job_id, uint32_t nseq, const uint32_t *lens, int priority,
                   uint64_t deadline_ns, uint64_t now) {
   begin(d, now);
@@ -461,8 +497,7 @@ int lp_disp_admit(lp_disp_t *d, uint64_t job_id, uint32_t nseq, const uint32_t *
     s->q.seqno = ++d->next_seqno;
     lp_theap_node_init(&s->retry);
   }
-  uint64_t at = deadline_ns && deadline_ns < j->bound_ns ? deadline_ns : j->bound_ns;
-  int bad = lp_theap_set(&d->timers, &j->timer, at);
+  int bad = lp_theap_set(&d->timers, &j->timer, next_check(d, j));
   for (uint32_t i = 0; !bad && i < nseq; i++) bad = seq_enqueue(d, &j->seqs[i], 0);
   d->live_jobs++;
   d->live_tokens += tokens;
@@ -534,23 +569,16 @@ static void batch_put(lp_disp_t *d, disp_batch_t *bt) {
   d->nspare++;
 }
 
-/* Takes bt off its device; the batches behind it move by how early or late it
- * ended, and the one now running is expected svc after now. */
-static void device_release(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
-  disp_backend_t *be = &d->be[bt->backend];
-  disp_dev_t *dv = &be->dev[bt->device];
-  int head = dv->first == bt;
-  if (bt->dprev) bt->dprev->dnext = bt->dnext;
-  else dv->first = bt->dnext;
-  if (bt->dnext) bt->dnext->dprev = bt->dprev;
-  else dv->last = bt->dprev;
-  dv->n--;
-  if (bt->stalled && dv->stalled) dv->stalled--;
-  lp_theap_remove(&d->stalls, &bt->stall);
-  if (head && dv->first) dv->first->prev_answer_ns = now;
-  /* the expected answers of the rest, in order */
+/* The expected answers of the batches on device k of backend b that are not
+ * presumed lost, in order from now: each runs after the one ahead of it, or
+ * once it has arrived. A lost batch (stalled, or overtaken) holds nothing up
+ * and keeps its stall time. Their stall times move with them; the clock mirrors it. */
+static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
+  disp_backend_t *be = &d->be[b];
+  disp_dev_t *dv = &be->dev[k];
   uint64_t prev = now, lead = lp_devclock_lead(&be->clock);
   for (disp_batch_t *x = dv->first; x; x = x->dnext) {
+    if (x->lost) continue;
     uint64_t start = x->sent_ns + lead > prev ? x->sent_ns + lead : prev;
     x->expect_ns = start + lp__disp_cost(d, x->backend, x->shape);
     prev = x->expect_ns;
@@ -558,12 +586,36 @@ static void device_release(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
       uint64_t span = x->expect_ns - x->sent_ns;
       uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
       if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
-      lp_theap_set(&d->stalls, &x->stall, x->sent_ns + wait);
+      (void)lp_theap_set(&d->stalls, &x->stall, x->sent_ns + wait); /* re-keying never grows */
     }
   }
-  lp_device_t *cd = &be->clock.dev[bt->device];
-  cd->batches = dv->n;
-  cd->free_ns = dv->n ? prev : 0;
+  lp_device_t *cd = &be->clock.dev[k];
+  cd->batches = dv->n - dv->lost;
+  cd->free_ns = cd->batches ? prev : 0;
+}
+
+/* Takes bt off its device; the batches behind it move by how early or late it
+ * ended, and the one now running is expected a service time after now. */
+static void device_release(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
+  disp_backend_t *be = &d->be[bt->backend];
+  disp_dev_t *dv = &be->dev[bt->device];
+  disp_batch_t *next = bt->dnext;
+  /* a device runs its batches in order: those sent before this one that have
+   * not answered are presumed lost (their stall time still hedges them) */
+  for (disp_batch_t *x = dv->first; x != bt; x = x->dnext)
+    if (!x->lost) {
+      x->lost = 1;
+      dv->lost++;
+    }
+  if (bt->dprev) bt->dprev->dnext = bt->dnext;
+  else dv->first = bt->dnext;
+  if (bt->dnext) bt->dnext->dprev = bt->dprev;
+  else dv->last = bt->dprev;
+  dv->n--;
+  if (bt->lost && dv->lost) dv->lost--;
+  lp_theap_remove(&d->stalls, &bt->stall);
+  if (next) next->prev_answer_ns = now;
+  device_chain(d, bt->backend, bt->device, now);
 }
 
 /* What an answer teaches the clock (errors too: a backend that answers slowly is
@@ -595,16 +647,29 @@ static void learn(lp_disp_t *d, disp_batch_t *bt, const lp_disp_result_t *r, uin
   c->useful_ns += slots ? (uint64_t)((double)busy * (double)bt->real / (double)slots) : 0;
 }
 
-static void set_health(lp_disp_t *d, uint32_t b, int up) {
+/* When a backend marked down here gets its next probe batch. */
+static void next_probe(lp_disp_t *d, disp_backend_t *be, uint64_t now) {
+  uint32_t k = be->downs < 5 ? be->downs : 5;
+  be->downs++;
+  be->probing = 0;
+  be->probe_at = now + (PROBE_NS << k);
+}
+
+/* The core's own verdict from batch outcomes: down is only said while another
+ * backend is up (with none, retries and the bounds serve better than 503s);
+ * a backend down here is probed with one batch now and then. */
+static void set_health(lp_disp_t *d, uint32_t b, int up, uint64_t now) {
   disp_backend_t *be = &d->be[b];
   if (be->up == up) return;
   be->up = up;
   be->fails_in_row = be->errors_in_row = 0;
+  be->core_down = !up;
+  be->downs = 0;
+  if (!up) next_probe(d, be, now);
   lp_disp_action_t a = {.kind = LP_DISP_ACT_HEALTH};
   a.health.backend = b;
   a.health.up = up;
   (void)lp__disp_push(d, &a, NULL, 0);
-  if (!any_up(d)) fail_waiting(d, LP_DISP_ST_NO_BACKEND, 0);
 }
 
 static uint64_t backoff_ns(const lp_disp_t *d, uint32_t retries) {
@@ -718,7 +783,12 @@ int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, u
   d->st.inflight--;
   lp_disp_outcome_t o = r->outcome;
   disp_backend_t *be = &d->be[bt->backend];
-  if (o != LP_DISP_TIMEOUT && o != LP_DISP_RESET && o != LP_DISP_ABANDONED) learn(d, bt, r, now);
+  /* an answer says the device works; a timeout or a reset ends the wait too */
+  be->dev[bt->device].suspect = 0;
+  /* what the device did teaches its clock, errors included; a missing shape,
+   * a timeout or a reset say nothing of it */
+  if (o != LP_DISP_TIMEOUT && o != LP_DISP_RESET && o != LP_DISP_ABANDONED && o != LP_DISP_ERR_SHAPE)
+    learn(d, bt, r, now);
   device_release(d, bt, now);
   for (uint32_t i = 0; i < bt->n; i++) bt->seqs[i]->inflight--;
 
@@ -760,8 +830,16 @@ int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, u
     }
     be->errors_in_row++;
     if (!explained) be->fails_in_row++;
-    if (be->up && (be->fails_in_row >= d->unhealthy_after || be->errors_in_row >= 4 * d->unhealthy_after))
-      set_health(d, bt->backend, 0);
+    int others = 0;
+    for (uint32_t o2 = 0; o2 < d->cfg.nbackends; o2++) others |= o2 != bt->backend && d->be[o2].up;
+    if (be->up && others &&
+        (be->fails_in_row >= d->unhealthy_after || be->errors_in_row >= 4 * d->unhealthy_after))
+      set_health(d, bt->backend, 0, now);
+  }
+  /* a probe of a backend down here: it is back when it answers */
+  if (!be->up && be->core_down && be->probing) {
+    if (o == LP_DISP_OK || o == LP_DISP_ERR_4XX) set_health(d, bt->backend, 1, now);
+    else next_probe(d, be, now);
   }
   for (uint32_t i = 0; i < bt->n; i++) {
     disp_job_t *j = bt->seqs[i]->job;
@@ -779,9 +857,12 @@ int lp_disp_backend_health(lp_disp_t *d, uint32_t b, int up, uint64_t now) {
   if (b >= d->cfg.nbackends) return -EINVAL;
   begin(d, now);
   up = up != 0;
-  if (d->be[b].up != up) {
-    d->be[b].up = up;
-    d->be[b].fails_in_row = d->be[b].errors_in_row = 0;
+  disp_backend_t *be = &d->be[b];
+  /* the caller's probe decides: no probe batches of ours after it */
+  be->core_down = be->probing = 0;
+  if (be->up != up) {
+    be->up = up;
+    be->fails_in_row = be->errors_in_row = 0;
     if (!any_up(d)) fail_waiting(d, LP_DISP_ST_NO_BACKEND, 0);
   }
   finish(d, now);
@@ -810,25 +891,30 @@ int lp_disp_backend_devices(lp_disp_t *d, uint32_t b, uint32_t devices, uint64_t
 
 /* ---- time ---- */
 
-/* A stalled batch: its sequences (and those of the batches waiting behind it on
- * its device) are queued again as copies while their budget lasts; the device
- * counts as busy until it answers. */
-static void stall(lp_disp_t *d, disp_batch_t *bt) {
+/* A stalled batch: its sequences are queued again as copies while their budget
+ * lasts. The batch is presumed lost and no longer holds its device up; but a
+ * device that stalls twice without answering in between is taken as hung and
+ * gets one batch now and then (stall_min, doubling) until it answers. */
+static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
   disp_dev_t *dv = &d->be[bt->backend].dev[bt->device];
   d->st.stalls++;
-  for (disp_batch_t *x = bt; x; x = x->dnext) {
-    if (!x->stalled) {
-      x->stalled = 1;
-      dv->stalled++;
-      lp_theap_remove(&d->stalls, &x->stall);
-    }
-    for (uint32_t i = 0; i < x->n; i++) {
-      disp_seq_t *s = x->seqs[i];
-      if (!seq_live(s) || s->state != SEQ_OUT || s->copies >= d->max_copies) continue;
-      s->free_next = 0;
-      if (seq_enqueue(d, s, 1) == 0) d->st.hedges++;
-    }
+  if (!bt->lost) {
+    bt->lost = 1;
+    dv->lost++;
   }
+  /* hung: probed with one batch after a backoff that doubles with each stall */
+  if (++dv->suspect >= 2) {
+    uint32_t k = dv->suspect - 2 < 4 ? dv->suspect - 2 : 4;
+    dv->probe_at = now + ((d->cfg.stall_min_ns ? d->cfg.stall_min_ns : 10 * MS) << k);
+  }
+  lp_theap_remove(&d->stalls, &bt->stall);
+  for (uint32_t i = 0; i < bt->n; i++) {
+    disp_seq_t *s = bt->seqs[i];
+    if (!seq_live(s) || s->state != SEQ_OUT || s->copies >= d->max_copies) continue;
+    s->free_next = 0;
+    if (seq_enqueue(d, s, 1) == 0) d->st.hedges++;
+  }
+  device_chain(d, bt->backend, bt->device, now);
 }
 
 void lp_disp_tick(lp_disp_t *d, uint64_t now) {
@@ -836,7 +922,11 @@ void lp_disp_tick(lp_disp_t *d, uint64_t now) {
   lp_theap_node_t *t;
   while ((t = lp_theap_top(&d->timers)) && t->at <= now) {
     disp_job_t *j = container_of(t, disp_job_t, timer);
-    job_answer(d, j, j->deadline_ns && j->deadline_ns <= now ? LP_DISP_ST_DEADLINE : LP_DISP_ST_BOUND);
+    uint64_t at = next_check(d, j);
+    if (j->deadline_ns && j->deadline_ns <= now) job_answer(d, j, LP_DISP_ST_DEADLINE);
+    else if (j->bound_ns <= now) job_answer(d, j, LP_DISP_ST_BOUND);
+    else if (at <= now) job_answer(d, j, LP_DISP_ST_SHAPE_COMPILING);
+    else (void)lp_theap_set(&d->timers, t, at); /* re-keying never grows */
   }
   while ((t = lp_theap_top(&d->retries)) && t->at <= now) {
     disp_seq_t *s = container_of(t, disp_seq_t, retry);
@@ -846,7 +936,7 @@ void lp_disp_tick(lp_disp_t *d, uint64_t now) {
     else if (!any_up(d)) job_answer(d, s->job, LP_DISP_ST_NO_BACKEND);
     else if (seq_enqueue(d, s, 1)) job_answer(d, s->job, LP_DISP_ST_NOMEM);
   }
-  while ((t = lp_theap_top(&d->stalls)) && t->at <= now) stall(d, container_of(t, disp_batch_t, stall));
+  while ((t = lp_theap_top(&d->stalls)) && t->at <= now) stall(d, container_of(t, disp_batch_t, stall), now);
   finish(d, now);
 }
 

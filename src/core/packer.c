@@ -28,6 +28,9 @@ struct lp_packer_s {
   uint32_t *fill; size_t fill_cap;      /* per bin: tokens placed */
   uint32_t *segs; size_t segs_cap;      /* per bin: sequences placed */
   int32_t *heads; size_t heads_cap;     /* per capacity value: stack of bins/groups */
+  uint32_t *captree; size_t captree_cap; /* max-tree over capacity values: which have a bin */
+  size_t idx_size;                      /* leaves of captree (and entries of heads) kept clean */
+  int idx_dirty;                        /* a pack stopped midway: clear the index in full */
   int32_t *next; size_t next_cap;       /* stack links, per bin or group */
   spf_group_t *groups; size_t groups_cap;
   uint32_t *cursor; size_t cursor_cap;  /* SPFHP expansion: next item per length */
@@ -43,6 +46,7 @@ lp_packer_t *lp_packer_new(void) { return calloc(1, sizeof(lp_packer_t)); }
 void lp_packer_free(lp_packer_t *p) {
   if (p == NULL) return;
   free(p->keys); free(p->tree); free(p->fill); free(p->segs); free(p->heads);
+  free(p->captree);
   free(p->next); free(p->groups); free(p->cursor); free(p->chain);
   free(p->bylen);
   free(p);
@@ -122,25 +126,44 @@ static int seg_full(const lp_pack_params_t *prm, uint32_t segs) {
  * values marks which have a bin, so "smallest capacity >= len" is O(log C) ---- */
 
 static int capidx_init(lp_packer_t *p, uint32_t capacity, size_t nodes, size_t *size) {
-  *size = pow2_at_least((size_t)capacity + 1);
-  if (GROW(p, tree, tree_cap, 2 * *size) || GROW(p, heads, heads_cap, (size_t)capacity + 1) ||
-      GROW(p, next, next_cap, nodes))
-    return -ENOMEM;
-  memset(p->tree, 0, 2 * *size * sizeof(uint32_t));
-  memset(p->heads, 0xff, ((size_t)capacity + 1) * sizeof(int32_t));
+  size_t need = pow2_at_least((size_t)capacity + 1);
+  if (GROW(p, next, next_cap, nodes)) return -ENOMEM;
+  /* The index is left empty by every pack that ends (capidx_clear), so it is
+   * cleared in full only when it grows or a pack stopped midway: a decision
+   * costs what its bins cost, not what the bucket length is. One size, the
+   * largest seen, serves every smaller capacity. */
+  if (need > p->idx_size) {
+    if (GROW(p, captree, captree_cap, 2 * need) || GROW(p, heads, heads_cap, need)) return -ENOMEM;
+    p->idx_size = need;
+    p->idx_dirty = 1;
+  }
+  if (p->idx_dirty) {
+    memset(p->captree, 0, 2 * p->idx_size * sizeof(uint32_t));
+    memset(p->heads, 0xff, p->idx_size * sizeof(int32_t));
+  }
+  p->idx_dirty = 1; /* until capidx_clear */
+  *size = p->idx_size;
   return 0;
 }
 
 static void capidx_push(lp_packer_t *p, size_t size, uint32_t rem, int32_t node) {
   p->next[node] = p->heads[rem];
-  if (p->heads[rem] < 0) tree_set(p->tree, size, rem, 1);
+  if (p->heads[rem] < 0) tree_set(p->captree, size, rem, 1);
   p->heads[rem] = node;
 }
 
 static void capidx_pop(lp_packer_t *p, size_t size, uint32_t rem) {
   int32_t node = p->heads[rem];
   p->heads[rem] = p->next[node];
-  if (p->heads[rem] < 0) tree_set(p->tree, size, rem, 0);
+  if (p->heads[rem] < 0) tree_set(p->captree, size, rem, 0);
+}
+
+/* Empties the index after a pack: only the capacity values still holding a bin
+ * (or group) are touched. */
+static void capidx_clear(lp_packer_t *p, size_t size, uint32_t rem) {
+  if (p->heads[rem] < 0) return;
+  p->heads[rem] = -1;
+  tree_set(p->captree, size, rem, 0);
 }
 
 /* ---- any fit: first fit keeps a max-tree over bins of their remaining
@@ -179,7 +202,7 @@ static long pack_any_fit(lp_packer_t *p, const lp_pack_params_t *prm, const uint
     if (!best) {
       b = tree_first(p->tree, 1, 0, size, 0, len);
     } else {
-      long r = tree_first(p->tree, 1, 0, size, len, 1);
+      long r = tree_first(p->captree, 1, 0, size, len, 1);
       if (r >= 0) {
         b = p->heads[r];
         capidx_pop(p, size, (uint32_t)r);
@@ -201,6 +224,11 @@ static long pack_any_fit(lp_packer_t *p, const lp_pack_params_t *prm, const uint
     else if (room > 0) capidx_push(p, size, room, (int32_t)b);
     if ((uint32_t)b + 1 > used) used = (uint32_t)b + 1;
     placed++;
+  }
+  if (best) {
+    for (uint32_t b = 0; b < used; b++)
+      if (p->fill[b] < prm->capacity) capidx_clear(p, size, prm->capacity - p->fill[b]);
+    p->idx_dirty = 0;
   }
   if (bins_used) *bins_used = used;
   return placed;
@@ -243,7 +271,7 @@ static uint64_t spf_room(const spf_t *s, uint32_t rem, uint32_t segs, uint32_t l
 static long spf_place(spf_t *s, uint32_t len, uint64_t c) {
   lp_packer_t *p = s->p;
   while (c > 0) {
-    long r = tree_first(p->tree, 1, 0, s->size, len, 1);
+    long r = tree_first(p->captree, 1, 0, s->size, len, 1);
     int32_t g = -1;
     uint64_t avail, q;
     uint32_t rem, segs;
@@ -279,6 +307,13 @@ static long spf_place(spf_t *s, uint32_t len, uint64_t c) {
   return (long)(c > (uint64_t)LONG_MAX ? LONG_MAX : c);
 }
 
+/* Leaves the index empty once the groups are placed. */
+static void spf_clear(spf_t *s) {
+  for (size_t g = 0; g < s->ngroups; g++)
+    if (s->p->groups[g].rem <= s->prm->capacity) capidx_clear(s->p, s->size, s->p->groups[g].rem);
+  s->p->idx_dirty = 0;
+}
+
 static int spf_init(spf_t *s, lp_packer_t *p, const lp_pack_params_t *prm, uint64_t max_bins) {
   s->p = p;
   s->prm = prm;
@@ -299,6 +334,7 @@ long lp_packer_spfhp_bins(lp_packer_t *p, const uint64_t *count, uint32_t capaci
     long left = spf_place(&s, l, count[l]);
     if (left < 0) return left;
   }
+  spf_clear(&s);
   return (long)s.bins;
 }
 
@@ -378,6 +414,7 @@ static long pack_spfhp(lp_packer_t *p, const lp_pack_params_t *prm, const uint32
       }
     }
   }
+  spf_clear(&s);
   if (bins_used) *bins_used = bin;
   return placed;
 }
