@@ -17,6 +17,7 @@
 #include "lanepack/layout.h"
 #include "lanepack/metrics.h"
 #include "lanepack/queue.h"
+#include "lanepack/saturation.h"
 #include "lanepack/scatter.h"
 #include "lanepack/sched.h"
 #include "lanepack/tensor.h"
@@ -191,6 +192,7 @@ struct lp_model_s {
   lp_hist_t service;       /* observed device time per batch (or dispatch to answer) */
   lp_hist_t service_error; /* |observed - expected| / expected, per batch */
   lp_hist_t queue_delay;   /* arrival to dispatch, per answered request */
+  lp_saturation_t saturation; /* read by /metrics (status.c); zeroed is empty */
 };
 
 #define LP_ROUTE_COUNT 9
