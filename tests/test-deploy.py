@@ -177,6 +177,96 @@ missing = [f for f in emu_flags if "--" + f not in emu_man]
 check("lanepack-emulator(1) lists every flag (%d), --hide-shapes among them" % len(emu_flags),
       "hide-shapes" in emu_flags and not missing, missing)
 
+# ---- autoscaling and the inference gateway (deploy/k8s/autoscaling, gateway) ----
+def k8s_docs(sub):
+    out = {}
+    for name in sorted(os.listdir(os.path.join(src, "deploy", "k8s", sub))):
+        text = open(os.path.join(src, "deploy", "k8s", sub, name)).read()
+        check("k8s/%s/%s is commented" % (sub, name), text.startswith("#"))
+        try:
+            docs = [d for d in yaml.safe_load_all(text) if d]
+        except yaml.YAMLError as e:
+            check("k8s/%s/%s is valid YAML" % (sub, name), False, e)
+            continue
+        check("k8s/%s/%s is valid YAML" % (sub, name), docs, name)
+        for d in docs:
+            out[d["kind"]] = d
+    return out
+
+
+status_metrics = set(metrics)
+readme = open(os.path.join(src, "README.md")).read()
+scaling = readme.split("## Scaling out", 1)[1].split("\n## ", 1)[0] if "## Scaling out" in readme else ""
+m = re.search(r"The target: \*\*([0-9.]+)\*\*", scaling)
+target = float(m.group(1)) if m else None
+check("README's Scaling out section states the target value", target is not None, scaling[:200])
+
+
+def quantity(q):
+    q = str(q)
+    return float(q[:-1]) / 1000 if q.endswith("m") else float(q)
+
+
+auto = k8s_docs("autoscaling")
+check("autoscaling: an HPA, a KEDA ScaledObject and the adapter's rule",
+      {"HorizontalPodAutoscaler", "ScaledObject", "ConfigMap"} <= set(auto), list(auto))
+hpa, so, adapter = auto.get("HorizontalPodAutoscaler", {}), auto.get("ScaledObject", {}), auto.get("ConfigMap", {})
+if hpa:
+    check("the HPA is autoscaling/v2 on the Deployment", hpa["apiVersion"] == "autoscaling/v2" and
+          hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                             "name": dep["metadata"]["name"]}, hpa["spec"]["scaleTargetRef"])
+    pods = [x["pods"] for x in hpa["spec"]["metrics"] if x["type"] == "Pods"]
+    name = pods[0]["metric"]["name"] if pods else None
+    check("the HPA targets a Pods metric lanepack exports and documents", name in status_metrics and name in man,
+          name)
+    check("the HPA's target average is README's target",
+          pods and target is not None and abs(quantity(pods[0]["target"]["averageValue"]) - target) < 1e-9,
+          (pods and pods[0]["target"], target))
+    check("the HPA keeps a Pod serving while one drains (minReplicas >= 2, the PDB's maxUnavailable 1)",
+          hpa["spec"]["minReplicas"] >= 2, hpa["spec"]["minReplicas"])
+    if adapter:
+        rules = yaml.safe_load(adapter["data"]["config.yaml"])["rules"]
+        named = {r["name"]["as"]: r for r in rules}
+        check("prometheus-adapter has a rule naming the HPA's metric, from lanepack's series",
+              name in named and name in named[name]["seriesQuery"], list(named))
+        check("every adapter rule reads a metric lanepack exports",
+              all(re.match(r"'?(\w+)", r["seriesQuery"]).group(1) in status_metrics for r in rules),
+              [r["seriesQuery"] for r in rules])
+if so:
+    check("KEDA scales the Deployment", so["apiVersion"] == "keda.sh/v1alpha1" and
+          so["spec"]["scaleTargetRef"]["name"] == dep["metadata"]["name"], so["spec"]["scaleTargetRef"])
+    trig = [t for t in so["spec"]["triggers"] if t["type"] == "prometheus"]
+    q = trig[0]["metadata"]["query"] if trig else ""
+    used = set(re.findall(r"\b(lanepack_[a-z_]+)\b", q))
+    check("KEDA's prometheus trigger queries lanepack's metrics", trig and used and used <= status_metrics, q)
+    check("KEDA's threshold is README's target",
+          trig and target is not None and abs(float(trig[0]["metadata"]["threshold"]) - target) < 1e-9,
+          (trig and trig[0]["metadata"].get("threshold"), target))
+    if hpa:
+        check("HPA and KEDA agree on the replica bounds",
+              (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) ==
+              (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]))
+
+gw = k8s_docs("gateway")
+epp_cm = gw.get("ConfigMap", {})
+epp = yaml.safe_load(next(iter(epp_cm.get("data", {}).values()), "{}")) or {}
+check("the endpoint picker's configuration is an EndpointPickerConfig", epp.get("kind") == "EndpointPickerConfig",
+      epp.get("kind"))
+ext = [p for p in epp.get("plugins", []) if p.get("type") == "core-metrics-extractor"]
+params = ext[0].get("parameters", {}) if ext else {}
+engines = {e["name"]: e for e in params.get("engineConfigs", [])}
+label = params.get("engineLabelKey", "llm-d.ai/engine-type")
+eng = engines.get(pod["metadata"]["labels"].get(label))
+check("the Pods carry the engine label the picker maps to lanepack's metrics", eng is not None,
+      (label, pod["metadata"]["labels"], list(engines)))
+if eng:
+    for key in ("queuedRequestsSpec", "runningRequestsSpec"):
+        spec = eng.get(key, "")
+        mm = re.match(r"(\w+)(?:\{model=\"([^\"]+)\"\})?$", spec)
+        check("the picker's %s names a lanepack gauge and a configured model" % key,
+              mm and mm.group(1) in status_metrics and mm.group(1) in man and
+              (cfg is None or mm.group(2) in cfg["models"]), spec)
+
 # ---- systemd ----
 unit_text = open(os.path.join(src, "deploy", "systemd", "lanepack.service")).read()
 check("the unit reloads with a checked configuration and SIGHUP",
@@ -230,7 +320,7 @@ for name in sorted(os.listdir(os.path.join(src, "conf"))):
 with tempfile.TemporaryDirectory() as d:
     r = subprocess.run(["meson", "install", "-C", build, "--destdir", d, "--no-rebuild"], capture_output=True, text=True)
     check("meson install succeeds", r.returncode == 0, r.stderr[-500:])
-    for prog in ("lanepack", "lanepack-emulator", "lanepack-loadgen", "lanepack-packbench"):
+    for prog in ("lanepack", "lanepack-emulator", "lanepack-loadgen", "lanepack-packbench", "lanepack-sim"):
         binary = os.path.join(d, "usr", "local", "bin", prog)
         man = os.path.join(d, "usr", "local", "share", "man", "man1", prog + ".1")
         check("%s installed with its man page" % prog, os.access(binary, os.X_OK) and os.path.exists(man))

@@ -83,6 +83,7 @@ typedef struct lp_config_s {
   size_t max_body_bytes_in_flight; /* bodies being received, all clients together; 0 = not
                                       given: see lp_config_body_budget */
   uint64_t idle_timeout_ms;
+  uint64_t max_requests_per_connection; /* answers before Connection: close; 0 = no limit */
   uint64_t request_timeout_ms;
   uint32_t max_sequences_per_request;
   uint64_t drain_timeout_ms;

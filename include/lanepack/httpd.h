@@ -79,6 +79,9 @@ typedef struct lp_httpd_config_s {
   size_t max_connections;    /* over it: 503 and close */
   size_t max_pipeline;       /* unanswered requests per connection before reading pauses */
   uint64_t idle_timeout_ms;  /* a connection with nothing in progress is closed */
+  /* requests a connection carries: the last one's answer says Connection: close
+   * (clients of a Service then reconnect, and may land on a new Pod); 0 = no limit */
+  uint64_t max_requests_per_connection;
   uint64_t request_timeout_ms; /* a request must arrive whole within this: else 408 */
   size_t max_unsent_bytes;   /* written but not taken by the peer: over it, reading stops */
   /* Bytes of bodies being received (not yet handed to on_request) on all

@@ -105,6 +105,7 @@ struct lp_http_conn_s {
   uint64_t since_ms;           /* the request being read began (uv_now ms); while
                                   lingering: when lingering ends */
   uint32_t unanswered;
+  uint32_t requests;           /* read whole on this connection (saturates at the limit) */
   uint32_t writing;            /* uv_writes in flight */
   uint32_t discarded;          /* bytes dropped (saturates; bounded far below) */
   uint32_t last_wq;            /* unsent bytes at the last look (low bits: a change) */
@@ -942,7 +943,8 @@ static int on_message_complete(llhttp_t *p) {
   }
   body_uncharge(r); /* handed over: the app's to account for now */
   r->_continue = 0;  /* the body came without it */
-  if (!llhttp_should_keep_alive(p)) {
+  uint64_t most = c->srv->cfg.max_requests_per_connection;
+  if (!llhttp_should_keep_alive(p) || (most && ++c->requests >= most)) {
     r->_close_after = 1;
     c->closing = 1;
   }
@@ -1333,6 +1335,7 @@ void lp_httpd_set_limits(lp_httpd_t *s, const lp_httpd_config_t *cfg) {
   s->cfg.request_timeout_ms = cfg->request_timeout_ms;
   s->cfg.max_unsent_bytes = cfg->max_unsent_bytes;
   s->cfg.max_body_bytes_in_flight = cfg->max_body_bytes_in_flight;
+  s->cfg.max_requests_per_connection = cfg->max_requests_per_connection; /* open connections keep their count */
 }
 
 void lp_http_peer(const lp_http_req_t *req, char *out, size_t n) {

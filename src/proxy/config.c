@@ -354,6 +354,8 @@ int lp_config_load_text(lp_config_t *c, const char *text, size_t len, const char
     } else if (strcmp(key, "max_pipeline") == 0) {
       uint64_t t = 0;
       if (!(rc = get_u64(&x, v, key, 1, 100000, &t))) c->max_pipeline = t;
+    } else if (strcmp(key, "max_requests_per_connection") == 0) {
+      rc = get_u64(&x, v, key, 0, UINT32_MAX, &c->max_requests_per_connection);
     } else if (strcmp(key, "idle_timeout_ms") == 0) {
       rc = get_u64(&x, v, key, 0, 86400000, &c->idle_timeout_ms);
     } else if (strcmp(key, "request_timeout_ms") == 0) {
@@ -488,6 +490,8 @@ char *lp_config_dump(const lp_config_t *c) {
   json_object_set_new(root, "max_unsent_bytes", json_integer((json_int_t)c->max_unsent_bytes));
   json_object_set_new(root, "max_body_bytes_in_flight", json_integer((json_int_t)lp_config_body_budget(c)));
   json_object_set_new(root, "idle_timeout_ms", json_integer((json_int_t)c->idle_timeout_ms));
+  json_object_set_new(root, "max_requests_per_connection",
+                      json_integer((json_int_t)c->max_requests_per_connection));
   json_object_set_new(root, "request_timeout_ms", json_integer((json_int_t)c->request_timeout_ms));
   json_object_set_new(root, "max_sequences_per_request",
                       json_integer(c->max_sequences_per_request));

@@ -12,10 +12,22 @@
 /* ---- ending jobs ---- */
 
 void lp__job_free(lp_job_t *job) {
-  if (job->charged) job->model->live_bytes -= job->bytes;
+  lp_model_t *m = job->model;
+  if (job->charged) {
+    m->live_bytes -= job->bytes;
+    if (job->live_prev) job->live_prev->live_next = job->live_next;
+    else m->live = job->live_next;
+    if (job->live_next) job->live_next->live_prev = job->live_prev;
+  }
   for (uint32_t i = 0; i < job->nseq; i++) free(job->seqs[i].out);
   job->proxy->jobs--;
   free(job); /* one block with its sequences, tokens and id */
+}
+
+int lp__job_waiting(const lp_job_t *job) {
+  for (uint32_t i = 0; i < job->nseq; i++)
+    if (job->seqs[i].state != LP_SEQ_DONE && job->seqs[i].sends == 0) return 1;
+  return 0;
 }
 
 void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg) {

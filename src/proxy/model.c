@@ -407,6 +407,10 @@ int lp__model_admit(lp_model_t *m, lp_job_t *job) {
   }
   job->in_core = 1;
   job->charged = 1;
+  job->live_prev = NULL;
+  job->live_next = m->live;
+  if (m->live) m->live->live_prev = job;
+  m->live = job;
   job->unresolved = job->nseq;
   m->live_bytes += job->bytes;
   lp__model_pump(m);

@@ -362,6 +362,7 @@ void lp__httpd_limits(const lp_config_t *cfg, lp_httpd_config_t *hc) {
   hc->max_unsent_bytes = cfg->max_unsent_bytes;
   hc->max_body_bytes_in_flight = lp_config_body_budget(cfg);
   hc->idle_timeout_ms = cfg->idle_timeout_ms;
+  hc->max_requests_per_connection = cfg->max_requests_per_connection;
   hc->request_timeout_ms = cfg->request_timeout_ms;
 }
 

@@ -20,6 +20,7 @@
 #include "lanepack/httpd.h"
 #include "lanepack/layout.h"
 #include "lanepack/metrics.h"
+#include "lanepack/saturation.h"
 #include "lanepack/scatter.h"
 #include "lanepack/tensor.h"
 #include "lanepack/upstream.h"
@@ -75,7 +76,9 @@ struct lp_job_s {
   int priority;           /* the client's, clamped: higher goes first */
   int answered;           /* the client has had its one answer */
   int in_core;            /* admitted: the core answers it or must hear it is cancelled */
-  int charged;            /* its bytes count in its model's live_bytes */
+  int charged;            /* its bytes count in its model's live_bytes, and it is in
+                             the model's live list */
+  lp_job_t *live_prev, *live_next;
   lp_job_t *next_cancel;  /* in its model's list of cancels the core has not heard yet */
   int cancel_queued;      /* ... is on that list */
   lp_seq_t *seqs;         /* owned */
@@ -150,6 +153,7 @@ struct lp_model_s {
   lp_disp_t *disp;         /* the policy; owned */
   lp_disp_stats_t st;      /* its counters after the last event */
   uint64_t live_bytes;     /* what admitted jobs hold, against max_queue_bytes */
+  lp_job_t *live;          /* admitted jobs not yet freed (the load gauges walk them) */
   uv_timer_t wake;         /* the core's wake_at, at millisecond grain */
   uv_idle_t soon;          /* ... and when it is due within the grain */
   uint64_t wake_at;        /* what the timer or idle is armed for; 0 = nothing */
@@ -190,6 +194,7 @@ struct lp_model_s {
   lp_hist_t service;       /* observed device time per batch (or dispatch to answer) */
   lp_hist_t service_error; /* |observed - expected| / expected, per batch */
   lp_hist_t queue_delay;   /* arrival to dispatch, per answered request */
+  lp_saturation_t saturation; /* read by /metrics (status.c); zeroed is empty */
 };
 
 #define LP_ROUTE_COUNT 9
@@ -340,6 +345,8 @@ void lp__job_cancel(lp_job_t *job);
 /* Answers the client with an error if it has had no answer; frees nothing. */
 void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg);
 void lp__job_free(lp_job_t *job);
+/* A sequence of job's has not been sent yet (the job is waiting, not running). */
+int lp__job_waiting(const lp_job_t *job);
 /* One sequence's output is here (slice, per-token outputs wrapped in [ ]), from
  * segment g of batch bt: the answer reports that batch and place. */
 void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, const char *slice, size_t len,

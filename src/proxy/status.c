@@ -78,6 +78,62 @@ static void per_backend(lp_buf_t *b, lp_proxy_t *p, const char *name, const char
     }
 }
 
+/* What an inference gateway's endpoint picker and an autoscaler read, per
+ * model: requests waiting (a sequence of theirs is queued) and running (every
+ * sequence sent, no answer yet) -- the Gateway API Inference Extension's
+ * TotalQueuedRequests and TotalRunningRequests, counted in requests as a
+ * client sees them, not sequences -- and the saturation: mean queue delay over
+ * mean device time per batch over the last 30 s. Every admitted request is in
+ * its model's live list, so one walk counts them; a scrape costs O(requests
+ * held). Waiting: a sequence of it was never sent (one queued again for a retry
+ * counts as running). */
+static void load_gauges(lp_buf_t *b, lp_proxy_t *p) {
+  uint64_t running[LP_MAX_MODELS] = {0}, waiting[LP_MAX_MODELS] = {0}, pending[LP_MAX_MODELS] = {0};
+  double pending_s[LP_MAX_MODELS] = {0};
+  uint64_t now = uv_hrtime();
+  for (size_t k = 0; k < p->nmodels; k++)
+    for (const lp_job_t *job = p->models[k].live; job; job = job->live_next) {
+      if (job->answered) continue;
+      /* not yet in the queue-delay histogram (observed at the answer): counted
+       * with the wait it has so far */
+      uint64_t wait = 0, backend = 0;
+      if (lp__job_waiting(job)) {
+        waiting[k]++;
+        wait = now > job->arrive_ns ? now - job->arrive_ns : 0;
+      } else {
+        running[k]++;
+        lp__job_times(job, &wait, &backend);
+      }
+      pending[k]++;
+      pending_s[k] += (double)wait / 1e9;
+    }
+  char labels[128];
+  lp_metric_family(b, "lanepack_requests_waiting", "gauge",
+                   "Requests with a sequence queued, by model (the endpoint picker's TotalQueuedRequests).");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
+    lp_metric_sample_u64(b, "lanepack_requests_waiting", labels, waiting[i]);
+  }
+  lp_metric_family(b, "lanepack_requests_running", "gauge",
+                   "Requests sent to a backend whole and not yet answered, by model "
+                   "(the endpoint picker's TotalRunningRequests).");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
+    lp_metric_sample_u64(b, "lanepack_requests_running", labels, running[i]);
+  }
+  lp_metric_family(b, "lanepack_saturation", "gauge",
+                   "Mean queue delay over mean device time per batch, last 30 s, by model: "
+                   "the autoscaling target (0.7, see Scaling out).");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    lp_model_t *m = &p->models[i];
+    lp_sat_sums_t cur = {.at_ns = now, .wait_s = m->queue_delay.sum, .waits = m->queue_delay.count,
+                         .service_s = m->service.sum, .batches = m->service.count};
+    snprintf(labels, sizeof(labels), "model=\"%s\"", m->cfg->name);
+    lp_metric_sample(b, "lanepack_saturation", labels,
+                     lp_saturation_update(&m->saturation, &cur, pending_s[i], pending[i]));
+  }
+}
+
 #ifndef LP_VERSION
 #define LP_VERSION "0.1.0"
 #endif
@@ -161,6 +217,7 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   lp_metric_sample_u64(b, "lanepack_inflight_batches", NULL, p->batches);
 
   per_model(b, p, "lanepack_queue_sequences", "gauge", "Sequences waiting, by model.", m_qlen);
+  load_gauges(b, p);
   per_model(b, p, "lanepack_queue_tokens", "gauge", "Tokens waiting, by model.", m_qtokens);
   lp_metric_family(b, "lanepack_batches_total", "counter", "Batches dispatched, by model and shape.");
   for (size_t i = 0; i < p->nmodels; i++) {
