@@ -54,7 +54,7 @@ typedef struct lp_sadv_params_s {
   size_t short_requests;  /* per simulation while searching; 0 = 1500 */
   size_t long_requests;   /* per simulation to confirm; 0 = 4 x short */
   uint32_t beam;          /* sets kept per size; 0 = 3 */
-  uint32_t confirm;       /* best sets of the search run long; 0 = 3 */
+  uint32_t confirm;       /* best sets of each size the search found, run long; 0 = 3 */
   uint32_t max_devices;   /* for devices_needed; 0 = 64; devices_needed skipped when
                              no_devices is set */
   int no_devices;
@@ -85,7 +85,8 @@ typedef struct lp_sadv_result_s {
  * the lanes that fill the token budget (the largest lanes x bucket of the
  * current set), half and a quarter of them; and the current shapes. Every set
  * holds a shape that takes the longest length. A set is better when it meets
- * the target and the other does not, then by capacity, then by fewer shapes,
+ * the target and the other does not, then by capacity (within 1%: a tie), then
+ * by fewer shapes,
  * then by p99; sets that miss the target rank by p99. Returns 0, -EINVAL (err
  * says why), -ENODATA (no length fits) or -ENOMEM. */
 int lp_sadv_run(const lp_sadv_params_t *p, lp_sadv_result_t *out, char *err, size_t errlen);
