@@ -22,15 +22,19 @@ for _ in range(4000):
     print(r.randint(20, 120) if u < 0.7 else r.randint(200, 480) if u < 0.92 else r.randint(600, 1000))
 PY
 base=(--lengths "$tmp/mix.lengths" --shapes 4x1024,8x256 --cost-ms 4x1024=10 --cost-ms 8x256=7
-      --candidates 16x128,32x128,8x256,16x256,4x512,8x512,2x1024,4x1024 --advise 3 --seed 1 --json)
+      --candidates 16x128,32x128,8x256,16x256,4x512,8x512,2x1024,4x1024 --seed 1 --json
+      --advise-budget-s 600)  # no time bound: the answer must not depend on the machine
 
-for target in "12 800" "15 1500"; do
+# p99 target, rate, K
+for target in "12 800 3" "15 1500 2"; do
   set -- $target
-  "$sim" "${base[@]}" --p99-ms "$1" --rate "$2" > "$tmp/beam.json" 2> "$tmp/err"
+  "$sim" "${base[@]}" --advise "$3" --p99-ms "$1" --rate "$2" > "$tmp/beam.json" 2> "$tmp/err"
   check "p99 $1 ms at $2/s: beam search exits 0" "[ $? -eq 0 ] || { cat '$tmp/err'; false; }"
-  "$sim" "${base[@]}" --p99-ms "$1" --rate "$2" > "$tmp/beam2.json" 2>> "$tmp/err"
-  check "p99 $1 ms at $2/s: the same seed gives the same advice" "cmp -s '$tmp/beam.json' '$tmp/beam2.json'"
-  "$sim" "${base[@]}" --p99-ms "$1" --rate "$2" --advise-exhaustive > "$tmp/all.json" 2>> "$tmp/err"
+  if [ "$3" = 3 ]; then
+    "$sim" "${base[@]}" --advise "$3" --p99-ms "$1" --rate "$2" > "$tmp/beam2.json" 2>> "$tmp/err"
+    check "p99 $1 ms at $2/s: the same seed gives the same advice" "cmp -s '$tmp/beam.json' '$tmp/beam2.json'"
+  fi
+  "$sim" "${base[@]}" --advise "$3" --p99-ms "$1" --rate "$2" --advise-exhaustive > "$tmp/all.json" 2>> "$tmp/err"
   check "p99 $1 ms at $2/s: exhaustive search exits 0" "[ $? -eq 0 ] || { cat '$tmp/err'; false; }"
   python3 - "$tmp/beam.json" "$tmp/all.json" > "$tmp/check" 2>&1 <<'PY'
 import json, sys
@@ -40,7 +44,7 @@ bad = []
 if shapes(beam["advice"]) != shapes(every["advice"]):
     bad.append("beam %s, exhaustive %s" % (shapes(beam["advice"]), shapes(every["advice"])))
 # the exhaustive search simulated every set holding a shape for the longest length
-if every["sets_simulated"] < 40 or not every["search_complete"]:
+if every["sets_simulated"] < 10 or not every["search_complete"]:
     bad.append("exhaustive: %d sets" % every["sets_simulated"])
 if beam["sets_simulated"] >= every["sets_simulated"] + 10:
     bad.append("the beam simulated %d sets, more than every set" % beam["sets_simulated"])
@@ -57,7 +61,7 @@ for s in (a, c):
 # the fitted model through the two measured shapes: 4 ms + 3 ms / 2048 slots
 if abs(beam["cost_model"]["fixed_ms"] - 4) > 1e-6 or abs(beam["cost_model"]["per_slot_us"] - 3000 / 2048) > 1e-4:
     bad.append("cost model %s" % beam["cost_model"])
-if len(a["shapes"]) > 3 or a["shapes"][-1]["bucket"] < beam["longest"]:
+if len(a["shapes"]) > beam["k"] or a["shapes"][-1]["bucket"] < beam["longest"]:
     bad.append("advice %s" % a)
 print("\n".join(bad) if bad else "ok")
 PY
@@ -67,7 +71,7 @@ done
 
 # the grid from a real mix, bounded in time, as a table
 "$sim" --lengths "$data/changelog-entries.lengths" --shapes 4x8192,8x2048 --cost-ms 4x8192=20 \
-  --cost-ms 8x2048=12 --advise 3 --p99-ms 50 --rate 2000 --advise-budget-s 1 > "$tmp/table" 2> "$tmp/err"
+  --cost-ms 8x2048=12 --advise 2 --p99-ms 50 --rate 2000 --advise-budget-s 0.5 > "$tmp/table" 2> "$tmp/err"
 check "grid run exits 0" "[ $? -eq 0 ] || { cat '$tmp/err'; false; }"
 check "the table has the current set and the advice" \
   "grep -q '^  current ' '$tmp/table' && grep -q '^  advice ' '$tmp/table' && grep -q fitted '$tmp/table'"
