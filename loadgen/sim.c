@@ -58,7 +58,8 @@ static void usage(FILE *f) {
           "         [--capacity-s S] [--no-ideal] [--seed N] [--json] [--version]\n"
           "       lanepack-sim --lengths FILE|MIX --shapes ... --cost-ms ... --advise K\n"
           "         --p99-ms X --rate R [--devices N] [--candidates SHAPES]\n"
-          "         [--advise-budget-s S] [--advise-exhaustive] [--seed N] [--json]\n"
+          "         [--advise-budget-s S] [--advise-requests N] [--advise-exhaustive]\n"
+          "         [--seed N] [--json]\n"
           "Replays Poisson arrivals (or a trace: ARRIVAL_MS LENGTH [PRIORITY [DEADLINE_MS]]\n"
           "per line) at virtual time through the policy and the ideal; --load is a fraction\n"
           "of the ideal's capacity, measured first on the same lengths.\n");
@@ -133,7 +134,7 @@ static int parse(int argc, char **argv, opts_t *o) {
       {"version", no_argument, 0, 'V'},        {"compare", required_argument, 0, 'K'},
       {"advise", required_argument, 0, 'a'},   {"p99-ms", required_argument, 0, 'P'},
       {"candidates", required_argument, 0, 'N'}, {"advise-budget-s", required_argument, 0, 'b'},
-      {"advise-exhaustive", no_argument, 0, 'X'},
+      {"advise-exhaustive", no_argument, 0, 'X'}, {"advise-requests", required_argument, 0, 'Q'},
       {0, 0, 0, 0}};
   sim_model_t *m = &o->model;
   double v;
@@ -229,6 +230,10 @@ static int parse(int argc, char **argv, opts_t *o) {
         return bad("--advise-budget-s: expected seconds 0.01..3600, got '%s'", a);
       break;
     case 'X': o->adv.exhaustive = 1; break;
+    case 'Q':
+      if (parse_u64(a, 50, 10000000, &o->adv.requests))
+        return bad("--advise-requests: expected 50..10000000, got '%s'", a);
+      break;
     case 'h': usage(stdout); exit(0);
     case 'V': printf("lanepack-sim %s\n", LP_VERSION); exit(0);
     case ':': return bad("%s needs a value", argv[optind - 1]);
@@ -258,8 +263,8 @@ static int parse(int argc, char **argv, opts_t *o) {
     if (!o->adv.budget_s) o->adv.budget_s = 3;
     return 0;
   }
-  if (o->adv.p99_ms || o->adv.candidates || o->adv.exhaustive || o->adv.budget_s)
-    return bad("%s", "--p99-ms, --candidates, --advise-budget-s and --advise-exhaustive go with --advise K");
+  if (o->adv.p99_ms || o->adv.candidates || o->adv.exhaustive || o->adv.budget_s || o->adv.requests)
+    return bad("%s", "--p99-ms, --candidates and the --advise-* options go with --advise K");
   if (o->trace && (o->nloads || rate_set || o->requests))
     return bad("%s", "--trace brings its own arrivals: --load, --rate and --requests do not apply");
   if (!o->trace && !o->nloads == !rate_set) return bad("%s", "give one of --load LIST and --rate R");

@@ -70,6 +70,7 @@ int sim_advise(const sim_model_t *m, const sim_pool_t *pool, const sim_advise_op
   p.lead_ns = m->lead_ns;
   p.seed = ao->seed;
   p.exhaustive = ao->exhaustive;
+  p.short_requests = (size_t)ao->requests;
   p.clock = mono_s;
   p.budget_s = ao->budget_s;
   lp_sadv_result_t *r = calloc(1, sizeof(*r));

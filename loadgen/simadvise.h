@@ -9,6 +9,7 @@
 typedef struct sim_advise_opts_s {
   uint32_t k;               /* 0: not asked */
   double p99_ms, rate, budget_s;
+  uint64_t requests;        /* per short simulation; 0: the advisor's default */
   const char *candidates;   /* a shape list, or NULL for the grid */
   int exhaustive, json;
   uint64_t seed;
