@@ -379,7 +379,8 @@ int lp__render_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, lp_buf_t *b, cha
 #define ADV_CACHE 4
 #define ADV_CACHE_NS 30000000000ull /* an answer is reused this long ... */
 #define ADV_CACHE_GROWTH 0.10       /* ... while the histogram grew by less than this */
-#define ADV_CPU_BUDGET_S 0.12       /* the search; confirming and the device counts come after */
+#define ADV_CPU_BUDGET_S 0.10       /* the search; confirming and the device counts come after
+                                       (about as much again: ~0.2 s in all) */
 
 /* Recent answers. Keyed by the model and its histogram's storage (a model
  * torn down and made anew at the same address has new storage); the route
@@ -506,10 +507,10 @@ int lp__render_shape_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, double p99
   prm.backends = backends ? (backends > SIM_MAX_BACKENDS ? SIM_MAX_BACKENDS : backends) : 1;
   prm.devices = devices;
   prm.seed = 1;
-  prm.short_requests = 400;
-  prm.long_requests = 1200;
+  prm.short_requests = 600;
+  prm.long_requests = 2400;
   prm.beam = 2;
-  prm.confirm = 2;
+  prm.confirm = k <= 3 ? 2 : 1; /* each size's best run long: keep that within the bound */
   prm.max_devices = 16;
   prm.clock = cpu_s;
   prm.budget_s = ADV_CPU_BUDGET_S;
