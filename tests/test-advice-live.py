@@ -105,7 +105,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
         for q, name in (("k=2&p99_ms=abc", "p99_ms"), ("k=2&p99_ms=0", "p99_ms"), ("k=2&p99_ms=-5", "p99_ms"),
                         ("k=2&p99_ms=1e400", "p99_ms"), ("k=0&p99_ms=10", "k"), ("k=9&p99_ms=10", "k"),
-                        ("k=2&p99_ms=10&rate=x", "rate"), ("k=2&p99_ms=10&rate=0", "rate"),
+                        ("k=2&p99_ms=10&rate=x", "rate"), ("k=2&p99_ms=10&rate=0", "rate"), ("k=2&p99_ms=10&rate=1e-300", "rate"),
                         ("k=2&rate=10", "rate")):
             st, b = get(admin_port, "/v1/buckets/advice?" + q)
             text = json.dumps(b)

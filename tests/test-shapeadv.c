@@ -125,6 +125,8 @@ START_TEST(bad_parameters) {
   params(&p, 10000000, 7000000);
   p.rate = -1;
   ck_assert_int_eq(lp_sadv_run(&p, &r1, err, sizeof(err)), -EINVAL);
+  p.rate = 1e-300; /* its arrivals would overflow virtual nanoseconds */
+  ck_assert_int_eq(lp_sadv_run(&p, &r1, err, sizeof(err)), -EINVAL);
   params(&p, 0, 0); /* nothing measured to fit from */
   ck_assert_int_eq(lp_sadv_run(&p, &r1, err, sizeof(err)), -EINVAL);
   params(&p, 10000000, 7000000);

@@ -47,7 +47,7 @@ typedef struct lp_sadv_params_s {
   lp_bucket_set_t candidates;
   uint32_t k;             /* shapes wanted at most, 1..LP_SADV_MAX_K */
   double p99_ms;          /* target, > 0 */
-  double rate;            /* target requests/s, > 0 */
+  double rate;            /* target requests/s, 0.001..1e9 */
   uint32_t backends, devices;  /* devices per backend; 0 = 1 */
   uint64_t lead_ns;
   uint64_t seed;

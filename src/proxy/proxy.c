@@ -231,9 +231,9 @@ static void route(lp_proxy_t *p, lp_http_req_t *req, int on_admin) {
       return;
     }
     int rated = lp__query_double(req->url + req->path_len, "rate", &rate);
-    if (rated < 0 || (rated && !(rate > 0 && rate <= 1e9)) || (rated && !lat)) {
+    if (rated < 0 || (rated && !(rate >= 1e-3 && rate <= 1e9)) || (rated && !lat)) {
       lp_proxy_reject(p, req, LP_ROUTE_ADVICE, 400, NULL, "bad_parameter",
-                      "rate must be requests/s in (0, 1e9], with p99_ms", NULL);
+                      "rate must be requests/s in [0.001, 1e9], with p99_ms", NULL);
       return;
     }
     lp_model_t *m = p->nmodels == 1 ? &p->models[0] : NULL;

@@ -479,6 +479,7 @@ int lp__render_shape_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, double p99
   double up_s = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9 - p->start_time;
   double rate = rate_asked > 0 ? rate_asked : up_s > 0 ? (double)h->total / up_s : 0;
   if (!(rate > 0)) return snprintf(err, errlen, "no request rate observed yet (give ?rate=)"), -ENODATA;
+  if (rate < 1e-3) rate = 1e-3; /* the advisor's least */
   uint32_t *lens = NULL;
   double *w = NULL;
   size_t n = 0;

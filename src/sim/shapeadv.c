@@ -467,7 +467,9 @@ int lp_sadv_run(const lp_sadv_params_t *p, lp_sadv_result_t *out, char *err, siz
   memset(out, 0, sizeof(*out));
   if (p->k < 1 || p->k > LP_SADV_MAX_K) return snprintf(err, errlen, "k must be 1..%d", LP_SADV_MAX_K), -EINVAL;
   if (!(p->p99_ms > 0) || !isfinite(p->p99_ms)) return snprintf(err, errlen, "p99_ms must be > 0"), -EINVAL;
-  if (!(p->rate > 0) || !isfinite(p->rate)) return snprintf(err, errlen, "the rate must be > 0"), -EINVAL;
+  /* at most 1e9 and at least 1e-3 requests/s: virtual nanoseconds stay in 64 bits */
+  if (!(p->rate >= 1e-3 && p->rate <= 1e9))
+    return snprintf(err, errlen, "the rate must be 0.001..1e9 requests/s"), -EINVAL;
   if (!p->nlens) return snprintf(err, errlen, "no lengths"), -ENODATA;
   if (p->backends > SIM_MAX_BACKENDS) return snprintf(err, errlen, "at most %d backends", SIM_MAX_BACKENDS), -EINVAL;
   adv_t a;
