@@ -105,6 +105,13 @@ START_TEST(time_bound) {
   ck_assert_int_eq(lp_sadv_run(&p, &r1, err, sizeof(err)), 0);
   ck_assert_int_eq(r1.complete, 0);
   ck_assert_uint_ge(r1.advice.n, 1);
+  /* a budget spent before the search starts still gives an answer */
+  p.budget_s = 0.5;
+  ck_assert_int_eq(lp_sadv_run(&p, &r1, err, sizeof(err)), 0);
+  ck_assert_int_eq(r1.complete, 0);
+  ck_assert_uint_ge(r1.advice.n, 1);
+  p.budget_s = 2.5;
+  ck_assert_int_eq(lp_sadv_run(&p, &r1, err, sizeof(err)), 0);
   p.clock = NULL;
   ck_assert_int_eq(lp_sadv_run(&p, &r2, err, sizeof(err)), 0);
   ck_assert_int_eq(r2.complete, 1);

@@ -415,7 +415,8 @@ static int beam_search(adv_t *a) {
   if (confirm > 64) confirm = 64;
   node_t *nd;
   int rc;
-  for (size_t i = 0; i < a->ncand && !out_of_time(a); i++)
+  /* one set at least, however short the budget: there is always an answer */
+  for (size_t i = 0; i < a->ncand && !(a->nnodes && out_of_time(a)); i++)
     if (a->cover >> i & 1 && (rc = visit(a, 1ull << i, 0, &nd))) return rc;
   for (uint32_t size = 2; size <= p->k && !out_of_time(a); size++) {
     size_t nb = top(a, (int)size - 1, 0, beam, best);
