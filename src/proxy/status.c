@@ -458,6 +458,8 @@ int lp__render_shape_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, double p99
   }
   *status = 409;
   *code = "no_data";
+  if (m->cfg->ragged)
+    return snprintf(err, errlen, "a ragged model packs one flat lane: no shapes to choose"), -EINVAL;
   lp_sadv_params_t prm;
   memset(&prm, 0, sizeof(prm));
   lp_bucket_set_init(&prm.current);
