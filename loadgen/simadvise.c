@@ -95,7 +95,7 @@ int sim_advise(const sim_model_t *m, const sim_pool_t *pool, const sim_advise_op
   } else {
     printf("lanepack-sim --advise %u: %zu of %zu lengths kept (longest %u), rate %.6g req/s, "
            "p99 target %.6g ms, %u backend(s) x %u device(s), seed %llu\n",
-           p.k, pool->n, pool->total ? pool->total : pool->n, r->longest, p.rate, p.p99_ms, m->backends,
+           p.k, pool->v ? pool->n : n, pool->v && pool->total ? pool->total : n, r->longest, p.rate, p.p99_ms, m->backends,
            m->devices, (unsigned long long)ao->seed);
     printf("cost model: %.3f ms + %.4f us per slot (least squares over %zu measured shape(s)); "
            "%zu candidates, %zu sets simulated, search %s%s, %.2f s\n",
