@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim.h"
+#include "lanepack/sim.h"
 
 #define NIL UINT32_MAX
 

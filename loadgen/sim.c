@@ -17,7 +17,8 @@
 
 #include "lanepack/dispatch.h"
 #include "lanepack/lengths.h"
-#include "sim.h"
+#include "lanepack/sim.h"
+#include "simadvise.h"
 
 #define SIM_STR_(x) #x
 #define SIM_STR(x) SIM_STR_(x)
@@ -37,6 +38,7 @@ typedef struct opts_s {
   size_t requests;
   int json, no_ideal;
   sim_model_t model;
+  sim_advise_opts_t adv;  /* --advise */
 } opts_t;
 
 static double now_s(void) {
@@ -54,6 +56,10 @@ static void usage(FILE *f) {
           "         [--slow-error-rate P [--slow-error-ms MS]] [--policy core|legacy]\n"
           "         [--compare core|legacy]\n"
           "         [--capacity-s S] [--no-ideal] [--seed N] [--json] [--version]\n"
+          "       lanepack-sim --lengths FILE|MIX --shapes ... --cost-ms ... --advise K\n"
+          "         --p99-ms X --rate R [--devices N] [--candidates SHAPES]\n"
+          "         [--advise-budget-s S] [--advise-requests N] [--advise-exhaustive]\n"
+          "         [--seed N] [--json]\n"
           "Replays Poisson arrivals (or a trace: ARRIVAL_MS LENGTH [PRIORITY [DEADLINE_MS]]\n"
           "per line) at virtual time through the policy and the ideal; --load is a fraction\n"
           "of the ideal's capacity, measured first on the same lengths.\n");
@@ -126,6 +132,9 @@ static int parse(int argc, char **argv, opts_t *o) {
       {"no-ideal", no_argument, 0, 'I'},        {"seed", required_argument, 0, 'z'},
       {"json", no_argument, 0, 'J'},            {"help", no_argument, 0, 'h'},
       {"version", no_argument, 0, 'V'},        {"compare", required_argument, 0, 'K'},
+      {"advise", required_argument, 0, 'a'},   {"p99-ms", required_argument, 0, 'P'},
+      {"candidates", required_argument, 0, 'N'}, {"advise-budget-s", required_argument, 0, 'b'},
+      {"advise-exhaustive", no_argument, 0, 'X'}, {"advise-requests", required_argument, 0, 'Q'},
       {0, 0, 0, 0}};
   sim_model_t *m = &o->model;
   double v;
@@ -208,6 +217,23 @@ static int parse(int argc, char **argv, opts_t *o) {
       if (parse_u64(a, 0, UINT64_MAX, &o->seed)) return bad("--seed: expected a non-negative integer, got '%s'", a);
       break;
     case 'J': o->json = 1; break;
+    case 'a':
+      if (parse_u64(a, 1, 8, &u)) return bad("--advise: expected a shape count 1..8, got '%s'", a);
+      o->adv.k = (uint32_t)u;
+      break;
+    case 'P':
+      if (parse_double(a, 1e-3, 3600000, &o->adv.p99_ms)) return bad("--p99-ms: expected ms > 0, got '%s'", a);
+      break;
+    case 'N': o->adv.candidates = a; break;
+    case 'b':
+      if (parse_double(a, 0.01, 3600, &o->adv.budget_s))
+        return bad("--advise-budget-s: expected seconds 0.01..3600, got '%s'", a);
+      break;
+    case 'X': o->adv.exhaustive = 1; break;
+    case 'Q':
+      if (parse_u64(a, 50, 10000000, &o->adv.requests))
+        return bad("--advise-requests: expected 50..10000000, got '%s'", a);
+      break;
     case 'h': usage(stdout); exit(0);
     case 'V': printf("lanepack-sim %s\n", LP_VERSION); exit(0);
     case ':': return bad("%s needs a value", argv[optind - 1]);
@@ -228,6 +254,17 @@ static int parse(int argc, char **argv, opts_t *o) {
       snprintf(s, sizeof(s), "%ux%u", m->shapes.shapes[i].lanes, m->shapes.shapes[i].bucket);
       return bad("shape %s has no --cost-ms (give --cost-ms SHAPE=MS for every shape)", s);
     }
+  if (o->adv.k) {
+    if (!rate_set || !o->adv.p99_ms || o->nloads || o->trace)
+      return bad("%s", "--advise needs --lengths, --rate R and --p99-ms X (not --load or --trace)");
+    o->adv.rate = o->rate;
+    o->adv.seed = o->seed;
+    o->adv.json = o->json;
+    if (!o->adv.budget_s) o->adv.budget_s = 3;
+    return 0;
+  }
+  if (o->adv.p99_ms || o->adv.candidates || o->adv.exhaustive || o->adv.budget_s || o->adv.requests)
+    return bad("%s", "--p99-ms, --candidates and the --advise-* options go with --advise K");
   if (o->trace && (o->nloads || rate_set || o->requests))
     return bad("%s", "--trace brings its own arrivals: --load, --rate and --requests do not apply");
   if (!o->trace && !o->nloads == !rate_set) return bad("%s", "give one of --load LIST and --rate R");
@@ -389,6 +426,11 @@ int main(int argc, char **argv) {
       fprintf(stderr, "lanepack-sim: --trace: no length fits the largest bucket (%u)\n", maxb);
       return 2;
     }
+  }
+  if (o.adv.k) {
+    rc = sim_advise(&o.model, &pool, &o.adv);
+    sim_pool_free(&pool);
+    return rc;
   }
   caps_t caps;
   memset(&caps, 0, sizeof(caps));

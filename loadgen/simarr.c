@@ -7,7 +7,7 @@
 
 #include "lanepack/arrivals.h"
 #include "lanepack/lengths.h"
-#include "sim.h"
+#include "lanepack/sim.h"
 
 int sim_pool_load(sim_pool_t *p, const char *spec, uint32_t maxb, char *err, size_t errlen) {
   memset(p, 0, sizeof(*p));

@@ -11,7 +11,7 @@
 
 #include "lanepack/devclock.h"
 #include "lanepack/sched.h"
-#include "sim.h"
+#include "lanepack/sim.h"
 
 #define WINDOW_MAX 4096
 #define MAX_RETRIES 2

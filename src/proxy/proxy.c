@@ -222,6 +222,20 @@ static void route(lp_proxy_t *p, lp_http_req_t *req, int on_admin) {
       lp_proxy_reject(p, req, LP_ROUTE_ADVICE, 400, NULL, "bad_parameter", "k must be 1..8", NULL);
       return;
     }
+    /* p99_ms (and rate) ask for the simulated advice; without, the padding one */
+    double p99_ms = 0, rate = 0;
+    int lat = lp__query_double(req->url + req->path_len, "p99_ms", &p99_ms);
+    if (lat < 0 || (lat && !(p99_ms > 0 && p99_ms <= 3600000))) {
+      lp_proxy_reject(p, req, LP_ROUTE_ADVICE, 400, NULL, "bad_parameter",
+                      "p99_ms must be a number of milliseconds in (0, 3600000]", NULL);
+      return;
+    }
+    int rated = lp__query_double(req->url + req->path_len, "rate", &rate);
+    if (rated < 0 || (rated && !(rate >= 1e-3 && rate <= 1e9)) || (rated && !lat)) {
+      lp_proxy_reject(p, req, LP_ROUTE_ADVICE, 400, NULL, "bad_parameter",
+                      "rate must be requests/s in [0.001, 1e9], with p99_ms", NULL);
+      return;
+    }
     lp_model_t *m = p->nmodels == 1 ? &p->models[0] : NULL;
     const char *mq = strstr(req->url + req->path_len, "model=");
     if (mq) {
@@ -235,8 +249,15 @@ static void route(lp_proxy_t *p, lp_http_req_t *req, int on_admin) {
       lp_proxy_reject(p, req, LP_ROUTE_ADVICE, 404, NULL, "unknown_model", "name a model: ?model=NAME", NULL);
       return;
     }
-    char err[128];
-    if (lp__render_advice(p, m, (uint32_t)k, b, err, sizeof(err))) {
+    char err[160];
+    if (lat) {
+      int st = 0;
+      const char *code = NULL;
+      if (lp__render_shape_advice(p, m, (uint32_t)k, p99_ms, rate, b, &st, &code, err, sizeof(err))) {
+        lp_proxy_reject(p, req, LP_ROUTE_ADVICE, st, NULL, code, err, NULL);
+        return;
+      }
+    } else if (lp__render_advice(p, m, (uint32_t)k, b, err, sizeof(err))) {
       lp_proxy_reject(p, req, LP_ROUTE_ADVICE, 409, NULL, "no_data", err, NULL);
       return;
     }

@@ -409,6 +409,13 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *out);
 void lp__render_models(lp_proxy_t *p, lp_buf_t *out);
 int lp__render_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, lp_buf_t *out, char *err,
                       size_t errlen);
+/* With ?p99_ms=: the shapes the simulator finds best for the observed lengths,
+ * device times and rate (rate_asked > 0 replaces the observed rate), bounded in
+ * CPU time and cached. 0, or negative with *status, *code and err for the answer. */
+int lp__render_shape_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, double p99_ms, double rate_asked,
+                            lp_buf_t *out, int *status, const char **code, char *err, size_t errlen);
+/* A query parameter as a finite number: 1 with *out, 0 absent, -1 malformed. */
+int lp__query_double(const char *query, const char *name, double *out);
 
 enum { LP_ROUTE_INFER = 0, LP_ROUTE_MODELS, LP_ROUTE_HEALTHZ, LP_ROUTE_READYZ, LP_ROUTE_METRICS,
        LP_ROUTE_ADVICE, LP_ROUTE_OTHER, LP_ROUTE_V2_INFER, LP_ROUTE_V2 };

@@ -1,13 +1,19 @@
 /* What the proxy tells about itself: /metrics (Prometheus text), /v1/models
- * and /v1/buckets/advice. */
+ * and /v1/buckets/advice (the padding answer, and with ?p99_ms= the
+ * simulated one of lanepack/shapeadv.h). */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "lanepack/shapeadv.h"
+#include "lanepack/sim.h"
 #include "proxy.h"
 
 static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", "readyz",
@@ -372,4 +378,183 @@ int lp__render_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, lp_buf_t *b, cha
   }
   lp_buf_printf(b, "], \"rejected\": %llu}\n", (unsigned long long)a[0].rejected);
   return 0;
+}
+
+/* ---- the latency-aware advice (?p99_ms=): lanepack/shapeadv.h on live traffic ---- */
+
+#define ADV_CACHE 4
+#define ADV_CACHE_NS 30000000000ull /* an answer is reused this long ... */
+#define ADV_CACHE_GROWTH 0.10       /* ... while the histogram grew by less than this */
+#define ADV_CPU_BUDGET_S 0.10       /* the search; confirming and the device counts come after
+                                       (about as much again: ~0.2 s in all) */
+
+/* Recent answers. Keyed by the model and its histogram's storage (a model
+ * torn down and made anew at the same address has new storage); the route
+ * runs on the loop's thread only. Fixed size: nothing to free. */
+static struct adv_cache_s {
+  const lp_model_t *m;
+  const uint64_t *hist;
+  uint32_t k;
+  double p99_ms, rate_asked;
+  uint64_t at_ns, observed;
+  size_t len;
+  char json[6144];
+} adv_cache[ADV_CACHE];
+static size_t adv_cache_next;
+
+static double cpu_s(void *arg) {
+  (void)arg;
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int lp__query_double(const char *q, const char *name, double *out) {
+  size_t n = strlen(name);
+  while (*q) {
+    q++; /* '?' or '&' */
+    if (strncmp(q, name, n) == 0 && q[n] == '=') {
+      char *end;
+      errno = 0;
+      double v = strtod(q + n + 1, &end);
+      if (end == q + n + 1 || (*end && *end != '&') || errno || !isfinite(v)) return -1;
+      *out = v;
+      return 1;
+    }
+    q += strcspn(q, "&");
+  }
+  return 0;
+}
+
+/* A shape's device time as the backends learned it (the median of those that
+ * know it), else its configured cost, else 0 (the advisor fits one). */
+static uint64_t shape_cost(const lp_model_t *m, int s) {
+  uint64_t v[LP_MAX_BACKENDS];
+  size_t n = 0;
+  for (size_t i = 0; i < m->nbackends; i++) {
+    uint64_t c = m->backends[i].retired ? 0 : lp_devclock_cost(&m->backends[i].clock, s);
+    if (!c) continue;
+    size_t at = n++;
+    while (at > 0 && v[at - 1] > c) v[at] = v[at - 1], at--;
+    v[at] = c;
+  }
+  return n ? v[n / 2] : m->shapes.shapes[s].cost_ns;
+}
+
+int lp__render_shape_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, double p99_ms, double rate_asked,
+                            lp_buf_t *b, int *status, const char **code, char *err, size_t errlen) {
+  uint64_t now = mono_ns();
+  const lp_lenhist_t *h = &m->lengths;
+  for (size_t i = 0; i < ADV_CACHE; i++) {
+    struct adv_cache_s *c = &adv_cache[i];
+    if (c->m == m && c->hist == h->count && c->k == k && c->p99_ms == p99_ms && c->rate_asked == rate_asked &&
+        now - c->at_ns < ADV_CACHE_NS && (double)h->total <= (double)c->observed * (1 + ADV_CACHE_GROWTH)) {
+      lp_buf_puts(b, "{\"model\": ");
+      lp_buf_json_str(b, m->cfg->name, strlen(m->cfg->name));
+      lp_buf_printf(b, ", \"cached\": true, \"age_s\": %.3f, \"observed\": %llu, %s\n",
+                    (double)(now - c->at_ns) / 1e9, (unsigned long long)c->observed, c->json + 1);
+      return 0;
+    }
+  }
+  *status = 409;
+  *code = "no_data";
+  if (m->cfg->ragged)
+    return snprintf(err, errlen, "a ragged model packs one flat lane: no shapes to choose"), -EINVAL;
+  lp_sadv_params_t prm;
+  memset(&prm, 0, sizeof(prm));
+  lp_bucket_set_init(&prm.current);
+  int any_cost = 0;
+  for (size_t s = 0; s < m->shapes.count; s++) {
+    const lp_shape_t *sh = &m->shapes.shapes[s];
+    if (!sh->lanes) continue;
+    int at = lp_bucket_set_add(&prm.current, sh->lanes, sh->bucket);
+    if (at < 0) continue;
+    prm.current.shapes[at].cost_ns = shape_cost(m, (int)s);
+    any_cost |= prm.current.shapes[at].cost_ns != 0;
+  }
+  if (!prm.current.count) return snprintf(err, errlen, "the model has no shape"), -ENODATA;
+  if (!any_cost)
+    return snprintf(err, errlen, "no shape has a device time yet (learned or configured cost_ms)"), -ENODATA;
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  /* the rate over the proxy's life: sequences admitted per second since start */
+  double up_s = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9 - p->start_time;
+  double rate = rate_asked > 0 ? rate_asked : up_s > 0 ? (double)h->total / up_s : 0;
+  if (!(rate > 0)) return snprintf(err, errlen, "no request rate observed yet (give ?rate=)"), -ENODATA;
+  if (rate < 1e-3) rate = 1e-3; /* the advisor's least */
+  uint32_t *lens = NULL;
+  double *w = NULL;
+  size_t n = 0;
+  for (uint32_t l = 1; l <= h->max; l++) n += h->count[l] != 0;
+  if (!n) return snprintf(err, errlen, "no lengths observed yet"), -ENODATA;
+  lens = malloc(n * sizeof(*lens));
+  w = malloc(n * sizeof(*w));
+  lp_sadv_result_t *r = calloc(1, sizeof(*r));
+  int rc = -ENOMEM;
+  if (!lens || !w || !r) goto done;
+  n = 0;
+  for (uint32_t l = 1; l <= h->max; l++)
+    if (h->count[l]) lens[n] = l, w[n++] = (double)h->count[l];
+  uint32_t devices = 1, backends = 0;
+  for (size_t i = 0; i < m->nbackends; i++) {
+    if (m->backends[i].retired) continue;
+    backends++;
+    if (m->backends[i].clock.devices > devices) devices = m->backends[i].clock.devices;
+  }
+  prm.lens = lens;
+  prm.weight = w;
+  prm.nlens = n;
+  prm.k = k;
+  prm.p99_ms = p99_ms;
+  prm.rate = rate;
+  prm.backends = backends ? (backends > SIM_MAX_BACKENDS ? SIM_MAX_BACKENDS : backends) : 1;
+  prm.devices = devices;
+  prm.seed = 1;
+  prm.short_requests = 600;
+  prm.long_requests = 2400;
+  prm.beam = 2;
+  prm.confirm = k <= 3 ? 2 : 1; /* each size's best run long: keep that within the bound */
+  prm.max_devices = 16;
+  prm.clock = cpu_s;
+  prm.budget_s = ADV_CPU_BUDGET_S;
+  double t0 = cpu_s(NULL);
+  rc = lp_sadv_run(&prm, r, err, errlen);
+  double cpu = cpu_s(NULL) - t0;
+  if (rc) {
+    if (rc != -ENODATA) *status = rc == -ENOMEM ? 500 : 422, *code = "advice_failed";
+    goto done;
+  }
+  struct adv_cache_s *c = &adv_cache[adv_cache_next++ % ADV_CACHE];
+  size_t need = lp_sadv_json(&prm, r, c->json, sizeof(c->json));
+  if (need >= sizeof(c->json)) {
+    snprintf(err, errlen, "the advice does not fit its buffer");
+    *status = 500, *code = "advice_failed";
+    rc = -E2BIG;
+    memset(c, 0, sizeof(*c));
+    goto done;
+  }
+  c->m = m;
+  c->hist = h->count;
+  c->k = k;
+  c->p99_ms = p99_ms;
+  c->rate_asked = rate_asked;
+  c->at_ns = now;
+  c->observed = h->total;
+  c->len = need;
+  lp_buf_puts(b, "{\"model\": ");
+  lp_buf_json_str(b, m->cfg->name, strlen(m->cfg->name));
+  lp_buf_printf(b, ", \"cached\": false, \"observed\": %llu, \"rate_from\": \"%s\", \"cpu_ms\": %.1f, %s\n",
+                (unsigned long long)h->total, rate_asked > 0 ? "query" : "observed", cpu * 1e3, c->json + 1);
+  rc = 0;
+done:
+  free(lens);
+  free(w);
+  free(r);
+  return rc;
 }

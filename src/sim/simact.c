@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim.h"
+#include "lanepack/sim.h"
 
 void sim_actq_free(sim_actq_t *q) {
   free(q->acts);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim.h"
+#include "lanepack/sim.h"
 
 enum { EV_ARRIVE, EV_DELIVER, EV_DONE, EV_WAKE };
 

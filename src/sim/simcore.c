@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "lanepack/dispatch.h"
-#include "sim.h"
+#include "lanepack/sim.h"
 
 /* The proxy's defaults (src/proxy/config.c) where the core leaves them open. */
 #define BACKEND_TIMEOUT_NS 30000000000ull

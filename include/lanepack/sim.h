@@ -1,6 +1,9 @@
 /* lanepack-sim's parts: the policy interface (events in, actions out) that the
  * dispatch core, the legacy scheduler and the ideal all implement, the world
- * of modelled devices that drives one at virtual time, and its figures. */
+ * of modelled devices that drives one at virtual time, and its figures. The
+ * world, the action queue and the core policy are the library src/sim (pure:
+ * no I/O, no clock), linked by the proxy for the shape advisor too; the ideal,
+ * the legacy policy and the traffic below are lanepack-sim's (loadgen/). */
 #ifndef LANEPACK_SIM_H
 #define LANEPACK_SIM_H
 
@@ -134,7 +137,7 @@ typedef struct sim_figures_s {
 int sim_run(const sim_model_t *m, sim_policy_t *p, const sim_req_t *reqs, size_t n,
             uint64_t seed, uint64_t horizon_ns, sim_figures_t *out, char *err, size_t errlen);
 
-/* ---- traffic (simarr.c) ---- */
+/* ---- traffic (loadgen/simarr.c, lanepack-sim only) ---- */
 
 /* The lengths arrivals draw from: a length file's values (those no shape holds
  * left out and counted) or a synthetic mix. */
