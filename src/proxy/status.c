@@ -438,7 +438,7 @@ static uint64_t shape_cost(const lp_model_t *m, int s) {
   uint64_t v[LP_MAX_BACKENDS];
   size_t n = 0;
   for (size_t i = 0; i < m->nbackends; i++) {
-    uint64_t c = m->backends[i].retired ? 0 : lp_devclock_cost(&m->backends[i].clock, s);
+    uint64_t c = m->backends[i].retired ? 0 : lp_devclock_cost(b_clock(&m->backends[i]), s);
     if (!c) continue;
     size_t at = n++;
     while (at > 0 && v[at - 1] > c) v[at] = v[at - 1], at--;
@@ -505,7 +505,7 @@ int lp__render_shape_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, double p99
   for (size_t i = 0; i < m->nbackends; i++) {
     if (m->backends[i].retired) continue;
     backends++;
-    if (m->backends[i].clock.devices > devices) devices = m->backends[i].clock.devices;
+    if (b_devices(&m->backends[i]) > devices) devices = (uint32_t)b_devices(&m->backends[i]);
   }
   prm.lens = lens;
   prm.weight = w;
