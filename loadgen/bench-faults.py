@@ -79,6 +79,7 @@ class Tally:
         self.by_status = {}
         self.lat_ms = []
         self.done = 0
+        self.lost_ids = []
 
 
 def read_response(sock, buf, deadline):
@@ -151,9 +152,10 @@ def pending_bytes(sock, buf, wait):
     return "data"
 
 
-def client(port, reqs, timeout_s, tally):
+def client(port, cid, reqs, timeout_s, tally):
     sock, buf = None, [b""]
-    for body, want in reqs:
+    for i, (body, want) in enumerate(reqs):
+        rid = "c%d-%d" % (cid, i)
         if sock is not None:
             # an answer no request of ours is owed is a duplicate; a closed
             # idle connection is simply reopened
@@ -177,7 +179,7 @@ def client(port, reqs, timeout_s, tally):
                     tally.done += 1
                 continue
         head = ("POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                "Content-Length: %d\r\n\r\n" % len(body)).encode()
+                "X-Request-Id: %s\r\nContent-Length: %d\r\n\r\n" % (rid, len(body))).encode()
         t0 = time.monotonic()
         deadline = time.time() + timeout_s
         try:
@@ -204,6 +206,7 @@ def client(port, reqs, timeout_s, tally):
             with tally.lock:
                 tally.lost += 1
                 tally.timeouts += r == "timeout"
+                tally.lost_ids.append(rid)
                 tally.done += 1
             continue
         status, hdrs, rbody = r
@@ -260,6 +263,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--keep-logs", action="store_true")
+    ap.add_argument("--debug", action="store_true",
+                    help="the proxy logs each batch and writes an access log (kept with the logs)")
     a = ap.parse_args()
 
     proxy_bin = os.path.join(a.build, "src/lanepack")
@@ -293,7 +298,8 @@ def main():
 
     def emu(i, seed):
         return spawn([emu_bin, "--listen", "127.0.0.1:%d" % ports[i], "--shapes", a.shapes] +
-                     cost_args + a.faults.split() + ["--seed", str(seed)], "emu%d.log" % i)
+                     cost_args + a.faults.split() + ["--seed", str(seed)] +
+                     (["--log-batches"] if a.debug else []), "emu%d.log" % i)
 
     emus = [emu(0, a.seed * 10 + 1), emu(1, a.seed * 10 + 2)]
     for p in ports:
@@ -302,16 +308,18 @@ def main():
     port = free_port()
     cfg = os.path.join(logdir, "lanepack.json")
     with open(cfg, "w") as f:
-        f.write('{"listen": "127.0.0.1:%d", "models": {"default": {%s"shapes": "%s", '
+        debug = ('"log_level": "debug", "access_log": "%s", ' % os.path.join(logdir, "access.log")
+                 if a.debug else "")
+        f.write('{"listen": "127.0.0.1:%d", %s"models": {"default": {%s"shapes": "%s", '
                 '"backends": ["http://127.0.0.1:%d", "http://127.0.0.1:%d"]}}}\n'
-                % (port, a.model_keys, a.shapes, ports[0], ports[1]))
+                % (port, debug, a.model_keys, a.shapes, ports[0], ports[1]))
     proxy = spawn([proxy_bin, "--config", cfg], "proxy.log")
     if not wait_http(port, "/readyz"):
         sys.exit("lanepack did not become ready (%s)" % logdir)
     time.sleep(0.3)  # both backends have reported their shapes
 
     tally = Tally()
-    threads = [threading.Thread(target=client, args=(port, per[i], a.timeout, tally))
+    threads = [threading.Thread(target=client, args=(port, i, per[i], a.timeout, tally))
                for i in range(a.clients)]
     t0 = time.monotonic()
     for t in threads:
@@ -336,7 +344,7 @@ def main():
     try:
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=2) as r:
             for ln in r.read().decode().splitlines():
-                for k in ("lanepack_retries_total", "lanepack_hedges_won_total"):
+                for k in ("lanepack_retries_total", "lanepack_hedges_won_total", "lanepack_stalls_total"):
                     if ln.startswith(k):
                         metrics[k] = metrics.get(k, 0) + float(ln.rsplit(" ", 1)[1])
     except Exception:
@@ -385,6 +393,8 @@ def main():
     print("total time      %.1f s" % total)
     if metrics:
         print("proxy           %s" % ", ".join("%s %.0f" % (k, v) for k, v in sorted(metrics.items())))
+    if tally.lost_ids:
+        print("lost ids        %s" % " ".join(tally.lost_ids[:20]))
     for name, ok in verdicts:
         if not ok:
             print("missed          %s" % name)
@@ -398,7 +408,7 @@ def main():
                        "by_status": {str(k): v for k, v in tally.by_status.items()},
                        "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "total_s": total,
                        "pass": passed, "metrics": metrics}, f)
-    if not a.keep_logs and passed:
+    if not a.keep_logs and not a.debug and passed:
         for fn in os.listdir(logdir):
             os.unlink(os.path.join(logdir, fn))
         os.rmdir(logdir)
