@@ -1069,6 +1069,44 @@ START_TEST(failed_hedge_of_stalled_batch_not_carried_by_it) {
 }
 END_TEST
 
+/* A batch sent before the clock knew any cost has no stall time; once another
+ * batch's answer teaches the clock, it gets one, and is hedged then rather than
+ * left to its transfer timeout (the emulator's stall: never answered). */
+START_TEST(stall_time_once_the_clock_learns) {
+  lp_disp_config_t c;
+  base(&c, "8x2048", (uint64_t[]){0}, 2);
+  c.stall_factor = 3;
+  c.stall_min_ns = 50 * MS;
+  c.request_bound_ns = 90000 * MS;
+  lp_disp_t *d = make(&c);
+  admit(d, 1, 1, 1500, 0, 0, 0);
+  admit(d, 2, 1, 1500, 0, 0, 1 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
+  ck_assert_uint_eq(nth(LP_DISP_ACT_SEND, 0)->a.send.expect_ns, 0); /* nothing known yet */
+  ck_assert_uint_ne(nth(LP_DISP_ACT_SEND, 0)->a.send.device, nth(LP_DISP_ACT_SEND, 1)->a.send.device);
+  /* batch 1 never answers; batch 2, on the other device, does, reporting 8 ms
+   * of device time */
+  lp_disp_result_t r = {.outcome = LP_DISP_OK, .device_ns = 8 * MS};
+  ck_assert_int_eq(lp_disp_result(d, nth(LP_DISP_ACT_SEND, 1)->a.send.batch_id, &r, 10 * MS), 0);
+  drain_at(d, 10 * MS);
+  ck_assert_ptr_nonnull(answer_of(2));
+  ck_assert_msg(lp_disp_wake_at(d) <= 100 * MS, "next wake at %llu ms",
+                (unsigned long long)(lp_disp_wake_at(d) / MS));
+  tick(d, lp_disp_wake_at(d));
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 3);
+  const act_t *h = nth(LP_DISP_ACT_SEND, 2);
+  ck_assert(send_has(h, 1));
+  ck_assert_int_eq(lp_disp_result(d, h->a.send.batch_id, &r, h->at + 9 * MS), 0);
+  drain_at(d, h->at + 9 * MS);
+  ck_assert_ptr_nonnull(answer_of(1));
+  ck_assert_int_eq(answer_of(1)->a.answer.status, LP_DISP_ST_OK);
+  lp_disp_stats_t st;
+  lp_disp_stats(d, &st);
+  ck_assert_uint_eq(st.stalls, 1);
+  lp_disp_free(d);
+}
+END_TEST
+
 LP_TEST_MAIN("dispatch", idle_device_gets_a_batch_at_once, idle_backends_take_turns, just_in_time_while_busy_and_lead_learned,
              shape_by_device_time_per_token, shape_never_by_counting_due_items,
              oldest_must_go_and_long_rides_large, stall_hedges_with_bounded_copies,
@@ -1078,4 +1116,4 @@ LP_TEST_MAIN("dispatch", idle_device_gets_a_batch_at_once, idle_backends_take_tu
              cancel, request_bound_and_queue_bound, avoided_sequence_does_not_end_the_window,
              overtaken_batch_presumed_lost, backend_down_only_with_another_up_and_probed,
              drain_and_fail_all, every_job_one_answer_under_faults, stall_hedged_when_the_device_moves_on,
-             failed_hedge_of_stalled_batch_not_carried_by_it)
+             failed_hedge_of_stalled_batch_not_carried_by_it, stall_time_once_the_clock_learns)

@@ -584,12 +584,24 @@ static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
   disp_backend_t *be = &d->be[b];
   disp_dev_t *dv = &be->dev[k];
   uint64_t prev = now, lead = lp_devclock_lead(&be->clock);
+  int known = lp__disp_clock_knows(d, b);
   for (disp_batch_t *x = dv->first; x; x = x->dnext) {
-    if (x->lost) continue;
+    /* one sent before the clock knew has no stall time yet: it gets one now
+     * (a lost one from its own send), or it waits out its transfer timeout */
+    int untimed = known && !x->stalled && !lp_theap_contains(&x->stall) && d->cfg.stall_factor > 0;
+    if (x->lost) {
+      if (untimed) {
+        uint64_t span = lead + lp__disp_cost(d, x->backend, x->shape);
+        uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
+        if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
+        (void)lp_theap_set(&d->stalls, &x->stall, x->sent_ns + wait); /* without it: no hedge */
+      }
+      continue;
+    }
     uint64_t start = x->sent_ns + lead > prev ? x->sent_ns + lead : prev;
     x->expect_ns = start + lp__disp_cost(d, x->backend, x->shape);
     prev = x->expect_ns;
-    if (lp_theap_contains(&x->stall) && d->cfg.stall_factor > 0) {
+    if ((lp_theap_contains(&x->stall) || untimed) && d->cfg.stall_factor > 0) {
       uint64_t span = x->expect_ns - x->sent_ns;
       uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
       if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
@@ -800,9 +812,14 @@ int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, u
   be->dev[bt->device].suspect = 0;
   /* what the device did teaches its clock, errors included; a missing shape,
    * a timeout or a reset say nothing of it */
+  int knew = lp__disp_clock_knows(d, bt->backend);
   if (o != LP_DISP_TIMEOUT && o != LP_DISP_RESET && o != LP_DISP_ABANDONED && o != LP_DISP_ERR_SHAPE)
     learn(d, bt, r, now);
   device_release(d, bt, now);
+  /* the clock's first lesson: batches on its other devices get their stall times */
+  if (!knew && lp__disp_clock_knows(d, bt->backend))
+    for (uint32_t k = 0; k < LP_CLOCK_MAX_DEVICES; k++)
+      if (k != bt->device && be->dev[k].first) device_chain(d, bt->backend, k, now);
   for (uint32_t i = 0; i < bt->n; i++) {
     bt->seqs[i]->inflight--;
     if (bt->stalled) bt->seqs[i]->stalled--;
