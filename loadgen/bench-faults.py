@@ -18,10 +18,14 @@ closed or a timeout without an answer as lost. Prints sent, answered, answered
 once, verified, wrong, by status, p50/p99, total time and PASS/FAIL against
 the goal; exits 0 on PASS, 1 on FAIL.
 
-Usage: loadgen/bench-faults.py [--build build] [--requests 3000] [--clients 30]
+Registered as the integration test `faults` (tests/meson.build), which runs
+it with the defaults against the build's binaries.
+
+Usage: loadgen/bench-faults.py [--build build | --proxy BIN --emulator BIN]
+    [--requests 3000] [--clients 30]
     [--timeout 30] [--goal-s 55] [--lengths tests/data/manpages.lengths]
     [--faults "--fail-rate 0.05 ..."] [--kill-at 0.33] [--down-s 1] [--seed 1]
-    [--json FILE]"""
+    [--json FILE] [--debug] [--keep-logs]"""
 import argparse
 import json
 import os
@@ -247,6 +251,8 @@ def pct(xs, p):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--proxy", help="the lanepack binary (default BUILD/src/lanepack)")
+    ap.add_argument("--emulator", help="the emulator (default BUILD/loadgen/lanepack-emulator)")
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--clients", type=int, default=30)
     ap.add_argument("--timeout", type=float, default=30.0, help="client timeout per request, s")
@@ -267,8 +273,8 @@ def main():
                     help="the proxy logs each batch and writes an access log (kept with the logs)")
     a = ap.parse_args()
 
-    proxy_bin = os.path.join(a.build, "src/lanepack")
-    emu_bin = os.path.join(a.build, "loadgen/lanepack-emulator")
+    proxy_bin = a.proxy or os.path.join(a.build, "src/lanepack")
+    emu_bin = a.emulator or os.path.join(a.build, "loadgen/lanepack-emulator")
     shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")]
     max_len = max(b for _, b in shapes)
     with open(a.lengths) as f:
