@@ -958,6 +958,155 @@ START_TEST(every_job_one_answer_under_faults) {
 }
 END_TEST
 
+/* The emulator's stall: a batch that is never answered while its device runs
+ * the next at once. With the defaults and a clock learned from answers (no seed
+ * costs), the stalled batch's job is answered from a hedge within a few stall
+ * times, not after the transfer timeout; every 10 ms one more job arrives and
+ * every other batch is answered 9 ms after it left. */
+START_TEST(stall_hedged_when_the_device_moves_on) {
+  lp_disp_config_t c;
+  base(&c, "4x8192,8x2048", (uint64_t[]){0, 0}, 1);
+  c.nbackends = 2;
+  c.devices[1] = 1;
+  c.stall_factor = 3;
+  c.stall_min_ns = 50 * MS;
+  c.request_bound_ns = 90000 * MS;
+  lp_disp_t *d = make(&c);
+  static pend_t pend[256];
+  int np = 0, seen = 0;
+  uint64_t now = 0, next_job = 1, stalled = 0, stalled_at = 0;
+  for (int steps = 0; steps < 10000 && now < 2000 * MS && !answer_of(5); steps++) {
+    uint64_t t = lp_disp_wake_at(d), arrival = (next_job - 1) * 10 * MS;
+    int which = 0, pi = -1;
+    if (arrival < t) t = arrival, which = 1;
+    for (int i = 0; i < np; i++)
+      if (pend[i].at < t) t = pend[i].at, which = 2, pi = i;
+    if (t > now) now = t;
+    if (which == 1) {
+      uint32_t len = 100;
+      ck_assert_int_eq(lp_disp_admit(d, next_job++, 1, &len, 0, 0, now), 0);
+    } else if (which == 2) {
+      pend_t p = pend[pi];
+      pend[pi] = pend[--np];
+      lp_disp_result(d, p.batch, &p.r, now);
+    } else {
+      lp_disp_tick(d, now);
+    }
+    drain_at(d, now);
+    for (; seen < NA; seen++) {
+      const lp_disp_action_t *a = &A[seen].a;
+      if (a->kind != LP_DISP_ACT_SEND) continue;
+      /* job 5's first batch stalls */
+      if (!stalled && send_has(&A[seen], 5)) {
+        stalled = a->send.batch_id;
+        stalled_at = now;
+        ck_assert_uint_ne(a->send.expect_ns, 0); /* the clock knows by then */
+        continue;
+      }
+      REQUIRE(np < 256);
+      pend[np++] = (pend_t){.at = now + 9 * MS, .batch = a->send.batch_id,
+                            .r = {.outcome = LP_DISP_OK, .device_ns = 8 * MS}};
+    }
+  }
+  ck_assert_uint_ne(stalled, 0);
+  const act_t *an = answer_of(5);
+  ck_assert_msg(an, "job 5 not answered %llu ms after its batch stalled",
+                (unsigned long long)((now - stalled_at) / MS));
+  ck_assert_int_eq(an->a.answer.status, LP_DISP_ST_OK);
+  ck_assert_msg(an->at - stalled_at < 500 * MS, "answered %llu ms after it stalled",
+                (unsigned long long)((an->at - stalled_at) / MS));
+  lp_disp_free(d);
+}
+END_TEST
+
+/* A stalled batch is presumed lost: its copy does not carry its sequences any
+ * more. When the hedge fails (a 5xx), the sequence is retried while it has
+ * copies left, and fails at once when it has none, instead of waiting for the
+ * stalled batch's transfer timeout (bench-faults: requests past a 30 s client
+ * timeout when a hedge of a stalled batch got a 5xx). */
+START_TEST(failed_hedge_of_stalled_batch_not_carried_by_it) {
+  for (uint32_t copies = 3; copies >= 2; copies--) {
+    lp_disp_config_t c;
+    base(&c, "4x8192", (uint64_t[]){20}, 2);
+    c.stall_factor = 2;
+    c.stall_min_ns = 10 * MS;
+    c.retry_backoff_ns = 5 * MS;
+    c.max_copies = copies;
+    lp_disp_t *d = make(&c);
+    admit(d, 1, 1, 100, 0, 0, 0);
+    tick(d, 40 * MS); /* stalled: the hedge goes to the other device */
+    ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
+    const act_t *h = nth(LP_DISP_ACT_SEND, 1);
+    ck_assert(send_has(h, 1));
+    ck_assert_uint_eq(h->a.send.device, 1);
+    result(d, h->a.send.batch_id, LP_DISP_ERR_5XX, 50 * MS);
+    if (copies == 3) {
+      /* one copy left: retried after the backoff, and answered from it */
+      ck_assert_uint_le(lp_disp_wake_at(d), 55 * MS);
+      tick(d, lp_disp_wake_at(d));
+      ck_assert_int_eq(count(LP_DISP_ACT_SEND), 3);
+      const act_t *r = nth(LP_DISP_ACT_SEND, 2);
+      ck_assert(send_has(r, 1));
+      result(d, r->a.send.batch_id, LP_DISP_OK, 80 * MS);
+      ck_assert_ptr_nonnull(answer_of(1));
+      ck_assert_int_eq(answer_of(1)->a.answer.status, LP_DISP_ST_OK);
+    } else {
+      /* none left: the request is answered now, not at the stalled batch's timeout */
+      ck_assert_ptr_nonnull(answer_of(1));
+      ck_assert_int_eq(answer_of(1)->a.answer.status, LP_DISP_ST_BACKEND_ERROR);
+      ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
+    }
+    /* the stalled batch's timeout, much later, says nothing more */
+    int before = count(LP_DISP_ACT_ANSWER);
+    result(d, nth(LP_DISP_ACT_SEND, 0)->a.send.batch_id, LP_DISP_TIMEOUT, 30000 * MS);
+    ck_assert_int_eq(count(LP_DISP_ACT_ANSWER), before);
+    lp_disp_stats_t st;
+    lp_disp_stats(d, &st);
+    ck_assert_uint_eq(st.inflight, 0);
+    ck_assert_uint_eq(st.queued_jobs, 0);
+    lp_disp_free(d);
+  }
+}
+END_TEST
+
+/* A batch sent before the clock knew any cost has no stall time; once another
+ * batch's answer teaches the clock, it gets one, and is hedged then rather than
+ * left to its transfer timeout (the emulator's stall: never answered). */
+START_TEST(stall_time_once_the_clock_learns) {
+  lp_disp_config_t c;
+  base(&c, "8x2048", (uint64_t[]){0}, 2);
+  c.stall_factor = 3;
+  c.stall_min_ns = 50 * MS;
+  c.request_bound_ns = 90000 * MS;
+  lp_disp_t *d = make(&c);
+  admit(d, 1, 1, 1500, 0, 0, 0);
+  admit(d, 2, 1, 1500, 0, 0, 1 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
+  ck_assert_uint_eq(nth(LP_DISP_ACT_SEND, 0)->a.send.expect_ns, 0); /* nothing known yet */
+  ck_assert_uint_ne(nth(LP_DISP_ACT_SEND, 0)->a.send.device, nth(LP_DISP_ACT_SEND, 1)->a.send.device);
+  /* batch 1 never answers; batch 2, on the other device, does, reporting 8 ms
+   * of device time */
+  lp_disp_result_t r = {.outcome = LP_DISP_OK, .device_ns = 8 * MS};
+  ck_assert_int_eq(lp_disp_result(d, nth(LP_DISP_ACT_SEND, 1)->a.send.batch_id, &r, 10 * MS), 0);
+  drain_at(d, 10 * MS);
+  ck_assert_ptr_nonnull(answer_of(2));
+  ck_assert_msg(lp_disp_wake_at(d) <= 100 * MS, "next wake at %llu ms",
+                (unsigned long long)(lp_disp_wake_at(d) / MS));
+  tick(d, lp_disp_wake_at(d));
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 3);
+  const act_t *h = nth(LP_DISP_ACT_SEND, 2);
+  ck_assert(send_has(h, 1));
+  ck_assert_int_eq(lp_disp_result(d, h->a.send.batch_id, &r, h->at + 9 * MS), 0);
+  drain_at(d, h->at + 9 * MS);
+  ck_assert_ptr_nonnull(answer_of(1));
+  ck_assert_int_eq(answer_of(1)->a.answer.status, LP_DISP_ST_OK);
+  lp_disp_stats_t st;
+  lp_disp_stats(d, &st);
+  ck_assert_uint_eq(st.stalls, 1);
+  lp_disp_free(d);
+}
+END_TEST
+
 LP_TEST_MAIN("dispatch", idle_device_gets_a_batch_at_once, idle_backends_take_turns, just_in_time_while_busy_and_lead_learned,
              shape_by_device_time_per_token, shape_never_by_counting_due_items,
              oldest_must_go_and_long_rides_large, stall_hedges_with_bounded_copies,
@@ -966,4 +1115,5 @@ LP_TEST_MAIN("dispatch", idle_device_gets_a_batch_at_once, idle_backends_take_tu
              shape_loss_fails_what_no_shape_holds, compiling_shape_waited_for_backend_timeout, deadlines, urgent_deadline_must_go, priorities,
              cancel, request_bound_and_queue_bound, avoided_sequence_does_not_end_the_window,
              overtaken_batch_presumed_lost, backend_down_only_with_another_up_and_probed,
-             drain_and_fail_all, every_job_one_answer_under_faults)
+             drain_and_fail_all, every_job_one_answer_under_faults, stall_hedged_when_the_device_moves_on,
+             failed_hedge_of_stalled_batch_not_carried_by_it, stall_time_once_the_clock_learns)

@@ -29,6 +29,7 @@ typedef struct disp_seq_s {
   uint8_t alone;           /* failed with no one else to blame: goes in a batch by itself */
   uint8_t free_next;       /* its next send is a free re-send (bisection, missing shape) */
   uint16_t inflight;       /* batches holding it now */
+  uint16_t stalled;        /* of those, batches that stalled: presumed lost, they carry it no more */
   uint32_t copies;         /* sends that spent its budget: the first, hedges, retries */
   uint32_t free_sends;     /* re-sends that did not */
   uint32_t retries;        /* spending retries so far (the backoff doubles) */
@@ -61,6 +62,7 @@ struct disp_batch_s {
   int behind;              /* a batch was ahead of it on its device when it was sent */
   int lost;                /* presumed lost: stalled, or overtaken on its device by one sent
                               after it; it holds the device up no more */
+  int stalled;             /* its stall time passed: its sequences count it in their stalled */
   uint64_t real;
   lp_theap_node_t stall;   /* in d->stalls while in flight and not yet stalled */
   disp_batch_t *dnext, *dprev; /* its device's batches, in send order; free list */

@@ -584,12 +584,24 @@ static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
   disp_backend_t *be = &d->be[b];
   disp_dev_t *dv = &be->dev[k];
   uint64_t prev = now, lead = lp_devclock_lead(&be->clock);
+  int known = lp__disp_clock_knows(d, b);
   for (disp_batch_t *x = dv->first; x; x = x->dnext) {
-    if (x->lost) continue;
+    /* one sent before the clock knew has no stall time yet: it gets one now
+     * (a lost one from its own send), or it waits out its transfer timeout */
+    int untimed = known && !x->stalled && !lp_theap_contains(&x->stall) && d->cfg.stall_factor > 0;
+    if (x->lost) {
+      if (untimed) {
+        uint64_t span = lead + lp__disp_cost(d, x->backend, x->shape);
+        uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
+        if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
+        (void)lp_theap_set(&d->stalls, &x->stall, x->sent_ns + wait); /* without it: no hedge */
+      }
+      continue;
+    }
     uint64_t start = x->sent_ns + lead > prev ? x->sent_ns + lead : prev;
     x->expect_ns = start + lp__disp_cost(d, x->backend, x->shape);
     prev = x->expect_ns;
-    if (lp_theap_contains(&x->stall) && d->cfg.stall_factor > 0) {
+    if ((lp_theap_contains(&x->stall) || untimed) && d->cfg.stall_factor > 0) {
       uint64_t span = x->expect_ns - x->sent_ns;
       uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
       if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
@@ -722,8 +734,14 @@ static void retry_or_fail(lp_disp_t *d, disp_seq_t *s, int free_try, lp_disp_sta
   }
 }
 
-/* A copy of it is queued or still in flight elsewhere: this failure is not its. */
-static int carried(const disp_seq_t *s) { return s->state == SEQ_QUEUED || s->inflight > 0; }
+/* A copy of it is queued or still in flight elsewhere: the failure of batch bt
+ * is not its. When bt answered in time (it did not stall), copies in stalled
+ * batches do not count: they are presumed lost, and waiting for them would hold
+ * the request until their transfer timeout. A stalled bt's late error leaves
+ * its later copies their time. */
+static int carried(const disp_seq_t *s, const disp_batch_t *bt) {
+  return s->state == SEQ_QUEUED || s->inflight > (bt->stalled ? 0 : s->stalled);
+}
 
 static int seq_live(const disp_seq_t *s) { return s->state != SEQ_DONE && !s->job->answered; }
 
@@ -746,7 +764,7 @@ static int bisect(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
   for (uint32_t i = 0; i < bt->n; i++) {
     disp_seq_t *s = bt->seqs[i];
     if (s->alone || s->group) explained = 1;
-    if (seq_live(s) && !carried(s)) live++;
+    if (seq_live(s) && !carried(s, bt)) live++;
   }
   if (live >= 2) {
     uint32_t g[2] = {++d->next_group, ++d->next_group}, k = 0;
@@ -754,7 +772,7 @@ static int bisect(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
     d->st.bisections++;
     for (uint32_t i = 0; i < bt->n; i++) {
       disp_seq_t *s = bt->seqs[i];
-      if (!seq_live(s) || carried(s)) continue;
+      if (!seq_live(s) || carried(s, bt)) continue;
       s->group = g[k++ & 1];
       retry_or_fail(d, s, 1, LP_DISP_ST_BACKEND_ERROR, now);
     }
@@ -762,7 +780,7 @@ static int bisect(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
   }
   for (uint32_t i = 0; i < bt->n; i++) {
     disp_seq_t *s = bt->seqs[i];
-    if (!seq_live(s) || carried(s)) continue;
+    if (!seq_live(s) || carried(s, bt)) continue;
     /* failed alone: it spends its own budget; failed beside others that were
      * fine: it is the one to blame, and goes alone next time for free */
     int was_alone = bt->n == 1;
@@ -794,10 +812,18 @@ int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, u
   be->dev[bt->device].suspect = 0;
   /* what the device did teaches its clock, errors included; a missing shape,
    * a timeout or a reset say nothing of it */
+  int knew = lp__disp_clock_knows(d, bt->backend);
   if (o != LP_DISP_TIMEOUT && o != LP_DISP_RESET && o != LP_DISP_ABANDONED && o != LP_DISP_ERR_SHAPE)
     learn(d, bt, r, now);
   device_release(d, bt, now);
-  for (uint32_t i = 0; i < bt->n; i++) bt->seqs[i]->inflight--;
+  /* the clock's first lesson: batches on its other devices get their stall times */
+  if (!knew && lp__disp_clock_knows(d, bt->backend))
+    for (uint32_t k = 0; k < LP_CLOCK_MAX_DEVICES; k++)
+      if (k != bt->device && be->dev[k].first) device_chain(d, bt->backend, k, now);
+  for (uint32_t i = 0; i < bt->n; i++) {
+    bt->seqs[i]->inflight--;
+    if (bt->stalled) bt->seqs[i]->stalled--;
+  }
 
   if (o == LP_DISP_OK) {
     be->fails_in_row = be->errors_in_row = 0;
@@ -818,18 +844,18 @@ int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, u
     if (o == LP_DISP_ERR_4XX) be->fails_in_row = be->errors_in_row = 0;
     lp_disp_status_t st = status_for(o);
     for (uint32_t i = 0; i < bt->n; i++)
-      if (seq_live(bt->seqs[i]) && !carried(bt->seqs[i])) job_answer(d, bt->seqs[i]->job, st);
+      if (seq_live(bt->seqs[i]) && !carried(bt->seqs[i], bt)) job_answer(d, bt->seqs[i]->job, st);
   } else if (o == LP_DISP_ERR_SHAPE) {
     shape_gone(d, bt->backend, bt->shape);
     for (uint32_t i = 0; i < bt->n; i++)
-      if (seq_live(bt->seqs[i]) && !carried(bt->seqs[i]))
+      if (seq_live(bt->seqs[i]) && !carried(bt->seqs[i], bt))
         retry_or_fail(d, bt->seqs[i], 1, LP_DISP_ST_NO_SHAPE, now);
   } else {
     int explained = o == LP_DISP_ERR_5XX ? bisect(d, bt, now) : 0;
     if (o != LP_DISP_ERR_5XX) {
       for (uint32_t i = 0; i < bt->n; i++) {
         disp_seq_t *s = bt->seqs[i];
-        if (!seq_live(s) || carried(s)) continue;
+        if (!seq_live(s) || carried(s, bt)) continue;
         /* it may still run there: elsewhere next time, while another is up */
         if (o == LP_DISP_TIMEOUT) s->avoid |= 1u << bt->backend;
         retry_or_fail(d, s, 0, status_for(o), now);
@@ -915,6 +941,8 @@ static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
     dv->probe_at = now + ((d->cfg.stall_min_ns ? d->cfg.stall_min_ns : 10 * MS) << k);
   }
   lp_theap_remove(&d->stalls, &bt->stall);
+  bt->stalled = 1;
+  for (uint32_t i = 0; i < bt->n; i++) bt->seqs[i]->stalled++;
   for (uint32_t i = 0; i < bt->n; i++) {
     disp_seq_t *s = bt->seqs[i];
     if (!seq_live(s) || s->state != SEQ_OUT || s->copies >= d->max_copies) continue;
