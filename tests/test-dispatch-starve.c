@@ -79,4 +79,33 @@ START_TEST(short_sequence_not_left_behind_longer_newcomers) {
 }
 END_TEST
 
-LP_TEST_MAIN("dispatch-starve", short_sequence_not_left_behind_longer_newcomers)
+/* With more than eight of the largest rectangles waiting (overload) the
+ * starving go longest first like the rest: the age order cost capacity. */
+START_TEST(overload_packs_longest_first) {
+  lp_disp_config_t c;
+  lp_disp_config_default(&c);
+  char err[128];
+  ck_assert_int_eq(lp_bucket_set_parse(&c.shapes, "1x8192", err, sizeof(err)), 0);
+  c.seed_cost_ns[0] = 20 * MS;
+  c.max_wait_ns = 5 * MS;
+  c.stall_factor = 0;
+  c.request_bound_ns = 10000 * MS;
+  lp_disp_t *d = lp_disp_new(&c);
+  ck_assert_ptr_nonnull(d);
+  sends = 0;
+  admit(d, 1, 8192, 0);
+  admit(d, 2, 4000, 1 * MS);
+  admit(d, 3, 4000, 2 * MS);
+  admit(d, 4, 4000, 3 * MS);
+  admit(d, 5, 1000, 4 * MS);
+  for (uint64_t j = 6; j < 26; j++) admit(d, j, 4096, (j - 1) * MS); /* 10.6 rectangles queued */
+  answer(d, 1, 20 * MS);
+  ck_assert(holds(2) && holds(6));
+  answer(d, 2, 40 * MS); /* the oldest must go, then the longest */
+  ck_assert_uint_eq(sends, 3);
+  ck_assert(holds(3) && !holds(4) && !holds(5));
+  lp_disp_free(d);
+}
+END_TEST
+
+LP_TEST_MAIN("dispatch-starve", short_sequence_not_left_behind_longer_newcomers, overload_packs_longest_first)

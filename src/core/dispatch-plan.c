@@ -21,6 +21,10 @@
 /* past the age bound plus this many times the slowest shape's time, a sequence
  * is starving: packed before the rest, oldest first */
 #define STARVE_BATCHES 1
+/* ... unless more than this many of the largest rectangles wait: overload, where
+ * longest first serves more (the starving order cost up to a tenth of the
+ * capacity in lanepack-sim) */
+#define STARVE_OVERLOAD 8
 
 static disp_seq_t *seq_of(lp_qnode_t *n) { return n ? container_of(n, disp_seq_t, q) : NULL; }
 
@@ -208,8 +212,9 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, si
    * oldest of all, one forced per batch: the p99 of a backlog). Those a smaller
    * bucket holds stay unpinned in a larger shape, which keeps long sequences in
    * the large shape and short ones in the cheap one (capacity under overload).
-   * They do not choose the shape. */
+   * They do not choose the shape. Not under overload (STARVE_OVERLOAD). */
   uint64_t starve = d->cfg.max_wait_ns + STARVE_BATCHES * v->maxcost;
+  if (d->st.queued_tokens > (uint64_t)STARVE_OVERLOAD * v->maxcap) starve = UINT64_MAX;
   for (size_t i = 0; i < k; i++) d->keys[i] = (uint64_t)(uintptr_t)d->win[p + i]; /* parked */
   size_t ns = 0, r = 0;
   for (size_t c = 0; c < v->ncls; c++) {
