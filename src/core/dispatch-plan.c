@@ -3,8 +3,9 @@
  * when the first device is expected free, less the lead time (above high
  * utilization, one batch waits queued at the device instead). What goes: the
  * oldest sequence past its age bound and the most urgent deadline must go; the
- * rest of the window is packed longest first; the shape is the one with the least
- * device time per real token among those that hold what must go. */
+ * starving (a batch's time past it) are packed next, oldest first; the rest of
+ * the window longest first; the shape is the one with the least device time per
+ * real token among those that hold what must go. */
 #include "dispatch-internal.h"
 
 #include "internal.h"
@@ -17,6 +18,13 @@
 #define HEAD_LOOK 8
 /* the window walk skips at most this many times the window in ineligible nodes */
 #define SKIP_FACTOR 4
+/* past the age bound plus this many times the slowest shape's time, a sequence
+ * is starving: packed before the rest, oldest first */
+#define STARVE_BATCHES 1
+/* ... unless more than this many of the largest rectangles wait: overload, where
+ * longest first serves more (the starving order cost up to a tenth of the
+ * capacity in lanepack-sim) */
+#define STARVE_OVERLOAD 8
 
 static disp_seq_t *seq_of(lp_qnode_t *n) { return n ? container_of(n, disp_seq_t, q) : NULL; }
 
@@ -30,6 +38,8 @@ typedef struct view_s {
   uint32_t maxb;
   uint64_t maxcap, maxcost;
   int others_up;      /* another backend is healthy (an avoided sequence can go there) */
+  size_t ncls;        /* distinct buckets of those shapes, largest first */
+  uint32_t cls[LP_BUCKET_MAX_SHAPES];
 } view_t;
 
 static void view_of(const lp_disp_t *d, uint32_t b, view_t *v) {
@@ -46,6 +56,15 @@ static void view_of(const lp_disp_t *d, uint32_t b, view_t *v) {
     if ((uint64_t)s->lanes * s->bucket > v->maxcap) v->maxcap = (uint64_t)s->lanes * s->bucket;
   }
   for (uint32_t o = 0; o < d->cfg.nbackends; o++) v->others_up |= o != b && d->be[o].up;
+  for (size_t i = 0; i < v->nsh; i++) {
+    uint32_t bk = d->shapes.shapes[v->sh[i]].bucket;
+    size_t j = 0;
+    while (j < v->ncls && v->cls[j] > bk) j++;
+    if (j < v->ncls && v->cls[j] == bk) continue;
+    memmove(v->cls + j + 1, v->cls + j, (v->ncls - j) * sizeof(*v->cls));
+    v->cls[j] = bk;
+    v->ncls++;
+  }
 }
 
 /* The device time of the cheapest shape on b that holds len (0 when none). */
@@ -98,8 +117,9 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 /* Builds the window for backend b into d->win: must-go sequences first (*npin of
- * them), then the rest in queue order. Returns how many, or -ENOMEM. */
-static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin) {
+ * them), then the starving by bucket class (starve_ge[c]: how many need v->cls[c]
+ * or a larger bucket), then the rest in queue order. Returns how many, or -ENOMEM. */
+static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, size_t *starve_ge) {
   uint32_t mark = ++d->decision;
   if (mark == 0) mark = ++d->decision;
   size_t n = 0, limit = d->max_window, steps = 0, skip_limit = SKIP_FACTOR * (size_t)d->max_window;
@@ -156,6 +176,7 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin) {
   }
   /* a sequence that failed alone goes alone: when it leads, or must go */
   disp_seq_t *solo = must ? (must->alone ? must : NULL) : n && d->win[0]->alone ? d->win[0] : NULL;
+  memset(starve_ge, 0, LP_BUCKET_MAX_SHAPES * sizeof(*starve_ge));
   if (solo) {
     d->win[0] = solo;
     *npin = 1;
@@ -183,13 +204,38 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin) {
   for (int i = 0; i < 2; i++)
     if (pins[i] && !pins[i]->alone) d->win[p++] = pins[i];
   *npin = p;
+  /* the starving (waited past the age bound plus STARVE_BATCHES of the slowest
+   * shape's time: a backlog after a hiccup of the host or the device) come
+   * next, by the bucket they need, largest first, then oldest first; a shape
+   * packs those that need its bucket or a larger one before the rest (longest
+   * first alone left a short one behind every longer newcomer until it was the
+   * oldest of all, one forced per batch: the p99 of a backlog). Those a smaller
+   * bucket holds stay unpinned in a larger shape, which keeps long sequences in
+   * the large shape and short ones in the cheap one (capacity under overload).
+   * They do not choose the shape. Not under overload (STARVE_OVERLOAD). */
+  uint64_t starve = d->cfg.max_wait_ns + STARVE_BATCHES * v->maxcost;
+  if (d->st.queued_tokens > (uint64_t)STARVE_OVERLOAD * v->maxcap) starve = UINT64_MAX;
+  for (size_t i = 0; i < k; i++) d->keys[i] = (uint64_t)(uintptr_t)d->win[p + i]; /* parked */
+  size_t ns = 0, r = 0;
+  for (size_t c = 0; c < v->ncls; c++) {
+    uint32_t lo = c + 1 < v->ncls ? v->cls[c + 1] : 0;
+    for (size_t i = 0; i < k; i++) {
+      disp_seq_t *s = (disp_seq_t *)(uintptr_t)d->keys[i];
+      if (s->len > lo && s->len <= v->cls[c] && now >= s->enq_ns && now - s->enq_ns >= starve) d->win[p + ns++] = s;
+    }
+    starve_ge[c] = ns;
+  }
+  for (size_t i = 0; i < k; i++) {
+    disp_seq_t *s = (disp_seq_t *)(uintptr_t)d->keys[i];
+    if (!(now >= s->enq_ns && now - s->enq_ns >= starve) || s->len > v->cls[0]) d->win[p + ns + r++] = s;
+  }
   return (long)(k + p);
 }
 
 /* Packs the window into each shape of b and keeps the one with the least device
  * time per real token among those that hold every pinned sequence (else the
  * first pinned). Returns the shape index or -1; d->best gets its placements. */
-static int choose(lp_disp_t *d, const view_t *v, size_t n, size_t npin, uint64_t *real_out) {
+static int choose(lp_disp_t *d, const view_t *v, size_t n, size_t npin, const size_t *starve_ge, uint64_t *real_out) {
   int best = -1, best_level = -1;
   double best_score = 0;
   uint64_t best_real = 0;
@@ -197,8 +243,10 @@ static int choose(lp_disp_t *d, const view_t *v, size_t n, size_t npin, uint64_t
   for (size_t i = 0; i < v->nsh; i++) {
     const lp_shape_t *sh = &d->shapes.shapes[v->sh[i]];
     if (npin && d->lens[0] > sh->bucket) continue;
+    size_t c = 0;
+    while (c + 1 < v->ncls && v->cls[c] > sh->bucket) c++;
     lp_pack_params_t prm = {.capacity = sh->bucket, .max_bins = sh->lanes,
-                            .max_segments = d->cfg.max_segments, .n_pinned = (uint32_t)npin};
+                            .max_segments = d->cfg.max_segments, .n_pinned = (uint32_t)(npin + starve_ge[c])};
     long placed = lp_packer_pack(d->packer, LP_ALGO_BFD, &prm, d->lens, n, d->trial, NULL);
     if (placed < 0) return (int)placed;
     if (placed == 0) continue;
@@ -325,11 +373,11 @@ static int plan(lp_disp_t *d, uint32_t b, uint32_t k, int rank, uint64_t now) {
   view_t v;
   view_of(d, b, &v);
   if (v.nsh == 0) return 0;
-  size_t npin = 0;
-  long n = window(d, &v, now, &npin);
+  size_t npin = 0, starve_ge[LP_BUCKET_MAX_SHAPES];
+  long n = window(d, &v, now, &npin, starve_ge);
   if (n <= 0) return (int)n;
   uint64_t real = 0;
-  int shape = choose(d, &v, (size_t)n, npin, &real);
+  int shape = choose(d, &v, (size_t)n, npin, starve_ge, &real);
   if (shape < 0) return shape == -1 ? 0 : shape;
   if (rank == 2) {
     const lp_shape_t *sh = &d->shapes.shapes[shape];
