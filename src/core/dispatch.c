@@ -338,8 +338,9 @@ static int seq_enqueue(lp_disp_t *d, disp_seq_t *s, int requeue) {
 
 /* The job's one answer. Its queued sequences are dropped; in-flight copies finish
  * and are ignored. */
-static void job_answer(lp_disp_t *d, disp_job_t *j, lp_disp_status_t st) {
-  if (j->answered) return;
+/* The job is over for the queue (answered or cancelled): its waiting sequences
+ * leave, its timers and its place among the live jobs go. */
+static void job_end(lp_disp_t *d, disp_job_t *j) {
   for (uint32_t i = 0; i < j->nseq; i++) {
     disp_seq_t *s = &j->seqs[i];
     if (s->state == SEQ_QUEUED || s->state == SEQ_BACKOFF) lp__disp_unqueue(d, s, SEQ_DONE);
@@ -350,6 +351,11 @@ static void job_answer(lp_disp_t *d, disp_job_t *j, lp_disp_status_t st) {
   map_del(&d->jobs, j->id);
   d->live_jobs--;
   d->live_tokens -= j->tokens;
+}
+
+static void job_answer(lp_disp_t *d, disp_job_t *j, lp_disp_status_t st) {
+  if (j->answered) return;
+  job_end(d, j);
   if (st == LP_DISP_ST_OK) d->st.answered_ok++;
   else d->st.answered_err++;
   lp_disp_action_t a = {.kind = LP_DISP_ACT_ANSWER};
@@ -521,16 +527,7 @@ int lp_disp_cancel(lp_disp_t *d, uint64_t job_id, uint64_t now) {
   begin(d, now);
   disp_job_t *j = map_get(&d->jobs, job_id);
   if (!j) return -ENOENT;
-  for (uint32_t i = 0; i < j->nseq; i++) {
-    disp_seq_t *s = &j->seqs[i];
-    if (s->state == SEQ_QUEUED || s->state == SEQ_BACKOFF) lp__disp_unqueue(d, s, SEQ_DONE);
-  }
-  j->answered = 1;
-  lp_theap_remove(&d->timers, &j->timer);
-  lp_theap_remove(&d->deadlines, &j->dl);
-  map_del(&d->jobs, j->id);
-  d->live_jobs--;
-  d->live_tokens -= j->tokens;
+  job_end(d, j);
   d->st.cancelled++;
   job_free_if_done(d, j);
   finish(d, now);
