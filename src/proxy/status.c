@@ -72,6 +72,17 @@ static void per_model(lp_buf_t *b, lp_proxy_t *p, const char *name, const char *
   }
 }
 
+/* A gauge per model from values counted in one walk (v[i] for model i). */
+static void per_model_counts(lp_buf_t *b, lp_proxy_t *p, const char *name, const char *help,
+                             const uint64_t *v) {
+  char labels[128];
+  lp_metric_family(b, name, "gauge", help);
+  for (size_t i = 0; i < p->nmodels; i++) {
+    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
+    lp_metric_sample_u64(b, name, labels, v[i]);
+  }
+}
+
 static void per_backend(lp_buf_t *b, lp_proxy_t *p, const char *name, const char *type,
                         const char *help, backend_value_fn value) {
   char labels[512];
@@ -114,19 +125,13 @@ static void load_gauges(lp_buf_t *b, lp_proxy_t *p) {
       pending_s[k] += (double)wait / 1e9;
     }
   char labels[128];
-  lp_metric_family(b, "lanepack_requests_waiting", "gauge",
-                   "Requests with a sequence queued, by model (the endpoint picker's TotalQueuedRequests).");
-  for (size_t i = 0; i < p->nmodels; i++) {
-    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
-    lp_metric_sample_u64(b, "lanepack_requests_waiting", labels, waiting[i]);
-  }
-  lp_metric_family(b, "lanepack_requests_running", "gauge",
+  per_model_counts(b, p, "lanepack_requests_waiting",
+                   "Requests with a sequence queued, by model (the endpoint picker's TotalQueuedRequests).",
+                   waiting);
+  per_model_counts(b, p, "lanepack_requests_running",
                    "Requests sent to a backend whole and not yet answered, by model "
-                   "(the endpoint picker's TotalRunningRequests).");
-  for (size_t i = 0; i < p->nmodels; i++) {
-    snprintf(labels, sizeof(labels), "model=\"%s\"", p->models[i].cfg->name);
-    lp_metric_sample_u64(b, "lanepack_requests_running", labels, running[i]);
-  }
+                   "(the endpoint picker's TotalRunningRequests).",
+                   running);
   lp_metric_family(b, "lanepack_saturation", "gauge",
                    "Mean queue delay over mean device time per batch, last 30 s, by model: "
                    "the autoscaling target (0.7, see Scaling out).");
