@@ -12,7 +12,7 @@ PKGS=(build-essential meson ninja-build pkg-config libuv1-dev node-llhttp libjan
 # What only the tests need: Check, the sanitizer build's clang, the Python
 # tests' yaml, promtool (from prometheus) for the metrics' format, and the reference model server's framework (torch and numpy,
 # which the v2 client test uses too). LP_SETUP_TORCH=0 leaves out torch alone.
-if [ "${LP_SETUP_TESTS:-0}" = 1 ] || [ "${LP_SETUP_ASAN:-0}" = 1 ]; then
+if [ "${LP_SETUP_TESTS:-0}" = 1 ] || [ "${LP_SETUP_ASAN:-0}" = 1 ] || [ "${LP_SETUP_TSAN:-0}" = 1 ]; then
   PKGS+=(check clang libclang-rt-14-dev python3-yaml prometheus)
   if [ "${LP_SETUP_TORCH:-1}" = 1 ]; then PKGS+=(python3-torch python3-numpy); fi
 fi
@@ -55,4 +55,10 @@ if [ "${LP_SETUP_ASAN:-0}" = 1 ]; then
   # libFuzzer targets: everything instrumented for coverage, the same sanitizers
   CC=clang configure build-fuzz --buildtype=debug -Db_sanitize=address,undefined \
     -Db_lundef=false "-Dc_args=-fsanitize=fuzzer-no-link $UBSAN_ARGS" -Dfuzz=true
+fi
+# The ThreadSanitizer build (clang): the threaded proxy under load, every
+# access between threads checked (libuv, curl and jansson are not instrumented:
+# what crosses threads in lanepack goes through its own mutexes, which are)
+if [ "${LP_SETUP_TSAN:-0}" = 1 ]; then
+  CC=clang configure build-tsan --buildtype=debug -Db_sanitize=thread -Db_lundef=false
 fi

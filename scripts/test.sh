@@ -5,8 +5,8 @@
 # each libFuzzer target for a bounded time. Ends with "N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
-LP_SETUP_TESTS=1 LP_SETUP_ASAN=1 bash scripts/setup.sh || exit 1
-for dir in build build-asan build-fuzz; do
+LP_SETUP_TESTS=1 LP_SETUP_ASAN=1 LP_SETUP_TSAN=1 bash scripts/setup.sh || exit 1
+for dir in build build-asan build-fuzz build-tsan; do
   out=$(meson compile -C "$dir" 2>&1) || { echo "$out"; exit 1; }
 done
 log=$(mktemp)
@@ -22,6 +22,11 @@ suite "tests (gcc, release build)" -C build --num-processes 2
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   suite "every test again, built by clang with address+undefined sanitizers (leaks fail)" \
   -C build-asan --num-processes 2
+# the tests of what crosses threads, built by clang with ThreadSanitizer: a
+# race fails the process that has it (the proxy's exit code, and the test)
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  suite "the threaded tests again, built with ThreadSanitizer (a data race fails)" \
+  -C build-tsan --suite threads --num-processes 1
 suite "fuzzing: each libFuzzer target for 20 s from its seeds (crash, leak or hang fails)" \
   -C build-fuzz --suite fuzz --num-processes 1
 # issue 19's fault goal (loadgen/bench-faults.py: 3,000 requests, two faulty
