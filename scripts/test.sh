@@ -28,7 +28,7 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   suite "the threaded tests again, built with ThreadSanitizer (a data race fails)" \
   -C build-tsan --suite threads --num-processes 1
 suite "fuzzing: each libFuzzer target for 20 s from its seeds (crash, leak or hang fails)" \
-  -C build-fuzz --suite fuzz --num-processes 1
+  -C build-fuzz --suite fuzz --num-processes 2
 # issue 19's fault goal (loadgen/bench-faults.py: 3,000 requests, two faulty
 # emulators, one killed and restarted), three seeds: opt-in while a rare lost
 # request (about 1 run in 50) is being chased
