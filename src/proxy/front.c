@@ -27,6 +27,8 @@ void lp__front_limits(const lp_config_t *cfg, unsigned n, lp_httpd_config_t *hc)
 
 /* ---- the front's side ---- */
 
+static void on_front_flush_soon(uv_idle_t *h);
+
 void lp__front_submit(lp_front_t *f, lp_http_req_t *req, lp_job_t *job) {
   req->app = job;
   if (!f->remote) {
@@ -37,8 +39,28 @@ void lp__front_submit(lp_front_t *f, lp_http_req_t *req, lp_job_t *job) {
   job->front_req = req;
   job->refs = 1;
   job->waited = 1;
-  lp__mbox_push_job(&f->proxy->inbox, job);
+  /* with the others of this loop turn, after its reads (on_front_flush) */
+  job->mq_next = NULL;
+  if (f->to_sched) {
+    f->to_sched_last->mq_next = job;
+  } else {
+    f->to_sched = job;
+    /* a job queued after this turn's check (a close callback) must not wait
+     * for the next wake-up: the idle handle keeps the next poll from sleeping */
+    uv_idle_start(&f->flush_soon, on_front_flush_soon);
+  }
+  f->to_sched_last = job;
 }
+
+void lp__front_flush(lp_front_t *f) {
+  if (!f->to_sched) return;
+  uv_idle_stop(&f->flush_soon);
+  lp__mbox_push_jobs(&f->proxy->inbox, f->to_sched, f->to_sched_last);
+  f->to_sched = f->to_sched_last = NULL;
+}
+
+static void on_front_flush(uv_check_t *h) { lp__front_flush(container_of(h, lp_front_t, flush)); }
+static void on_front_flush_soon(uv_idle_t *h) { lp__front_flush(container_of(h, lp_front_t, flush_soon)); }
 
 void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
   lp_job_t *job = calloc(1, sizeof(*job));
@@ -163,6 +185,8 @@ static void on_front_inbox(uv_async_t *a) {
       /* the listeners are closed (drained) or the process gives up on them */
       uv_timer_stop(&f->tick);
       uv_close((uv_handle_t *)&f->tick, NULL);
+      uv_close((uv_handle_t *)&f->flush, NULL);
+      uv_close((uv_handle_t *)&f->flush_soon, NULL);
       lp__mbox_close(&f->inbox, NULL);
       if (f->httpd || f->admin) uv_stop(f->loop); /* last resort: connections left open */
     }
@@ -179,10 +203,37 @@ static void front_main(void *arg) {
 
 /* ---- the scheduler's side ---- */
 
+static void on_sched_flush_soon(uv_idle_t *h);
+
 void lp__job_hand_back(lp_job_t *job) {
+  lp_front_t *f = job->front;
   job->handed_back = 1;
-  lp__mbox_push_job(&job->front->inbox, job);
+  /* with the others of this loop turn (on_sched_flush) */
+  job->mq_next = NULL;
+  if (f->back) f->back_last->mq_next = job;
+  else f->back = job;
+  f->back_last = job;
+  if (!f->proxy->back_pending) {
+    f->proxy->back_pending = 1;
+    /* as the front's: no sleep before the flush, wherever this was called from */
+    uv_idle_start(&f->proxy->flush_soon, on_sched_flush_soon);
+  }
 }
+
+void lp__fronts_flush(lp_proxy_t *p) {
+  if (!p->back_pending) return;
+  p->back_pending = 0;
+  uv_idle_stop(&p->flush_soon);
+  for (unsigned i = 0; i < p->nfronts; i++) {
+    lp_front_t *f = &p->fronts[i];
+    if (!f->back) continue;
+    lp__mbox_push_jobs(&f->inbox, f->back, f->back_last);
+    f->back = f->back_last = NULL;
+  }
+}
+
+static void on_sched_flush(uv_check_t *h) { lp__fronts_flush(container_of(h, lp_proxy_t, flush)); }
+static void on_sched_flush_soon(uv_idle_t *h) { lp__fronts_flush(container_of(h, lp_proxy_t, flush_soon)); }
 
 static void sched_page(lp_proxy_t *p, lp_job_t *job) {
   lp_page_t pg;
@@ -385,6 +436,10 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
     return front_listen(f, 1, 0, port);
   }
   if ((rc = lp__mbox_init(&p->inbox, p->loop, on_sched_inbox, p)) != 0) return rc;
+  uv_check_init(p->loop, &p->flush);
+  uv_check_start(&p->flush, on_sched_flush);
+  uv_unref((uv_handle_t *)&p->flush);
+  uv_idle_init(p->loop, &p->flush_soon);
   int bound = 0;
   for (unsigned i = 0; i < n; i++) {
     lp_front_t *f = &p->fronts[i];
@@ -401,6 +456,9 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
     if ((rc = lp__mbox_init(&f->inbox, f->loop, on_front_inbox, f)) != 0) return rc;
     uv_timer_init(f->loop, &f->tick);
     uv_timer_start(&f->tick, on_front_tick, 250, 250);
+    uv_check_init(f->loop, &f->flush);
+    uv_check_start(&f->flush, on_front_flush);
+    uv_idle_init(f->loop, &f->flush_soon);
     if ((rc = front_listen(f, n, id_base, &bound)) != 0) return rc;
   }
   if (afd >= 0 && afd != STDERR_FILENO) close(afd);
