@@ -101,7 +101,7 @@ static void front_job_back(lp_front_t *f, lp_job_t *job) {
       lp__job_deliver(f, job, req);
     }
   }
-  lp__job_release(job);
+  lp__job_release(job); /* without a cancel sent, the only reference: freed at once */
 }
 
 static void front_publish(lp_front_t *f) {

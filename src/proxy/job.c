@@ -332,7 +332,10 @@ void lp__job_deliver(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
 }
 
 void lp__job_release(lp_job_t *job) {
-  if (__atomic_sub_fetch(&job->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  /* the only holder (refs 1, read by the holder) skips the locked decrement */
+  if (__atomic_load_n(&job->refs, __ATOMIC_ACQUIRE) != 1 &&
+      __atomic_sub_fetch(&job->refs, 1, __ATOMIC_ACQ_REL) != 0)
+    return;
   for (uint32_t i = 0; i < job->nseq; i++) free(job->seqs[i].out);
   lp_buf_free(&job->res_body);
   free(job->admin_url);

@@ -138,7 +138,7 @@ int lp__proxy_reload(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errl
   lp_config_free_tokens(p->tokens, p->ntokens);
   p->tokens = tokens;
   p->ntokens = ntokens;
-  lp_log_level = p->cfg.log_level;
+  __atomic_store_n(&lp_log_level, p->cfg.log_level, __ATOMIC_RELAXED); /* fronts read it */
   lp__fronts_reconfigure(p); /* limits, tokens and the configuration every front reads */
   for (size_t i = 0; i < p->nmodels; i++) {
     lp_model_t *m = &p->models[i];
