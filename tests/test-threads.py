@@ -139,6 +139,46 @@ def main():
         ok200 = metric(text, "lanepack_requests_total", '{route="infer",status="200"}')
         check("requests_total sums the fronts: %s" % ok200, ok200 == 48 * 50, ok200)
 
+        # pages of the scheduler's state, asked from every front (new
+        # connections spread over them), and v2 clients
+        def get(path, body=None):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            c.request("POST" if body is not None else "GET", path, body=body,
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            c.close()
+            return r.status, data
+        pages = []
+        for i in range(12):
+            st, data = get("/v1/models")
+            pages.append(st == 200 and json.loads(data)["models"][0]["name"] == "m")
+            st, data = get("/readyz")
+            pages.append(st == 200 and json.loads(data)["ready"] is True)
+            st, data = get("/v1/buckets/advice?k=1")
+            # (409 no_data until the advisor has seen enough: as with one thread)
+            pages.append((st == 200 and "shapes" in json.loads(data)) or
+                         (st == 409 and json.loads(data)["error"]["code"] == "no_data"))
+            st, data = get("/v1/buckets/advice?k=99")
+            pages.append(st == 400 and json.loads(data)["error"]["code"] == "bad_parameter")
+            st, data = get("/v2/health/ready")
+            pages.append(st == 200)
+            st, data = get("/v2/models/m")
+            pages.append(st == 200 and json.loads(data)["name"] == "m")
+            st, data = get("/v2/models/m/ready")
+            pages.append(st == 200)
+            st, data = get("/v2/models/nope/ready")
+            pages.append(st == 404)
+            toks = [random.randrange(50000) for _ in range(random.randint(1, 64))]
+            st, data = get("/v2/models/m/infer", json.dumps(
+                {"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [len(toks)], "data": toks}]}))
+            pages.append(st == 200 and json.loads(data)["outputs"][0]["data"] == [float(x) for x in emu(toks)])
+            st, data = get("/v1/infer", json.dumps({"input_ids": list(range(65))}))
+            pages.append(st == 413 and json.loads(data)["error"]["code"] == "sequence_too_long"
+                         and json.loads(data)["error"]["max_len"] == 64)
+        check("pages, v2 clients and the scheduler's refusals from every front", all(pages),
+              [i for i, v in enumerate(pages) if not v])
+
         # 2. clients that leave mid-flight, many at once: the proxy stays whole
         socks = []
         for i in range(200):
