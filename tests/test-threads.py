@@ -157,7 +157,7 @@ def main():
             pages.append(st == 200 and json.loads(data)["ready"] is True)
             st, data = get("/v1/buckets/advice?k=1")
             # (409 no_data until the advisor has seen enough: as with one thread)
-            pages.append((st == 200 and "shapes" in json.loads(data)) or
+            pages.append((st == 200 and "current" in json.loads(data)) or
                          (st == 409 and json.loads(data)["error"]["code"] == "no_data"))
             st, data = get("/v1/buckets/advice?k=99")
             pages.append(st == 400 and json.loads(data)["error"]["code"] == "bad_parameter")
