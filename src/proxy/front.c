@@ -78,7 +78,7 @@ void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
   job->admin_v2 = v2r;
   job->admin_url = url;
   job->nseq = 0;
-  job->bytes = req->path_len; /* a page holds no tokens: here, where the path ends in admin_url */
+  job->admin_path_len = req->path_len;
   job->front_req = req;
   job->refs = 1;
   job->waited = 1;
@@ -237,7 +237,7 @@ static void on_sched_flush_soon(uv_idle_t *h) { lp__fronts_flush(container_of(h,
 
 static void sched_page(lp_proxy_t *p, lp_job_t *job) {
   lp_page_t pg;
-  lp__render_page(p, job->admin_route, job->admin_v2, job->admin_url, job->bytes, &job->res_body, &pg);
+  lp__render_page(p, job->admin_route, job->admin_v2, job->admin_url, job->admin_path_len, &job->res_body, &pg);
   job->res_status = pg.status;
   job->res_ctype = pg.ctype;
   snprintf(job->res_hdr, sizeof(job->res_hdr), "%s", pg.hdr ? pg.hdr : "");

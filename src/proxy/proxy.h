@@ -144,6 +144,7 @@ struct lp_job_s {
                              LP_ROUTE_V2 with admin_v2 set) */
   int admin_v2;           /* lp_v2_route_t of a v2 page */
   char *admin_url;        /* its URL (the query is read); owned */
+  size_t admin_path_len;  /* admin_url[0..admin_path_len) is the path */
   /* its answer, written by the scheduler (remote): status (0: none), code and
    * message of an error, or the body of a success behind LP_HEAD_ROOM bytes */
   int res_status;
