@@ -284,6 +284,39 @@ def main():
         check("SIGTERM: every request in flight or queued answered and verified", results == [True] * 6, results)
         rc = proxy.wait(15)
         check("the proxy exits 0 after the drain", rc == 0, rc)
+
+        # 5. past drain_timeout_ms: what is still at the backend gets 503
+        # shutting_down, every request one answer, and the process exits 0
+        port2 = free_port()
+        cfg2 = os.path.join(tmp, "hard.json")
+        with open(cfg2, "w") as f:
+            json.dump({"listen": f"127.0.0.1:{port2}", "drain_timeout_ms": 100, "health_interval_ms": 100,
+                       "models": {"m": {"shapes": "4x64", "backends": [f"http://127.0.0.1:{slow_port}"]}}}, f)
+        proxy = subprocess.Popen([proxy_bin, "--config", cfg2, "--threads", str(nthreads)], stderr=err)
+        wait_http(port2, "/readyz")
+        answers = [None] * 10
+
+        def hard(i):
+            toks = [i + 1] * 10
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port2, timeout=20)
+                st, body = post(c, {"input_ids": toks})
+                o = json.loads(body)
+                answers[i] = (st == 200 and o["output"] == emu(toks)) or \
+                    (st == 503 and o["error"]["code"] == "shutting_down")
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                answers[i] = repr(e)
+        ts = [threading.Thread(target=hard, args=(i,)) for i in range(10)]
+        for t in ts:
+            t.start()
+        time.sleep(0.2)
+        proxy.send_signal(signal.SIGTERM)
+        for t in ts:
+            t.join(20)
+        check("past the drain timeout: every request one answer (verified, or 503 shutting_down)",
+              answers == [True] * 10, answers)
+        rc = proxy.wait(15)
+        check("... and the proxy exits 0", rc == 0, rc)
     finally:
         if proxy.poll() is None:
             proxy.kill()
