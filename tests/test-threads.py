@@ -139,6 +139,17 @@ def main():
         ok200 = metric(text, "lanepack_requests_total", '{route="infer",status="200"}')
         check("requests_total sums the fronts: %s" % ok200, ok200 == 48 * 50, ok200)
 
+        # a second lanepack on the same port does not join this one's
+        # SO_REUSEPORT group: it fails to start, as with one thread
+        try:
+            second = subprocess.run([proxy_bin, "--config", cfg_path, "--threads", str(nthreads)],
+                                    stderr=subprocess.PIPE, timeout=10)
+            second = (second.returncode, second.stderr[-200:])
+        except subprocess.TimeoutExpired:
+            second = ("still running: it joined the port", b"")
+        check("a second lanepack on the port exits 1 (address in use)",
+              second[0] == 1 and b"already in use" in second[1], second)
+
         # pages of the scheduler's state, asked from every front (new
         # connections spread over them), and v2 clients
         def get(path, body=None):

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "lanepack/log.h"
@@ -398,8 +400,8 @@ static int front_listen(lp_front_t *f, unsigned n, uint64_t id_base, int *port) 
   f->httpd = lp_httpd_new(f->loop, &hc);
   if (!f->httpd) return -ENOMEM;
   char addr[LP_URL_MAX + 16];
-  listen_addr(cfg->listen, f->index ? *port : 0, addr, sizeof(addr));
-  int rc = lp_httpd_listen(f->httpd, addr, f->index ? NULL : port);
+  listen_addr(cfg->listen, n > 1 ? *port : 0, addr, sizeof(addr));
+  int rc = lp_httpd_listen(f->httpd, addr, n > 1 ? NULL : port);
   if (rc) return rc;
   if (f->index == 0 && cfg->admin_listen[0]) {
     hc.on_request = lp__on_admin_request;
@@ -410,6 +412,29 @@ static int front_listen(lp_front_t *f, unsigned n, uint64_t id_base, int *port) 
     if ((rc = lp_httpd_listen(f->admin, cfg->admin_listen, &aport))) return rc;
     lp_log(LP_LOG_INFO, "admin listening", "\"port\": %d", aport);
   }
+  return 0;
+}
+
+/* Listeners bound with SO_REUSEPORT join any group already on the port (an
+ * old lanepack left running, under the same user): first a plain bind, as one
+ * thread's listener makes, must find the port free; it also picks the port
+ * when any was asked for. 0 with *port, or a negative libuv error. */
+static int claim_port(const char *addr, int *port) {
+  struct sockaddr_storage ss;
+  int rc = lp_parse_hostport(addr, &ss);
+  if (rc) return rc;
+  socklen_t len = ss.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+  if (fd < 0) return uv_translate_sys_error(errno);
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+      bind(fd, (struct sockaddr *)&ss, len) < 0 || getsockname(fd, (struct sockaddr *)&ss, &len) < 0) {
+    rc = uv_translate_sys_error(errno);
+    close(fd);
+    return rc;
+  }
+  close(fd);
+  *port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                         : ((struct sockaddr_in *)&ss)->sin_port);
   return 0;
 }
 
@@ -441,6 +466,7 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
   uv_unref((uv_handle_t *)&p->flush);
   uv_idle_init(p->loop, &p->flush_soon);
   int bound = 0;
+  if ((rc = claim_port(p->cfg.listen, &bound)) != 0) return rc;
   for (unsigned i = 0; i < n; i++) {
     lp_front_t *f = &p->fronts[i];
     f->remote = 1;
