@@ -98,7 +98,7 @@ def main():
     with open(tokens, "w") as f:
         f.write("sekrit-token-1\n")
     cfg_path = os.path.join(tmp, "lanepack.json")
-    base = {"listen": f"127.0.0.1:{port}", "health_interval_ms": 100, "access_log": alog,
+    base = {"listen": f"127.0.0.1:{port}", "health_interval_ms": 100, "access_log": alog, "threads": nthreads,
             "models": {"m": {"shapes": "4x64", "max_wait_ms": 2, "backends": [f"http://127.0.0.1:{emu_port}"]}}}
 
     def write_cfg(**kw):
@@ -117,7 +117,7 @@ def main():
     slow_p = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{slow_port}", "--shapes", "4x64",
                                "--cost-ms", "300"], stderr=subprocess.DEVNULL)
     err = open(os.path.join(tmp, "stderr"), "w+")
-    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path, "--threads", str(nthreads)], stderr=err)
+    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path], stderr=err)  # the key; the flag below
     rc = None
     try:
         wait_http(emu_port, "/healthz")
@@ -221,7 +221,14 @@ def main():
               metric(text, "lanepack_inflight_batches") == 0,
               [l for l in text.splitlines() if "queue_sequences" in l or "inflight_batches" in l])
 
-        # 3. reload: tokens reach every front, and go again
+        # 3. reload: a new thread count is refused (restart to apply), the
+        # running ones serve on; tokens reach every front, and go again
+        write_cfg(threads=nthreads + 1)
+        proxy.send_signal(signal.SIGHUP)
+        deadline = time.time() + 5
+        while time.time() < deadline and "threads changed" not in open(err.name).read():
+            time.sleep(0.02)
+        check("a reload changing threads is refused, naming it", "threads changed" in open(err.name).read())
         write_cfg(auth_tokens_file=tokens)
         proxy.send_signal(signal.SIGHUP)
         time.sleep(0.5)
@@ -264,7 +271,7 @@ def main():
         write_cfg(models={"backends": [f"http://127.0.0.1:{slow_port}"]})
         proxy.send_signal(signal.SIGHUP)
         deadline = time.time() + 5
-        while time.time() < deadline and open(err.name).read().count('"reloaded"') < 3:
+        while time.time() < deadline and open(err.name).read().count('"reloaded"') < 3:  # refused one not counted
             time.sleep(0.02)
         time.sleep(0.3)  # the new backend probed
         results = [None] * 6
