@@ -209,7 +209,8 @@ send:
     /* the body is ready; its head, counting and logging are the front's */
     job->res_status = 200;
     job->res_ctype = ctype;
-    snprintf(job->res_hdr, sizeof(job->res_hdr), "%s", extra);
+    if (extra[0]) snprintf(job->res_hdr, sizeof(job->res_hdr), "%s", extra); /* rare: no printf per answer */
+    else job->res_hdr[0] = '\0';
     job->res_body = out;
     job->answered = 1;
     return 0;
