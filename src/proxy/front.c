@@ -406,6 +406,8 @@ static int front_listen(lp_front_t *f, unsigned n, uint64_t id_base, int *port) 
   if (f->index == 0 && cfg->admin_listen[0]) {
     hc.on_request = lp__on_admin_request;
     hc.reuseport = 0;
+    hc.id_base = 0; /* its own random base: not the fronts' shared sequence */
+    hc.id_shard = hc.id_shards = 0;
     f->admin = lp_httpd_new(f->loop, &hc);
     if (!f->admin) return -ENOMEM;
     int aport;
