@@ -64,7 +64,10 @@ void lp__front_flush(lp_front_t *f) {
 static void on_front_flush(uv_check_t *h) { lp__front_flush(container_of(h, lp_front_t, flush)); }
 static void on_front_flush_soon(uv_idle_t *h) { lp__front_flush(container_of(h, lp_front_t, flush_soon)); }
 
+static void front_publish(lp_front_t *f);
+
 void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
+  front_publish(f); /* the asking front's count is current (the others' as of their last tick) */
   lp_job_t *job = calloc(1, sizeof(*job));
   char *url = job ? malloc(req->url_len + 1) : NULL;
   if (!url) {
