@@ -25,6 +25,10 @@
  * longest first serves more (the starving order cost up to a tenth of the
  * capacity in lanepack-sim) */
 #define STARVE_OVERLOAD 8
+/* the window holds up to this many of the largest rectangles' tokens (with 2,
+ * a backlog was packed from its oldest few dozen sequences only: 0.93-0.95 of
+ * the ideal's tokens/s under overload with three shapes, 0.95-0.97 with 8) */
+#define WINDOW_RECTS 8
 
 static disp_seq_t *seq_of(lp_qnode_t *n) { return n ? container_of(n, disp_seq_t, q) : NULL; }
 
@@ -127,7 +131,7 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, si
   disp_seq_t *must = NULL, *urgent = NULL;
   /* the head of the queue in order (priority, then age), eligible ones only */
   if (reserve(d, 8)) return -ENOMEM;
-  for (lp_qnode_t *q = lp_queue_first(&d->queue); q && n < limit && tokens < 2 * v->maxcap && steps < skip_limit;
+  for (lp_qnode_t *q = lp_queue_first(&d->queue); q && n < limit && tokens < WINDOW_RECTS * v->maxcap && steps < skip_limit;
        q = lp_queue_next(&d->queue, q), steps++) {
     disp_seq_t *s = seq_of(q);
     if (!eligible(v, s)) continue;
@@ -232,17 +236,68 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, si
   return (long)(k + p);
 }
 
+/* When the first device other than device k of backend b can start a batch
+ * (now when one is idle; UINT64_MAX when there is none or none is timed). */
+static uint64_t other_free(const lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
+  uint64_t t = UINT64_MAX;
+  for (uint32_t o = 0; o < d->cfg.nbackends; o++) {
+    const disp_backend_t *be = &d->be[o];
+    if (!be->up) continue;
+    for (uint32_t x = 0; x < be->clock.devices; x++) {
+      if (o == b && x == k) continue;
+      uint32_t live = be->dev[x].n - be->dev[x].lost;
+      uint64_t f = live ? be->clock.dev[x].free_ns : now;
+      if (live && f == 0) continue;
+      if (f < now) f = now;
+      if (f < t) t = f;
+    }
+  }
+  return t;
+}
+
+/* Sequences of the window a shape of cost `cost` leaves to a cheaper shape on
+ * another device: a short sequence that rides a slow rectangle (because a long
+ * one must go) is answered later than it would be by a cheap batch on a device
+ * that frees before this one would finish (with four devices, up to a third of
+ * the short sequences rode the long ones' 20 ms batches: the p99). At most one
+ * such cheaper batch's worth is held out, oldest first; the pinned and the
+ * starving are never held out. One device, or none timed: nothing is. Marks
+ * them in d->lens with UINT32_MAX (no lane holds that). */
+static void hold_out(lp_disp_t *d, const view_t *v, size_t from, size_t n, uint64_t cost, uint64_t other,
+                     uint64_t now) {
+  if (other == UINT64_MAX || d->draining || other >= now + cost) return;
+  uint64_t held = 0;
+  for (size_t j = from; j < n; j++) {
+    uint32_t len = d->lens[j];
+    uint64_t alt = 0, cap = 0;
+    for (size_t i = 0; i < v->nsh; i++) {
+      const lp_shape_t *sh = &d->shapes.shapes[v->sh[i]];
+      if (sh->bucket >= len && v->cost[i] < cost && (alt == 0 || v->cost[i] < alt)) {
+        alt = v->cost[i];
+        cap = (uint64_t)sh->lanes * sh->bucket;
+      }
+    }
+    if (alt == 0 || other + alt >= now + cost || held + len > cap) continue;
+    held += len;
+    d->lens[j] = UINT32_MAX;
+  }
+}
+
 /* Packs the window into each shape of b and keeps the one with the least device
  * time per real token among those that hold every pinned sequence (else the
  * first pinned). Returns the shape index or -1; d->best gets its placements. */
-static int choose(lp_disp_t *d, const view_t *v, size_t n, size_t npin, const size_t *starve_ge, uint64_t *real_out) {
+static int choose(lp_disp_t *d, const view_t *v, uint32_t k, size_t n, size_t npin, const size_t *starve_ge,
+                  uint64_t now, uint64_t *real_out) {
   int best = -1, best_level = -1;
   double best_score = 0;
   uint64_t best_real = 0;
-  for (size_t i = 0; i < n; i++) d->lens[i] = d->win[i]->len;
+  uint64_t other = other_free(d, v->b, k, now);
+  size_t fixed = npin + (v->ncls ? starve_ge[v->ncls - 1] : 0);
   for (size_t i = 0; i < v->nsh; i++) {
     const lp_shape_t *sh = &d->shapes.shapes[v->sh[i]];
+    for (size_t j = 0; j < n; j++) d->lens[j] = d->win[j]->len;
     if (npin && d->lens[0] > sh->bucket) continue;
+    hold_out(d, v, fixed, n, v->cost[i], other, now);
     size_t c = 0;
     while (c + 1 < v->ncls && v->cls[c] > sh->bucket) c++;
     lp_pack_params_t prm = {.capacity = sh->bucket, .max_bins = sh->lanes,
@@ -253,6 +308,7 @@ static int choose(lp_disp_t *d, const view_t *v, size_t n, size_t npin, const si
     uint64_t real = 0;
     int level = 2;
     for (size_t j = 0; j < n; j++) {
+      if (d->trial[j].bin >= 0 && d->lens[j] == UINT32_MAX) d->trial[j].bin = -1;
       if (d->trial[j].bin < 0) {
         if (j < npin) level = j == 0 ? 0 : level < 1 ? level : 1;
         continue;
@@ -377,7 +433,7 @@ static int plan(lp_disp_t *d, uint32_t b, uint32_t k, int rank, uint64_t now) {
   long n = window(d, &v, now, &npin, starve_ge);
   if (n <= 0) return (int)n;
   uint64_t real = 0;
-  int shape = choose(d, &v, (size_t)n, npin, starve_ge, &real);
+  int shape = choose(d, &v, k, (size_t)n, npin, starve_ge, now, &real);
   if (shape < 0) return shape == -1 ? 0 : shape;
   if (rank == 2) {
     const lp_shape_t *sh = &d->shapes.shapes[shape];
