@@ -25,6 +25,9 @@
  * longest first serves more (the starving order cost up to a tenth of the
  * capacity in lanepack-sim) */
 #define STARVE_OVERLOAD 8
+/* a first batch's time, when nothing is known of it, is the transfer timeout
+ * divided by this */
+#define FIRST_SPAN_DIV 30
 /* the window holds up to this many of the largest rectangles' tokens (with 2,
  * a backlog was packed from its oldest few dozen sequences only: 0.93-0.95 of
  * the ideal's tokens/s under overload with three shapes, 0.95-0.97 with 8) */
@@ -39,6 +42,7 @@ typedef struct view_s {
   size_t nsh;
   int sh[LP_BUCKET_MAX_SHAPES];
   uint64_t cost[LP_BUCKET_MAX_SHAPES];
+  uint64_t score[LP_BUCKET_MAX_SHAPES]; /* cost as the shape is scored: halved while untried */
   uint32_t maxb;
   uint64_t maxcap, maxcost;
   int others_up;      /* another backend is healthy (an avoided sequence can go there) */
@@ -54,6 +58,13 @@ static void view_of(const lp_disp_t *d, uint32_t b, view_t *v) {
     const lp_shape_t *s = &d->shapes.shapes[k];
     v->sh[v->nsh] = (int)k;
     v->cost[v->nsh] = lp__disp_cost(d, b, (int)k);
+    /* untried (nothing learned, seeded or known elsewhere) while another shape
+     * is: its cost is only scaled by slots from that one, which ties a full
+     * smaller rectangle with a full larger one for ever (a fresh proxy with no
+     * configured cost ran a backlog in 4x8192 only). Scored optimistically, it
+     * is tried once the clock has a scale and then learned. */
+    int untried = lp_devclock_cost(&d->be[b].clock, (int)k) == 0 && lp__disp_prior(d, b, (int)k) == 0;
+    v->score[v->nsh] = untried && lp__disp_clock_knows(d, b) ? v->cost[v->nsh] / 2 : v->cost[v->nsh];
     if (v->cost[v->nsh] > v->maxcost) v->maxcost = v->cost[v->nsh];
     v->nsh++;
     if (s->bucket > v->maxb) v->maxb = s->bucket;
@@ -315,7 +326,7 @@ static int choose(lp_disp_t *d, const view_t *v, uint32_t k, size_t n, size_t np
       }
       real += d->lens[j];
     }
-    double score = (double)v->cost[i] / (double)real;
+    double score = (double)v->score[i] / (double)real;
     int better = best < 0 || level > best_level ||
                  (level == best_level && (score < best_score || (score == best_score && real > best_real)));
     if (better) {
@@ -393,8 +404,18 @@ static int send(lp_disp_t *d, const view_t *v, uint32_t k, int shape, size_t n, 
   dv->n++;
   cd->batches = dv->n - dv->lost;
   cd->free_ns = known ? bt->expect_ns : 0;
-  if (d->cfg.stall_factor > 0 && known) {
+  if (d->cfg.stall_factor > 0) {
     uint64_t span = bt->expect_ns - now;
+    /* no clock yet: what another backend knows of the shape stands for its
+     * time, else a thirtieth of the transfer timeout (1 s of 30: room for a
+     * cold device's first batch) and at least stall_min. A first batch that
+     * stalled waited out the whole transfer timeout, and the device with it. */
+    if (!known) {
+      span = lead + lp__disp_prior(d, v->b, shape);
+      if (span == 0) span = d->cfg.backend_timeout_ns / FIRST_SPAN_DIV;
+      if (span < d->cfg.stall_min_ns) span = d->cfg.stall_min_ns;
+      if (span == 0) span = 1;
+    }
     uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
     if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
     (void)lp_theap_set(&d->stalls, &bt->stall, now + wait); /* without it: no hedge, still answered */
