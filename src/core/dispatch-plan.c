@@ -28,6 +28,16 @@
 /* a first batch's time, when nothing is known of it, is the transfer timeout
  * divided by this */
 #define FIRST_SPAN_DIV 30
+/* the oldest that only a slow shape holds is held (see choose) at most its age
+ * bound plus this many of that shape's times (1: little gained; 2: p99 at 90%
+ * load on one device with three shapes 0.95x the ideal, was 1.24x) */
+#define HOLD_BATCHES 2
+/* ... while the batch it would be left out of is at least this full (a part-full
+ * cheap batch is no saving: holding then only delayed it) */
+#define HOLD_FILL 0.8
+/* ... and while at most this many of the largest rectangles' tokens wait (in a
+ * backlog the age order serves more: 0.986 of the ideal's capacity with it) */
+#define HOLD_QUEUE 2
 /* the window holds up to this many of the largest rectangles' tokens (with 2,
  * a backlog was packed from its oldest few dozen sequences only: 0.93-0.95 of
  * the ideal's tokens/s under overload with three shapes, 0.95-0.97 with 8) */
@@ -44,7 +54,7 @@ typedef struct view_s {
   uint64_t cost[LP_BUCKET_MAX_SHAPES];
   uint64_t score[LP_BUCKET_MAX_SHAPES]; /* cost as the shape is scored: halved while untried */
   uint32_t maxb;
-  uint64_t maxcap, maxcost;
+  uint64_t maxcap, maxcost, mincost;
   int others_up;      /* another backend is healthy (an avoided sequence can go there) */
   size_t ncls;        /* distinct buckets of those shapes, largest first */
   uint32_t cls[LP_BUCKET_MAX_SHAPES];
@@ -66,6 +76,7 @@ static void view_of(const lp_disp_t *d, uint32_t b, view_t *v) {
     int untried = lp_devclock_cost(&d->be[b].clock, (int)k) == 0 && lp__disp_prior(d, b, (int)k) == 0;
     v->score[v->nsh] = untried && lp__disp_clock_knows(d, b) ? v->cost[v->nsh] / 2 : v->cost[v->nsh];
     if (v->cost[v->nsh] > v->maxcost) v->maxcost = v->cost[v->nsh];
+    if (v->mincost == 0 || v->cost[v->nsh] < v->mincost) v->mincost = v->cost[v->nsh];
     v->nsh++;
     if (s->bucket > v->maxb) v->maxb = s->bucket;
     if ((uint64_t)s->lanes * s->bucket > v->maxcap) v->maxcap = (uint64_t)s->lanes * s->bucket;
@@ -134,7 +145,7 @@ static int cmp_u64(const void *a, const void *b) {
 /* Builds the window for backend b into d->win: must-go sequences first (*npin of
  * them), then the starving by bucket class (starve_ge[c]: how many need v->cls[c]
  * or a larger bucket), then the rest in queue order. Returns how many, or -ENOMEM. */
-static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, size_t *starve_ge) {
+static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, size_t *starve_ge, int *by_age) {
   uint32_t mark = ++d->decision;
   if (mark == 0) mark = ++d->decision;
   size_t n = 0, limit = d->max_window, steps = 0, skip_limit = SKIP_FACTOR * (size_t)d->max_window;
@@ -192,6 +203,7 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, si
   /* a sequence that failed alone goes alone: when it leads, or must go */
   disp_seq_t *solo = must ? (must->alone ? must : NULL) : n && d->win[0]->alone ? d->win[0] : NULL;
   memset(starve_ge, 0, LP_BUCKET_MAX_SHAPES * sizeof(*starve_ge));
+  *by_age = 0;
   if (solo) {
     d->win[0] = solo;
     *npin = 1;
@@ -219,6 +231,7 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, si
   for (int i = 0; i < 2; i++)
     if (pins[i] && !pins[i]->alone) d->win[p++] = pins[i];
   *npin = p;
+  *by_age = p == 1 && must && d->win[0] == must && must != urgent;
   /* the starving (waited past the age bound plus STARVE_BATCHES of the slowest
    * shape's time: a backlog after a hiccup of the host or the device) come
    * next, by the bucket they need, largest first, then oldest first; a shape
@@ -297,8 +310,8 @@ static void hold_out(lp_disp_t *d, const view_t *v, size_t from, size_t n, uint6
 /* Packs the window into each shape of b and keeps the one with the least device
  * time per real token among those that hold every pinned sequence (else the
  * first pinned). Returns the shape index or -1; d->best gets its placements. */
-static int choose(lp_disp_t *d, const view_t *v, uint32_t k, size_t n, size_t npin, const size_t *starve_ge,
-                  uint64_t now, uint64_t *real_out) {
+static int choose_once(lp_disp_t *d, const view_t *v, uint32_t k, size_t n, size_t npin, const size_t *starve_ge,
+                       uint64_t now, uint64_t *real_out, double *score_out) {
   int best = -1, best_level = -1;
   double best_score = 0;
   uint64_t best_real = 0;
@@ -340,7 +353,37 @@ static int choose(lp_disp_t *d, const view_t *v, uint32_t k, size_t n, size_t np
     }
   }
   *real_out = best_real;
+  *score_out = best_score;
   return best;
+}
+
+/* The shape and placements of the next batch. The oldest sequence past its age
+ * bound must go, but one that only a slower shape than the cheapest holds (a
+ * long one) is held while a full batch without it costs less device time per
+ * real token than the slow rectangle it forces, up to its age bound plus
+ * HOLD_BATCHES of that rectangle's time: a lone long changelog entry sent a 4x8192 of short
+ * ones each time (20 ms for what 8x2048 runs in 16), and at 80-90% load on one
+ * device that cost more than a tenth of the chip. Long ones gather instead, and
+ * a batch of several pays. Only on a backend's one timed device (with several,
+ * hold_out keeps the short ones off the slow rectangle) and not in a backlog. */
+static int choose(lp_disp_t *d, const view_t *v, uint32_t k, size_t n, size_t npin, int by_age,
+                  const size_t *starve_ge, uint64_t now, uint64_t *real_out) {
+  double score = 0, free_score = 0;
+  int shape = choose_once(d, v, k, n, npin, starve_ge, now, real_out, &score);
+  if (shape < 0 || !by_age || d->draining) return shape;
+  const disp_seq_t *s = d->win[0];
+  uint64_t c = cheapest_for(d, v, s->len);
+  uint64_t bound = (d->cfg.max_wait_ns > c ? d->cfg.max_wait_ns - c : 0) + HOLD_BATCHES * c;
+  if (c <= v->mincost || now < s->enq_ns || now - s->enq_ns >= bound) return shape;
+  if (other_free(d, v->b, k, now) != UINT64_MAX) return shape; /* another device: hold_out's part */
+  if (d->st.queued_tokens > (uint64_t)HOLD_QUEUE * v->maxcap) return shape; /* a backlog: age order */
+  uint64_t real = 0;
+  int other = choose_once(d, v, k, n, 0, starve_ge, now, &real, &free_score);
+  const lp_shape_t *osh = other >= 0 ? &d->shapes.shapes[other] : NULL;
+  int full = osh && (double)real >= HOLD_FILL * (double)osh->lanes * osh->bucket;
+  if (other < 0 || !full || free_score >= score) return choose_once(d, v, k, n, npin, starve_ge, now, real_out, &score);
+  *real_out = real;
+  return other;
 }
 
 /* Sends the window's placed sequences as one batch to device k of backend b. */
@@ -451,10 +494,11 @@ static int plan(lp_disp_t *d, uint32_t b, uint32_t k, int rank, uint64_t now) {
   view_of(d, b, &v);
   if (v.nsh == 0) return 0;
   size_t npin = 0, starve_ge[LP_BUCKET_MAX_SHAPES];
-  long n = window(d, &v, now, &npin, starve_ge);
+  int by_age = 0;
+  long n = window(d, &v, now, &npin, starve_ge, &by_age);
   if (n <= 0) return (int)n;
   uint64_t real = 0;
-  int shape = choose(d, &v, k, (size_t)n, npin, starve_ge, now, &real);
+  int shape = choose(d, &v, k, (size_t)n, npin, by_age, starve_ge, now, &real);
   if (shape < 0) return shape == -1 ? 0 : shape;
   if (rank == 2) {
     const lp_shape_t *sh = &d->shapes.shapes[shape];
