@@ -39,8 +39,8 @@
  * backlog the age order serves more: 0.986 of the ideal's capacity with it) */
 #define HOLD_QUEUE 2
 /* the window holds up to this many of the largest rectangles' tokens (with 2,
- * a backlog was packed from its oldest few dozen sequences only: 0.93-0.95 of
- * the ideal's tokens/s under overload with three shapes, 0.95-0.97 with 8) */
+ * a backlog was packed from its oldest few dozen sequences only: 0.91-0.95 of
+ * the ideal's tokens/s under overload with three shapes, 0.94-0.97 with 8) */
 #define WINDOW_RECTS 8
 
 static disp_seq_t *seq_of(lp_qnode_t *n) { return n ? container_of(n, disp_seq_t, q) : NULL; }
