@@ -5,7 +5,10 @@
  * oldest sequence past its age bound and the most urgent deadline must go; the
  * starving (a batch's time past it) are packed next, oldest first; the rest of
  * the window longest first; the shape is the one with the least device time per
- * real token among those that hold what must go. */
+ * real token among those that hold what must go (an untried shape scored
+ * optimistically). A short sequence stays off a slow rectangle when another
+ * device answers it sooner in a cheap one; on one device a long sequence that
+ * must go is held while a full cheap batch pays better, up to a bound. */
 #include "dispatch-internal.h"
 
 #include "internal.h"
