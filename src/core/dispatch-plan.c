@@ -291,8 +291,8 @@ static uint64_t other_free(const lp_disp_t *d, uint32_t b, uint32_t k, uint64_t 
  * starving are never held out. One device, or none timed: nothing is. Marks
  * them in d->lens with UINT32_MAX (no lane holds that). */
 static void hold_out(lp_disp_t *d, const view_t *v, size_t from, size_t n, uint64_t cost, uint64_t other,
-                     uint64_t now) {
-  if (other == UINT64_MAX || d->draining || other >= now + cost) return;
+                     uint64_t here) {
+  if (other == UINT64_MAX || d->draining || other >= here + cost) return;
   uint64_t held = 0;
   for (size_t j = from; j < n; j++) {
     uint32_t len = d->lens[j];
@@ -304,7 +304,7 @@ static void hold_out(lp_disp_t *d, const view_t *v, size_t from, size_t n, uint6
         cap = (uint64_t)sh->lanes * sh->bucket;
       }
     }
-    if (alt == 0 || other + alt >= now + cost || held + len > cap) continue;
+    if (alt == 0 || other + alt >= here + cost || held + len > cap) continue;
     held += len;
     d->lens[j] = UINT32_MAX;
   }
@@ -318,13 +318,19 @@ static int choose_once(lp_disp_t *d, const view_t *v, uint32_t k, size_t n, size
   int best = -1, best_level = -1;
   double best_score = 0;
   uint64_t best_real = 0;
+  /* when a batch sent now starts here (after the lead time, or after what runs
+   * on this device), and the earliest another device could start one */
+  const disp_backend_t *be = &d->be[v->b];
+  uint64_t lead = lp_devclock_lead(&be->clock), here = now + lead;
+  if (be->dev[k].n > be->dev[k].lost && be->clock.dev[k].free_ns > here) here = be->clock.dev[k].free_ns;
   uint64_t other = other_free(d, v->b, k, now);
+  if (other != UINT64_MAX && other < now + lead) other = now + lead;
   size_t fixed = npin + (v->ncls ? starve_ge[v->ncls - 1] : 0);
   for (size_t i = 0; i < v->nsh; i++) {
     const lp_shape_t *sh = &d->shapes.shapes[v->sh[i]];
     for (size_t j = 0; j < n; j++) d->lens[j] = d->win[j]->len;
     if (npin && d->lens[0] > sh->bucket) continue;
-    hold_out(d, v, fixed, n, v->cost[i], other, now);
+    hold_out(d, v, fixed, n, v->cost[i], other, here);
     size_t c = 0;
     while (c + 1 < v->ncls && v->cls[c] > sh->bucket) c++;
     lp_pack_params_t prm = {.capacity = sh->bucket, .max_bins = sh->lanes,
