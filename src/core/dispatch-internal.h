@@ -144,6 +144,7 @@ struct lp_disp_s {
 int lp__disp_push(lp_disp_t *d, const lp_disp_action_t *a, const lp_disp_item_t *items, size_t n);
 uint64_t lp__disp_cost(const lp_disp_t *d, uint32_t b, int shape);
 int lp__disp_clock_knows(const lp_disp_t *d, uint32_t b);
+uint64_t lp__disp_prior(const lp_disp_t *d, uint32_t b, int shape);
 void lp__disp_unqueue(lp_disp_t *d, disp_seq_t *s, int state);
 disp_batch_t *lp__disp_batch_get(lp_disp_t *d, size_t n);
 int lp__disp_map_put(disp_map_t *m, uint64_t key, void *val);

@@ -5,7 +5,10 @@
  * oldest sequence past its age bound and the most urgent deadline must go; the
  * starving (a batch's time past it) are packed next, oldest first; the rest of
  * the window longest first; the shape is the one with the least device time per
- * real token among those that hold what must go. */
+ * real token among those that hold what must go (an untried shape scored
+ * optimistically). A short sequence stays off a slow rectangle when another
+ * device answers it sooner in a cheap one; on one device a long sequence that
+ * must go is held while a full cheap batch pays better, up to a bound. */
 #include "dispatch-internal.h"
 
 #include "internal.h"
@@ -25,6 +28,23 @@
  * longest first serves more (the starving order cost up to a tenth of the
  * capacity in lanepack-sim) */
 #define STARVE_OVERLOAD 8
+/* a first batch's time, when nothing is known of it, is the transfer timeout
+ * divided by this */
+#define FIRST_SPAN_DIV 30
+/* the oldest that only a slow shape holds is held (see choose) at most its age
+ * bound plus this many of that shape's times (1: little gained; 2: p99 at 90%
+ * load on one device with three shapes 0.95x the ideal, was 1.24x) */
+#define HOLD_BATCHES 2
+/* ... while the batch it would be left out of is at least this full (a part-full
+ * cheap batch is no saving: holding then only delayed it) */
+#define HOLD_FILL 0.8
+/* ... and while at most this many of the largest rectangles' tokens wait (in a
+ * backlog the age order serves more: 0.986 of the ideal's capacity with it) */
+#define HOLD_QUEUE 2
+/* the window holds up to this many of the largest rectangles' tokens (with 2,
+ * a backlog was packed from its oldest few dozen sequences only: 0.91-0.95 of
+ * the ideal's tokens/s under overload with three shapes, 0.94-0.97 with 8) */
+#define WINDOW_RECTS 8
 
 static disp_seq_t *seq_of(lp_qnode_t *n) { return n ? container_of(n, disp_seq_t, q) : NULL; }
 
@@ -35,8 +55,9 @@ typedef struct view_s {
   size_t nsh;
   int sh[LP_BUCKET_MAX_SHAPES];
   uint64_t cost[LP_BUCKET_MAX_SHAPES];
+  uint64_t score[LP_BUCKET_MAX_SHAPES]; /* cost as the shape is scored: halved while untried */
   uint32_t maxb;
-  uint64_t maxcap, maxcost;
+  uint64_t maxcap, maxcost, mincost;
   int others_up;      /* another backend is healthy (an avoided sequence can go there) */
   size_t ncls;        /* distinct buckets of those shapes, largest first */
   uint32_t cls[LP_BUCKET_MAX_SHAPES];
@@ -50,7 +71,15 @@ static void view_of(const lp_disp_t *d, uint32_t b, view_t *v) {
     const lp_shape_t *s = &d->shapes.shapes[k];
     v->sh[v->nsh] = (int)k;
     v->cost[v->nsh] = lp__disp_cost(d, b, (int)k);
+    /* untried (nothing learned, seeded or known elsewhere) while another shape
+     * is: its cost is only scaled by slots from that one, which ties a full
+     * smaller rectangle with a full larger one for ever (a fresh proxy with no
+     * configured cost ran a backlog in 4x8192 only). Scored optimistically, it
+     * is tried once the clock has a scale and then learned. */
+    int untried = lp_devclock_cost(&d->be[b].clock, (int)k) == 0 && lp__disp_prior(d, b, (int)k) == 0;
+    v->score[v->nsh] = untried && lp__disp_clock_knows(d, b) ? v->cost[v->nsh] / 2 : v->cost[v->nsh];
     if (v->cost[v->nsh] > v->maxcost) v->maxcost = v->cost[v->nsh];
+    if (v->mincost == 0 || v->cost[v->nsh] < v->mincost) v->mincost = v->cost[v->nsh];
     v->nsh++;
     if (s->bucket > v->maxb) v->maxb = s->bucket;
     if ((uint64_t)s->lanes * s->bucket > v->maxcap) v->maxcap = (uint64_t)s->lanes * s->bucket;
@@ -119,7 +148,7 @@ static int cmp_u64(const void *a, const void *b) {
 /* Builds the window for backend b into d->win: must-go sequences first (*npin of
  * them), then the starving by bucket class (starve_ge[c]: how many need v->cls[c]
  * or a larger bucket), then the rest in queue order. Returns how many, or -ENOMEM. */
-static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, size_t *starve_ge) {
+static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, size_t *starve_ge, int *by_age) {
   uint32_t mark = ++d->decision;
   if (mark == 0) mark = ++d->decision;
   size_t n = 0, limit = d->max_window, steps = 0, skip_limit = SKIP_FACTOR * (size_t)d->max_window;
@@ -127,7 +156,7 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, si
   disp_seq_t *must = NULL, *urgent = NULL;
   /* the head of the queue in order (priority, then age), eligible ones only */
   if (reserve(d, 8)) return -ENOMEM;
-  for (lp_qnode_t *q = lp_queue_first(&d->queue); q && n < limit && tokens < 2 * v->maxcap && steps < skip_limit;
+  for (lp_qnode_t *q = lp_queue_first(&d->queue); q && n < limit && tokens < WINDOW_RECTS * v->maxcap && steps < skip_limit;
        q = lp_queue_next(&d->queue, q), steps++) {
     disp_seq_t *s = seq_of(q);
     if (!eligible(v, s)) continue;
@@ -177,6 +206,7 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, si
   /* a sequence that failed alone goes alone: when it leads, or must go */
   disp_seq_t *solo = must ? (must->alone ? must : NULL) : n && d->win[0]->alone ? d->win[0] : NULL;
   memset(starve_ge, 0, LP_BUCKET_MAX_SHAPES * sizeof(*starve_ge));
+  *by_age = 0;
   if (solo) {
     d->win[0] = solo;
     *npin = 1;
@@ -204,6 +234,7 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, si
   for (int i = 0; i < 2; i++)
     if (pins[i] && !pins[i]->alone) d->win[p++] = pins[i];
   *npin = p;
+  *by_age = p == 1 && must && d->win[0] == must && must != urgent;
   /* the starving (waited past the age bound plus STARVE_BATCHES of the slowest
    * shape's time: a backlog after a hiccup of the host or the device) come
    * next, by the bucket they need, largest first, then oldest first; a shape
@@ -232,17 +263,74 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, si
   return (long)(k + p);
 }
 
+/* When the first device other than device k of backend b can start a batch
+ * (now when one is idle; UINT64_MAX when there is none or none is timed). */
+static uint64_t other_free(const lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
+  uint64_t t = UINT64_MAX;
+  for (uint32_t o = 0; o < d->cfg.nbackends; o++) {
+    const disp_backend_t *be = &d->be[o];
+    if (!be->up) continue;
+    for (uint32_t x = 0; x < be->clock.devices; x++) {
+      if (o == b && x == k) continue;
+      uint32_t live = be->dev[x].n - be->dev[x].lost;
+      uint64_t f = live ? be->clock.dev[x].free_ns : now;
+      if (live && f == 0) continue;
+      if (f < now) f = now;
+      if (f < t) t = f;
+    }
+  }
+  return t;
+}
+
+/* Sequences of the window a shape of cost `cost` leaves to a cheaper shape on
+ * another device: a short sequence that rides a slow rectangle (because a long
+ * one must go) is answered later than it would be by a cheap batch on a device
+ * that frees before this one would finish (with four devices, up to a third of
+ * the short sequences rode the long ones' 20 ms batches: the p99). At most one
+ * such cheaper batch's worth is held out, oldest first; the pinned and the
+ * starving are never held out. One device, or none timed: nothing is. Marks
+ * them in d->lens with UINT32_MAX (no lane holds that). */
+static void hold_out(lp_disp_t *d, const view_t *v, size_t from, size_t n, uint64_t cost, uint64_t other,
+                     uint64_t here) {
+  if (other == UINT64_MAX || d->draining || other >= here + cost) return;
+  uint64_t held = 0;
+  for (size_t j = from; j < n; j++) {
+    uint32_t len = d->lens[j];
+    uint64_t alt = 0, cap = 0;
+    for (size_t i = 0; i < v->nsh; i++) {
+      const lp_shape_t *sh = &d->shapes.shapes[v->sh[i]];
+      if (sh->bucket >= len && v->cost[i] < cost && (alt == 0 || v->cost[i] < alt)) {
+        alt = v->cost[i];
+        cap = (uint64_t)sh->lanes * sh->bucket;
+      }
+    }
+    if (alt == 0 || other + alt >= here + cost || held + len > cap) continue;
+    held += len;
+    d->lens[j] = UINT32_MAX;
+  }
+}
+
 /* Packs the window into each shape of b and keeps the one with the least device
  * time per real token among those that hold every pinned sequence (else the
  * first pinned). Returns the shape index or -1; d->best gets its placements. */
-static int choose(lp_disp_t *d, const view_t *v, size_t n, size_t npin, const size_t *starve_ge, uint64_t *real_out) {
+static int choose_once(lp_disp_t *d, const view_t *v, uint32_t k, size_t n, size_t npin, const size_t *starve_ge,
+                       uint64_t now, uint64_t *real_out, double *score_out) {
   int best = -1, best_level = -1;
   double best_score = 0;
   uint64_t best_real = 0;
-  for (size_t i = 0; i < n; i++) d->lens[i] = d->win[i]->len;
+  /* when a batch sent now starts here (after the lead time, or after what runs
+   * on this device), and the earliest another device could start one */
+  const disp_backend_t *be = &d->be[v->b];
+  uint64_t lead = lp_devclock_lead(&be->clock), here = now + lead;
+  if (be->dev[k].n > be->dev[k].lost && be->clock.dev[k].free_ns > here) here = be->clock.dev[k].free_ns;
+  uint64_t other = other_free(d, v->b, k, now);
+  if (other != UINT64_MAX && other < now + lead) other = now + lead;
+  size_t fixed = npin + (v->ncls ? starve_ge[v->ncls - 1] : 0);
   for (size_t i = 0; i < v->nsh; i++) {
     const lp_shape_t *sh = &d->shapes.shapes[v->sh[i]];
+    for (size_t j = 0; j < n; j++) d->lens[j] = d->win[j]->len;
     if (npin && d->lens[0] > sh->bucket) continue;
+    hold_out(d, v, fixed, n, v->cost[i], other, here);
     size_t c = 0;
     while (c + 1 < v->ncls && v->cls[c] > sh->bucket) c++;
     lp_pack_params_t prm = {.capacity = sh->bucket, .max_bins = sh->lanes,
@@ -253,13 +341,14 @@ static int choose(lp_disp_t *d, const view_t *v, size_t n, size_t npin, const si
     uint64_t real = 0;
     int level = 2;
     for (size_t j = 0; j < n; j++) {
+      if (d->trial[j].bin >= 0 && d->lens[j] == UINT32_MAX) d->trial[j].bin = -1;
       if (d->trial[j].bin < 0) {
         if (j < npin) level = j == 0 ? 0 : level < 1 ? level : 1;
         continue;
       }
       real += d->lens[j];
     }
-    double score = (double)v->cost[i] / (double)real;
+    double score = (double)v->score[i] / (double)real;
     int better = best < 0 || level > best_level ||
                  (level == best_level && (score < best_score || (score == best_score && real > best_real)));
     if (better) {
@@ -273,7 +362,37 @@ static int choose(lp_disp_t *d, const view_t *v, size_t n, size_t npin, const si
     }
   }
   *real_out = best_real;
+  *score_out = best_score;
   return best;
+}
+
+/* The shape and placements of the next batch. The oldest sequence past its age
+ * bound must go, but one that only a slower shape than the cheapest holds (a
+ * long one) is held while a full batch without it costs less device time per
+ * real token than the slow rectangle it forces, up to its age bound plus
+ * HOLD_BATCHES of that rectangle's time: a lone long changelog entry sent a 4x8192 of short
+ * ones each time (20 ms for what 8x2048 runs in 16), and at 80-90% load on one
+ * device that cost more than a tenth of the chip. Long ones gather instead, and
+ * a batch of several pays. Only on a backend's one timed device (with several,
+ * hold_out keeps the short ones off the slow rectangle) and not in a backlog. */
+static int choose(lp_disp_t *d, const view_t *v, uint32_t k, size_t n, size_t npin, int by_age,
+                  const size_t *starve_ge, uint64_t now, uint64_t *real_out) {
+  double score = 0, free_score = 0;
+  int shape = choose_once(d, v, k, n, npin, starve_ge, now, real_out, &score);
+  if (shape < 0 || !by_age || d->draining) return shape;
+  const disp_seq_t *s = d->win[0];
+  uint64_t c = cheapest_for(d, v, s->len);
+  uint64_t bound = (d->cfg.max_wait_ns > c ? d->cfg.max_wait_ns - c : 0) + HOLD_BATCHES * c;
+  if (c <= v->mincost || now < s->enq_ns || now - s->enq_ns >= bound) return shape;
+  if (other_free(d, v->b, k, now) != UINT64_MAX) return shape; /* another device: hold_out's part */
+  if (d->st.queued_tokens > (uint64_t)HOLD_QUEUE * v->maxcap) return shape; /* a backlog: age order */
+  uint64_t real = 0;
+  int other = choose_once(d, v, k, n, 0, starve_ge, now, &real, &free_score);
+  const lp_shape_t *osh = other >= 0 ? &d->shapes.shapes[other] : NULL;
+  int full = osh && (double)real >= HOLD_FILL * (double)osh->lanes * osh->bucket;
+  if (other < 0 || !full || free_score >= score) return choose_once(d, v, k, n, npin, starve_ge, now, real_out, &score);
+  *real_out = real;
+  return other;
 }
 
 /* Sends the window's placed sequences as one batch to device k of backend b. */
@@ -337,8 +456,18 @@ static int send(lp_disp_t *d, const view_t *v, uint32_t k, int shape, size_t n, 
   dv->n++;
   cd->batches = dv->n - dv->lost;
   cd->free_ns = known ? bt->expect_ns : 0;
-  if (d->cfg.stall_factor > 0 && known) {
+  if (d->cfg.stall_factor > 0) {
     uint64_t span = bt->expect_ns - now;
+    /* no clock yet: what another backend knows of the shape stands for its
+     * time, else a thirtieth of the transfer timeout (1 s of 30: room for a
+     * cold device's first batch) and at least stall_min. A first batch that
+     * stalled waited out the whole transfer timeout, and the device with it. */
+    if (!known) {
+      span = lead + lp__disp_prior(d, v->b, shape);
+      if (span == 0) span = d->cfg.backend_timeout_ns / FIRST_SPAN_DIV;
+      if (span < d->cfg.stall_min_ns) span = d->cfg.stall_min_ns;
+      if (span == 0) span = 1;
+    }
     uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
     if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
     (void)lp_theap_set(&d->stalls, &bt->stall, now + wait); /* without it: no hedge, still answered */
@@ -374,10 +503,11 @@ static int plan(lp_disp_t *d, uint32_t b, uint32_t k, int rank, uint64_t now) {
   view_of(d, b, &v);
   if (v.nsh == 0) return 0;
   size_t npin = 0, starve_ge[LP_BUCKET_MAX_SHAPES];
-  long n = window(d, &v, now, &npin, starve_ge);
+  int by_age = 0;
+  long n = window(d, &v, now, &npin, starve_ge, &by_age);
   if (n <= 0) return (int)n;
   uint64_t real = 0;
-  int shape = choose(d, &v, (size_t)n, npin, starve_ge, &real);
+  int shape = choose(d, &v, k, (size_t)n, npin, by_age, starve_ge, now, &real);
   if (shape < 0) return shape == -1 ? 0 : shape;
   if (rank == 2) {
     const lp_shape_t *sh = &d->shapes.shapes[shape];

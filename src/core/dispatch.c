@@ -277,11 +277,13 @@ uint64_t lp_disp_wake_at(const lp_disp_t *d) { return d->wake; }
 /* ---- clocks ---- */
 
 /* Expected device time of a shape on backend b: learned, else seeded, else
+ * what another backend learned of it (the same model on like hardware), else
  * scaled from the known shapes by slots, else the slots (a unit for comparing). */
 uint64_t lp__disp_cost(const lp_disp_t *d, uint32_t b, int shape) {
   const lp_devclock_t *c = &d->be[b].clock;
   uint64_t v = lp_devclock_cost(c, shape);
   if (v) return v;
+  if ((v = lp__disp_prior(d, b, shape))) return v;
   double per = 0;
   for (size_t s = 0; s < d->shapes.count; s++) {
     uint64_t k = lp_devclock_cost(c, (int)s);
@@ -291,6 +293,16 @@ uint64_t lp__disp_cost(const lp_disp_t *d, uint32_t b, int shape) {
   double slots = (double)d->shapes.shapes[shape].lanes * d->shapes.shapes[shape].bucket;
   v = per > 0 ? (uint64_t)(per * slots) : (uint64_t)slots;
   return v ? v : 1;
+}
+
+/* The largest cost another backend knows for a shape, or 0. */
+uint64_t lp__disp_prior(const lp_disp_t *d, uint32_t b, int shape) {
+  uint64_t v = 0;
+  for (uint32_t o = 0; o < d->cfg.nbackends; o++) {
+    uint64_t k = o == b ? 0 : lp_devclock_cost(&d->be[o].clock, shape);
+    if (k > v) v = k;
+  }
+  return v;
 }
 
 /* Some shape's time is known on backend b (the rest are scaled from it). */
@@ -598,7 +610,7 @@ static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
     uint64_t start = x->sent_ns + lead > prev ? x->sent_ns + lead : prev;
     x->expect_ns = start + lp__disp_cost(d, x->backend, x->shape);
     prev = x->expect_ns;
-    if ((lp_theap_contains(&x->stall) || untimed) && d->cfg.stall_factor > 0) {
+    if (known && (lp_theap_contains(&x->stall) || untimed) && d->cfg.stall_factor > 0) {
       uint64_t span = x->expect_ns - x->sent_ns;
       uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
       if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
@@ -926,8 +938,17 @@ int lp_disp_backend_devices(lp_disp_t *d, uint32_t b, uint32_t devices, uint64_t
  * device that stalls twice without answering in between is taken as hung and
  * gets one batch now and then (stall_min, doubling) until it answers. */
 static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
-  disp_dev_t *dv = &d->be[bt->backend].dev[bt->device];
+  disp_backend_t *be = &d->be[bt->backend];
+  disp_dev_t *dv = &be->dev[bt->device];
   d->st.stalls++;
+  /* a shape nothing was known of took at least this long: a lower bound the
+   * clock times the next batches by (else the device waits for an answer
+   * that may come only with the transfer timeout) */
+  int knew = lp__disp_clock_knows(d, bt->backend);
+  if (lp_devclock_cost(&be->clock, bt->shape) == 0) {
+    uint64_t lead = lp_devclock_lead(&be->clock), t = now > bt->sent_ns + lead ? now - bt->sent_ns - lead : 1;
+    lp_devclock_seed(&be->clock, bt->shape, t);
+  }
   if (!bt->lost) {
     bt->lost = 1;
     dv->lost++;
@@ -946,7 +967,8 @@ static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
     s->free_next = 0;
     if (seq_enqueue(d, s, 1) == 0) d->st.hedges++;
   }
-  device_chain(d, bt->backend, bt->device, now);
+  for (uint32_t k = 0; k < LP_CLOCK_MAX_DEVICES; k++)
+    if (k == bt->device || (!knew && be->dev[k].first)) device_chain(d, bt->backend, k, now);
 }
 
 void lp_disp_tick(lp_disp_t *d, uint64_t now) {
