@@ -54,7 +54,7 @@ typedef struct lp_sadv_params_s {
   size_t short_requests;  /* per simulation while searching; 0 = 1500 */
   size_t long_requests;   /* per simulation to confirm; 0 = 4 x short */
   uint32_t beam;          /* sets kept per size; 0 = 3 */
-  uint32_t confirm;       /* best sets of each size the search found, run long; 0 = 3 */
+  uint32_t confirm;       /* best sets of each size the search found, run long; 0 = 5 */
   uint32_t max_devices;   /* for devices_needed; 0 = 64; devices_needed skipped when
                              no_devices is set */
   int no_devices;
