@@ -60,4 +60,10 @@ const char *lp_jscan_key(const char *p, const char *end, const char *key, int *e
 const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, size_t cap,
                                int64_t min, int64_t max, size_t *n, int *err);
 
+/* Whether the readers of integer arrays (lp_jscan_int_array, the backend
+ * answer's index) take their 64-bytes-at-a-time paths (the default) or only
+ * the byte-at-a-time reference loops: tests compare the two. */
+int lp_jscan_fast(void);
+void lp_jscan_set_fast(int on);
+
 #endif

@@ -4,6 +4,13 @@
 
 #include <string.h>
 
+#include "scan64.h"
+
+static int fast_on = 1; /* written only by tests, before any reading */
+
+int lp_jscan_fast(void) { return fast_on; }
+void lp_jscan_set_fast(int on) { fast_on = on != 0; }
+
 /* Reads the \uXXXX escape at p (after the backslash and 'u'); -1 if bad. */
 static long hex4(const char *p, const char *end) {
   if (end - p < 4) return -1;
@@ -215,6 +222,40 @@ static inline uint64_t eight_digits(uint64_t x) {
   return (x * 10000 + (x >> 32)) & 0xffffffffULL;
 }
 
+/* The fast path of lp_jscan_int_array, 64 bytes at a time: from p (the start
+ * of a value) it takes each integer of one to eight digits, no sign and no
+ * leading zero, in [min, max], followed by spaces, a comma and spaces, while
+ * out has room; returns where the scalar loop goes on (the start of a value,
+ * maybe p itself: whatever else comes is the scalar loop's to take or reject,
+ * so values, counts and errors are the scalar loop's; tests/test-numscan.c). */
+static const char *int_array_fast(const char *p, const char *end, int32_t *out, size_t cap,
+                                  int64_t min, int64_t max, size_t *n) {
+  while (end - p >= 72 && *n < cap) {
+    lp_scan64_t m;
+    lp_scan64(p, &m);
+    unsigned pos = 0, next = 0;
+    while (pos < 64 && (m.digit >> pos & 1) && *n < cap) {
+      unsigned e = lp__next_zero(m.digit, pos), len = e - pos;
+      if (e >= 64 || len > 8 || (p[pos] == '0' && len > 1)) break;
+      unsigned q = lp__next_zero(m.space, e);
+      if (q >= 64 || !(m.comma >> q & 1)) break;
+      uint64_t w;
+      memcpy(&w, p + pos, 8); /* pos < 64 and 72 bytes readable */
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+      w = __builtin_bswap64(w);
+#endif
+      int64_t v = (int64_t)eight_digits((w - 0x3030303030303030ULL) << (64 - 8 * len));
+      if (v < min || v > max) break;
+      out[(*n)++] = (int32_t)v;
+      pos = next = lp__next_zero(m.space, q + 1);
+    }
+    if (next == 0) break;
+    /* past a comma: other whitespace, or spaces running on past the block */
+    p = lp_jscan_ws(p + next, end);
+  }
+  return p;
+}
+
 const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, size_t cap,
                                int64_t min, int64_t max, size_t *n, int *err) {
   *n = 0;
@@ -227,7 +268,13 @@ const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, siz
     *err = 0;
     return p + 1;
   }
+  int fast = fast_on;
   for (;;) {
+    if (fast && end - p >= 72) {
+      const char *f = int_array_fast(p, end, out, cap, min, max, n);
+      fast = f != p; /* no plain integers here: the scalar loop alone from now */
+      p = f;
+    }
     /* one integer: -?(0|[1-9][0-9]*), then not '.', 'e' or 'E' */
     const char *start = p;
     int neg = 0;

@@ -11,6 +11,38 @@
 #include <string.h>
 
 #include "lanepack/jscan.h"
+#include "scan64.h"
+
+/* The fast path of index_array, 64 bytes at a time: from p (the start of a
+ * value) it takes each plain integer followed by spaces, a comma and spaces,
+ * recording its span, and returns where the scalar loop goes on (the start of
+ * a value, maybe p itself: anything else -- the last value, a sign, a
+ * fraction, a leading zero, fewer than 64 bytes left -- is the scalar loop's
+ * to take or to reject). Spans, counts and the result are what the scalar
+ * loop gives (tests/test-numscan.c). */
+static const char *index_fast(lp_scatter_t *s, const char *base, const char *p,
+                              const char *end, size_t want, size_t *at, size_t *got) {
+  while (end - p >= 64 && *got < want) {
+    lp_scan64_t m;
+    lp_scan64(p, &m);
+    unsigned pos = 0, next = 0;
+    while (pos < 64 && (m.digit >> pos & 1) && *got < want) {
+      unsigned e = lp__next_zero(m.digit, pos);
+      if (e >= 64 || (p[pos] == '0' && e - pos > 1)) break;
+      unsigned q = lp__next_zero(m.space, e);
+      if (q >= 64 || !(m.comma >> q & 1)) break;
+      s->span[2 * *at] = (uint32_t)(p + pos - base);
+      s->span[2 * *at + 1] = (uint32_t)(p + e - base);
+      (*at)++;
+      (*got)++;
+      pos = next = lp__next_zero(m.space, q + 1);
+    }
+    if (next == 0) break;
+    /* past a comma: other whitespace, or spaces running on past the block */
+    p = lp_jscan_ws(p + next, end);
+  }
+  return p;
+}
 
 void lp_scatter_init(lp_scatter_t *s) { memset(s, 0, sizeof(*s)); }
 
@@ -38,7 +70,13 @@ static const char *index_array(lp_scatter_t *s, const char *base, const char *p,
   if (p >= end || *p != '[') return NULL;
   p = lp_jscan_ws(p + 1, end);
   if (p < end && *p == ']') return p + 1;
+  int fast = lp_jscan_fast();
   for (;;) {
+    if (fast && end - p >= 64) {
+      const char *f = index_fast(s, base, p, end, want, at, got);
+      fast = f != p; /* no plain integers here: the scalar loop alone from now */
+      p = f;
+    }
     const char *v = p;
     /* fast path for the common element, a plain integer: digits up to a
      * separator; anything else (fraction, exponent, string, ...) takes the
