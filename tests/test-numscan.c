@@ -140,7 +140,7 @@ static const char *ref_ints(const char *p, const char *end, int32_t *out, size_t
 START_TEST(masks_match_a_byte_loop) {
   lp_rng_t r;
   lp_rng_seed(&r, 11);
-  static const char pool[] = "0123456789,, ,  /:[]-.\n\t\x80\xb0\xb9\xff\x2f\x3a\xac\xa0";
+  static const char pool[] = "0123456789,, ,  /:[]-.\n\t\r\v\f\x80\xb0\xb9\xff\x2f\x3a\xac\xa0";
   char block[64];
   for (int it = 0; it < 200000; it++) {
     for (int i = 0; i < 64; i++)
@@ -152,7 +152,7 @@ START_TEST(masks_match_a_byte_loop) {
       unsigned char x = (unsigned char)block[i];
       if (x >= '0' && x <= '9') d |= 1ULL << i;
       if (x == ',') c |= 1ULL << i;
-      if (x == ' ') s |= 1ULL << i;
+      if (x == ' ' || x == '\t' || x == '\n' || x == '\r') s |= 1ULL << i;
     }
     REQUIRE(m.digit == d);
     REQUIRE(m.comma == c);

@@ -223,35 +223,31 @@ static inline uint64_t eight_digits(uint64_t x) {
 }
 
 /* The fast path of lp_jscan_int_array, 64 bytes at a time: from p (the start
- * of a value) it takes each integer of one to eight digits, no sign and no
- * leading zero, in [min, max], followed by spaces, a comma and spaces, while
- * out has room; returns where the scalar loop goes on (the start of a value,
- * maybe p itself: whatever else comes is the scalar loop's to take or reject,
- * so values, counts and errors are the scalar loop's; tests/test-numscan.c). */
+ * of a value) it takes each block's integers (lp_scan64_plain) of one to
+ * eight digits, no leading zero, in [min, max], while out has room, and
+ * returns where the scalar loop goes on: the start of a value, maybe p itself
+ * (whatever else comes is the scalar loop's to take or reject, so values,
+ * counts and errors are the scalar loop's; tests/test-numscan.c). */
 static const char *int_array_fast(const char *p, const char *end, int32_t *out, size_t cap,
                                   int64_t min, int64_t max, size_t *n) {
-  while (end - p >= 72 && *n < cap) {
-    lp_scan64_t m;
-    lp_scan64(p, &m);
-    unsigned pos = 0, next = 0;
-    while (pos < 64 && (m.digit >> pos & 1) && *n < cap) {
-      unsigned e = lp__next_zero(m.digit, pos), len = e - pos;
-      if (e >= 64 || len > 8 || (p[pos] == '0' && len > 1)) break;
-      unsigned q = lp__next_zero(m.space, e);
-      if (q >= 64 || !(m.comma >> q & 1)) break;
+  uint64_t st, en;
+  unsigned took;
+  while (end - p >= 72 && (took = lp_scan64_plain(p, &st, &en)) != 0) {
+    while (st) {
+      unsigned a = (unsigned)__builtin_ctzll(st), len = (unsigned)__builtin_ctzll(en) + 1 - a;
+      if (len > 8 || (p[a] == '0' && len > 1) || *n == cap) return p + a; /* the scalar loop's */
       uint64_t w;
-      memcpy(&w, p + pos, 8); /* pos < 64 and 72 bytes readable */
+      memcpy(&w, p + a, 8); /* a < 64 and 72 bytes readable */
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
       w = __builtin_bswap64(w);
 #endif
       int64_t v = (int64_t)eight_digits((w - 0x3030303030303030ULL) << (64 - 8 * len));
-      if (v < min || v > max) break;
+      if (v < min || v > max) return p + a;
       out[(*n)++] = (int32_t)v;
-      pos = next = lp__next_zero(m.space, q + 1);
+      st &= st - 1;
+      en &= en - 1;
     }
-    if (next == 0) break;
-    /* past a comma: other whitespace, or spaces running on past the block */
-    p = lp_jscan_ws(p + next, end);
+    p = lp_jscan_ws(p + took, end); /* past the comma */
   }
   return p;
 }

@@ -14,32 +14,29 @@
 #include "scan64.h"
 
 /* The fast path of index_array, 64 bytes at a time: from p (the start of a
- * value) it takes each plain integer followed by spaces, a comma and spaces,
- * recording its span, and returns where the scalar loop goes on (the start of
- * a value, maybe p itself: anything else -- the last value, a sign, a
- * fraction, a leading zero, fewer than 64 bytes left -- is the scalar loop's
- * to take or to reject). Spans, counts and the result are what the scalar
- * loop gives (tests/test-numscan.c). */
+ * value) it takes each block's plain integers up to its last comma
+ * (lp_scan64_plain), recording their spans, and returns where the scalar loop
+ * goes on: the start of a value, maybe p itself (the last value, a sign, a
+ * fraction, a leading zero, fewer than 64 bytes left are the scalar loop's to
+ * take or reject). Spans, counts and the result are the scalar loop's
+ * (tests/test-numscan.c). */
 static const char *index_fast(lp_scatter_t *s, const char *base, const char *p,
                               const char *end, size_t want, size_t *at, size_t *got) {
-  while (end - p >= 64 && *got < want) {
-    lp_scan64_t m;
-    lp_scan64(p, &m);
-    unsigned pos = 0, next = 0;
-    while (pos < 64 && (m.digit >> pos & 1) && *got < want) {
-      unsigned e = lp__next_zero(m.digit, pos);
-      if (e >= 64 || (p[pos] == '0' && e - pos > 1)) break;
-      unsigned q = lp__next_zero(m.space, e);
-      if (q >= 64 || !(m.comma >> q & 1)) break;
-      s->span[2 * *at] = (uint32_t)(p + pos - base);
-      s->span[2 * *at + 1] = (uint32_t)(p + e - base);
+  uint64_t st, en;
+  unsigned took;
+  while (end - p >= 64 && (took = lp_scan64_plain(p, &st, &en)) != 0) {
+    uint32_t off = (uint32_t)(p - base);
+    while (st) {
+      unsigned a = (unsigned)__builtin_ctzll(st), e = (unsigned)__builtin_ctzll(en);
+      if (*got >= want || (p[a] == '0' && e > a)) return p + a; /* the scalar loop's */
+      s->span[2 * *at] = off + a;
+      s->span[2 * *at + 1] = off + e + 1;
       (*at)++;
       (*got)++;
-      pos = next = lp__next_zero(m.space, q + 1);
+      st &= st - 1;
+      en &= en - 1;
     }
-    if (next == 0) break;
-    /* past a comma: other whitespace, or spaces running on past the block */
-    p = lp_jscan_ws(p + next, end);
+    p = lp_jscan_ws(p + took, end); /* past the comma */
   }
   return p;
 }
