@@ -90,6 +90,9 @@ typedef struct lp_config_s {
   uint64_t drain_delay_ms;     /* after SIGTERM: not ready, still accepting, this long */
   uint64_t health_interval_ms;
   uint32_t unhealthy_after;     /* consecutive failures */
+  /* front loops (accept, read, parse, answer), each a thread around the one
+   * scheduler; 0 = one per core the process may use (lp_config_threads) */
+  uint32_t threads;
   lp_model_config_t models[LP_MAX_MODELS];
   size_t nmodels;
 } lp_config_t;
@@ -98,6 +101,12 @@ typedef struct lp_config_s {
  * or when not given LP_BODY_BUDGET_DEFAULT but at least one largest body. */
 #define LP_BODY_BUDGET_DEFAULT (256u * 1024 * 1024)
 size_t lp_config_body_budget(const lp_config_t *c);
+
+/* The most front threads a configuration may ask for. */
+#define LP_MAX_THREADS 256
+/* The front loops to run: c->threads, or for 0 one per core the process may
+ * use (its affinity mask), at most LP_MAX_THREADS. */
+uint32_t lp_config_threads(const lp_config_t *c);
 
 /* Defaults: listen 127.0.0.1:8080, no models. */
 void lp_config_default(lp_config_t *c);

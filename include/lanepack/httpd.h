@@ -88,6 +88,13 @@ typedef struct lp_httpd_config_s {
    * connections together; a body that would pass it gets 503 with
    * Retry-After before it is buffered. 0 = no bound. */
   size_t max_body_bytes_in_flight;
+  /* Several servers (one per thread) on one port: the listener is bound with
+   * SO_REUSEPORT, so that each has its own and the kernel spreads connections. */
+  int reuseport;
+  /* Made request ids of servers that share id_base (nonzero) are unique across
+   * them: server id_shard of id_shards takes every id_shards-th. 0: alone. */
+  uint64_t id_base;
+  uint32_t id_shard, id_shards;
 } lp_httpd_config_t;
 
 /* Fills cfg with defaults (handlers left NULL). */

@@ -19,7 +19,11 @@ typedef struct lp_hist_s {
 } lp_hist_t;
 
 void lp_hist_init(lp_hist_t *h, const double *bounds, size_t n);
+/* Counts v; its owner alone calls it, while another thread may read h with
+ * lp_hist_add (relaxed atomic loads and stores: no lock). */
 void lp_hist_observe(lp_hist_t *h, double v);
+/* Adds src's counts (read with relaxed loads) to dst's; same bounds. */
+void lp_hist_add(lp_hist_t *dst, const lp_hist_t *src);
 
 /* "# HELP" and "# TYPE" lines for a metric family. */
 void lp_metric_family(lp_buf_t *b, const char *name, const char *type, const char *help);

@@ -14,9 +14,23 @@ void lp_hist_init(lp_hist_t *h, const double *bounds, size_t n) {
 void lp_hist_observe(lp_hist_t *h, double v) {
   size_t i = 0;
   while (i < h->n && v > h->bounds[i]) i++;
-  h->counts[i]++;
-  h->sum += v;
-  h->count++;
+  /* relaxed loads and stores (no locked instruction): a front's histograms
+   * are read by the thread that renders /metrics while their owner writes */
+  __atomic_store_n(&h->counts[i], __atomic_load_n(&h->counts[i], __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+  double sum;
+  __atomic_load(&h->sum, &sum, __ATOMIC_RELAXED);
+  sum += v;
+  __atomic_store(&h->sum, &sum, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->count, __atomic_load_n(&h->count, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+}
+
+void lp_hist_add(lp_hist_t *dst, const lp_hist_t *src) {
+  for (size_t i = 0; i <= src->n && i <= LP_HIST_MAX_BUCKETS; i++)
+    dst->counts[i] += __atomic_load_n(&src->counts[i], __ATOMIC_RELAXED);
+  double sum;
+  __atomic_load(&src->sum, &sum, __ATOMIC_RELAXED);
+  dst->sum += sum;
+  dst->count += __atomic_load_n(&src->count, __ATOMIC_RELAXED);
 }
 
 void lp_metric_family(lp_buf_t *b, const char *name, const char *type, const char *help) {

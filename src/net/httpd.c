@@ -8,6 +8,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <linux/sockios.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,7 +271,7 @@ static void request_id_settle(lp_httpd_t *s, lp_http_req_t *r, const lp_http_par
     return;
   }
   static const char hex[] = "0123456789abcdef";
-  uint64_t v = s->id_base + ++s->id_count;
+  uint64_t v = s->id_base + ++s->id_count * (s->cfg.id_shards ? s->cfg.id_shards : 1) + s->cfg.id_shard;
   for (int i = 15; i >= 0; i--, v >>= 4) r->request_id[i] = hex[v & 15];
   r->request_id[16] = '\0';
 }
@@ -1264,7 +1266,8 @@ lp_httpd_t *lp_httpd_new(uv_loop_t *loop, const lp_httpd_config_t *cfg) {
   }
   lp_theap_init(&s->timers);
   /* the base of made request ids: no two processes start alike */
-  s->id_base = (uv_hrtime() * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)uv_os_getpid() << 32) ^ (uintptr_t)s;
+  s->id_base = cfg->id_base ? cfg->id_base
+                            : (uv_hrtime() * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)uv_os_getpid() << 32) ^ (uintptr_t)s;
   uv_timer_init(loop, &s->tick);
   s->tick_open = 1;
   s->tick_at = UINT64_MAX;
@@ -1307,13 +1310,30 @@ int lp_parse_hostport(const char *addr, struct sockaddr_storage *ss) {
   return UV_EINVAL;
 }
 
+/* libuv 1.44 has no UV_TCP_REUSEPORT: the socket is made and bound here with
+ * SO_REUSEPORT, then handed to the listener. */
+static int reuseport_open(lp_httpd_t *s, const struct sockaddr_storage *ss) {
+  socklen_t len = ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+  int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return uv_translate_sys_error(errno);
+  int one = 1, rc = 0;
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
+      bind(fd, (const struct sockaddr *)ss, len) < 0)
+    rc = uv_translate_sys_error(errno);
+  if (!rc) rc = uv_tcp_open(&s->listener, (uv_os_sock_t)fd);
+  if (rc) close(fd);
+  return rc;
+}
+
 int lp_httpd_listen(lp_httpd_t *s, const char *addr, int *port) {
   struct sockaddr_storage ss;
   int rc = lp_parse_hostport(addr, &ss);
   if (rc) return rc;
   if ((rc = uv_tcp_init(s->loop, &s->listener)) < 0) return rc;
   s->listening = 1;
-  if ((rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0)) < 0 ||
+  if (s->cfg.reuseport && (rc = reuseport_open(s, &ss)) < 0) return rc;
+  if ((!s->cfg.reuseport && (rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0)) < 0) ||
       (rc = uv_listen((uv_stream_t *)&s->listener, 1024, on_connection)) < 0)
     return rc;
   struct sockaddr_storage got;

@@ -7,6 +7,7 @@
  * and the lines lost are counted (lanepack_access_log_dropped_lines_total).
  * SIGHUP reopens the file (logrotate's postrotate). */
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,7 +19,7 @@
 
 #define LP_ACCESS_BUF (64 * 1024)
 
-int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errlen) {
+int lp__alog_open_path(const char *path, int *out, char *err, size_t errlen) {
   int fd = -1;
   if (!path[0]) {
     /* off */
@@ -29,9 +30,39 @@ int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errle
     snprintf(err, errlen, "access_log: cannot open '%s': %s", path, strerror(e));
     return -e;
   }
-  lp__access_log_close(p); /* what the old file was owed goes there (before a rotation) */
-  p->access_fd = fd;
-  p->access_on = fd >= 0;
+  *out = fd;
+  return 0;
+}
+
+void lp__alog_set_fd(lp_alog_t *a, int fd) {
+  lp__alog_close(a); /* what the old file was owed goes there (before a rotation) */
+  a->fd = fd;
+  a->on = fd >= 0;
+}
+
+int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errlen) {
+  int fd = -1;
+  int rc = lp__alog_open_path(path, &fd, err, errlen);
+  if (rc) return rc;
+  if (!p->remote) {
+    lp__alog_set_fd(&p->fronts[0].alog, fd);
+    return 0;
+  }
+  /* each front writes whole lines to its own descriptor of the file */
+  for (unsigned i = 0; i < p->nfronts; i++) {
+    lp_ctl_t *c = calloc(1, sizeof(*c));
+    int d = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (!c || (fd >= 0 && d < 0)) {
+      free(c);
+      if (d >= 0) close(d);
+      lp_log(LP_LOG_ERROR, "access log: a front keeps its old file", "\"thread\": %u", i);
+      continue;
+    }
+    c->kind = LP_CTL_RECONF;
+    c->access_fd = d;
+    lp__mbox_push_ctl(&p->fronts[i].inbox, c);
+  }
+  if (fd >= 0 && fd != STDERR_FILENO) close(fd);
   return 0;
 }
 
@@ -41,11 +72,11 @@ int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errle
  * leaves half of one. Where nothing can be cut back (a pipe, a socket: a
  * non-blocking one that is full), the rest of that line must follow before
  * any other: returns its length, from *rest (0: nothing owed). */
-static size_t write_lines(lp_proxy_t *p, const char *data, size_t len, size_t *rest) {
+static size_t write_lines(lp_alog_t *p, const char *data, size_t len, size_t *rest) {
   size_t off = 0;
   int e = 0;
   while (off < len) {
-    ssize_t n = write(p->access_fd, data + off, len - off);
+    ssize_t n = write(p->fd, data + off, len - off);
     if (n > 0) {
       off += (size_t)n;
     } else if (n < 0 && errno == EINTR) {
@@ -56,15 +87,15 @@ static size_t write_lines(lp_proxy_t *p, const char *data, size_t len, size_t *r
     }
   }
   if (off == len) {
-    if (p->access_failing) lp_log(LP_LOG_INFO, "access log written again", NULL);
-    p->access_failing = 0;
+    if (p->failing) lp_log(LP_LOG_INFO, "access log written again", NULL);
+    p->failing = 0;
     return 0;
   }
   size_t whole = off, owed = 0;
   while (whole > 0 && data[whole - 1] != '\n') whole--;
   if (whole < off) {
-    off_t at = lseek(p->access_fd, 0, SEEK_CUR); /* O_APPEND: just past what went out */
-    if (at < (off_t)(off - whole) || ftruncate(p->access_fd, at - (off_t)(off - whole)) != 0) {
+    off_t at = lseek(p->fd, 0, SEEK_CUR); /* O_APPEND: just past what went out */
+    if (at < (off_t)(off - whole) || ftruncate(p->fd, at - (off_t)(off - whole)) != 0) {
       /* cannot cut it back (a pipe, say): the rest of it follows in the next write */
       const char *nl = memchr(data + off, '\n', len - off);
       owed = nl ? (size_t)(nl + 1 - data) - off : len - off;
@@ -74,65 +105,66 @@ static size_t write_lines(lp_proxy_t *p, const char *data, size_t len, size_t *r
   }
   uint64_t lost = 0;
   for (size_t i = whole; i < len; i++) lost += data[i] == '\n';
-  p->access_dropped += lost;
-  if (!p->access_failing)
+  LP_RELAXED_ADD(p->dropped, lost);
+  if (!p->failing)
     lp_log(LP_LOG_WARN, "access log write failed: lines dropped", "\"error\": \"%s\", \"lines\": %llu",
            strerror(e), (unsigned long long)lost);
-  p->access_failing = 1;
+  p->failing = 1;
   return owed;
 }
 
-void lp__access_log_flush(lp_proxy_t *p) {
+void lp__alog_flush(lp_alog_t *a) {
   size_t rest = 0, owed = 0;
-  if (p->access_on && p->access_buf.len) owed = write_lines(p, p->access_buf.data, p->access_buf.len, &rest);
-  lp_buf_reset(&p->access_buf);
+  if (a->on && a->buf.len) owed = write_lines(a, a->buf.data, a->buf.len, &rest);
+  lp_buf_reset(&a->buf);
   if (owed) { /* the rest of a cut line goes first next time */
-    memmove(p->access_buf.data, p->access_buf.data + rest, owed);
-    p->access_buf.len = owed;
+    memmove(a->buf.data, a->buf.data + rest, owed);
+    a->buf.len = owed;
   }
 }
 
-void lp__access_log_close(lp_proxy_t *p) {
-  lp__access_log_flush(p);
-  lp_buf_free(&p->access_line);
-  lp_buf_free(&p->access_buf);
-  if (p->access_on && p->access_fd != STDERR_FILENO) close(p->access_fd);
-  p->access_on = 0;
-  p->access_fd = -1;
+void lp__alog_close(lp_alog_t *a) {
+  lp__alog_flush(a);
+  lp_buf_free(&a->line);
+  lp_buf_free(&a->buf);
+  if (a->on && a->fd != STDERR_FILENO) close(a->fd);
+  a->on = 0;
+  a->fd = -1;
 }
 
 /* One whole line, in the buffer. */
-static void put_line(lp_proxy_t *p, const lp_buf_t *line) {
+static void put_line(lp_alog_t *a, const lp_buf_t *line) {
   if (line->oom) {
-    p->access_dropped++;
+    LP_RELAXED_INC(a->dropped);
     return;
   }
-  if (p->access_buf.len + line->len > LP_ACCESS_BUF) lp__access_log_flush(p);
-  lp_buf_append(&p->access_buf, line->data, line->len);
-  if (p->access_buf.oom) { /* what was gathered cannot be trusted whole: it goes */
-    for (size_t i = 0; i < p->access_buf.len; i++) p->access_dropped += p->access_buf.data[i] == '\n';
-    p->access_dropped++;
-    lp_buf_reset(&p->access_buf);
+  if (a->buf.len + line->len > LP_ACCESS_BUF) lp__alog_flush(a);
+  lp_buf_append(&a->buf, line->data, line->len);
+  if (a->buf.oom) { /* what was gathered cannot be trusted whole: it goes */
+    uint64_t lost = 1;
+    for (size_t i = 0; i < a->buf.len; i++) lost += a->buf.data[i] == '\n';
+    LP_RELAXED_ADD(a->dropped, lost);
+    lp_buf_reset(&a->buf);
   }
 }
 
 /* Successes are kept at the configured share, evenly: the n-th is logged when
  * the running share crosses a whole number. */
-static int sampled(lp_proxy_t *p) {
-  double r = p->cfg.access_log_sample;
+static int sampled(lp_front_t *f) {
+  double r = f->cfg->access_log_sample;
   if (r >= 1) return 1;
   if (r <= 0) return 0;
-  p->access_seen++;
-  uint64_t before = (uint64_t)((double)(p->access_seen - 1) * r);
-  uint64_t after = (uint64_t)((double)p->access_seen * r);
+  f->alog.seen++;
+  uint64_t before = (uint64_t)((double)(f->alog.seen - 1) * r);
+  uint64_t after = (uint64_t)((double)f->alog.seen * r);
   return after > before;
 }
 
 static void put_str(lp_buf_t *b, const char *s, size_t n) { lp_buf_json_str(b, s, n); }
 
-void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const lp_job_t *job) {
-  if (!p->access_on || !req) return;
-  if (status < 400 && !sampled(p)) return;
+void lp__access_log(lp_front_t *f, const lp_http_req_t *req, int status, const lp_job_t *job) {
+  if (!f->alog.on || !req) return;
+  if (status < 400 && !sampled(f)) return;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
@@ -144,7 +176,7 @@ void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const l
   static const char *const methods[] = {"DELETE", "GET", "HEAD", "POST", "PUT"};
   /* -1: refused by the server before the method was read */
   const char *method = req->method < 0 ? "-" : req->method <= 4 ? methods[req->method] : "OTHER";
-  lp_buf_t *b = &p->access_line;
+  lp_buf_t *b = &f->alog.line;
   lp_buf_reset(b);
   lp_buf_puts(b, "{\"time\": ");
   put_str(b, when, strlen(when));
@@ -163,7 +195,9 @@ void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const l
     for (uint32_t i = 0; i < job->nseq; i++) tokens += job->seqs[i].len;
     lp__job_times(job, &queue_ns, &backend_ns);
     lp_buf_puts(b, ", \"model\": ");
-    put_str(b, job->model->cfg->name, strlen(job->model->cfg->name));
+    /* the front's copy of the configuration: the scheduler's changes on reload */
+    const char *name = f->cfg->models[job->model - f->proxy->models].name;
+    put_str(b, name, strlen(name));
     lp_buf_puts(b, ", \"sequences\": ");
     lp_buf_u64(b, job->nseq);
     lp_buf_puts(b, ", \"tokens\": ");
@@ -186,5 +220,5 @@ void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const l
   lp_buf_puts(b, ", \"total_ms\": ");
   lp__put_ms(b, uv_hrtime() - req->start_ns);
   lp_buf_puts(b, "}\n");
-  put_line(p, b);
+  put_line(&f->alog, b);
 }

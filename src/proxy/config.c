@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uv.h>
 
 #include "lanepack/buf.h"
 #include "lanepack/log.h"
@@ -47,6 +48,7 @@ void lp_config_default(lp_config_t *c) {
   c->max_body_bytes = 8 * 1024 * 1024;
   c->max_connections = 10000;
   c->max_pipeline = 64;
+  c->threads = 1;
   c->max_unsent_bytes = 1024 * 1024;
   c->idle_timeout_ms = 60000;
   c->request_timeout_ms = 30000;
@@ -365,6 +367,9 @@ int lp_config_load_text(lp_config_t *c, const char *text, size_t len, const char
       if (!(rc = get_u64(&x, v, key, 1, 1000000, &t))) c->max_sequences_per_request = (uint32_t)t;
     } else if (strcmp(key, "drain_timeout_ms") == 0) {
       rc = get_u64(&x, v, key, 0, 3600000, &c->drain_timeout_ms);
+    } else if (strcmp(key, "threads") == 0) {
+      uint64_t t = 0;
+      if (!(rc = get_u64(&x, v, key, 0, LP_MAX_THREADS, &t))) c->threads = (uint32_t)t;
     } else if (strcmp(key, "drain_delay_ms") == 0) {
       rc = get_u64(&x, v, key, 0, 3600000, &c->drain_delay_ms);
     } else if (strcmp(key, "health_interval_ms") == 0) {
@@ -433,6 +438,12 @@ size_t lp_config_body_budget(const lp_config_t *c) {
   return c->max_body_bytes > LP_BODY_BUDGET_DEFAULT ? c->max_body_bytes : LP_BODY_BUDGET_DEFAULT;
 }
 
+uint32_t lp_config_threads(const lp_config_t *c) {
+  if (c->threads) return c->threads;
+  unsigned n = uv_available_parallelism(); /* the affinity mask's cores (sched_getaffinity) */
+  return n < 1 ? 1 : n > LP_MAX_THREADS ? LP_MAX_THREADS : n;
+}
+
 int lp_config_validate(const lp_config_t *c, char *err, size_t errlen) {
   ctx_t x = {err, errlen, "config"};
   /* one body of the largest size must always fit */
@@ -497,6 +508,7 @@ char *lp_config_dump(const lp_config_t *c) {
                       json_integer(c->max_sequences_per_request));
   json_object_set_new(root, "drain_timeout_ms", json_integer((json_int_t)c->drain_timeout_ms));
   json_object_set_new(root, "drain_delay_ms", json_integer((json_int_t)c->drain_delay_ms));
+  json_object_set_new(root, "threads", json_integer((json_int_t)c->threads));
   json_object_set_new(root, "health_interval_ms", json_integer((json_int_t)c->health_interval_ms));
   json_object_set_new(root, "unhealthy_after", json_integer(c->unhealthy_after));
   json_t *models = json_object();

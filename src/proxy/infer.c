@@ -55,7 +55,7 @@ static int is_json_type(const char *ct) {
  * one parse (a job copies what it keeps into its own block), so a request
  * costs no allocation here. */
 typedef struct {
-  lp_proxy_t *p;
+  lp_front_t *p;
   int32_t *tokens;
   size_t cap, used;
   uint32_t *lens;         /* one per sequence read */
@@ -65,13 +65,13 @@ typedef struct {
 /* Scratch larger than this is given back after the parse that needed it. */
 #define TOKS_KEEP_BYTES (1u << 20)
 
-static void toks_init(toks_t *t, lp_proxy_t *p) {
+static void toks_init(toks_t *t, lp_front_t *p) {
   *t = (toks_t){.p = p, .tokens = p->tok_scratch, .cap = p->tok_scratch_cap,
                 .lens = p->len_scratch, .lens_cap = p->len_scratch_cap};
 }
 
 static void toks_done(toks_t *t) {
-  lp_proxy_t *p = t->p;
+  lp_front_t *p = t->p;
   if (t->cap * sizeof(int32_t) > TOKS_KEEP_BYTES) {
     free(t->tokens);
     t->tokens = NULL;
@@ -104,7 +104,7 @@ static int toks_span(toks_t *t, size_t n) {
 /* Reads 'input_ids' (one array) or 'inputs' (an array of arrays) at v straight
  * into token storage, in one pass; the vocabulary is checked once the model is
  * known. Returns the byte after the value, or NULL with e set. */
-static const char *read_tokens(lp_proxy_t *p, toks_t *t, const char *v, const char *end, int multi,
+static const char *read_tokens(lp_front_t *f, toks_t *t, const char *v, const char *end, int multi,
                                size_t body_len, perr_t *e) {
   size_t need = body_len / 2 + 1; /* "1," is the shortest token */
   if (t->cap < need) {
@@ -124,15 +124,15 @@ static const char *read_tokens(lp_proxy_t *p, toks_t *t, const char *v, const ch
   if (*v != '[') return fail(e, 400, "bad_field", "'inputs' must be an array of token arrays"), NULL;
   const char *q = lp_jscan_ws(v + 1, end);
   while (q < end && *q != ']') {
-    if (t->nspans == p->cfg.max_sequences_per_request)
+    if (t->nspans == f->cfg->max_sequences_per_request)
       return fail(e, 413, "too_many_sequences", "more than %u sequences in one request",
-                  p->cfg.max_sequences_per_request), NULL;
+                  f->cfg->max_sequences_per_request), NULL;
     const char *r = lp_jscan_int_array(q, end, t->tokens + t->used, t->cap - t->used, 0, INT32_MAX,
                                        &n, &err);
     if (!r) {
-      char f[48];
-      snprintf(f, sizeof(f), "inputs[%zu]", t->nspans);
-      return token_error(e, err, f, n, 0), NULL;
+      char fname[48];
+      snprintf(fname, sizeof(fname), "inputs[%zu]", t->nspans);
+      return token_error(e, err, fname, n, 0), NULL;
     }
     if (toks_span(t, n)) return fail(e, 503, "out_of_memory", "proxy out of memory"), NULL;
     q = lp_jscan_ws(r, end);
@@ -144,7 +144,7 @@ static const char *read_tokens(lp_proxy_t *p, toks_t *t, const char *v, const ch
   return q + 1;
 }
 
-static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model,
+static lp_job_t *parse(lp_front_t *f, lp_http_req_t *req, const char *path_model,
                        size_t path_model_len, toks_t *t, perr_t *e) {
   const char *body = req->body, *end = req->body + req->body_len;
   const char *pp = lp_jscan_ws(body, end);
@@ -178,7 +178,7 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
     if ((is_ids && inputs_at) || (is_inputs && ids_at))
       return fail(e, 400, "missing_input", "give exactly one of 'input_ids' or 'inputs'");
     if (is_ids || is_inputs) {
-      pp = read_tokens(p, t, pp, end, is_inputs, req->body_len, e);
+      pp = read_tokens(f, t, pp, end, is_inputs, req->body_len, e);
       if (!pp) return NULL;
     } else {
       pp = lp_jscan_skip(pp, end, LP_JSCAN_MAX_DEPTH);
@@ -267,11 +267,13 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
     memcpy(mname, path_model, path_model_len);
     mname[path_model_len] = 0;
   }
+  /* by the front's configuration: model i of it is the proxy's model i */
   lp_model_t *m = NULL;
-  for (size_t i = 0; i < p->nmodels; i++) {
-    if (mname[0] ? strcmp(p->models[i].cfg->name, mname) == 0
-                 : (p->nmodels == 1 || strcmp(p->models[i].cfg->name, "default") == 0)) {
-      m = &p->models[i];
+  const lp_config_t *c = f->cfg;
+  for (size_t i = 0; i < c->nmodels; i++) {
+    if (mname[0] ? strcmp(c->models[i].name, mname) == 0
+                 : (c->nmodels == 1 || strcmp(c->models[i].name, "default") == 0)) {
+      m = &f->proxy->models[i];
       break;
     }
   }
@@ -281,7 +283,7 @@ static lp_job_t *parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model
   }
 
   /* the job copies the tokens into its own block, sized to their count */
-  lp_job_t *job = lp__job_new(p, m, t->tokens, t->used, t->lens, t->nspans, inputs_at != NULL,
+  lp_job_t *job = lp__job_new(f, m, t->tokens, t->used, t->lens, t->nspans, inputs_at != NULL,
                               (int)priority, deadline_ms, id_at, id_at ? (size_t)(id_end - id_at) : 0,
                               inputs_at ? "inputs" : "input_ids", e);
   if (job) {
@@ -295,20 +297,53 @@ int lp__clamp_priority(int64_t priority) {
   return (int)(priority > 1000 ? 1000 : priority < -1000 ? -1000 : priority);
 }
 
-lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, const int32_t *tokens, size_t ntokens,
+int lp__job_check_shapes(lp_job_t *job, const char *field, lp_perr_t *e) {
+  lp_model_t *m = job->model;
+  int multi = job->multi;
+  for (uint32_t i = 0; i < job->nseq; i++) {
+    uint32_t maxlen, len = job->seqs[i].len;
+    int v = lp_bucket_set_admit(&m->shapes, len, &maxlen);
+    if (v == LP_ADMIT_EMPTY) {
+      if (multi) fail(e, 400, "empty_sequence", "%s[%u] is empty", field, i);
+      else fail(e, 400, "empty_sequence", "'%s' is empty", field);
+      return -1;
+    }
+    if (v == LP_ADMIT_TOO_LONG) {
+      if (multi)
+        fail(e, 413, "sequence_too_long", "%s[%u] has %u tokens, the largest bucket holds %u",
+             field, i, len, maxlen);
+      else
+        fail(e, 413, "sequence_too_long", "'%s' has %u tokens, the largest bucket holds %u",
+             field, len, maxlen);
+      snprintf(e->extra, sizeof(e->extra), ", \"max_len\": %u", maxlen);
+      return -1;
+    }
+    if (v == LP_ADMIT_NO_SHAPE) {
+      fail(e, 503, "no_shape_available", "no shape of model '%s' is available", m->cfg->name);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+lp_job_t *lp__job_new(lp_front_t *f, lp_model_t *m, const int32_t *tokens, size_t ntokens,
                       const uint32_t *lens, size_t nseq, int multi, int priority, double deadline_ms,
                       const char *id_json, size_t id_len, const char *field, lp_perr_t *e) {
+  lp_proxy_t *p = f->proxy;
+  /* the front's copy of the model's configuration (the scheduler's may be
+   * rewritten by a reload meanwhile) */
+  const lp_model_config_t *mc = &f->cfg->models[m - p->models];
   /* the vocabulary, now that the model is known */
-  int64_t vocab = m->cfg->vocab_size;
+  int64_t vocab = mc->vocab_size;
   if (vocab) {
     size_t off = 0;
     for (size_t si = 0; si < nseq; si++) {
       for (uint32_t k = 0; k < lens[si]; k++)
         if (tokens[off + k] >= vocab || tokens[off + k] < 0) {
-          char f[48];
-          if (multi) snprintf(f, sizeof(f), "%s[%zu]", field, si);
-          else snprintf(f, sizeof(f), "%s", field);
-          return token_error(e, LP_JSCAN_E_RANGE, f, k, vocab);
+          char fname[48];
+          if (multi) snprintf(fname, sizeof(fname), "%s[%zu]", field, si);
+          else snprintf(fname, sizeof(fname), "%s", field);
+          return token_error(e, LP_JSCAN_E_RANGE, fname, k, vocab);
         }
       off += lens[si];
     }
@@ -327,32 +362,13 @@ lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, const int32_t *tokens, size_
   job->priority = priority;
   job->model = m;
   job->proxy = p;
+  job->front = f;
   for (size_t i = 0; i < nseq; i++) {
-    lp_seq_t *s = &job->seqs[i];
-    uint32_t maxlen;
-    int v = lp_bucket_set_admit(&m->shapes, lens[i], &maxlen);
-    if (v == LP_ADMIT_EMPTY) {
-      if (multi) fail(e, 400, "empty_sequence", "%s[%zu] is empty", field, i);
-      else fail(e, 400, "empty_sequence", "'%s' is empty", field);
-      goto failed;
-    }
-    if (v == LP_ADMIT_TOO_LONG) {
-      if (multi)
-        fail(e, 413, "sequence_too_long", "%s[%zu] has %u tokens, the largest bucket holds %u",
-             field, i, lens[i], maxlen);
-      else
-        fail(e, 413, "sequence_too_long", "'%s' has %u tokens, the largest bucket holds %u",
-             field, lens[i], maxlen);
-      snprintf(e->extra, sizeof(e->extra), ", \"max_len\": %u", maxlen);
-      goto failed;
-    }
-    if (v == LP_ADMIT_NO_SHAPE) {
-      fail(e, 503, "no_shape_available", "no shape of model '%s' is available", m->cfg->name);
-      goto failed;
-    }
-    s->job = job;
-    s->len = lens[i];
+    job->seqs[i].job = job;
+    job->seqs[i].len = lens[i];
   }
+  /* the shapes are the scheduler's: with several threads it checks them */
+  if (!f->remote && lp__job_check_shapes(job, field, e)) goto failed;
   job->tokens = (int32_t *)((char *)job + head);
   if (ntokens) memcpy(job->tokens, tokens, ntokens * sizeof(int32_t));
   if (id_json) {
@@ -365,7 +381,7 @@ lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, const int32_t *tokens, size_
   job->arrive_ns = uv_hrtime();
   /* the client's deadline, within the bound that keeps the sum below from
    * overflowing (NaN fails every comparison: none); at least 1 ns when given */
-  uint64_t dl = m->cfg->default_deadline_ms * 1000000ull;
+  uint64_t dl = mc->default_deadline_ms * 1000000ull;
   if (deadline_ms > 0) {
     dl = (uint64_t)((deadline_ms < LP_MAX_DEADLINE_MS ? deadline_ms : LP_MAX_DEADLINE_MS) * 1e6);
     if (dl == 0) dl = 1;
@@ -379,7 +395,7 @@ failed:
   return NULL;
 }
 
-lp_job_t *lp__infer_parse(lp_proxy_t *p, lp_http_req_t *req, const char *path_model,
+lp_job_t *lp__infer_parse(lp_front_t *p, lp_http_req_t *req, const char *path_model,
                           size_t path_model_len) {
   perr_t e = {0};
   if (!is_json_type(req->content_type)) {

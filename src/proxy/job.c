@@ -11,6 +11,8 @@
 
 /* ---- ending jobs ---- */
 
+/* The core is done with job: with one loop it is freed; a remote front's
+ * goes back to its front (which answers its client and drops it). */
 void lp__job_free(lp_job_t *job) {
   lp_model_t *m = job->model;
   if (job->charged) {
@@ -18,11 +20,20 @@ void lp__job_free(lp_job_t *job) {
     if (job->live_prev) job->live_prev->live_next = job->live_next;
     else m->live = job->live_next;
     if (job->live_next) job->live_next->live_prev = job->live_prev;
+    job->charged = 0;
+  }
+  job->proxy->jobs--;
+  if (job->front->remote) {
+    lp__job_hand_back(job); /* the last touch: it is the front's now */
+    return;
   }
   for (uint32_t i = 0; i < job->nseq; i++) free(job->seqs[i].out);
-  job->proxy->jobs--;
   free(job); /* one block with its sequences, tokens and id */
 }
+
+/* A client waits for job's answer: its request (one loop) or, for a remote
+ * front, until the scheduler heard it left. */
+static int has_client(const lp_job_t *job) { return job->req != NULL || job->waited; }
 
 int lp__job_waiting(const lp_job_t *job) {
   for (uint32_t i = 0; i < job->nseq; i++)
@@ -33,13 +44,20 @@ int lp__job_waiting(const lp_job_t *job) {
 void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg) {
   if (job->answered) return;
   job->answered = 1;
+  if (job->front->remote) { /* written down: the front answers when the job is back */
+    if (!job->waited) return;
+    job->res_status = status;
+    snprintf(job->res_code, sizeof(job->res_code), "%s", code);
+    snprintf(job->res_msg, sizeof(job->res_msg), "%s", msg);
+    return;
+  }
   if (!job->req) return;
   const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
   lp_http_req_t *req = job->req;
   req->app = NULL; /* before answering: a failed write frees req at once */
   job->req = NULL;
-  if (job->v2) lp__v2_reject_job(job->proxy, req, status, code, msg, job);
-  else lp__reject_job(job->proxy, req, LP_ROUTE_INFER, status, hdr, code, msg, NULL, job);
+  if (job->v2) lp__v2_reject_job(job->front, req, status, code, msg, job);
+  else lp__reject_job(job->front, req, LP_ROUTE_INFER, status, hdr, code, msg, NULL, job);
 }
 
 void lp__job_cancel(lp_job_t *job) {
@@ -102,10 +120,7 @@ static void put_batch(lp_buf_t *b, const lp_seq_t *s) {
 
 /* The client's answer, once every sequence of the job has its output.
  * Returns 0, or -ENOMEM with nothing sent. */
-/* Room left in front of an answer's body for its status line and headers: the
- * body is built once, in the buffer that is written, and the head is put just
- * before it. */
-#define HEAD_ROOM 512
+#define HEAD_ROOM LP_HEAD_ROOM
 
 /* The proxy's scratch after a v2 answer was built in it: a big one (a wide
  * output) is given back, not kept by the proxy for ever. */
@@ -188,11 +203,21 @@ send:
     lp_buf_free(&out);
     return -ENOMEM;
   }
-  lp_hist_observe(&p->t_queue, (double)queue_ns / 1e9);
   lp_hist_observe(&job->model->queue_delay, (double)queue_ns / 1e9);
-  lp_hist_observe(&p->t_backend, (double)backend_ns / 1e9);
-  lp_hist_observe(&p->t_total, (double)(now - job->arrive_ns) / 1e9);
   lp_hist_observe(&job->model->duration, (double)(now - job->arrive_ns) / 1e9);
+  if (job->front->remote) {
+    /* the body is ready; its head, counting and logging are the front's */
+    job->res_status = 200;
+    job->res_ctype = ctype;
+    snprintf(job->res_hdr, sizeof(job->res_hdr), "%s", extra);
+    job->res_body = out;
+    job->answered = 1;
+    return 0;
+  }
+  lp_front_t *f = job->front;
+  lp_hist_observe(&f->t_queue, (double)queue_ns / 1e9);
+  lp_hist_observe(&f->t_backend, (double)backend_ns / 1e9);
+  lp_hist_observe(&f->t_total, (double)(now - job->arrive_ns) / 1e9);
   lp_buf_t *head = &p->scratch;
   lp_buf_reset(head);
   lp_http_head(job->req, head, 200, extra[0] ? extra : NULL, ctype, out.len - HEAD_ROOM);
@@ -201,8 +226,8 @@ send:
     return -ENOMEM;
   }
   memcpy(out.data + HEAD_ROOM - head->len, head->data, head->len);
-  lp_proxy_count(p, job->v2 ? LP_ROUTE_V2_INFER : LP_ROUTE_INFER, 200);
-  lp__access_log(p, job->req, 200, job);
+  lp_proxy_count(f, job->v2 ? LP_ROUTE_V2_INFER : LP_ROUTE_INFER, 200);
+  lp__access_log(f, job->req, 200, job);
   lp_http_req_t *req = job->req;
   req->app = NULL;
   job->req = NULL;
@@ -232,7 +257,7 @@ static void seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, c
   s->done_ns = lp__now();
   job->unresolved--;
   job->model->sequences_done++;
-  if (!job->answered && job->req) {
+  if (!job->answered && has_client(job)) {
     int rc = 0;
     if (!job->multi) {
       rc = answer(job, slice, len, per_segment);
@@ -273,4 +298,43 @@ void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *
     }
   }
   seq_done(s, bt, g, raw, len, per_segment, 0);
+}
+
+/* ---- a remote front's side ---- */
+
+void lp__job_deliver(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
+  if (job->res_status == 200) {
+    uint64_t now = lp__now(), queue_ns, backend_ns;
+    lp__job_times(job, &queue_ns, &backend_ns);
+    lp_hist_observe(&f->t_queue, (double)queue_ns / 1e9);
+    lp_hist_observe(&f->t_backend, (double)backend_ns / 1e9);
+    lp_hist_observe(&f->t_total, (double)(now - job->arrive_ns) / 1e9);
+    lp_buf_t *out = &job->res_body, *head = &f->scratch;
+    lp_buf_reset(head);
+    lp_http_head(req, head, 200, job->res_hdr[0] ? job->res_hdr : NULL, job->res_ctype, out->len - HEAD_ROOM);
+    if (!head->oom && head->len <= HEAD_ROOM) {
+      memcpy(out->data + HEAD_ROOM - head->len, head->data, head->len);
+      lp_proxy_count(f, job->v2 ? LP_ROUTE_V2_INFER : LP_ROUTE_INFER, 200);
+      lp__access_log(f, req, 200, job);
+      lp_http_respond_raw_at(req, out, HEAD_ROOM - head->len);
+      return;
+    }
+    job->res_status = 503;
+    snprintf(job->res_code, sizeof(job->res_code), "out_of_memory");
+    snprintf(job->res_msg, sizeof(job->res_msg), "proxy out of memory");
+  }
+  int status = job->res_status ? job->res_status : 503;
+  const char *code = job->res_status ? job->res_code : "out_of_memory";
+  const char *msg = job->res_status ? job->res_msg : "proxy out of memory";
+  const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
+  if (job->v2) lp__v2_reject_job(f, req, status, code, msg, job);
+  else lp__reject_job(f, req, LP_ROUTE_INFER, status, hdr, code, msg, job->res_extra[0] ? job->res_extra : NULL, job);
+}
+
+void lp__job_release(lp_job_t *job) {
+  if (__atomic_sub_fetch(&job->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  for (uint32_t i = 0; i < job->nseq; i++) free(job->seqs[i].out);
+  lp_buf_free(&job->res_body);
+  free(job->admin_url);
+  free(job);
 }

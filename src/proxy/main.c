@@ -22,7 +22,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: lanepack [--config FILE] [--listen HOST:PORT] [--backend URL]...\n"
           "                [--shapes 4x8192,8x2048] [--max-wait-ms N] [--log-level LEVEL]\n"
-          "                [--model NAME] [--check-config] [--version] [--help]\n"
+          "                [--model NAME] [--threads N] [--check-config] [--version] [--help]\n"
           "       lanepack --probe URL   (exit 0 if GET URL answers 2xx within 2 s)\n"
           "Flags override the file. --backend, --shapes and --max-wait-ms apply to the\n"
           "model named by --model (default: the only model, or 'default').\n");
@@ -35,7 +35,8 @@ static struct {
   const char *backends[LP_MAX_BACKENDS];
   size_t nbackends;
   long max_wait;
-} cli = {.max_wait = -1};
+  long threads;
+} cli = {.max_wait = -1, .threads = -1};
 
 /* The configuration: defaults, the file, the flags; validated. Returns 0, or 2
  * with err set. */
@@ -51,6 +52,7 @@ static int make_config(lp_config_t *cfg, char *err, size_t errlen) {
     }
     cfg->log_level = l;
   }
+  if (cli.threads >= 0) cfg->threads = (uint32_t)cli.threads;
   if (cli.nbackends || cli.shapes || cli.max_wait >= 0) {
     const char *name = cli.model ? cli.model : (cfg->nmodels == 1 ? cfg->models[0].name : "default");
     lp_model_config_t *m = (lp_model_config_t *)lp_config_model(cfg, name);
@@ -110,7 +112,7 @@ int main(int argc, char **argv) {
       {"max-wait-ms", required_argument, 0, 'w'}, {"log-level", required_argument, 0, 'L'},
       {"model", required_argument, 0, 'm'},       {"check-config", no_argument, 0, 'C'},
       {"version", no_argument, 0, 'V'},           {"help", no_argument, 0, 'h'},
-      {"probe", required_argument, 0, 'P'},
+      {"probe", required_argument, 0, 'P'},       {"threads", required_argument, 0, 'T'},
       {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -130,6 +132,16 @@ int main(int argc, char **argv) {
         cli.max_wait = strtol(optarg, &end, 10);
         if (*end || end == optarg || cli.max_wait < 0 || cli.max_wait > 3600000) {
           fprintf(stderr, "lanepack: --max-wait-ms wants an integer in [0, 3600000], got '%s'\n", optarg);
+          return 2;
+        }
+        break;
+      }
+      case 'T': {
+        char *end;
+        cli.threads = strtol(optarg, &end, 10);
+        if (*end || end == optarg || cli.threads < 0 || cli.threads > LP_MAX_THREADS) {
+          fprintf(stderr, "lanepack: --threads wants an integer in [0, %d] (0: one per core), got '%s'\n",
+                  LP_MAX_THREADS, optarg);
           return 2;
         }
         break;
@@ -188,6 +200,7 @@ int main(int argc, char **argv) {
   }
   lp_log(LP_LOG_INFO, "listening", "\"port\": %d, \"models\": %zu", port, cfg.nmodels);
   uv_run(loop, UV_RUN_DEFAULT);
+  lp_proxy_free(&proxy); /* the front threads stopped and joined */
   lp_log(LP_LOG_INFO, "stopped", "\"jobs_left\": %zu", proxy.jobs);
   return proxy.exit_code;
 }

@@ -20,38 +20,39 @@ static const double latency_bounds[] = {0.0005, 0.001, 0.002, 0.003, 0.004, 0.00
                                         0.01, 0.012, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
                                         0.1, 0.15, 0.2, 0.3, 0.5, 1, 2, 5, 10, 30};
 
-void lp_proxy_count(lp_proxy_t *p, int route, int status) {
+void lp_proxy_count(lp_front_t *f, int route, int status) {
   int s = 0;
   while (lp__status_codes[s] && lp__status_codes[s] != status) s++;
-  p->requests[route][s]++;
+  LP_RELAXED_INC(f->requests[route][s]);
 }
 
-void lp__count_rejection(lp_proxy_t *p, const char *code) {
-  for (size_t i = 0; i < p->nrejections; i++)
-    if (strcmp(p->rejections[i].code, code) == 0) {
-      p->rejections[i].n++;
+void lp__count_rejection(lp_front_t *f, const char *code) {
+  size_t n = f->nrejections; /* its own: the owner reads it plainly */
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(f->rejections[i].code, code) == 0) {
+      LP_RELAXED_INC(f->rejections[i].n);
       return;
     }
-  if (p->nrejections < sizeof(p->rejections) / sizeof(p->rejections[0])) {
-    /* codes are string literals or live in jobs: keep our own copy */
-    char *c = strdup(code);
-    if (!c) return;
-    p->rejections[p->nrejections].code = c;
-    p->rejections[p->nrejections++].n = 1;
+  if (n < sizeof(f->rejections) / sizeof(f->rejections[0])) {
+    /* codes are string literals or live in jobs: keep our own copy, published
+     * (release) before the count that shows it */
+    snprintf(f->rejections[n].code, sizeof(f->rejections[n].code), "%s", code);
+    LP_RELAXED_STORE(f->rejections[n].n, 1);
+    __atomic_store_n(&f->nrejections, n + 1, __ATOMIC_RELEASE);
   }
 }
 
-void lp__reject_job(lp_proxy_t *p, lp_http_req_t *req, int route, int status, const char *headers,
+void lp__reject_job(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *headers,
                     const char *code, const char *msg, const char *extra, const lp_job_t *job) {
-  lp_proxy_count(p, route, status);
-  lp__count_rejection(p, code);
-  lp__access_log(p, req, status, job);
+  lp_proxy_count(f, route, status);
+  lp__count_rejection(f, code);
+  lp__access_log(f, req, status, job);
   lp_http_respond_error(req, status, headers, code, msg, extra);
 }
 
-void lp_proxy_reject(lp_proxy_t *p, lp_http_req_t *req, int route, int status, const char *headers,
+void lp_proxy_reject(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *headers,
                      const char *code, const char *msg, const char *extra) {
-  lp__reject_job(p, req, route, status, headers, code, msg, extra, NULL);
+  lp__reject_job(f, req, route, status, headers, code, msg, extra, NULL);
 }
 
 /* ---- the scheduler runs once per loop turn, however many arrivals ---- */
@@ -75,29 +76,28 @@ static int path_is(const lp_http_req_t *r, const char *path) {
   return r->path_len == strlen(path) && memcmp(r->url, path, r->path_len) == 0;
 }
 
-static void respond_json(lp_proxy_t *p, lp_http_req_t *req, int route, int status, lp_buf_t *b) {
-  lp_proxy_count(p, route, status);
+static void respond_json(lp_front_t *f, lp_http_req_t *req, int route, int status, lp_buf_t *b) {
+  lp_proxy_count(f, route, status);
   lp_http_respond(req, status, NULL, "application/json", b->data, b->len);
 }
 
-static int method_ok(lp_proxy_t *p, lp_http_req_t *req, int route, int want) {
+static int method_ok(lp_front_t *f, lp_http_req_t *req, int route, int want) {
   if (req->method == want || (want == LP_HTTP_GET && req->method == LP_HTTP_HEAD)) return 1;
-  lp_proxy_reject(p, req, route, 405, want == LP_HTTP_GET ? "Allow: GET\r\n" : "Allow: POST\r\n",
+  lp_proxy_reject(f, req, route, 405, want == LP_HTTP_GET ? "Allow: GET\r\n" : "Allow: POST\r\n",
                   "method_not_allowed", want == LP_HTTP_GET ? "use GET" : "use POST", NULL);
   return 0;
 }
 
-static void handle_infer(lp_proxy_t *p, lp_http_req_t *req, const char *model, size_t mlen) {
-  if (!method_ok(p, req, LP_ROUTE_INFER, LP_HTTP_POST)) return;
-  lp_job_t *job = lp__infer_parse(p, req, model, mlen);
+static void handle_infer(lp_front_t *f, lp_http_req_t *req, const char *model, size_t mlen) {
+  if (!method_ok(f, req, LP_ROUTE_INFER, LP_HTTP_POST)) return;
+  lp_job_t *job = lp__infer_parse(f, req, model, mlen);
   if (!job) return;
-  req->app = job;
-  lp__model_admit(job->model, job);
+  lp__front_submit(f, req, job);
 }
 
 /* Query parameter value as an unsigned integer; def when absent. -1 if bad. */
-static long query_uint(const lp_http_req_t *r, const char *name, long def) {
-  const char *q = r->url + r->path_len;
+static long query_uint(const char *url, size_t path_len, const char *name, long def) {
+  const char *q = url + path_len;
   size_t n = strlen(name);
   while (*q) {
     q++; /* '?' or '&' */
@@ -124,9 +124,12 @@ static int token_eq(const char *a, size_t alen, const char *b) {
 /* "Bearer TOKEN" (RFC 6750: the scheme in any case, then spaces) with TOKEN
  * one of the configured ones, whole: the header reaches here uncut (one
  * header only: a repeat is refused by the server) and every token is read
- * whole from its file. */
-static int authorized(lp_proxy_t *p, const lp_http_req_t *req) {
-  if (!p->ntokens) return 1;
+ * whole from its file. The front's own copy of the tokens (remote) or the
+ * proxy's. */
+static int authorized(lp_front_t *f, const lp_http_req_t *req) {
+  char **tokens = f->remote ? f->tokens : f->proxy->tokens;
+  size_t ntokens = f->remote ? f->ntokens : f->proxy->ntokens;
+  if (!ntokens) return 1;
   const char *h = req->authorization;
   size_t n = req->authorization_len;
   if (!h || n < 7 || strncasecmp(h, "Bearer ", 7) != 0) return 0;
@@ -135,7 +138,7 @@ static int authorized(lp_proxy_t *p, const lp_http_req_t *req) {
   while (n && *t == ' ') t++, n--;
   while (n && (t[n - 1] == ' ' || t[n - 1] == '\t')) n--;
   int ok = 0;
-  for (size_t i = 0; i < p->ntokens; i++) ok |= token_eq(t, n, p->tokens[i]);
+  for (size_t i = 0; i < ntokens; i++) ok |= token_eq(t, n, tokens[i]);
   return ok;
 }
 
@@ -145,99 +148,82 @@ static int is_admin_route(const lp_http_req_t *req) {
 
 /* The server refused a request itself (a limit, bad framing, a repeated
  * header, a timeout): counted and logged like any other error. */
-static void on_reject(lp_http_req_t *req, int status, const char *code, void *ud) {
-  lp_proxy_t *p = ud;
-  lp_proxy_count(p, LP_ROUTE_OTHER, status);
-  lp__count_rejection(p, code);
-  lp__access_log(p, req, status, NULL);
+void lp__on_reject(lp_http_req_t *req, int status, const char *code, void *ud) {
+  lp_front_t *f = ud;
+  lp_proxy_count(f, LP_ROUTE_OTHER, status);
+  lp__count_rejection(f, code);
+  lp__access_log(f, req, status, NULL);
 }
 
-static void route(lp_proxy_t *p, lp_http_req_t *req, int on_admin);
+static void route(lp_front_t *f, lp_http_req_t *req, int on_admin);
 
-static void on_request(lp_http_req_t *req, void *ud) {
-  ((lp_proxy_t *)ud)->served++;
-  route(ud, req, 0);
+void lp__on_request(lp_http_req_t *req, void *ud) {
+  lp_front_t *f = ud;
+  LP_RELAXED_INC(f->served);
+  route(f, req, 0);
 }
-static void on_admin_request(lp_http_req_t *req, void *ud) { route(ud, req, 1); }
+void lp__on_admin_request(lp_http_req_t *req, void *ud) { route(ud, req, 1); }
 
-/* Routes: with an admin listener, its routes live there only and inference
- * never does; probes answer on both. Client routes under /v1/ and /v2/models
- * need a bearer token when tokens are configured, and so do the admin routes
- * when they share the client port (/metrics shows backend URLs and load); the
- * admin listener (loopback by default) and the probes do not. */
-static void route(lp_proxy_t *p, lp_http_req_t *req, int on_admin) {
-  lp_buf_t *b = &p->scratch;
-  lp_buf_reset(b);
-  static const char prefix[] = "/v1/models/";
-  int probe = path_is(req, "/healthz") || path_is(req, "/readyz");
-  if (!probe && p->admin && on_admin != is_admin_route(req)) {
-    lp_proxy_reject(p, req, LP_ROUTE_OTHER, 404, NULL, "not_found",
-                    on_admin ? "not on the admin listener" : "no such route", NULL);
+/* A page of the scheduler's state: rendered here with one loop, by the
+ * scheduler (a message there and back) with several. */
+void lp__front_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
+  if (f->remote) {
+    lp__front_ask_page(f, req, route, v2r);
     return;
   }
-  int client_route = strncmp(req->url, "/v1/", 4) == 0 || strncmp(req->url, "/v2/models", 10) == 0 ||
-                     path_is(req, "/v2") || is_admin_route(req);
-  if (!on_admin && !probe && client_route && !authorized(p, req)) {
-    lp_proxy_reject(p, req, LP_ROUTE_OTHER, 401, "WWW-Authenticate: Bearer\r\n", "unauthorized",
-                    "a valid 'Authorization: Bearer TOKEN' header is required", NULL);
+  lp_page_t pg;
+  lp_buf_reset(&f->scratch);
+  lp__render_page(f->proxy, route, v2r, req->url, req->path_len, &f->scratch, &pg);
+  lp__front_answer_page(f, req, route, v2r, &f->scratch, &pg);
+}
+
+void lp__front_answer_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r, const lp_buf_t *body,
+                           const lp_page_t *pg) {
+  (void)v2r;
+  if (pg->code) {
+    if (route == LP_ROUTE_V2) lp__v2_reject(f, req, pg->status, pg->code, pg->msg);
+    else lp_proxy_reject(f, req, route, pg->status, pg->hdr, pg->code, pg->msg, NULL);
     return;
   }
-  if (!on_admin && lp__v2_route(p, req)) {
-    /* the Open Inference Protocol: its own routes and error form */
-  } else if (path_is(req, "/v1/infer")) {
-    handle_infer(p, req, NULL, 0);
-  } else if (req->path_len > sizeof(prefix) - 1 && strncmp(req->url, prefix, sizeof(prefix) - 1) == 0) {
-    const char *name = req->url + sizeof(prefix) - 1;
-    size_t rest = req->path_len - (sizeof(prefix) - 1);
-    const char *slash = memchr(name, '/', rest);
-    if (slash && (size_t)(req->url + req->path_len - slash) == strlen("/infer") &&
-        strncmp(slash, "/infer", 6) == 0 && slash > name)
-      handle_infer(p, req, name, (size_t)(slash - name));
-    else
-      lp_proxy_reject(p, req, LP_ROUTE_OTHER, 404, NULL, "not_found", "no such route", NULL);
-  } else if (path_is(req, "/healthz")) {
-    if (!method_ok(p, req, LP_ROUTE_HEALTHZ, LP_HTTP_GET)) return;
-    lp_buf_puts(b, "{\"status\": \"ok\"}\n");
-    respond_json(p, req, LP_ROUTE_HEALTHZ, 200, b);
-  } else if (path_is(req, "/readyz")) {
-    if (!method_ok(p, req, LP_ROUTE_READYZ, LP_HTTP_GET)) return;
+  if (route != LP_ROUTE_METRICS) lp_proxy_count(f, route, pg->status); /* /metrics counts itself first */
+  lp_http_respond(req, pg->status, pg->hdr, pg->ctype, body->data, body->len);
+}
+
+static void page_error(lp_page_t *pg, int status, const char *code, const char *msg) {
+  pg->status = status;
+  pg->code = code;
+  snprintf(pg->msg, sizeof(pg->msg), "%s", msg);
+}
+
+void lp__render_page(lp_proxy_t *p, int route, int v2r, const char *url, size_t path_len, lp_buf_t *b,
+                     lp_page_t *pg) {
+  *pg = (lp_page_t){.status = 200, .ctype = "application/json"};
+  if (route == LP_ROUTE_V2) {
+    lp__v2_render_page(p, v2r, url, path_len, b, pg);
+  } else if (route == LP_ROUTE_READYZ) {
     int ready = !p->unready;
     for (size_t i = 0; i < p->nmodels && ready; i++) ready = lp__model_ready(&p->models[i]);
     lp_buf_printf(b, "{\"ready\": %s%s}\n", ready ? "true" : "false",
                   p->unready ? ", \"reason\": \"shutting down\"" : "");
-    respond_json(p, req, LP_ROUTE_READYZ, ready ? 200 : 503, b);
-  } else if (path_is(req, "/metrics")) {
-    if (!method_ok(p, req, LP_ROUTE_METRICS, LP_HTTP_GET)) return;
-    lp_proxy_count(p, LP_ROUTE_METRICS, 200);
+    pg->status = ready ? 200 : 503;
+  } else if (route == LP_ROUTE_METRICS) {
     lp__render_metrics(p, b);
-    lp_http_respond(req, 200, NULL, "text/plain; version=0.0.4; charset=utf-8", b->data, b->len);
-  } else if (path_is(req, "/v1/models")) {
-    if (!method_ok(p, req, LP_ROUTE_MODELS, LP_HTTP_GET)) return;
+    pg->ctype = "text/plain; version=0.0.4; charset=utf-8";
+  } else if (route == LP_ROUTE_MODELS) {
     lp__render_models(p, b);
-    respond_json(p, req, LP_ROUTE_MODELS, 200, b);
-  } else if (path_is(req, "/v1/buckets/advice")) {
-    if (!method_ok(p, req, LP_ROUTE_ADVICE, LP_HTTP_GET)) return;
-    long k = query_uint(req, "k", 3);
-    if (k < 1 || k > LP_ADVISE_MAX_K) {
-      lp_proxy_reject(p, req, LP_ROUTE_ADVICE, 400, NULL, "bad_parameter", "k must be 1..8", NULL);
-      return;
-    }
+  } else if (route == LP_ROUTE_ADVICE) {
+    long k = query_uint(url, path_len, "k", 3);
+    if (k < 1 || k > LP_ADVISE_MAX_K) return page_error(pg, 400, "bad_parameter", "k must be 1..8");
     /* p99_ms (and rate) ask for the simulated advice; without, the padding one */
     double p99_ms = 0, rate = 0;
-    int lat = lp__query_double(req->url + req->path_len, "p99_ms", &p99_ms);
-    if (lat < 0 || (lat && !(p99_ms > 0 && p99_ms <= 3600000))) {
-      lp_proxy_reject(p, req, LP_ROUTE_ADVICE, 400, NULL, "bad_parameter",
-                      "p99_ms must be a number of milliseconds in (0, 3600000]", NULL);
-      return;
-    }
-    int rated = lp__query_double(req->url + req->path_len, "rate", &rate);
-    if (rated < 0 || (rated && !(rate >= 1e-3 && rate <= 1e9)) || (rated && !lat)) {
-      lp_proxy_reject(p, req, LP_ROUTE_ADVICE, 400, NULL, "bad_parameter",
-                      "rate must be requests/s in [0.001, 1e9], with p99_ms", NULL);
-      return;
-    }
+    int lat = lp__query_double(url + path_len, "p99_ms", &p99_ms);
+    if (lat < 0 || (lat && !(p99_ms > 0 && p99_ms <= 3600000)))
+      return page_error(pg, 400, "bad_parameter", "p99_ms must be a number of milliseconds in (0, 3600000]");
+    int rated = lp__query_double(url + path_len, "rate", &rate);
+    if (rated < 0 || (rated && !(rate >= 1e-3 && rate <= 1e9)) || (rated && !lat))
+      return page_error(pg, 400, "bad_parameter", "rate must be requests/s in [0.001, 1e9], with p99_ms");
     lp_model_t *m = p->nmodels == 1 ? &p->models[0] : NULL;
-    const char *mq = strstr(req->url + req->path_len, "model=");
+    const char *mq = strstr(url + path_len, "model=");
     if (mq) {
       size_t n = strcspn(mq + 6, "&");
       m = NULL;
@@ -245,40 +231,97 @@ static void route(lp_proxy_t *p, lp_http_req_t *req, int on_admin) {
         if (strlen(p->models[i].cfg->name) == n && strncmp(p->models[i].cfg->name, mq + 6, n) == 0)
           m = &p->models[i];
     }
-    if (!m) {
-      lp_proxy_reject(p, req, LP_ROUTE_ADVICE, 404, NULL, "unknown_model", "name a model: ?model=NAME", NULL);
-      return;
-    }
+    if (!m) return page_error(pg, 404, "unknown_model", "name a model: ?model=NAME");
     char err[160];
     if (lat) {
       int st = 0;
       const char *code = NULL;
-      if (lp__render_shape_advice(p, m, (uint32_t)k, p99_ms, rate, b, &st, &code, err, sizeof(err))) {
-        lp_proxy_reject(p, req, LP_ROUTE_ADVICE, st, NULL, code, err, NULL);
-        return;
-      }
+      if (lp__render_shape_advice(p, m, (uint32_t)k, p99_ms, rate, b, &st, &code, err, sizeof(err)))
+        return page_error(pg, st, code, err);
     } else if (lp__render_advice(p, m, (uint32_t)k, b, err, sizeof(err))) {
-      lp_proxy_reject(p, req, LP_ROUTE_ADVICE, 409, NULL, "no_data", err, NULL);
-      return;
+      return page_error(pg, 409, "no_data", err);
     }
-    respond_json(p, req, LP_ROUTE_ADVICE, 200, b);
-  } else {
-    lp_proxy_reject(p, req, LP_ROUTE_OTHER, 404, NULL, "not_found", "no such route", NULL);
   }
 }
 
-static void on_cancel(lp_http_req_t *req, void *ud) {
-  (void)ud;
+/* Routes: with an admin listener, its routes live there only and inference
+ * never does; probes answer on both. Client routes under /v1/ and /v2/models
+ * need a bearer token when tokens are configured, and so do the admin routes
+ * when they share the client port (/metrics shows backend URLs and load); the
+ * admin listener (loopback by default) and the probes do not. */
+static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
+  lp_buf_t *b = &f->scratch;
+  lp_buf_reset(b);
+  static const char prefix[] = "/v1/models/";
+  int probe = path_is(req, "/healthz") || path_is(req, "/readyz");
+  int has_admin = f->cfg->admin_listen[0] != 0;
+  if (!probe && has_admin && on_admin != is_admin_route(req)) {
+    lp_proxy_reject(f, req, LP_ROUTE_OTHER, 404, NULL, "not_found",
+                    on_admin ? "not on the admin listener" : "no such route", NULL);
+    return;
+  }
+  int client_route = strncmp(req->url, "/v1/", 4) == 0 || strncmp(req->url, "/v2/models", 10) == 0 ||
+                     path_is(req, "/v2") || is_admin_route(req);
+  if (!on_admin && !probe && client_route && !authorized(f, req)) {
+    lp_proxy_reject(f, req, LP_ROUTE_OTHER, 401, "WWW-Authenticate: Bearer\r\n", "unauthorized",
+                    "a valid 'Authorization: Bearer TOKEN' header is required", NULL);
+    return;
+  }
+  if (!on_admin && lp__v2_route(f, req)) {
+    /* the Open Inference Protocol: its own routes and error form */
+  } else if (path_is(req, "/v1/infer")) {
+    handle_infer(f, req, NULL, 0);
+  } else if (req->path_len > sizeof(prefix) - 1 && strncmp(req->url, prefix, sizeof(prefix) - 1) == 0) {
+    const char *name = req->url + sizeof(prefix) - 1;
+    size_t rest = req->path_len - (sizeof(prefix) - 1);
+    const char *slash = memchr(name, '/', rest);
+    if (slash && (size_t)(req->url + req->path_len - slash) == strlen("/infer") &&
+        strncmp(slash, "/infer", 6) == 0 && slash > name)
+      handle_infer(f, req, name, (size_t)(slash - name));
+    else
+      lp_proxy_reject(f, req, LP_ROUTE_OTHER, 404, NULL, "not_found", "no such route", NULL);
+  } else if (path_is(req, "/healthz")) {
+    if (!method_ok(f, req, LP_ROUTE_HEALTHZ, LP_HTTP_GET)) return;
+    lp_buf_puts(b, "{\"status\": \"ok\"}\n");
+    respond_json(f, req, LP_ROUTE_HEALTHZ, 200, b);
+  } else if (path_is(req, "/readyz")) {
+    if (!method_ok(f, req, LP_ROUTE_READYZ, LP_HTTP_GET)) return;
+    lp__front_page(f, req, LP_ROUTE_READYZ, 0);
+  } else if (path_is(req, "/metrics")) {
+    if (!method_ok(f, req, LP_ROUTE_METRICS, LP_HTTP_GET)) return;
+    lp_proxy_count(f, LP_ROUTE_METRICS, 200);
+    lp__front_page(f, req, LP_ROUTE_METRICS, 0);
+  } else if (path_is(req, "/v1/models")) {
+    if (!method_ok(f, req, LP_ROUTE_MODELS, LP_HTTP_GET)) return;
+    lp__front_page(f, req, LP_ROUTE_MODELS, 0);
+  } else if (path_is(req, "/v1/buckets/advice")) {
+    if (!method_ok(f, req, LP_ROUTE_ADVICE, LP_HTTP_GET)) return;
+    lp__front_page(f, req, LP_ROUTE_ADVICE, 0);
+  } else {
+    lp_proxy_reject(f, req, LP_ROUTE_OTHER, 404, NULL, "not_found", "no such route", NULL);
+  }
+}
+
+void lp__on_cancel(lp_http_req_t *req, void *ud) {
+  lp_front_t *f = ud;
   lp_job_t *job = req->app;
-  if (job) lp__job_cancel(job);
+  if (!job) return;
+  req->app = NULL;
+  if (!f->remote) {
+    lp__job_cancel(job);
+    return;
+  }
+  /* the scheduler hears it; the job is freed once every reference is dropped */
+  job->front_req = NULL;
+  __atomic_fetch_add(&job->refs, 1, __ATOMIC_RELAXED);
+  lp__mbox_push_cancel(&f->proxy->inbox, job);
 }
 
 /* ---- shutdown ---- */
 
-/* The server has written every answer and closed every connection: done. */
-static void on_httpd_closed(void *arg) {
-  lp_proxy_t *p = arg;
-  lp__access_log_flush(p);
+/* Every front has written every answer and closed every connection: done. */
+void lp__proxy_drained(lp_proxy_t *p) {
+  if (!p->remote) lp__alog_flush(&p->fronts[0].alog);
   lp_log(LP_LOG_INFO, "drained", "\"batches_in_flight\": %zu", p->batches);
   uv_stop(p->loop);
 }
@@ -308,10 +351,7 @@ static void start_drain(lp_proxy_t *p) {
   if (p->draining) return;
   p->draining = 1;
   lp_log(LP_LOG_INFO, "draining", "\"jobs\": %zu, \"batches\": %zu", p->jobs, p->batches);
-  lp_httpd_close(p->httpd, on_httpd_closed, p);
-  p->httpd = NULL;
-  if (p->admin) lp_httpd_close(p->admin, NULL, NULL);
-  p->admin = NULL;
+  lp__fronts_drain(p);
   uv_timer_start(&p->drain, on_drain_timeout, p->cfg.drain_timeout_ms, 0);
   lp_proxy_kick(p);
 }
@@ -368,9 +408,11 @@ static void on_sighup(uv_signal_t *s, int signum) {
  * only after traffic. */
 static void on_trim(uv_timer_t *t) {
   lp_proxy_t *p = t->data;
-  lp__access_log_flush(p);
-  if (p->served == p->trimmed_at || p->jobs || p->batches) return;
-  p->trimmed_at = p->served;
+  if (!p->remote) lp__alog_flush(&p->fronts[0].alog); /* remote fronts flush their own */
+  uint64_t served = 0;
+  for (unsigned i = 0; i < p->nfronts; i++) served += LP_RELAXED_LOAD(p->fronts[i].served);
+  if (served == p->trimmed_at || p->jobs || p->batches) return;
+  p->trimmed_at = served;
   malloc_trim(0);
 }
 
@@ -387,6 +429,12 @@ void lp__httpd_limits(const lp_config_t *cfg, lp_httpd_config_t *hc) {
   hc->request_timeout_ms = cfg->request_timeout_ms;
 }
 
+/* The latency histograms' bounds, for the fronts. */
+const double *lp__latency_bounds(size_t *n) {
+  *n = sizeof(latency_bounds) / sizeof(latency_bounds[0]);
+  return latency_bounds;
+}
+
 int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *port) {
   memset(p, 0, sizeof(*p));
   struct timespec wall;
@@ -396,9 +444,6 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
   p->cfg = *cfg;
   lp_log_level = cfg->log_level;
   lp_buf_init(&p->scratch);
-  lp_hist_init(&p->t_queue, latency_bounds, sizeof(latency_bounds) / sizeof(latency_bounds[0]));
-  lp_hist_init(&p->t_backend, latency_bounds, sizeof(latency_bounds) / sizeof(latency_bounds[0]));
-  lp_hist_init(&p->t_total, latency_bounds, sizeof(latency_bounds) / sizeof(latency_bounds[0]));
   p->up = lp_upstream_new(loop, 1ull << 30);
   if (!p->up) return -ENOMEM;
   for (size_t i = 0; i < p->cfg.nmodels; i++) {
@@ -414,31 +459,6 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
   p->trim.data = p;
   uv_timer_start(&p->trim, on_trim, 1000, 1000);
   uv_unref((uv_handle_t *)&p->trim);
-  lp_httpd_config_t hc;
-  lp__httpd_limits(cfg, &hc);
-  hc.on_request = on_request;
-  hc.on_cancel = on_cancel;
-  hc.on_reject = on_reject;
-  hc.ud = p;
-  p->httpd = lp_httpd_new(loop, &hc);
-  if (!p->httpd) return -ENOMEM;
-  int rc = lp_httpd_listen(p->httpd, cfg->listen, port);
-  if (rc) return rc;
-  if (cfg->admin_listen[0]) {
-    hc.on_request = on_admin_request;
-    p->admin = lp_httpd_new(loop, &hc);
-    if (!p->admin) return -ENOMEM;
-    int aport;
-    if ((rc = lp_httpd_listen(p->admin, cfg->admin_listen, &aport))) return rc;
-    lp_log(LP_LOG_INFO, "admin listening", "\"port\": %d", aport);
-  }
-  if (cfg->access_log[0]) {
-    char err[300];
-    if (lp__access_log_open(p, cfg->access_log, err, sizeof(err))) {
-      lp_log(LP_LOG_ERROR, "access log", "\"error\": \"%s\"", err);
-      return -EINVAL;
-    }
-  }
   if (cfg->auth_tokens_file[0]) {
     char err[300];
     if (lp_config_read_tokens(cfg->auth_tokens_file, lp_config_token_max(cfg), &p->tokens,
@@ -447,6 +467,9 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
       return -EINVAL;
     }
   }
+  /* the fronts: their listeners, access log and (several) threads */
+  int rc = lp__fronts_start(p, port);
+  if (rc) return rc;
   uv_signal_init(loop, &p->sigterm);
   uv_signal_init(loop, &p->sigint);
   p->sigterm.data = p->sigint.data = p;
@@ -457,4 +480,8 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
   uv_signal_start(&p->sighup, on_sighup, SIGHUP);
   lp__backends_start(p);
   return 0;
+}
+
+void lp_proxy_free(lp_proxy_t *p) {
+  lp__fronts_stop(p); /* joins the threads and frees what the fronts own */
 }

@@ -32,6 +32,69 @@ typedef struct lp_proxy_s lp_proxy_t;
 typedef struct lp_model_s lp_model_t;
 typedef struct lp_job_s lp_job_t;
 typedef struct lp_batch_s lp_batch_t;
+typedef struct lp_front_s lp_front_t;
+typedef struct lp_ctl_s lp_ctl_t;
+
+/* Counters one thread writes and another reads (a front's, read by the
+ * scheduler rendering /metrics): relaxed loads and stores, no locked
+ * instruction (the owner is the only writer). */
+#define LP_RELAXED_INC(x) __atomic_store_n(&(x), __atomic_load_n(&(x), __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED)
+#define LP_RELAXED_ADD(x, v) __atomic_store_n(&(x), __atomic_load_n(&(x), __ATOMIC_RELAXED) + (v), __ATOMIC_RELAXED)
+#define LP_RELAXED_LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define LP_RELAXED_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+
+/* mailbox.c: a thread's inbox. Other threads push under the mutex; the owner's
+ * loop takes everything at once on one uv_async wake-up per burst (a push
+ * onto an empty inbox sends it; uv_async_send coalesces). Jobs and control
+ * messages are linked through fields embedded in them: pushing allocates
+ * nothing. Bounded by what feeds it: a front has at most max_connections x
+ * max_pipeline requests unanswered, each at most one job and one cancel. */
+typedef struct lp_mbox_s {
+  uv_mutex_t lock;
+  uv_async_t async;       /* on the owner's loop; data: the owner */
+  lp_job_t *jobs, **jobs_tail;       /* jobs handed over (admit or done), by mq_next */
+  lp_job_t *cancels, **cancels_tail; /* clients gone, by cq_next (to the scheduler) */
+  lp_ctl_t *ctls, **ctls_tail;       /* control messages, by next */
+} lp_mbox_t;
+int lp__mbox_init(lp_mbox_t *mb, uv_loop_t *loop, uv_async_cb cb, void *owner);
+void lp__mbox_push_job(lp_mbox_t *mb, lp_job_t *job);
+void lp__mbox_push_cancel(lp_mbox_t *mb, lp_job_t *job);
+void lp__mbox_push_ctl(lp_mbox_t *mb, lp_ctl_t *c);
+/* Everything pushed so far, in order, each list NULL-terminated; the inbox is
+ * left empty. */
+void lp__mbox_take(lp_mbox_t *mb, lp_job_t **jobs, lp_job_t **cancels, lp_ctl_t **ctls);
+/* Closes the async handle (cb may be NULL); the owner's loop must run after. */
+void lp__mbox_close(lp_mbox_t *mb, uv_close_cb cb);
+void lp__mbox_destroy(lp_mbox_t *mb);
+
+/* A control message between the scheduler and a front (not per request). */
+enum { LP_CTL_RECONF = 1, LP_CTL_DRAIN, LP_CTL_STOP, LP_CTL_CLOSED };
+struct lp_ctl_s {
+  int kind;
+  lp_ctl_t *next;
+  lp_front_t *front;      /* CLOSED: the front whose listeners closed */
+  lp_config_t *cfg;       /* RECONF: the front's new copy (owned by the message, then the front); or NULL */
+  char **tokens;          /* RECONF: its own copy of the bearer tokens (owned likewise) */
+  size_t ntokens;
+  int set_tokens;
+  int access_fd;          /* RECONF: its own descriptor of the access log; -1 off, -2 unchanged */
+};
+
+/* A front's access log: whole lines gathered, written with one write(2) to its
+ * own descriptor of the shared file (O_APPEND: lines of different fronts never
+ * interleave). */
+typedef struct lp_alog_s {
+  int on;                 /* fd is open */
+  int fd;                 /* owned (unless STDERR_FILENO and alone) */
+  int failing;            /* its last write failed (warned once) */
+  uint64_t dropped;       /* lines lost to failed writes (relaxed: read by /metrics) */
+  uint64_t seen;          /* successes considered for sampling */
+  lp_buf_t line;          /* the line being written; reused */
+  lp_buf_t buf;           /* whole lines not yet written */
+} lp_alog_t;
+
+#define LP_ROUTE_COUNT 9
+#define LP_STATUS_SLOTS 20
 
 /* One sequence of a job: waiting (queued or in flight: the core knows which),
  * or done. */
@@ -53,11 +116,41 @@ typedef struct lp_seq_s {
 
 /* One client request. Owned by the proxy from parsing until the core answers
  * it (its ANSWER action) or is told its client left (lp_disp_cancel); its
- * address is its job id in the core, so nothing of it is touched after. */
+ * address is its job id in the core, so nothing of it is touched after.
+ *
+ * With several threads (its front is remote) a job crosses threads; who owns
+ * what: the front makes it and hands it to the scheduler (mailbox, mq_next);
+ * from then on every field but those marked FRONT is the scheduler's, which
+ * writes its result (res_*) and hands it back (mailbox, mq_next) once the core
+ * is done with it: then it is the front's again, which answers its client and
+ * drops its reference. A client gone sends the job to the scheduler as a
+ * cancel (cq_next) holding a reference of its own, dropped by the scheduler
+ * once read: the memory goes when the last reference does (refs), so no job
+ * is freed while a message about it is in flight. */
 struct lp_job_s {
   lp_proxy_t *proxy;
   lp_model_t *model;
-  lp_http_req_t *req;     /* NULL once the client left */
+  lp_front_t *front;      /* whose client it is */
+  lp_http_req_t *req;     /* NULL once the client left; always NULL when the front is remote */
+  lp_http_req_t *front_req; /* FRONT: the client's request, NULL once it left (remote front) */
+  lp_job_t *mq_next;      /* in a mailbox: to the scheduler, then back to its front */
+  lp_job_t *cq_next;      /* its cancel, in the scheduler's mailbox */
+  int refs;               /* remote: atomic; 1 for the job, 1 per cancel in flight */
+  int waited;             /* remote: a client waits for its answer (the scheduler's view) */
+  int handed_back;        /* remote: the scheduler is done with it (written by the scheduler) */
+  int admin_route;        /* remote: not an inference but a page the scheduler renders (LP_ROUTE_*, or
+                             LP_ROUTE_V2 with admin_v2 set) */
+  int admin_v2;           /* lp_v2_route_t of a v2 page */
+  char *admin_url;        /* its URL (the query is read); owned */
+  /* its answer, written by the scheduler (remote): status (0: none), code and
+   * message of an error, or the body of a success behind LP_HEAD_ROOM bytes */
+  int res_status;
+  char res_code[48];
+  char res_msg[256];
+  char res_extra[96];
+  char res_hdr[96];       /* extra header lines of a success */
+  const char *res_ctype;  /* a string literal */
+  lp_buf_t res_body;      /* owned */
   char *id_json;          /* the client's id as JSON text, or NULL; in the job's block */
   char request_id[64];    /* its X-Request-Id (sent or made), passed on in batches */
   int multi;              /* "inputs" form: answers "outputs" */
@@ -197,14 +290,57 @@ struct lp_model_s {
   lp_saturation_t saturation; /* read by /metrics (status.c); zeroed is empty */
 };
 
-#define LP_ROUTE_COUNT 9
-#define LP_STATUS_SLOTS 20
+/* Room left in front of an answer's body for its status line and headers: the
+ * body is built once, in the buffer that is written, and the head is put just
+ * before it. */
+#define LP_HEAD_ROOM 512
+
+/* A front: accepts, reads, parses and answers on its own loop, with its own
+ * listener, scratch, counters and access log. With one thread the only front
+ * runs on the proxy's loop and calls the scheduler directly; with several each
+ * runs on its own thread (remote) and talks to the scheduler through
+ * mailboxes. Everything here is the front's own unless marked. */
+struct lp_front_s {
+  lp_proxy_t *proxy;
+  unsigned index;
+  int remote;              /* on its own thread: the scheduler is reached by messages */
+  uv_loop_t *loop;         /* the proxy's, or own_loop */
+  uv_loop_t own_loop;
+  uv_thread_t thread;
+  /* the configuration this front reads: the proxy's (one loop), else its own
+   * copy, replaced on reload by a RECONF message; owned when remote */
+  const lp_config_t *cfg;
+  char **tokens;           /* remote: its own copy of the bearer tokens; owned */
+  size_t ntokens;
+  lp_httpd_t *httpd;
+  lp_httpd_t *admin;       /* front 0 only: the admin listener, if configured */
+  lp_mbox_t inbox;         /* remote: answers and control messages from the scheduler */
+  uv_timer_t tick;         /* remote: flushes the access log, publishes the connection count */
+  int closing;             /* remote: its listeners are closing (drain) */
+  int open_servers;        /* remote: listeners not yet closed */
+  lp_buf_t scratch;        /* answers are built here, then handed to the server */
+  int32_t *tok_scratch;    /* token and length arrays lent to each parse; owned */
+  size_t tok_scratch_cap;
+  uint32_t *len_scratch;
+  size_t len_scratch_cap;
+  /* metrics (relaxed: read by whoever renders /metrics) */
+  uint64_t requests[LP_ROUTE_COUNT][LP_STATUS_SLOTS];
+  struct { char code[48]; uint64_t n; } rejections[32];
+  size_t nrejections;      /* release-stored after the code is written */
+  lp_hist_t t_queue, t_backend, t_total;
+  uint64_t served;         /* requests routed */
+  uint64_t conns;          /* remote: open connections as of its last look */
+  lp_alog_t alog;
+};
 
 struct lp_proxy_s {
   uv_loop_t *loop;
   lp_config_t cfg;
-  lp_httpd_t *httpd;
-  lp_httpd_t *admin;       /* /metrics, /v1/models, advice; NULL: on httpd */
+  lp_front_t *fronts;      /* nfronts; owned */
+  unsigned nfronts;
+  int remote;              /* several threads: fronts are reached by messages */
+  lp_mbox_t inbox;         /* remote: jobs, cancels and control messages from the fronts */
+  unsigned fronts_open;    /* remote: fronts whose listeners are not closed yet (drain) */
   char **tokens;           /* bearer tokens clients must show; owned; NULL: none */
   size_t ntokens;
   lp_upstream_t *up;
@@ -215,7 +351,6 @@ struct lp_proxy_s {
   uv_timer_t health;
   uv_timer_t drain;
   uv_timer_t trim;         /* hands freed memory back to the system when quiet */
-  uint64_t served;         /* requests routed so far */
   uint64_t trimmed_at;     /* `served` at the last trim */
   uv_signal_t sigterm, sigint, sighup;
   /* SIGHUP: makes the configuration anew (file and flags); 0 or an error */
@@ -226,27 +361,11 @@ struct lp_proxy_s {
   uint64_t next_batch_id;
   size_t jobs;             /* jobs alive */
   size_t batches;          /* batches in flight */
-  lp_buf_t scratch;        /* answers are built here, then handed to the server */
-  int32_t *tok_scratch;    /* token and length arrays lent to each parse; owned */
-  size_t tok_scratch_cap;
-  uint32_t *len_scratch;
-  size_t len_scratch_cap;
+  lp_buf_t scratch;        /* the scheduler's: v2 answers are built here */
   uint64_t stalls, hedges_won;
-  /* metrics */
-  uint64_t requests[LP_ROUTE_COUNT][LP_STATUS_SLOTS];
-  struct { const char *code; uint64_t n; } rejections[32];
-  size_t nrejections;
-  lp_hist_t t_queue, t_backend, t_total;
   uint64_t retries;        /* sequences sent again after a failed batch (the cores' sum) */
   int exit_code;
   double start_time;       /* wall clock at start (Unix seconds) */
-  int access_on;           /* the access log is open: access_fd */
-  int access_fd;           /* owned (unless STDERR_FILENO) */
-  int access_failing;      /* its last write failed (warned once) */
-  uint64_t access_dropped; /* lines lost to failed writes */
-  uint64_t access_seen;    /* successes considered for sampling */
-  lp_buf_t access_line;    /* the line being written; reused */
-  lp_buf_t access_buf;     /* whole lines not yet written */
 };
 
 /* job.c: the longest wait before dispatch and at the backend among job's
@@ -254,16 +373,23 @@ struct lp_proxy_s {
 void lp__job_times(const lp_job_t *job, uint64_t *queue_ns, uint64_t *backend_ns);
 void lp__put_ms(lp_buf_t *b, uint64_t ns);
 
-/* accesslog.c: JSON lines of answered requests (job may be NULL). Opening
- * closes what was open (after writing what it was owed). */
+/* accesslog.c: JSON lines of answered requests (job may be NULL), each front
+ * its own buffer and descriptor. Opening gives every front the file (with
+ * several threads, a duplicate descriptor each, by a RECONF message); each
+ * closes what it had (after writing what it was owed). */
 int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errlen);
-void lp__access_log_close(lp_proxy_t *p);
-void lp__access_log_flush(lp_proxy_t *p);
-void lp__access_log(lp_proxy_t *p, const lp_http_req_t *req, int status, const lp_job_t *job);
+int lp__alog_open_path(const char *path, int *fd, char *err, size_t errlen);
+void lp__alog_set_fd(lp_alog_t *a, int fd);
+void lp__alog_close(lp_alog_t *a);
+void lp__alog_flush(lp_alog_t *a);
+void lp__access_log(lp_front_t *f, const lp_http_req_t *req, int status, const lp_job_t *job);
 
 /* model.c: the dispatch core's settings from a model's and the proxy's. */
 void lp__disp_config(const lp_config_t *pc, const lp_model_config_t *cfg, const lp_bucket_set_t *shapes,
                      lp_disp_config_t *out);
+/* proxy.c: every front has closed its listeners and connections: the loop stops. */
+void lp__proxy_drained(lp_proxy_t *p);
+const double *lp__latency_bounds(size_t *n);
 /* proxy.c: the HTTP server's limits from the configuration (handlers unset). */
 void lp__httpd_limits(const lp_config_t *cfg, lp_httpd_config_t *hc);
 /* model.c: settings derived from m->cfg, again after a reload. */
@@ -277,14 +403,60 @@ int lp__proxy_reload(lp_proxy_t *p, const lp_config_t *next, char *err, size_t e
 
 /* proxy.c */
 int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *port);
+/* After the loop stopped: stops and joins the front threads, frees everything. */
+void lp_proxy_free(lp_proxy_t *p);
 void lp_proxy_kick(lp_proxy_t *p);
-void lp_proxy_count(lp_proxy_t *p, int route, int status);
-void lp__count_rejection(lp_proxy_t *p, const char *code);
-void lp_proxy_reject(lp_proxy_t *p, lp_http_req_t *req, int route, int status,
+/* Counting and refusing, on the front that owns req. */
+void lp_proxy_count(lp_front_t *f, int route, int status);
+void lp__count_rejection(lp_front_t *f, const char *code);
+void lp_proxy_reject(lp_front_t *f, lp_http_req_t *req, int route, int status,
                      const char *headers, const char *code, const char *msg, const char *extra);
 /* The same for the request of job (its sequences and timings go in the access log). */
-void lp__reject_job(lp_proxy_t *p, lp_http_req_t *req, int route, int status, const char *headers,
+void lp__reject_job(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *headers,
                     const char *code, const char *msg, const char *extra, const lp_job_t *job);
+/* The request handlers every front's server calls (ud: the front). */
+void lp__on_request(lp_http_req_t *req, void *ud);
+void lp__on_admin_request(lp_http_req_t *req, void *ud);
+void lp__on_cancel(lp_http_req_t *req, void *ud);
+void lp__on_reject(lp_http_req_t *req, int status, const char *code, void *ud);
+/* The server limits of one front of n (the totals shared among them). */
+void lp__front_limits(const lp_config_t *cfg, unsigned n, lp_httpd_config_t *hc);
+
+/* A page the scheduler renders (/metrics, /v1/models, advice, readiness, v2
+ * metadata): its status, and on an error its code and message. */
+typedef struct lp_page_s {
+  int status;
+  const char *ctype;      /* a string literal */
+  const char *hdr;        /* extra header lines: a string literal, or NULL */
+  const char *code;       /* an error: its code (a string literal), or NULL */
+  char msg[256];
+} lp_page_t;
+/* proxy.c: renders the page of route (LP_ROUTE_*; LP_ROUTE_V2 with v2r, a
+ * lp_v2_route_t) for url (path_len bytes of path, then the query) into body. */
+void lp__render_page(lp_proxy_t *p, int route, int v2r, const char *url, size_t path_len, lp_buf_t *body,
+                     lp_page_t *pg);
+
+/* front.c: the front loops and their traffic with the scheduler */
+/* Makes the fronts (threads as configured), their listeners and threads. */
+int lp__fronts_start(lp_proxy_t *p, int *port);
+/* Hands a parsed job to the scheduler (directly, or by message). */
+void lp__front_submit(lp_front_t *f, lp_http_req_t *req, lp_job_t *job);
+/* proxy.c: answers a page of the scheduler's state, rendered here (one loop)
+ * or by the scheduler (a message there and back). */
+void lp__front_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r);
+/* A page for the scheduler to render, answered when it comes back (remote). */
+void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r);
+/* Answers req with a rendered page. */
+void lp__front_answer_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r, const lp_buf_t *body,
+                           const lp_page_t *pg);
+/* The scheduler is done with a job of a remote front: back to it. */
+void lp__job_hand_back(lp_job_t *job);
+/* A reference to a job dropped: the last frees it (remote). */
+void lp__job_release(lp_job_t *job);
+/* Every front: new limits, tokens and configuration (reload); drain; stop. */
+void lp__fronts_reconfigure(lp_proxy_t *p);
+void lp__fronts_drain(lp_proxy_t *p);
+void lp__fronts_stop(lp_proxy_t *p);
 
 /* Why a request was refused: status, code, message, more error members. */
 typedef struct lp_perr_s {
@@ -302,16 +474,19 @@ typedef struct lp_perr_s {
 int lp__clamp_priority(int64_t priority);
 
 /* infer.c: parses a body into a job; on failure answers the client itself. */
-lp_job_t *lp__infer_parse(lp_proxy_t *p, lp_http_req_t *req, const char *model_from_path,
+lp_job_t *lp__infer_parse(lp_front_t *f, lp_http_req_t *req, const char *model_from_path,
                           size_t model_len);
 /* A job of nseq sequences of lens[i] tokens laid end to end in tokens (copied
  * into the job's one block with its sequences and id), checked against the model's vocabulary and
  * shapes; field names the input in messages. deadline_ms: the client's, checked
  * finite and >= 0 by the caller; > 0 is clamped to LP_MAX_DEADLINE_MS; 0 or < 0
  * (none given) leaves the model's default_deadline_ms. NULL with e set on refusal. */
-lp_job_t *lp__job_new(lp_proxy_t *p, lp_model_t *m, const int32_t *tokens, size_t ntokens,
+lp_job_t *lp__job_new(lp_front_t *f, lp_model_t *m, const int32_t *tokens, size_t ntokens,
                       const uint32_t *lens, size_t nseq, int multi, int priority, double deadline_ms,
                       const char *id_json, size_t id_len, const char *field, lp_perr_t *e);
+
+/* Whether each sequence fits a shape the model can run now: 0, or -1 with e. */
+int lp__job_check_shapes(lp_job_t *job, const char *field, lp_perr_t *e);
 
 /* model.c: admission, shape states, the core's events and actions */
 int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg);
@@ -339,6 +514,8 @@ void lp__model_backend_health(lp_model_t *m, lp_backend_t *b, int up);
 void lp__model_backend_devices(lp_model_t *m, lp_backend_t *b, uint32_t devices);
 
 /* job.c: a request's end, exactly once */
+/* Answers the client of a job handed back by the scheduler (remote front). */
+void lp__job_deliver(lp_front_t *f, lp_job_t *job, lp_http_req_t *req);
 /* The client left: the core hears it (now, or after the actions being
  * drained) and the job is freed then. */
 void lp__job_cancel(lp_job_t *job);
@@ -371,10 +548,13 @@ void lp__v2_probe_shapes(lp_backend_t *b);
 
 /* v2front.c: Open Inference Protocol clients */
 /* Handles /v2 routes; returns 0 when req is not one. */
-int lp__v2_route(lp_proxy_t *p, lp_http_req_t *req);
-void lp__v2_reject(lp_proxy_t *p, lp_http_req_t *req, int status, const char *code, const char *msg);
-void lp__v2_reject_job(lp_proxy_t *p, lp_http_req_t *req, int status, const char *code, const char *msg,
+int lp__v2_route(lp_front_t *f, lp_http_req_t *req);
+void lp__v2_reject(lp_front_t *f, lp_http_req_t *req, int status, const char *code, const char *msg);
+void lp__v2_reject_job(lp_front_t *f, lp_http_req_t *req, int status, const char *code, const char *msg,
                        const lp_job_t *job);
+/* The v2 pages that read the scheduler's state (readiness, model metadata). */
+void lp__v2_render_page(lp_proxy_t *p, int v2r, const char *url, size_t path_len, lp_buf_t *body,
+                        lp_page_t *pg);
 /* A v2 job's answer body (its sequences' outputs as one tensor), its content
  * type and extra header lines. -EPROTO when the outputs are not numbers,
  * -EDOM when its parts came in different datatypes or shapes. */

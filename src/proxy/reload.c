@@ -139,10 +139,7 @@ int lp__proxy_reload(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errl
   p->tokens = tokens;
   p->ntokens = ntokens;
   lp_log_level = p->cfg.log_level;
-  lp_httpd_config_t hc;
-  lp__httpd_limits(&p->cfg, &hc);
-  if (p->httpd) lp_httpd_set_limits(p->httpd, &hc);
-  if (p->admin) lp_httpd_set_limits(p->admin, &hc);
+  lp__fronts_reconfigure(p); /* limits, tokens and the configuration every front reads */
   for (size_t i = 0; i < p->nmodels; i++) {
     lp_model_t *m = &p->models[i];
     lp__model_reconfigured(m);

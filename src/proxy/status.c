@@ -194,20 +194,56 @@ static void process_metrics(lp_buf_t *b, const lp_proxy_t *p) {
 void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   char labels[512];
   process_metrics(b, p);
+  /* the fronts' counters, summed (each front writes its own; read relaxed) */
+  static uint64_t requests[LP_ROUTE_COUNT][LP_STATUS_SLOTS];
+  struct { const char *code; uint64_t n; } rej[64];
+  size_t nrej = 0;
+  uint64_t dropped = 0, conns = 0;
+  lp_hist_t t_queue, t_backend, t_total; /* bounds are set once, at start */
+  lp_hist_init(&t_queue, p->fronts[0].t_queue.bounds, p->fronts[0].t_queue.n);
+  lp_hist_init(&t_backend, p->fronts[0].t_backend.bounds, p->fronts[0].t_backend.n);
+  lp_hist_init(&t_total, p->fronts[0].t_total.bounds, p->fronts[0].t_total.n);
+  memset(requests, 0, sizeof(requests));
+  lp_metric_family(b, "lanepack_front_requests_total", "counter",
+                   "Requests routed by each front thread (configuration key threads).");
+  for (unsigned fi = 0; fi < p->nfronts; fi++) {
+    lp_front_t *f = &p->fronts[fi];
+    for (int r = 0; r < LP_ROUTE_COUNT; r++)
+      for (int s = 0; s < LP_STATUS_SLOTS; s++) requests[r][s] += LP_RELAXED_LOAD(f->requests[r][s]);
+    size_t nr = __atomic_load_n(&f->nrejections, __ATOMIC_ACQUIRE);
+    for (size_t i = 0; i < nr; i++) {
+      size_t j = 0;
+      while (j < nrej && strcmp(rej[j].code, f->rejections[i].code) != 0) j++;
+      if (j == nrej) {
+        if (nrej == sizeof(rej) / sizeof(rej[0])) continue;
+        rej[nrej].code = f->rejections[i].code;
+        rej[nrej++].n = 0;
+      }
+      rej[j].n += LP_RELAXED_LOAD(f->rejections[i].n);
+    }
+    lp_hist_add(&t_queue, &f->t_queue);
+    lp_hist_add(&t_backend, &f->t_backend);
+    lp_hist_add(&t_total, &f->t_total);
+    dropped += LP_RELAXED_LOAD(f->alog.dropped);
+    if (f->remote) conns += LP_RELAXED_LOAD(f->conns);
+    else conns += (f->httpd ? lp_httpd_connections(f->httpd) : 0) + (f->admin ? lp_httpd_connections(f->admin) : 0);
+    snprintf(labels, sizeof(labels), "thread=\"%u\"", fi);
+    lp_metric_sample_u64(b, "lanepack_front_requests_total", labels, LP_RELAXED_LOAD(f->served));
+  }
   lp_metric_family(b, "lanepack_requests_total", "counter", "HTTP requests answered, by route and status.");
   for (int r = 0; r < LP_ROUTE_COUNT; r++)
     for (int s = 0; s < LP_STATUS_SLOTS; s++) {
-      if (!p->requests[r][s]) continue;
+      if (!requests[r][s]) continue;
       if (lp__status_codes[s])
         snprintf(labels, sizeof(labels), "route=\"%s\",status=\"%d\"", route_names[r], lp__status_codes[s]);
       else
         snprintf(labels, sizeof(labels), "route=\"%s\",status=\"other\"", route_names[r]);
-      lp_metric_sample_u64(b, "lanepack_requests_total", labels, p->requests[r][s]);
+      lp_metric_sample_u64(b, "lanepack_requests_total", labels, requests[r][s]);
     }
   lp_metric_family(b, "lanepack_rejections_total", "counter", "Requests refused or failed, by reason.");
-  for (size_t i = 0; i < p->nrejections; i++) {
-    snprintf(labels, sizeof(labels), "reason=\"%s\"", p->rejections[i].code);
-    lp_metric_sample_u64(b, "lanepack_rejections_total", labels, p->rejections[i].n);
+  for (size_t i = 0; i < nrej; i++) {
+    snprintf(labels, sizeof(labels), "reason=\"%s\"", rej[i].code);
+    lp_metric_sample_u64(b, "lanepack_rejections_total", labels, rej[i].n);
   }
   lp_metric_family(b, "lanepack_retries_total", "counter", "Sequences sent again after a failed batch.");
   lp_metric_sample_u64(b, "lanepack_retries_total", NULL, p->retries);
@@ -219,11 +255,9 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
   lp_metric_sample_u64(b, "lanepack_hedges_won_total", NULL, p->hedges_won);
   lp_metric_family(b, "lanepack_access_log_dropped_lines_total", "counter",
                    "Access log lines lost to failed writes (a full disk); the file keeps whole lines only.");
-  lp_metric_sample_u64(b, "lanepack_access_log_dropped_lines_total", NULL, p->access_dropped);
+  lp_metric_sample_u64(b, "lanepack_access_log_dropped_lines_total", NULL, dropped);
   lp_metric_family(b, "lanepack_connections", "gauge", "Open client connections.");
-  lp_metric_sample_u64(b, "lanepack_connections", NULL,
-                       (p->httpd ? lp_httpd_connections(p->httpd) : 0) +
-                           (p->admin ? lp_httpd_connections(p->admin) : 0));
+  lp_metric_sample_u64(b, "lanepack_connections", NULL, conns);
   lp_metric_family(b, "lanepack_inflight_batches", "gauge", "Batches sent and not yet answered.");
   lp_metric_sample_u64(b, "lanepack_inflight_batches", NULL, p->batches);
 
@@ -276,9 +310,9 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *b) {
                  offsetof(lp_model_t, queue_delay));
   lp_metric_family(b, "lanepack_request_duration_seconds", "histogram",
                    "Time of answered inference requests: queued, at the backend, total.");
-  lp_metric_hist(b, "lanepack_request_duration_seconds", "phase=\"queue\"", &p->t_queue);
-  lp_metric_hist(b, "lanepack_request_duration_seconds", "phase=\"backend\"", &p->t_backend);
-  lp_metric_hist(b, "lanepack_request_duration_seconds", "phase=\"total\"", &p->t_total);
+  lp_metric_hist(b, "lanepack_request_duration_seconds", "phase=\"queue\"", &t_queue);
+  lp_metric_hist(b, "lanepack_request_duration_seconds", "phase=\"backend\"", &t_backend);
+  lp_metric_hist(b, "lanepack_request_duration_seconds", "phase=\"total\"", &t_total);
   per_backend(b, p, "lanepack_backend_up", "gauge", "1 if the backend is healthy.", b_up);
   per_backend(b, p, "lanepack_backend_inflight", "gauge", "Batches in flight, by backend.", b_inflight);
   per_backend(b, p, "lanepack_backend_failures_total", "counter", "Batches a backend failed.", b_failures);

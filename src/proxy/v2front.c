@@ -15,11 +15,11 @@
 #include "proxy.h"
 
 /* An error in the v2 form, with our status. */
-void lp__v2_reject(lp_proxy_t *p, lp_http_req_t *req, int status, const char *code, const char *msg) {
+void lp__v2_reject(lp_front_t *p, lp_http_req_t *req, int status, const char *code, const char *msg) {
   lp__v2_reject_job(p, req, status, code, msg, NULL);
 }
 
-void lp__v2_reject_job(lp_proxy_t *p, lp_http_req_t *req, int status, const char *code, const char *msg,
+void lp__v2_reject_job(lp_front_t *p, lp_http_req_t *req, int status, const char *code, const char *msg,
                        const lp_job_t *job) {
   lp_buf_t b;
   lp_buf_init(&b);
@@ -36,17 +36,18 @@ void lp__v2_reject_job(lp_proxy_t *p, lp_http_req_t *req, int status, const char
   lp_buf_free(&b);
 }
 
-static lp_model_t *find_model(lp_proxy_t *p, const char *name, size_t n) {
-  for (size_t i = 0; i < p->nmodels; i++)
-    if (strlen(p->models[i].cfg->name) == n && memcmp(p->models[i].cfg->name, name, n) == 0)
-      return &p->models[i];
+/* Model i of a configuration is the proxy's model i. */
+static lp_model_t *find_model(lp_proxy_t *p, const lp_config_t *c, const char *name, size_t n) {
+  for (size_t i = 0; i < c->nmodels; i++)
+    if (strlen(c->models[i].name) == n && memcmp(c->models[i].name, name, n) == 0) return &p->models[i];
   return NULL;
 }
 
 /* The output's name as clients see it: the backend's. */
-static const char *output_name(const lp_model_t *m) {
-  return m->cfg->protocol == LP_PROTO_V2 && m->cfg->v2.output[0] ? m->cfg->v2.output : "output";
+static const char *output_name_of(const lp_model_config_t *c) {
+  return c->protocol == LP_PROTO_V2 && c->v2.output[0] ? c->v2.output : "output";
 }
+static const char *output_name(const lp_model_t *m) { return output_name_of(m->cfg); }
 
 /* The datatype answers carry: a v2 backend's own (from its model metadata,
  * then from each answer; FP32 until one of them has been seen); FP64 for a
@@ -56,9 +57,8 @@ static lp_dtype_t v2_out_dtype(const lp_model_t *m) {
   return m->v2_out_dtype != LP_DT_INVALID ? m->v2_out_dtype : LP_DT_FP32;
 }
 
-static void metadata(lp_proxy_t *p, lp_http_req_t *req, lp_model_t *m) {
-  lp_buf_t b;
-  lp_buf_init(&b);
+static void metadata(lp_buf_t *bp, lp_model_t *m) {
+#define b (*bp)
   lp_buf_puts(&b, "{\"name\":");
   lp_buf_json_str(&b, m->cfg->name, strlen(m->cfg->name));
   lp_buf_puts(&b, ",\"versions\":[\"1\"],\"platform\":\"lanepack\",\"inputs\":[{\"name\":\"input_ids\","
@@ -70,18 +70,40 @@ static void metadata(lp_proxy_t *p, lp_http_req_t *req, lp_model_t *m) {
   lp_buf_puts(&b, "\",\"shape\":[-1,-1,-1]}],\"parameters\":{\"max_sequence_length\":");
   lp_buf_u64(&b, lp_bucket_set_max_len(&m->shapes));
   lp_buf_puts(&b, "}}\n");
-  lp_proxy_count(p, LP_ROUTE_V2, 200);
-  lp_http_respond(req, 200, NULL, "application/json", b.data, b.len);
-  lp_buf_free(&b);
+#undef b
 }
 
-static void status_only(lp_proxy_t *p, lp_http_req_t *req, int ok) {
-  lp_proxy_count(p, LP_ROUTE_V2, ok ? 200 : 503);
-  lp_http_respond(req, ok ? 200 : 503, NULL, "application/json", ok ? "{}\n" : "{\"error\":\"not ready\"}\n",
-                  ok ? 3 : 21);
+static void status_only(lp_buf_t *b, lp_page_t *pg, int ok) {
+  pg->status = ok ? 200 : 503;
+  lp_buf_puts(b, ok ? "{}\n" : "{\"error\":\"not ready\"}\n");
 }
 
-static void infer(lp_proxy_t *p, lp_http_req_t *req, lp_model_t *m) {
+void lp__v2_render_page(lp_proxy_t *p, int v2r, const char *url, size_t path_len, lp_buf_t *body,
+                        lp_page_t *pg) {
+  const char *name;
+  size_t nlen;
+  lp_v2_route(url, path_len, &name, &nlen);
+  if (v2r == LP_V2_READY) {
+    int ready = !p->unready;
+    for (size_t i = 0; i < p->nmodels && ready; i++) ready = lp__model_ready(&p->models[i]);
+    status_only(body, pg, ready);
+    return;
+  }
+  lp_model_t *m = find_model(p, &p->cfg, name, nlen);
+  if (!m) {
+    pg->status = 404;
+    pg->code = "unknown_model";
+    snprintf(pg->msg, sizeof(pg->msg), "no model named '%.*s'", (int)(nlen > 64 ? 64 : nlen), name);
+  } else if (v2r == LP_V2_MODEL) {
+    metadata(body, m);
+  } else {
+    status_only(body, pg, !p->unready && lp__model_ready(m));
+  }
+}
+
+static void infer(lp_front_t *f, lp_http_req_t *req, lp_model_t *m) {
+  lp_front_t *p = f;
+  const lp_model_config_t *mc = &f->cfg->models[m - f->proxy->models];
   char err[300];
   if (req->method != LP_HTTP_POST) return lp__v2_reject(p, req, 405, "method_not_allowed", "use POST");
   if (req->inference_header_len == -2)
@@ -105,11 +127,11 @@ static void infer(lp_proxy_t *p, lp_http_req_t *req, lp_model_t *m) {
   else if (t->ndim < 1 || t->ndim > 2) bad = "'input_ids' must have shape [n], [1, n] or [k, n]";
   else if (msg.n > 1) bad = "'input_ids' is the only input";
   for (int k = 0; !bad && k < msg.nwant; k++)
-    if (strcmp(msg.want[k], output_name(m)) != 0) bad = "unknown output requested";
+    if (strcmp(msg.want[k], output_name_of(mc)) != 0) bad = "unknown output requested";
   size_t k = !t || t->ndim == 1 ? 1 : (size_t)t->shape[0];
   size_t n = !t ? 0 : t->ndim == 1 ? (size_t)t->shape[0] : (size_t)t->shape[1];
-  if (!bad && k > p->cfg.max_sequences_per_request) {
-    snprintf(err, sizeof(err), "more than %u sequences in one request", p->cfg.max_sequences_per_request);
+  if (!bad && k > f->cfg->max_sequences_per_request) {
+    snprintf(err, sizeof(err), "more than %u sequences in one request", f->cfg->max_sequences_per_request);
     bad = err;
     code = "too_many_sequences";
     status = 413;
@@ -174,8 +196,7 @@ static void infer(lp_proxy_t *p, lp_http_req_t *req, lp_model_t *m) {
   job->v2_rows = k;
   job->req = req;
   memcpy(job->request_id, req->request_id, sizeof(job->request_id));
-  req->app = job;
-  lp__model_admit(m, job);
+  lp__front_submit(f, req, job);
 }
 
 /* ---- the answer ---- */
@@ -296,7 +317,7 @@ int lp__v2_answer(lp_job_t *job, int per_segment, lp_buf_t *out_body, const char
 
 /* ---- routes ---- */
 
-int lp__v2_route(lp_proxy_t *p, lp_http_req_t *req) {
+int lp__v2_route(lp_front_t *f, lp_http_req_t *req) {
   const char *name;
   size_t nlen;
   lp_v2_route_t r = lp_v2_route(req->url, req->path_len, &name, &nlen);
@@ -304,31 +325,32 @@ int lp__v2_route(lp_proxy_t *p, lp_http_req_t *req) {
   if (r == LP_V2_SERVER) {
     static const char meta[] = "{\"name\":\"lanepack\",\"version\":\"" LP_VERSION
                                "\",\"extensions\":[\"binary_tensor_data\",\"schedule_policy\"]}\n";
-    lp_proxy_count(p, LP_ROUTE_V2, 200);
+    lp_proxy_count(f, LP_ROUTE_V2, 200);
     lp_http_respond(req, 200, NULL, "application/json", meta, sizeof(meta) - 1);
     return 1;
   }
-  if (r == LP_V2_LIVE || r == LP_V2_READY) {
-    int ready = !p->unready;
-    for (size_t i = 0; r == LP_V2_READY && i < p->nmodels && ready; i++) ready = lp__model_ready(&p->models[i]);
-    status_only(p, req, r == LP_V2_LIVE || ready);
+  if (r == LP_V2_LIVE) {
+    lp_proxy_count(f, LP_ROUTE_V2, 200);
+    lp_http_respond(req, 200, NULL, "application/json", "{}\n", 3);
+    return 1;
+  }
+  if (r == LP_V2_READY) {
+    lp__front_page(f, req, LP_ROUTE_V2, r);
     return 1;
   }
   if (r == LP_V2_UNKNOWN) {
-    lp__v2_reject(p, req, 404, "not_found", "no such route");
+    lp__v2_reject(f, req, 404, "not_found", "no such route");
     return 1;
   }
-  lp_model_t *m = find_model(p, name, nlen);
+  lp_model_t *m = find_model(f->proxy, f->cfg, name, nlen);
   if (!m) {
     char msg[200];
     snprintf(msg, sizeof(msg), "no model named '%.*s'", (int)(nlen > 64 ? 64 : nlen), name);
-    lp__v2_reject(p, req, 404, "unknown_model", msg);
-  } else if (r == LP_V2_MODEL) {
-    metadata(p, req, m);
-  } else if (r == LP_V2_MODEL_READY) {
-    status_only(p, req, !p->unready && lp__model_ready(m));
+    lp__v2_reject(f, req, 404, "unknown_model", msg);
+  } else if (r == LP_V2_MODEL || r == LP_V2_MODEL_READY) {
+    lp__front_page(f, req, LP_ROUTE_V2, r);
   } else {
-    infer(p, req, m);
+    infer(f, req, m);
   }
   return 1;
 }

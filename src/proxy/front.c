@@ -1,0 +1,448 @@
+/* The front loops: each accepts, reads, parses and answers on its own loop
+ * (its own listener on the shared port, SO_REUSEPORT), and hands parsed jobs
+ * to the one scheduler (the proxy's loop: models, device clocks, upstream).
+ * With one thread the front is on the scheduler's loop and calls it directly;
+ * with several, jobs go over and come back through mailboxes, one wake-up per
+ * burst, and nothing of a connection is touched off its front's thread. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lanepack/log.h"
+#include "lanepack/v2.h"
+#include "proxy.h"
+
+/* ---- limits: the totals shared among the fronts ---- */
+
+void lp__front_limits(const lp_config_t *cfg, unsigned n, lp_httpd_config_t *hc) {
+  lp__httpd_limits(cfg, hc);
+  if (n <= 1) return;
+  hc->max_connections = (hc->max_connections + n - 1) / n;
+  size_t budget = (hc->max_body_bytes_in_flight + n - 1) / n;
+  /* one body of the largest size must always fit */
+  hc->max_body_bytes_in_flight = budget > cfg->max_body_bytes ? budget : cfg->max_body_bytes;
+}
+
+/* ---- the front's side ---- */
+
+void lp__front_submit(lp_front_t *f, lp_http_req_t *req, lp_job_t *job) {
+  req->app = job;
+  if (!f->remote) {
+    lp__model_admit(job->model, job);
+    return;
+  }
+  job->req = NULL; /* the scheduler's view: it never sees the request */
+  job->front_req = req;
+  job->refs = 1;
+  job->waited = 1;
+  lp__mbox_push_job(&f->proxy->inbox, job);
+}
+
+void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
+  lp_job_t *job = calloc(1, sizeof(*job));
+  char *url = job ? malloc(req->url_len + 1) : NULL;
+  if (!url) {
+    free(job);
+    lp_proxy_reject(f, req, route == LP_ROUTE_V2 ? LP_ROUTE_V2 : route, 503, "Retry-After: 1\r\n",
+                    "out_of_memory", "proxy out of memory", NULL);
+    return;
+  }
+  memcpy(url, req->url, req->url_len + 1);
+  job->proxy = f->proxy;
+  job->front = f;
+  job->admin_route = route;
+  job->admin_v2 = v2r;
+  job->admin_url = url;
+  job->nseq = 0;
+  job->bytes = req->path_len; /* a page holds no tokens: here, where the path ends in admin_url */
+  job->front_req = req;
+  job->refs = 1;
+  job->waited = 1;
+  req->app = job;
+  lp__mbox_push_job(&f->proxy->inbox, job);
+}
+
+/* A job (or page) back from the scheduler: its client answered if still there. */
+static void front_job_back(lp_front_t *f, lp_job_t *job) {
+  lp_http_req_t *req = job->front_req;
+  if (req) {
+    req->app = NULL;
+    job->front_req = NULL;
+    if (job->admin_route) {
+      lp_page_t pg = {.status = job->res_status, .ctype = job->res_ctype,
+                      .hdr = job->res_hdr[0] ? job->res_hdr : NULL, .code = job->res_code[0] ? job->res_code : NULL};
+      snprintf(pg.msg, sizeof(pg.msg), "%s", job->res_msg);
+      lp__front_answer_page(f, req, job->admin_route, job->admin_v2, &job->res_body, &pg);
+    } else {
+      lp__job_deliver(f, job, req);
+    }
+  }
+  lp__job_release(job);
+}
+
+static void front_publish(lp_front_t *f) {
+  size_t n = (f->httpd ? lp_httpd_connections(f->httpd) : 0) + (f->admin ? lp_httpd_connections(f->admin) : 0);
+  LP_RELAXED_STORE(f->conns, (uint64_t)n);
+}
+
+static void on_front_tick(uv_timer_t *t) {
+  lp_front_t *f = container_of(t, lp_front_t, tick);
+  lp__alog_flush(&f->alog);
+  front_publish(f);
+}
+
+static void on_server_closed(void *arg) {
+  lp_front_t *f = arg;
+  if (--f->open_servers > 0) return;
+  f->httpd = f->admin = NULL;
+  front_publish(f);
+  lp__alog_flush(&f->alog);
+  lp_ctl_t *c = calloc(1, sizeof(*c));
+  if (!c) {
+    lp_log(LP_LOG_ERROR, "front: out of memory telling its drain", NULL);
+    return;
+  }
+  c->kind = LP_CTL_CLOSED;
+  c->front = f;
+  lp__mbox_push_ctl(&f->proxy->inbox, c);
+}
+
+static void front_close_servers(lp_front_t *f) {
+  if (f->closing) return;
+  f->closing = 1;
+  f->open_servers = (f->httpd != NULL) + (f->admin != NULL);
+  if (!f->open_servers) {
+    f->open_servers = 1;
+    on_server_closed(f);
+    return;
+  }
+  if (f->httpd) lp_httpd_close(f->httpd, on_server_closed, f);
+  if (f->admin) lp_httpd_close(f->admin, on_server_closed, f);
+}
+
+static void front_reconf(lp_front_t *f, lp_ctl_t *c) {
+  if (c->cfg) {
+    lp_httpd_config_t hc;
+    lp__front_limits(c->cfg, f->proxy->nfronts, &hc);
+    if (f->httpd) lp_httpd_set_limits(f->httpd, &hc);
+    if (f->admin) lp_httpd_set_limits(f->admin, &hc);
+    free((void *)f->cfg);
+    f->cfg = c->cfg;
+    c->cfg = NULL;
+  }
+  if (c->set_tokens) {
+    lp_config_free_tokens(f->tokens, f->ntokens);
+    f->tokens = c->tokens;
+    f->ntokens = c->ntokens;
+    c->tokens = NULL;
+    c->ntokens = 0;
+  }
+  if (c->access_fd != -2) lp__alog_set_fd(&f->alog, c->access_fd);
+}
+
+static void on_front_inbox(uv_async_t *a) {
+  lp_front_t *f = a->data;
+  lp_job_t *jobs, *cancels;
+  lp_ctl_t *ctls;
+  lp__mbox_take(&f->inbox, &jobs, &cancels, &ctls);
+  while (jobs) {
+    lp_job_t *job = jobs;
+    jobs = job->mq_next; /* before: the job may be freed */
+    front_job_back(f, job);
+  }
+  while (ctls) {
+    lp_ctl_t *c = ctls;
+    ctls = c->next;
+    if (c->kind == LP_CTL_RECONF) {
+      front_reconf(f, c);
+    } else if (c->kind == LP_CTL_DRAIN) {
+      front_close_servers(f);
+    } else if (c->kind == LP_CTL_STOP) {
+      /* the listeners are closed (drained) or the process gives up on them */
+      uv_timer_stop(&f->tick);
+      uv_close((uv_handle_t *)&f->tick, NULL);
+      lp__mbox_close(&f->inbox, NULL);
+      if (f->httpd || f->admin) uv_stop(f->loop); /* last resort: connections left open */
+    }
+    free(c->cfg);
+    lp_config_free_tokens(c->tokens, c->ntokens);
+    free(c);
+  }
+}
+
+static void front_main(void *arg) {
+  lp_front_t *f = arg;
+  uv_run(f->loop, UV_RUN_DEFAULT);
+}
+
+/* ---- the scheduler's side ---- */
+
+void lp__job_hand_back(lp_job_t *job) {
+  job->handed_back = 1;
+  lp__mbox_push_job(&job->front->inbox, job);
+}
+
+static void sched_page(lp_proxy_t *p, lp_job_t *job) {
+  lp_page_t pg;
+  lp__render_page(p, job->admin_route, job->admin_v2, job->admin_url, job->bytes, &job->res_body, &pg);
+  job->res_status = pg.status;
+  job->res_ctype = pg.ctype;
+  snprintf(job->res_hdr, sizeof(job->res_hdr), "%s", pg.hdr ? pg.hdr : "");
+  if (pg.code) snprintf(job->res_code, sizeof(job->res_code), "%s", pg.code);
+  snprintf(job->res_msg, sizeof(job->res_msg), "%s", pg.msg);
+  lp__job_hand_back(job);
+}
+
+static void sched_admit(lp_proxy_t *p, lp_job_t *job) {
+  (void)p;
+  lp_perr_t e = {0};
+  /* the shapes are the scheduler's: checked here, answered as the front would */
+  if (lp__job_check_shapes(job, job->v2 ? "input_ids" : job->multi ? "inputs" : "input_ids", &e)) {
+    job->answered = 1;
+    job->res_status = e.status;
+    snprintf(job->res_code, sizeof(job->res_code), "%s", e.code);
+    snprintf(job->res_msg, sizeof(job->res_msg), "%s", e.msg);
+    snprintf(job->res_extra, sizeof(job->res_extra), "%s", e.extra);
+    lp__job_hand_back(job);
+    return;
+  }
+  lp__model_admit(job->model, job);
+}
+
+static void on_sched_inbox(uv_async_t *a) {
+  lp_proxy_t *p = a->data;
+  lp_job_t *jobs, *cancels;
+  lp_ctl_t *ctls;
+  lp__mbox_take(&p->inbox, &jobs, &cancels, &ctls);
+  /* admissions first: a cancel taken with them always finds its job admitted */
+  while (jobs) {
+    lp_job_t *job = jobs;
+    jobs = job->mq_next;
+    if (job->admin_route) sched_page(p, job);
+    else sched_admit(p, job);
+  }
+  while (cancels) {
+    lp_job_t *job = cancels;
+    cancels = job->cq_next;
+    if (!job->handed_back) { /* the core still has it: it hears the client left */
+      job->waited = 0;
+      lp__job_cancel(job);
+    }
+    lp__job_release(job); /* the cancel's reference */
+  }
+  while (ctls) {
+    lp_ctl_t *c = ctls;
+    ctls = c->next;
+    if (c->kind == LP_CTL_CLOSED && --p->fronts_open == 0) lp__proxy_drained(p);
+    free(c);
+  }
+}
+
+static lp_ctl_t *reconf_msg(lp_proxy_t *p) {
+  lp_ctl_t *c = calloc(1, sizeof(*c));
+  if (!c) return NULL;
+  c->kind = LP_CTL_RECONF;
+  c->access_fd = -2;
+  c->cfg = malloc(sizeof(*c->cfg));
+  c->set_tokens = 1;
+  if (c->cfg) *c->cfg = p->cfg;
+  if (c->cfg && p->ntokens && (c->tokens = calloc(p->ntokens, sizeof(char *))) != NULL) {
+    c->ntokens = p->ntokens;
+    for (size_t i = 0; i < p->ntokens && c->tokens; i++)
+      if ((c->tokens[i] = strdup(p->tokens[i])) == NULL) {
+        lp_config_free_tokens(c->tokens, c->ntokens);
+        c->tokens = NULL;
+      }
+  }
+  if (!c->cfg || (p->ntokens && !c->tokens)) {
+    free(c->cfg);
+    free(c);
+    return NULL;
+  }
+  return c;
+}
+
+void lp__fronts_reconfigure(lp_proxy_t *p) {
+  if (!p->remote) {
+    lp_httpd_config_t hc;
+    lp__front_limits(&p->cfg, 1, &hc);
+    lp_front_t *f = &p->fronts[0];
+    if (f->httpd) lp_httpd_set_limits(f->httpd, &hc);
+    if (f->admin) lp_httpd_set_limits(f->admin, &hc);
+    return;
+  }
+  for (unsigned i = 0; i < p->nfronts; i++) {
+    lp_ctl_t *c = reconf_msg(p);
+    if (!c) {
+      lp_log(LP_LOG_ERROR, "reload: out of memory: a front keeps its old configuration", "\"thread\": %u", i);
+      continue;
+    }
+    lp__mbox_push_ctl(&p->fronts[i].inbox, c);
+  }
+}
+
+static void on_local_server_closed(void *arg) {
+  lp_front_t *f = arg;
+  if (--f->open_servers > 0) return;
+  f->httpd = f->admin = NULL;
+  lp__proxy_drained(f->proxy);
+}
+
+void lp__fronts_drain(lp_proxy_t *p) {
+  if (!p->remote) {
+    lp_front_t *f = &p->fronts[0];
+    f->open_servers = (f->httpd != NULL) + (f->admin != NULL);
+    if (f->httpd) lp_httpd_close(f->httpd, on_local_server_closed, f);
+    if (f->admin) lp_httpd_close(f->admin, on_local_server_closed, f);
+    return;
+  }
+  for (unsigned i = 0; i < p->nfronts; i++) {
+    lp_ctl_t *c = calloc(1, sizeof(*c));
+    if (!c) continue; /* that front closes at the stop */
+    c->kind = LP_CTL_DRAIN;
+    lp__mbox_push_ctl(&p->fronts[i].inbox, c);
+  }
+}
+
+/* ---- life ---- */
+
+static void front_init(lp_front_t *f, lp_proxy_t *p, unsigned i) {
+  size_t nb;
+  const double *bounds = lp__latency_bounds(&nb);
+  f->proxy = p;
+  f->index = i;
+  f->cfg = &p->cfg;
+  lp_buf_init(&f->scratch);
+  lp_hist_init(&f->t_queue, bounds, nb);
+  lp_hist_init(&f->t_backend, bounds, nb);
+  lp_hist_init(&f->t_total, bounds, nb);
+  f->alog.fd = -1;
+}
+
+/* The address of the front's listener: the configured one, with the port the
+ * first front was given when it asked for any (":0"). */
+static void listen_addr(const char *cfg_addr, int port, char *out, size_t n) {
+  const char *colon = strrchr(cfg_addr, ':');
+  if (!colon || port <= 0) {
+    snprintf(out, n, "%s", cfg_addr);
+    return;
+  }
+  snprintf(out, n, "%.*s:%d", (int)(colon - cfg_addr), cfg_addr, port);
+}
+
+static int front_listen(lp_front_t *f, unsigned n, uint64_t id_base, int *port) {
+  const lp_config_t *cfg = &f->proxy->cfg;
+  lp_httpd_config_t hc;
+  lp__front_limits(cfg, n, &hc);
+  hc.on_request = lp__on_request;
+  hc.on_cancel = lp__on_cancel;
+  hc.on_reject = lp__on_reject;
+  hc.ud = f;
+  hc.reuseport = n > 1;
+  hc.id_base = id_base;
+  hc.id_shard = f->index;
+  hc.id_shards = n;
+  f->httpd = lp_httpd_new(f->loop, &hc);
+  if (!f->httpd) return -ENOMEM;
+  char addr[LP_URL_MAX + 16];
+  listen_addr(cfg->listen, f->index ? *port : 0, addr, sizeof(addr));
+  int rc = lp_httpd_listen(f->httpd, addr, f->index ? NULL : port);
+  if (rc) return rc;
+  if (f->index == 0 && cfg->admin_listen[0]) {
+    hc.on_request = lp__on_admin_request;
+    hc.reuseport = 0;
+    f->admin = lp_httpd_new(f->loop, &hc);
+    if (!f->admin) return -ENOMEM;
+    int aport;
+    if ((rc = lp_httpd_listen(f->admin, cfg->admin_listen, &aport))) return rc;
+    lp_log(LP_LOG_INFO, "admin listening", "\"port\": %d", aport);
+  }
+  return 0;
+}
+
+int lp__fronts_start(lp_proxy_t *p, int *port) {
+  unsigned n = lp_config_threads(&p->cfg);
+  p->fronts = calloc(n, sizeof(lp_front_t));
+  if (!p->fronts) return -ENOMEM;
+  p->nfronts = n;
+  p->remote = n > 1;
+  for (unsigned i = 0; i < n; i++) front_init(&p->fronts[i], p, i);
+  int afd = -1, rc;
+  if (p->cfg.access_log[0]) {
+    char err[300];
+    if (lp__alog_open_path(p->cfg.access_log, &afd, err, sizeof(err))) {
+      lp_log(LP_LOG_ERROR, "access log", "\"error\": \"%s\"", err);
+      return -EINVAL;
+    }
+  }
+  uint64_t id_base = (uv_hrtime() * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)uv_os_getpid() << 32);
+  if (!p->remote) {
+    lp_front_t *f = &p->fronts[0];
+    f->loop = p->loop;
+    lp__alog_set_fd(&f->alog, afd);
+    return front_listen(f, 1, 0, port);
+  }
+  if ((rc = lp__mbox_init(&p->inbox, p->loop, on_sched_inbox, p)) != 0) return rc;
+  int bound = 0;
+  for (unsigned i = 0; i < n; i++) {
+    lp_front_t *f = &p->fronts[i];
+    f->remote = 1;
+    f->cfg = NULL; /* its own copy, from the message */
+    lp_ctl_t *c = reconf_msg(p); /* its own configuration and tokens, taken at once */
+    if (!c) return -ENOMEM;
+    front_reconf(f, c);
+    free(c);
+    int d = afd < 0 ? -1 : dup(afd);
+    lp__alog_set_fd(&f->alog, d);
+    if ((rc = uv_loop_init(&f->own_loop)) != 0) return rc;
+    f->loop = &f->own_loop;
+    if ((rc = lp__mbox_init(&f->inbox, f->loop, on_front_inbox, f)) != 0) return rc;
+    uv_timer_init(f->loop, &f->tick);
+    uv_timer_start(&f->tick, on_front_tick, 250, 250);
+    if ((rc = front_listen(f, n, id_base, &bound)) != 0) return rc;
+  }
+  if (afd >= 0 && afd != STDERR_FILENO) close(afd);
+  *port = bound;
+  p->fronts_open = n;
+  for (unsigned i = 0; i < n; i++)
+    if ((rc = uv_thread_create(&p->fronts[i].thread, front_main, &p->fronts[i])) != 0) return rc;
+  lp_log(LP_LOG_INFO, "front threads", "\"threads\": %u", n);
+  return 0;
+}
+
+static void front_free(lp_front_t *f) {
+  lp_buf_free(&f->scratch);
+  free(f->tok_scratch);
+  free(f->len_scratch);
+  lp__alog_close(&f->alog);
+  if (f->remote) {
+    free((void *)f->cfg);
+    lp_config_free_tokens(f->tokens, f->ntokens);
+  }
+}
+
+void lp__fronts_stop(lp_proxy_t *p) {
+  if (!p->fronts) return;
+  if (p->remote) {
+    for (unsigned i = 0; i < p->nfronts; i++) {
+      lp_ctl_t *c = calloc(1, sizeof(*c));
+      if (!c) abort(); /* no way left to stop the thread */
+      c->kind = LP_CTL_STOP;
+      lp__mbox_push_ctl(&p->fronts[i].inbox, c);
+    }
+    for (unsigned i = 0; i < p->nfronts; i++) {
+      lp_front_t *f = &p->fronts[i];
+      uv_thread_join(&f->thread);
+      if (!f->httpd && !f->admin) { /* drained: every handle is closed */
+        uv_loop_close(f->loop);
+        lp__mbox_destroy(&f->inbox);
+      }
+    }
+    lp__mbox_close(&p->inbox, NULL);
+  }
+  for (unsigned i = 0; i < p->nfronts; i++) front_free(&p->fronts[i]);
+  free(p->fronts);
+  p->fronts = NULL;
+}

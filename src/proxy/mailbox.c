@@ -1,0 +1,83 @@
+/* A thread's inbox: other threads push jobs, cancels and control messages
+ * under a mutex; the owner's loop takes them all at once, woken by one
+ * uv_async per burst. The links are fields of what is pushed: no allocation. */
+#include <stdatomic.h>
+
+#include "proxy.h"
+
+int lp__mbox_init(lp_mbox_t *mb, uv_loop_t *loop, uv_async_cb cb, void *owner) {
+  mb->jobs = NULL;
+  mb->jobs_tail = &mb->jobs;
+  mb->cancels = NULL;
+  mb->cancels_tail = &mb->cancels;
+  mb->ctls = NULL;
+  mb->ctls_tail = &mb->ctls;
+  int rc = uv_mutex_init(&mb->lock);
+  if (rc) return rc;
+  if ((rc = uv_async_init(loop, &mb->async, cb)) != 0) {
+    uv_mutex_destroy(&mb->lock);
+    return rc;
+  }
+  mb->async.data = owner;
+  return 0;
+}
+
+static int empty(const lp_mbox_t *mb) { return !mb->jobs && !mb->cancels && !mb->ctls; }
+
+/* The owner wakes once per burst: only the push that finds the inbox empty
+ * sends (the owner empties it whole under the lock, so a later push sends
+ * again). libuv 1.44 documents no ordering for uv_async_send: a full fence
+ * after publishing (the unlock) and before the send. */
+static void wake(lp_mbox_t *mb, int was_empty) {
+  if (!was_empty) return;
+  atomic_thread_fence(memory_order_seq_cst);
+  uv_async_send(&mb->async);
+}
+
+void lp__mbox_push_job(lp_mbox_t *mb, lp_job_t *job) {
+  job->mq_next = NULL;
+  uv_mutex_lock(&mb->lock);
+  int was_empty = empty(mb);
+  *mb->jobs_tail = job;
+  mb->jobs_tail = &job->mq_next;
+  uv_mutex_unlock(&mb->lock);
+  wake(mb, was_empty);
+}
+
+void lp__mbox_push_cancel(lp_mbox_t *mb, lp_job_t *job) {
+  job->cq_next = NULL;
+  uv_mutex_lock(&mb->lock);
+  int was_empty = empty(mb);
+  *mb->cancels_tail = job;
+  mb->cancels_tail = &job->cq_next;
+  uv_mutex_unlock(&mb->lock);
+  wake(mb, was_empty);
+}
+
+void lp__mbox_push_ctl(lp_mbox_t *mb, lp_ctl_t *c) {
+  c->next = NULL;
+  uv_mutex_lock(&mb->lock);
+  int was_empty = empty(mb);
+  *mb->ctls_tail = c;
+  mb->ctls_tail = &c->next;
+  uv_mutex_unlock(&mb->lock);
+  wake(mb, was_empty);
+}
+
+void lp__mbox_take(lp_mbox_t *mb, lp_job_t **jobs, lp_job_t **cancels, lp_ctl_t **ctls) {
+  uv_mutex_lock(&mb->lock);
+  *jobs = mb->jobs;
+  *cancels = mb->cancels;
+  *ctls = mb->ctls;
+  mb->jobs = NULL;
+  mb->jobs_tail = &mb->jobs;
+  mb->cancels = NULL;
+  mb->cancels_tail = &mb->cancels;
+  mb->ctls = NULL;
+  mb->ctls_tail = &mb->ctls;
+  uv_mutex_unlock(&mb->lock);
+}
+
+void lp__mbox_close(lp_mbox_t *mb, uv_close_cb cb) { uv_close((uv_handle_t *)&mb->async, cb); }
+
+void lp__mbox_destroy(lp_mbox_t *mb) { uv_mutex_destroy(&mb->lock); }

@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Several front threads around one scheduler (configuration key threads):
+thousands of requests over many connections, every answer checked against the
+emulator's function of its tokens; every thread served some
+(lanepack_front_requests_total{thread=...}); clients that leave mid-flight;
+a reload that gives every front new tokens and takes them away again; access
+log lines whole and request ids unique across threads; and SIGTERM with
+requests queued: each answered, the process exits 0.
+Arguments: the lanepack and lanepack-emulator binaries, and the thread count."""
+import http.client
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from lphelp import check, finish, free_port, wait_http
+
+MOD = 1000000007
+
+
+def emu(tokens):
+    h, out = 7, []
+    for t in tokens:
+        h = (h * 31 + int(t) + 1) % MOD
+        out.append(h)
+    return out
+
+
+def post(c, body, headers=None):
+    h = {"Content-Type": "application/json"}
+    h.update(headers or {})
+    c.request("POST", "/v1/infer", body=json.dumps(body), headers=h)
+    r = c.getresponse()
+    return r.status, r.read()
+
+
+def metrics(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/metrics")
+    r = c.getresponse()
+    text = r.read().decode()
+    c.close()
+    return text
+
+
+def metric(text, name, labels=""):
+    m = re.search(r"^%s%s (\S+)$" % (re.escape(name), re.escape(labels)), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def load(port, nconn, per_conn, seed, errors, served, headers=None):
+    """per_conn requests on each of nconn connections at once; every answer
+    checked against the emulator's function."""
+    def client(k):
+        rng = random.Random(seed * 1000 + k)
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        for _ in range(per_conn):
+            try:
+                if rng.random() < 0.2:
+                    seqs = [[rng.randrange(50000) for _ in range(rng.randint(1, 64))] for _ in range(rng.randint(2, 4))]
+                    st, body = post(c, {"inputs": seqs, "id": k}, headers)
+                    ans = json.loads(body) if st == 200 else None
+                    ok = st == 200 and ans["id"] == k and ans["outputs"] == [emu(s) for s in seqs]
+                else:
+                    toks = [rng.randrange(50000) for _ in range(rng.randint(1, 64))]
+                    st, body = post(c, {"input_ids": toks}, headers)
+                    ok = st == 200 and json.loads(body)["output"] == emu(toks)
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                ok, st, body = False, type(e).__name__, str(e)
+            if ok:
+                served.append(1)
+            else:
+                errors.append((st, body[:200] if isinstance(body, (bytes, str)) else body))
+                c.close()
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.close()
+    ts = [threading.Thread(target=client, args=(k,)) for k in range(nconn)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
+def main():
+    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
+    nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    emu_port, port = free_port(), free_port()
+    tmp = tempfile.mkdtemp()
+    alog = os.path.join(tmp, "access.log")
+    tokens = os.path.join(tmp, "tokens")
+    with open(tokens, "w") as f:
+        f.write("sekrit-token-1\n")
+    cfg_path = os.path.join(tmp, "lanepack.json")
+    base = {"listen": f"127.0.0.1:{port}", "health_interval_ms": 100, "access_log": alog,
+            "models": {"m": {"shapes": "4x64", "max_wait_ms": 2, "backends": [f"http://127.0.0.1:{emu_port}"]}}}
+
+    def write_cfg(**kw):
+        c = json.loads(json.dumps(base))
+        models = kw.pop("models", None)
+        if models:
+            c["models"]["m"].update(models)
+        c.update(kw)
+        with open(cfg_path, "w") as f:
+            json.dump(c, f)
+
+    write_cfg()
+    emu_p = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{emu_port}", "--shapes", "4x64", "--cost-ms", "1"],
+                             stderr=subprocess.DEVNULL)
+    slow_port = free_port()
+    slow_p = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{slow_port}", "--shapes", "4x64",
+                               "--cost-ms", "300"], stderr=subprocess.DEVNULL)
+    err = open(os.path.join(tmp, "stderr"), "w+")
+    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path, "--threads", str(nthreads)], stderr=err)
+    rc = None
+    try:
+        wait_http(emu_port, "/healthz")
+        wait_http(slow_port, "/healthz")
+        wait_http(port, "/readyz")
+
+        # 1. load over many connections, every answer verified
+        errors, served = [], []
+        t0 = time.time()
+        load(port, 48, 50, 1, errors, served)
+        dt = time.time() - t0
+        check("load: %d answers verified in %.1f s" % (len(served), dt), not errors and len(served) == 48 * 50,
+              errors[:3])
+        text = metrics(port)
+        per = [metric(text, "lanepack_front_requests_total", '{thread="%d"}' % i) for i in range(nthreads)]
+        check("every front thread served requests: %s" % per, all(v and v > 0 for v in per), per)
+        check("no thread past the last", metric(text, "lanepack_front_requests_total",
+                                                 '{thread="%d"}' % nthreads) is None)
+        ok200 = metric(text, "lanepack_requests_total", '{route="infer",status="200"}')
+        check("requests_total sums the fronts: %s" % ok200, ok200 == 48 * 50, ok200)
+
+        # 2. clients that leave mid-flight, many at once: the proxy stays whole
+        socks = []
+        for i in range(200):
+            s = socket.create_connection(("127.0.0.1", port))
+            body = json.dumps({"input_ids": list(range(1, 1 + (i % 60) + 1))}).encode()
+            s.sendall(b"POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            if i % 2:
+                s.close()
+            else:
+                socks.append(s)
+        time.sleep(0.05)
+        for s in socks:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST
+            s.close()
+        errors, served = [], []
+        load(port, 8, 20, 2, errors, served)
+        check("after 200 clients left mid-flight, answers still verified", not errors and len(served) == 160,
+              errors[:3])
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            text = metrics(port)
+            if metric(text, 'lanepack_queue_sequences', '{model="m"}') == 0 and \
+               metric(text, "lanepack_inflight_batches") == 0:
+                break
+            time.sleep(0.05)
+        check("nothing left queued or in flight",
+              metric(text, 'lanepack_queue_sequences', '{model="m"}') == 0 and
+              metric(text, "lanepack_inflight_batches") == 0,
+              [l for l in text.splitlines() if "queue_sequences" in l or "inflight_batches" in l])
+
+        # 3. reload: tokens reach every front, and go again
+        write_cfg(auth_tokens_file=tokens)
+        proxy.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        codes = []
+        for i in range(24):  # new connections: spread over the fronts
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            codes.append(post(c, {"input_ids": [1, 2, 3]})[0])
+            codes.append(post(c, {"input_ids": [1, 2, 3]}, {"Authorization": "Bearer sekrit-token-1"})[0])
+            c.close()
+        check("after reload with tokens every front asks for one",
+              codes[0::2] == [401] * 24 and codes[1::2] == [200] * 24, codes)
+        errors, served = [], []
+        load(port, 16, 10, 3, errors, served, {"Authorization": "Bearer sekrit-token-1"})
+        check("load with the token: answers verified", not errors and len(served) == 160, errors[:3])
+        write_cfg()
+        proxy.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        # the tokens are gone on every front
+        codes, seqs = [], []
+        conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=10) for _ in range(24)]
+        for c in conns:
+            seqs.append([random.randrange(50000) for _ in range(64)])  # a lane each: 4 fill a batch
+        outs = [None] * 24
+
+        def lane(i):
+            st, body = post(conns[i], {"input_ids": seqs[i]})
+            outs[i] = st == 200 and json.loads(body)["output"] == emu(seqs[i])
+        ts = [threading.Thread(target=lane, args=(i,)) for i in range(24)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(20)
+        for c in conns:
+            c.close()
+        check("after a reload without tokens every front serves without one", outs == [True] * 24, outs)
+
+        # 4. SIGTERM with requests in flight and queued (a reload moves the
+        # model to a backend taking 300 ms a batch): each is answered,
+        # correctly, and the process exits 0
+        write_cfg(models={"backends": [f"http://127.0.0.1:{slow_port}"]})
+        proxy.send_signal(signal.SIGHUP)
+        deadline = time.time() + 5
+        while time.time() < deadline and open(err.name).read().count('"reloaded"') < 3:
+            time.sleep(0.02)
+        time.sleep(0.3)  # the new backend probed
+        results = [None] * 6
+        seqs = [[random.randrange(50000) for _ in range(60)] for _ in range(6)]
+
+        def one(i):
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+                st, body = post(c, {"input_ids": seqs[i]})
+                results[i] = st == 200 and json.loads(body)["output"] == emu(seqs[i])
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                results[i] = repr(e)
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+        for t in ts:
+            t.start()
+        deadline, waiting = time.time() + 5, None
+        while time.time() < deadline:
+            text = metrics(port)
+            waiting = (metric(text, 'lanepack_queue_sequences', '{model="m"}') or 0) + \
+                (metric(text, "lanepack_inflight_batches") or 0)
+            if metric(text, "lanepack_inflight_batches") and waiting >= 2:
+                break
+            time.sleep(0.02)
+        check("requests queued and in flight at the slow backend (%s)" % waiting, waiting and waiting >= 2, waiting)
+        proxy.send_signal(signal.SIGTERM)
+        for t in ts:
+            t.join(20)
+        check("SIGTERM: every request in flight or queued answered and verified", results == [True] * 6, results)
+        rc = proxy.wait(15)
+        check("the proxy exits 0 after the drain", rc == 0, rc)
+    finally:
+        if proxy.poll() is None:
+            proxy.kill()
+            proxy.wait()
+        for e in (emu_p, slow_p):
+            e.terminate()
+            e.wait(10)
+    err.seek(0)
+    log = err.read()
+    check("no sanitizer report", "Sanitizer" not in log and "runtime error" not in log,
+          [l for l in log.splitlines() if "Sanitizer" in l or "runtime error" in l][:5])
+
+    # the access log: whole JSON lines, request ids unique across threads
+    lines = open(alog).read().splitlines()
+    bad, ids = 0, set()
+    dup = 0
+    for l in lines:
+        try:
+            o = json.loads(l)
+        except ValueError:
+            bad += 1
+            continue
+        dup += o["request_id"] in ids
+        ids.add(o["request_id"])
+    check("access log: %d lines, each whole JSON" % len(lines), bad == 0 and len(lines) >= 48 * 50, bad)
+    check("request ids unique across threads", dup == 0, dup)
+    finish()
+
+
+if __name__ == "__main__":
+    main()
