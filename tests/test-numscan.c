@@ -12,7 +12,9 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "lanepack/batchjson.h"
 #include "lanepack/jscan.h"
+#include "lanepack/packer.h"
 #include "lanepack/layout.h"
 #include "lanepack/rng.h"
 #include "lanepack/scatter.h"
@@ -281,5 +283,97 @@ START_TEST(answer_index_matches_scalar) {
 }
 END_TEST
 
+START_TEST(plain_ints_matches_a_byte_loop) {
+  lp_rng_t r;
+  lp_rng_seed(&r, 13);
+  static const char pool[] = "0123456789012345678901234567890123456789,,,,,, -.\n]\x80\xb0";
+  char s[300];
+  for (int it = 0; it < 100000; it++) {
+    size_t n = lp_rng_below(&r, sizeof(s));
+    int clean = it % 3 != 0;
+    for (size_t i = 0; i < n; i++) s[i] = pool[lp_rng_below(&r, clean ? 46 : sizeof(pool) - 1)];
+    if (it % 5 == 0 && n) s[lp_rng_below(&r, n)] = (char)lp_rng_below(&r, 256);
+    int want = 1;
+    for (size_t i = 0; i < n; i++)
+      if (s[i] != ',' && (s[i] < '0' || s[i] > '9')) want = 0;
+    REQUIRE(lp_jscan_plain_ints(s, n) == want);
+  }
+}
+END_TEST
+
+/* The batch writer copying the clients' token text gives the very bytes it
+ * writes from the numbers, whatever the padding id and whichever sequences
+ * come with text. */
+START_TEST(batch_text_copy_matches_writer) {
+  lp_batchjson_t w;
+  ck_assert_int_eq(lp_batchjson_init(&w, 64), 0);
+  lp_packer_t *p = lp_packer_new();
+  lp_layout_t l;
+  lp_layout_init(&l);
+  lp_buf_t a, b, txt;
+  lp_buf_init(&a);
+  lp_buf_init(&b);
+  lp_buf_init(&txt);
+  lp_rng_t r;
+  static const int32_t pads[] = {0, 7, -3, 50000, 9, 10};
+  for (uint64_t seed = 1; seed <= 400; seed++) {
+    lp_rng_seed(&r, seed);
+    uint32_t lanes = 1 + (uint32_t)lp_rng_below(&r, 4), bucket = 1 + (uint32_t)lp_rng_below(&r, 200);
+    size_t n = (size_t)lp_rng_below(&r, 40);
+    uint32_t lens[40];
+    lp_seq_ref_t seqs[40];
+    lp_seq_text_t texts[40];
+    lp_place_t place[40];
+    static int32_t toks[40][200];
+    size_t at[40];
+    lp_buf_reset(&txt);
+    for (size_t i = 0; i < n; i++) {
+      lens[i] = 1 + (uint32_t)lp_rng_below(&r, seed % 3 ? 6 : bucket);
+      for (uint32_t k = 0; k < lens[i]; k++)
+        toks[i][k] = (int32_t)(seed % 4 == 0 ? lp_rng_below(&r, 10) : lp_rng_below(&r, 2147483647u));
+      seqs[i] = (lp_seq_ref_t){.tokens = toks[i], .len = lens[i]};
+      at[i] = txt.len;
+      lp_buf_i32_list(&txt, toks[i], lens[i]);
+    }
+    for (size_t i = 0; i < n; i++) /* after the text buffer stopped moving */
+      texts[i] = (lp_seq_text_t){lp_rng_below(&r, 4) ? txt.data + at[i] : NULL,
+                                 (uint32_t)((i + 1 < n ? at[i + 1] : txt.len) - at[i])};
+    if (seed % 2) {
+      lp_pack_params_t prm = {.capacity = bucket, .max_bins = lanes};
+      lp_packer_pack(p, LP_ALGO_FFD, &prm, lens, n, place, NULL);
+    } else { /* padding between segments too, and sequences left out */
+      uint32_t next[4] = {0, 0, 0, 0};
+      for (size_t i = 0; i < n; i++) {
+        uint32_t lane = (uint32_t)lp_rng_below(&r, lanes), off = next[lane] + (uint32_t)lp_rng_below(&r, 3);
+        if (off + lens[i] <= bucket) {
+          place[i] = (lp_place_t){.bin = (int32_t)lane, .offset = off};
+          next[lane] = off + lens[i];
+        } else {
+          place[i] = (lp_place_t){.bin = -1};
+        }
+      }
+    }
+    int32_t pad = pads[seed % 6];
+    ck_assert_int_eq(lp_layout_build(&l, lanes, bucket, pad, place, seqs, n), 0);
+    lp_buf_reset(&a);
+    lp_batchjson_write(&w, &a, &l, seed, "m", NULL);
+    l.texts = texts;
+    lp_buf_reset(&b);
+    lp_batchjson_write(&w, &b, &l, seed, "m", NULL);
+    REQUIRE(!a.oom && !b.oom && a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
+    /* and a new build forgets the texts of the last */
+    ck_assert_int_eq(lp_layout_build(&l, lanes, bucket, pad, place, seqs, n), 0);
+    REQUIRE(l.texts == NULL);
+  }
+  lp_buf_free(&a);
+  lp_buf_free(&b);
+  lp_buf_free(&txt);
+  lp_layout_free(&l);
+  lp_packer_free(p);
+  lp_batchjson_free(&w);
+}
+END_TEST
+
 LP_TEST_MAIN("numscan", masks_match_a_byte_loop, token_reader_matches_references,
-             answer_index_matches_scalar)
+             answer_index_matches_scalar, plain_ints_matches_a_byte_loop,
+             batch_text_copy_matches_writer)

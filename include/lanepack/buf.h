@@ -27,6 +27,8 @@ void lp_buf_i64(lp_buf_t *b, int64_t v);
 void lp_buf_u64(lp_buf_t *b, uint64_t v);
 /* Appends v[0..n) as a JSON array: "[1,2,3]". */
 void lp_buf_i32_array(lp_buf_t *b, const int32_t *v, size_t n);
+/* Appends v[0..n) joined by commas, no brackets: "1,2,3". */
+void lp_buf_i32_list(lp_buf_t *b, const int32_t *v, size_t n);
 /* Appends s as a JSON string with quotes, escaping what JSON requires; each
  * byte of s that is not part of well-formed UTF-8 becomes \ufffd, so that the
  * result is valid JSON whatever s holds. */

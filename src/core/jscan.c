@@ -252,6 +252,18 @@ static const char *int_array_fast(const char *p, const char *end, int32_t *out, 
   return p;
 }
 
+int lp_jscan_plain_ints(const char *p, size_t n) {
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    lp_scan64_t m;
+    lp_scan64(p + i, &m);
+    if (~(m.digit | m.comma)) return 0;
+  }
+  for (; i < n; i++)
+    if (p[i] != ',' && (unsigned)((unsigned char)p[i] - '0') >= 10) return 0;
+  return 1;
+}
+
 const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, size_t cap,
                                int64_t min, int64_t max, size_t *n, int *err) {
   *n = 0;
