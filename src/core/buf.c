@@ -35,7 +35,6 @@ void lp_buf_append(lp_buf_t *b, const void *p, size_t n) {
   b->len += n;
 }
 
-void lp_buf_puts(lp_buf_t *b, const char *s) { lp_buf_append(b, s, strlen(s)); }
 
 void lp_buf_printf(lp_buf_t *b, const char *fmt, ...) {
   va_list ap;
