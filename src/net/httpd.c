@@ -321,11 +321,12 @@ static lp_http_req_t *req_new(lp_http_conn_t *c) {
     r->_resp = resp;
   } else if ((r = calloc(1, sizeof(*r))) == NULL) {
     return NULL;
+  } else {
+    lp_buf_init(&r->_resp);
   }
   r->_conn = c;
   r->method = -1;
   r->start_ns = uv_hrtime();
-  lp_buf_init(&r->_resp);
   if (c->tail) c->tail->_next = r;
   else c->head = r;
   c->tail = r;
