@@ -235,7 +235,7 @@ static const char *int_array_fast(const char *p, const char *end, int32_t *out, 
   while (end - p >= 72 && (took = lp_scan64_plain(p, &st, &en)) != 0) {
     while (st) {
       unsigned a = (unsigned)__builtin_ctzll(st), len = (unsigned)__builtin_ctzll(en) + 1 - a;
-      if (len > 8 || (p[a] == '0' && len > 1) || *n == cap) return p + a; /* the scalar loop's */
+      if (len > 8 || *n == cap) return p + a; /* the scalar loop's */
       uint64_t w;
       memcpy(&w, p + a, 8); /* a < 64 and 72 bytes readable */
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

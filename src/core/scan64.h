@@ -19,6 +19,7 @@
 
 typedef struct {
   uint64_t digit, comma, space; /* space: any JSON whitespace (' ', \t, \n, \r) */
+  uint64_t zero;                /* '0' */
 } lp_scan64_t;
 
 #if !defined(LP_SCAN64_SSE2)
@@ -39,9 +40,9 @@ static inline uint64_t lp__zero8(uint64_t x) {
 static inline void lp_scan64(const char *p, lp_scan64_t *m) {
 #if defined(LP_SCAN64_SSE2)
   const __m128i bias = _mm_set1_epi8(0x50), lim = _mm_set1_epi8(-118);
-  const __m128i comma = _mm_set1_epi8(','), space = _mm_set1_epi8(' ');
+  const __m128i comma = _mm_set1_epi8(','), space = _mm_set1_epi8(' '), zero = _mm_set1_epi8('0');
   const __m128i tab = _mm_set1_epi8('\t'), nl = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r');
-  uint64_t d = 0, c = 0, s = 0;
+  uint64_t d = 0, c = 0, s = 0, z = 0;
   for (int i = 0; i < 4; i++) {
     __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
     /* '0'..'9' + 0x50 are exactly the bytes 0x80..0x89: signed, below -118 */
@@ -50,12 +51,14 @@ static inline void lp_scan64(const char *p, lp_scan64_t *m) {
     __m128i ws = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, space), _mm_cmpeq_epi8(v, tab)),
                               _mm_or_si128(_mm_cmpeq_epi8(v, nl), _mm_cmpeq_epi8(v, cr)));
     s |= (uint64_t)(uint16_t)_mm_movemask_epi8(ws) << (16 * i);
+    z |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, zero)) << (16 * i);
   }
   m->digit = d;
   m->comma = c;
   m->space = s;
+  m->zero = z;
 #else
-  uint64_t d = 0, c = 0, s = 0;
+  uint64_t d = 0, c = 0, s = 0, z = 0;
   for (int i = 0; i < 8; i++) {
     uint64_t w;
     memcpy(&w, p + 8 * i, 8);
@@ -71,10 +74,12 @@ static inline void lp_scan64(const char *p, lp_scan64_t *m) {
     s |= lp__gather8(lp__zero8(w ^ 0x2020202020202020ULL) | lp__zero8(w ^ 0x0909090909090909ULL) |
                      lp__zero8(w ^ 0x0a0a0a0a0a0a0a0aULL) | lp__zero8(w ^ 0x0d0d0d0d0d0d0d0dULL))
          << (8 * i);
+    z |= lp__gather8(lp__zero8(w ^ 0x3030303030303030ULL)) << (8 * i);
   }
   m->digit = d;
   m->comma = c;
   m->space = s;
+  m->zero = z;
 #endif
 }
 
@@ -94,8 +99,8 @@ static inline uint64_t lp__prefix_xor(uint64_t x) {
  * digit, a comma or whitespace. Sets *starts and *ends (the first and last
  * digit of each run of digits in that part) and returns the number of bytes
  * taken (through that comma), or 0 when the part is not runs of digits and
- * single commas in turn, starting with a digit (the scalar loop then takes
- * the value at p, or rejects it). */
+ * single commas in turn, starting with a digit, or a run has a leading zero
+ * (the scalar loop then takes the value at p, or rejects it). */
 static inline unsigned lp_scan64_plain(const char *p, uint64_t *starts, uint64_t *ends) {
   lp_scan64_t m;
   lp_scan64(p, &m);
@@ -108,7 +113,7 @@ static inline unsigned lp_scan64_plain(const char *p, uint64_t *starts, uint64_t
   /* runs and commas alternate, a run first: the n-th of them (from 1) is a
    * run when n is odd */
   uint64_t odd = lp__prefix_xor(s | c);
-  if ((s & ~odd) | (c & odd)) return 0;
+  if ((s & ~odd) | (c & odd) | (s & m.zero & (m.digit >> 1))) return 0;
   *starts = s;
   *ends = m.digit & ~(m.digit >> 1) & part;
   return last + 1;
