@@ -22,6 +22,8 @@
 #   LP_BENCH_WIRE=lanepack|v2  the backend protocol lanepack speaks (default lanepack:
 #                              JSON, as the emulator's default; v2 = binary tensors)
 #   LP_BENCH_PERF=0            skip the profile
+#   LP_BENCH_IDLE_WAVE=N       idle connections served N at a time (default 64; 5000:
+#                              a burst of 5,000 concurrent requests, then idle)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads_list=1
@@ -195,8 +197,9 @@ for nt in "${threads[@]}"; do
   # load runs would hide what a connection costs.
   idle_n=""; idle_l=""
   if [ "$idle" -gt 0 ]; then
-    idle_n=$(python3 loadgen/idle-conns.py --port "$p_nginx" --pid "${workers%% *}" --count "$idle" | grep -o '[0-9]* bytes per' | cut -d' ' -f1)
-    idle_l=$(python3 loadgen/idle-conns.py --port "$p_lp" --pid "$lp_pid" --count "$idle" | grep -o '[0-9]* bytes per' | cut -d' ' -f1)
+    wave=${LP_BENCH_IDLE_WAVE:-64}
+    idle_n=$(python3 loadgen/idle-conns.py --port "$p_nginx" --pid "${workers%% *}" --count "$idle" --wave "$wave" | grep -o '[0-9]* bytes per' | cut -d' ' -f1)
+    idle_l=$(python3 loadgen/idle-conns.py --port "$p_lp" --pid "$lp_pid" --count "$idle" --wave "$wave" | grep -o '[0-9]* bytes per' | cut -d' ' -f1)
   fi
 
   echo "# threads $nt: $runs alternating runs of $duration, $conc connections, 600-token JSON bodies; lanepack backend wire: $wire;" \
@@ -268,8 +271,8 @@ if batches > 0 and fill_n > 0:
     say("packing over the verified runs: %.1f sequences per batch, mean fill %.4f (%d batches)"
         % (ok_v / batches, fill_sum / fill_n, batches))
 if idle_n and idle_l:
-    say("bytes per idle connection (%s): nginx %s, lanepack %s  (%.2fx)"
-        % (idle, idle_n, idle_l, float(idle_l) / max(1.0, float(idle_n))))
+    say("bytes per idle connection (%s, served %s at a time): nginx %s, lanepack %s  (%.2fx)"
+        % (idle, os.environ.get("LP_BENCH_IDLE_WAVE", "64"), idle_n, idle_l, float(idle_l) / max(1.0, float(idle_n))))
 PY
 
   if [ "${LP_BENCH_PERF:-1}" != 0 ] && command -v perf >/dev/null && \
