@@ -198,7 +198,7 @@ for nt in "${threads[@]}"; do
   idle_n=""; idle_l=""
   if [ "$idle" -gt 0 ]; then
     wave=${LP_BENCH_IDLE_WAVE:-64}
-    idle_n=$(python3 loadgen/idle-conns.py --port "$p_nginx" --pid "${workers%% *}" --count "$idle" --wave "$wave" | grep -o '[0-9]* bytes per' | cut -d' ' -f1)
+    idle_n=$(python3 loadgen/idle-conns.py --port "$p_nginx" --pid "$(echo $workers | tr ' ' ',')" --count "$idle" --wave "$wave" | grep -o '[0-9]* bytes per' | cut -d' ' -f1)
     idle_l=$(python3 loadgen/idle-conns.py --port "$p_lp" --pid "$lp_pid" --count "$idle" --wave "$wave" | grep -o '[0-9]* bytes per' | cut -d' ' -f1)
   fi
 
