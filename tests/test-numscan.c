@@ -159,6 +159,14 @@ START_TEST(masks_match_a_byte_loop) {
     REQUIRE(m.digit == d);
     REQUIRE(m.comma == c);
     REQUIRE(m.space == s);
+    unsigned nd = 0, nz = 0;
+    uint64_t z = 0;
+    for (int i = 0; i < 64; i++) {
+      nd += (unsigned)(d >> i & 1);
+      if (block[i] == '0') z |= 1ULL << i, nz++;
+    }
+    REQUIRE(m.zero == z);
+    REQUIRE(lp__popcount64(d) == nd && lp__popcount64(z) == nz);
   }
 }
 END_TEST

@@ -43,7 +43,7 @@ static const char *index_fast(lp_scatter_t *s, const char *base, const char *p,
   unsigned took;
   while (end - p >= 64 && (took = lp_scan64_plain(p, &st, &en)) != 0) {
     uint32_t off = (uint32_t)(p - base);
-    unsigned k = (unsigned)__builtin_popcountll(st);
+    unsigned k = lp__popcount64(st);
     if (wanted && *got + k <= want) {
       /* a block's values at once: only those asked for are looked up */
       uint64_t w = bits_at(wanted, *at, k);
