@@ -289,7 +289,16 @@ static void body_uncharge(lp_http_req_t *r) {
 /* Finished requests kept for the next ones, each with its answer buffer (what
  * lp_http_take_buf lends): at most this many, buffers up to REQ_POOL_BUF
  * bytes, so a burst's peak is not kept. Two allocations fewer per request. */
+#if defined(__SANITIZE_ADDRESS__)
+#define REQ_POOL_MAX 0 /* under AddressSanitizer: a request used after its end is caught */
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define REQ_POOL_MAX 0
+#endif
+#endif
+#ifndef REQ_POOL_MAX
 #define REQ_POOL_MAX 64
+#endif
 #define REQ_POOL_BUF (64 * 1024)
 
 static void req_free(lp_http_req_t *r) {
