@@ -98,7 +98,7 @@ def main():
     with open(tokens, "w") as f:
         f.write("sekrit-token-1\n")
     cfg_path = os.path.join(tmp, "lanepack.json")
-    base = {"listen": f"127.0.0.1:{port}", "health_interval_ms": 100, "access_log": alog,
+    base = {"listen": f"127.0.0.1:{port}", "health_interval_ms": 100, "access_log": alog, "threads": nthreads,
             "models": {"m": {"shapes": "4x64", "max_wait_ms": 2, "backends": [f"http://127.0.0.1:{emu_port}"]}}}
 
     def write_cfg(**kw):
@@ -117,7 +117,7 @@ def main():
     slow_p = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{slow_port}", "--shapes", "4x64",
                                "--cost-ms", "300"], stderr=subprocess.DEVNULL)
     err = open(os.path.join(tmp, "stderr"), "w+")
-    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path, "--threads", str(nthreads)], stderr=err)
+    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path], stderr=err)  # the key; the flag below
     rc = None
     try:
         wait_http(emu_port, "/healthz")
@@ -138,6 +138,57 @@ def main():
                                                  '{thread="%d"}' % nthreads) is None)
         ok200 = metric(text, "lanepack_requests_total", '{route="infer",status="200"}')
         check("requests_total sums the fronts: %s" % ok200, ok200 == 48 * 50, ok200)
+
+        # a second lanepack on the same port does not join this one's
+        # SO_REUSEPORT group: it fails to start, as with one thread
+        try:
+            second = subprocess.run([proxy_bin, "--config", cfg_path, "--threads", str(nthreads)],
+                                    stderr=subprocess.PIPE, timeout=10)
+            second = (second.returncode, second.stderr[-200:])
+        except subprocess.TimeoutExpired:
+            second = ("still running: it joined the port", b"")
+        check("a second lanepack on the port exits 1 (address in use)",
+              second[0] == 1 and b"already in use" in second[1], second)
+
+        # pages of the scheduler's state, asked from every front (new
+        # connections spread over them), and v2 clients
+        def get(path, body=None):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            c.request("POST" if body is not None else "GET", path, body=body,
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            c.close()
+            return r.status, data
+        pages = []
+        for i in range(12):
+            st, data = get("/v1/models")
+            pages.append(st == 200 and json.loads(data)["models"][0]["name"] == "m")
+            st, data = get("/readyz")
+            pages.append(st == 200 and json.loads(data)["ready"] is True)
+            st, data = get("/v1/buckets/advice?k=1")
+            # (409 no_data until the advisor has seen enough: as with one thread)
+            pages.append((st == 200 and "current" in json.loads(data)) or
+                         (st == 409 and json.loads(data)["error"]["code"] == "no_data"))
+            st, data = get("/v1/buckets/advice?k=99")
+            pages.append(st == 400 and json.loads(data)["error"]["code"] == "bad_parameter")
+            st, data = get("/v2/health/ready")
+            pages.append(st == 200)
+            st, data = get("/v2/models/m")
+            pages.append(st == 200 and json.loads(data)["name"] == "m")
+            st, data = get("/v2/models/m/ready")
+            pages.append(st == 200)
+            st, data = get("/v2/models/nope/ready")
+            pages.append(st == 404)
+            toks = [random.randrange(50000) for _ in range(random.randint(1, 64))]
+            st, data = get("/v2/models/m/infer", json.dumps(
+                {"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [len(toks)], "data": toks}]}))
+            pages.append(st == 200 and json.loads(data)["outputs"][0]["data"] == [float(x) for x in emu(toks)])
+            st, data = get("/v1/infer", json.dumps({"input_ids": list(range(65))}))
+            pages.append(st == 413 and json.loads(data)["error"]["code"] == "sequence_too_long"
+                         and json.loads(data)["error"]["max_len"] == 64)
+        check("pages, v2 clients and the scheduler's refusals from every front", all(pages),
+              [i for i, v in enumerate(pages) if not v])
 
         # 2. clients that leave mid-flight, many at once: the proxy stays whole
         socks = []
@@ -170,7 +221,14 @@ def main():
               metric(text, "lanepack_inflight_batches") == 0,
               [l for l in text.splitlines() if "queue_sequences" in l or "inflight_batches" in l])
 
-        # 3. reload: tokens reach every front, and go again
+        # 3. reload: a new thread count is refused (restart to apply), the
+        # running ones serve on; tokens reach every front, and go again
+        write_cfg(threads=nthreads + 1)
+        proxy.send_signal(signal.SIGHUP)
+        deadline = time.time() + 5
+        while time.time() < deadline and "threads changed" not in open(err.name).read():
+            time.sleep(0.02)
+        check("a reload changing threads is refused, naming it", "threads changed" in open(err.name).read())
         write_cfg(auth_tokens_file=tokens)
         proxy.send_signal(signal.SIGHUP)
         time.sleep(0.5)
@@ -213,7 +271,7 @@ def main():
         write_cfg(models={"backends": [f"http://127.0.0.1:{slow_port}"]})
         proxy.send_signal(signal.SIGHUP)
         deadline = time.time() + 5
-        while time.time() < deadline and open(err.name).read().count('"reloaded"') < 3:
+        while time.time() < deadline and open(err.name).read().count('"reloaded"') < 3:  # refused one not counted
             time.sleep(0.02)
         time.sleep(0.3)  # the new backend probed
         results = [None] * 6
@@ -244,6 +302,39 @@ def main():
         check("SIGTERM: every request in flight or queued answered and verified", results == [True] * 6, results)
         rc = proxy.wait(15)
         check("the proxy exits 0 after the drain", rc == 0, rc)
+
+        # 5. past drain_timeout_ms: what is still at the backend gets 503
+        # shutting_down, every request one answer, and the process exits 0
+        port2 = free_port()
+        cfg2 = os.path.join(tmp, "hard.json")
+        with open(cfg2, "w") as f:
+            json.dump({"listen": f"127.0.0.1:{port2}", "drain_timeout_ms": 100, "health_interval_ms": 100,
+                       "models": {"m": {"shapes": "4x64", "backends": [f"http://127.0.0.1:{slow_port}"]}}}, f)
+        proxy = subprocess.Popen([proxy_bin, "--config", cfg2, "--threads", str(nthreads)], stderr=err)
+        wait_http(port2, "/readyz")
+        answers = [None] * 10
+
+        def hard(i):
+            toks = [i + 1] * 10
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port2, timeout=20)
+                st, body = post(c, {"input_ids": toks})
+                o = json.loads(body)
+                answers[i] = (st == 200 and o["output"] == emu(toks)) or \
+                    (st == 503 and o["error"]["code"] == "shutting_down")
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                answers[i] = repr(e)
+        ts = [threading.Thread(target=hard, args=(i,)) for i in range(10)]
+        for t in ts:
+            t.start()
+        time.sleep(0.2)
+        proxy.send_signal(signal.SIGTERM)
+        for t in ts:
+            t.join(20)
+        check("past the drain timeout: every request one answer (verified, or 503 shutting_down)",
+              answers == [True] * 10, answers)
+        rc = proxy.wait(15)
+        check("... and the proxy exits 0", rc == 0, rc)
     finally:
         if proxy.poll() is None:
             proxy.kill()

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "lanepack/log.h"
@@ -27,6 +29,8 @@ void lp__front_limits(const lp_config_t *cfg, unsigned n, lp_httpd_config_t *hc)
 
 /* ---- the front's side ---- */
 
+static void on_front_flush_soon(uv_idle_t *h);
+
 void lp__front_submit(lp_front_t *f, lp_http_req_t *req, lp_job_t *job) {
   req->app = job;
   if (!f->remote) {
@@ -37,10 +41,33 @@ void lp__front_submit(lp_front_t *f, lp_http_req_t *req, lp_job_t *job) {
   job->front_req = req;
   job->refs = 1;
   job->waited = 1;
-  lp__mbox_push_job(&f->proxy->inbox, job);
+  /* with the others of this loop turn, after its reads (on_front_flush) */
+  job->mq_next = NULL;
+  if (f->to_sched) {
+    f->to_sched_last->mq_next = job;
+  } else {
+    f->to_sched = job;
+    /* a job queued after this turn's check (a close callback) must not wait
+     * for the next wake-up: the idle handle keeps the next poll from sleeping */
+    uv_idle_start(&f->flush_soon, on_front_flush_soon);
+  }
+  f->to_sched_last = job;
 }
 
+void lp__front_flush(lp_front_t *f) {
+  if (!f->to_sched) return;
+  uv_idle_stop(&f->flush_soon);
+  lp__mbox_push_jobs(&f->proxy->inbox, f->to_sched, f->to_sched_last);
+  f->to_sched = f->to_sched_last = NULL;
+}
+
+static void on_front_flush(uv_check_t *h) { lp__front_flush(container_of(h, lp_front_t, flush)); }
+static void on_front_flush_soon(uv_idle_t *h) { lp__front_flush(container_of(h, lp_front_t, flush_soon)); }
+
+static void front_publish(lp_front_t *f);
+
 void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
+  front_publish(f); /* the asking front's count is current (the others' as of their last tick) */
   lp_job_t *job = calloc(1, sizeof(*job));
   char *url = job ? malloc(req->url_len + 1) : NULL;
   if (!url) {
@@ -56,7 +83,7 @@ void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
   job->admin_v2 = v2r;
   job->admin_url = url;
   job->nseq = 0;
-  job->bytes = req->path_len; /* a page holds no tokens: here, where the path ends in admin_url */
+  job->admin_path_len = req->path_len;
   job->front_req = req;
   job->refs = 1;
   job->waited = 1;
@@ -79,7 +106,7 @@ static void front_job_back(lp_front_t *f, lp_job_t *job) {
       lp__job_deliver(f, job, req);
     }
   }
-  lp__job_release(job);
+  lp__job_release(job); /* without a cancel sent, the only reference: freed at once */
 }
 
 static void front_publish(lp_front_t *f) {
@@ -163,6 +190,8 @@ static void on_front_inbox(uv_async_t *a) {
       /* the listeners are closed (drained) or the process gives up on them */
       uv_timer_stop(&f->tick);
       uv_close((uv_handle_t *)&f->tick, NULL);
+      uv_close((uv_handle_t *)&f->flush, NULL);
+      uv_close((uv_handle_t *)&f->flush_soon, NULL);
       lp__mbox_close(&f->inbox, NULL);
       if (f->httpd || f->admin) uv_stop(f->loop); /* last resort: connections left open */
     }
@@ -179,14 +208,41 @@ static void front_main(void *arg) {
 
 /* ---- the scheduler's side ---- */
 
+static void on_sched_flush_soon(uv_idle_t *h);
+
 void lp__job_hand_back(lp_job_t *job) {
+  lp_front_t *f = job->front;
   job->handed_back = 1;
-  lp__mbox_push_job(&job->front->inbox, job);
+  /* with the others of this loop turn (on_sched_flush) */
+  job->mq_next = NULL;
+  if (f->back) f->back_last->mq_next = job;
+  else f->back = job;
+  f->back_last = job;
+  if (!f->proxy->back_pending) {
+    f->proxy->back_pending = 1;
+    /* as the front's: no sleep before the flush, wherever this was called from */
+    uv_idle_start(&f->proxy->flush_soon, on_sched_flush_soon);
+  }
 }
+
+void lp__fronts_flush(lp_proxy_t *p) {
+  if (!p->back_pending) return;
+  p->back_pending = 0;
+  uv_idle_stop(&p->flush_soon);
+  for (unsigned i = 0; i < p->nfronts; i++) {
+    lp_front_t *f = &p->fronts[i];
+    if (!f->back) continue;
+    lp__mbox_push_jobs(&f->inbox, f->back, f->back_last);
+    f->back = f->back_last = NULL;
+  }
+}
+
+static void on_sched_flush(uv_check_t *h) { lp__fronts_flush(container_of(h, lp_proxy_t, flush)); }
+static void on_sched_flush_soon(uv_idle_t *h) { lp__fronts_flush(container_of(h, lp_proxy_t, flush_soon)); }
 
 static void sched_page(lp_proxy_t *p, lp_job_t *job) {
   lp_page_t pg;
-  lp__render_page(p, job->admin_route, job->admin_v2, job->admin_url, job->bytes, &job->res_body, &pg);
+  lp__render_page(p, job->admin_route, job->admin_v2, job->admin_url, job->admin_path_len, &job->res_body, &pg);
   job->res_status = pg.status;
   job->res_ctype = pg.ctype;
   snprintf(job->res_hdr, sizeof(job->res_hdr), "%s", pg.hdr ? pg.hdr : "");
@@ -347,18 +403,43 @@ static int front_listen(lp_front_t *f, unsigned n, uint64_t id_base, int *port) 
   f->httpd = lp_httpd_new(f->loop, &hc);
   if (!f->httpd) return -ENOMEM;
   char addr[LP_URL_MAX + 16];
-  listen_addr(cfg->listen, f->index ? *port : 0, addr, sizeof(addr));
-  int rc = lp_httpd_listen(f->httpd, addr, f->index ? NULL : port);
+  listen_addr(cfg->listen, n > 1 ? *port : 0, addr, sizeof(addr));
+  int rc = lp_httpd_listen(f->httpd, addr, n > 1 ? NULL : port);
   if (rc) return rc;
   if (f->index == 0 && cfg->admin_listen[0]) {
     hc.on_request = lp__on_admin_request;
     hc.reuseport = 0;
+    hc.id_base = 0; /* its own random base: not the fronts' shared sequence */
+    hc.id_shard = hc.id_shards = 0;
     f->admin = lp_httpd_new(f->loop, &hc);
     if (!f->admin) return -ENOMEM;
     int aport;
     if ((rc = lp_httpd_listen(f->admin, cfg->admin_listen, &aport))) return rc;
     lp_log(LP_LOG_INFO, "admin listening", "\"port\": %d", aport);
   }
+  return 0;
+}
+
+/* Listeners bound with SO_REUSEPORT join any group already on the port (an
+ * old lanepack left running, under the same user): first a plain bind, as one
+ * thread's listener makes, must find the port free; it also picks the port
+ * when any was asked for. 0 with *port, or a negative libuv error. */
+static int claim_port(const char *addr, int *port) {
+  struct sockaddr_storage ss;
+  int rc = lp_parse_hostport(addr, &ss);
+  if (rc) return rc;
+  socklen_t len = ss.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+  if (fd < 0) return uv_translate_sys_error(errno);
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+      bind(fd, (struct sockaddr *)&ss, len) < 0 || getsockname(fd, (struct sockaddr *)&ss, &len) < 0) {
+    rc = uv_translate_sys_error(errno);
+    close(fd);
+    return rc;
+  }
+  close(fd);
+  *port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                         : ((struct sockaddr_in *)&ss)->sin_port);
   return 0;
 }
 
@@ -385,7 +466,12 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
     return front_listen(f, 1, 0, port);
   }
   if ((rc = lp__mbox_init(&p->inbox, p->loop, on_sched_inbox, p)) != 0) return rc;
+  uv_check_init(p->loop, &p->flush);
+  uv_check_start(&p->flush, on_sched_flush);
+  uv_unref((uv_handle_t *)&p->flush);
+  uv_idle_init(p->loop, &p->flush_soon);
   int bound = 0;
+  if ((rc = claim_port(p->cfg.listen, &bound)) != 0) return rc;
   for (unsigned i = 0; i < n; i++) {
     lp_front_t *f = &p->fronts[i];
     f->remote = 1;
@@ -401,6 +487,9 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
     if ((rc = lp__mbox_init(&f->inbox, f->loop, on_front_inbox, f)) != 0) return rc;
     uv_timer_init(f->loop, &f->tick);
     uv_timer_start(&f->tick, on_front_tick, 250, 250);
+    uv_check_init(f->loop, &f->flush);
+    uv_check_start(&f->flush, on_front_flush);
+    uv_idle_init(f->loop, &f->flush_soon);
     if ((rc = front_listen(f, n, id_base, &bound)) != 0) return rc;
   }
   if (afd >= 0 && afd != STDERR_FILENO) close(afd);

@@ -210,7 +210,8 @@ send:
     /* the body is ready; its head, counting and logging are the front's */
     job->res_status = 200;
     job->res_ctype = ctype;
-    snprintf(job->res_hdr, sizeof(job->res_hdr), "%s", extra);
+    if (extra[0]) snprintf(job->res_hdr, sizeof(job->res_hdr), "%s", extra); /* rare: no printf per answer */
+    else job->res_hdr[0] = '\0';
     job->res_body = out;
     job->answered = 1;
     return 0;
@@ -333,7 +334,10 @@ void lp__job_deliver(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
 }
 
 void lp__job_release(lp_job_t *job) {
-  if (__atomic_sub_fetch(&job->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  /* the only holder (refs 1, read by the holder) skips the locked decrement */
+  if (__atomic_load_n(&job->refs, __ATOMIC_ACQUIRE) != 1 &&
+      __atomic_sub_fetch(&job->refs, 1, __ATOMIC_ACQ_REL) != 0)
+    return;
   for (uint32_t i = 0; i < job->nseq; i++) free(job->seqs[i].out);
   lp_buf_free(&job->res_body);
   free(job->admin_url);

@@ -24,7 +24,8 @@ const char *lp_log_level_name(int level) {
 }
 
 void lp_log(int level, const char *msg, const char *fields, ...) {
-  if (level < lp_log_level) return;
+  /* relaxed: a reload (the scheduler's thread) sets it while fronts log */
+  if (level < __atomic_load_n(&lp_log_level, __ATOMIC_RELAXED)) return;
   char line[2048];
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);

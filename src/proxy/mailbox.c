@@ -44,6 +44,16 @@ void lp__mbox_push_job(lp_mbox_t *mb, lp_job_t *job) {
   wake(mb, was_empty);
 }
 
+void lp__mbox_push_jobs(lp_mbox_t *mb, lp_job_t *first, lp_job_t *last) {
+  last->mq_next = NULL;
+  uv_mutex_lock(&mb->lock);
+  int was_empty = empty(mb);
+  *mb->jobs_tail = first;
+  mb->jobs_tail = &last->mq_next;
+  uv_mutex_unlock(&mb->lock);
+  wake(mb, was_empty);
+}
+
 void lp__mbox_push_cancel(lp_mbox_t *mb, lp_job_t *job) {
   job->cq_next = NULL;
   uv_mutex_lock(&mb->lock);

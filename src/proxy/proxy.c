@@ -311,7 +311,9 @@ void lp__on_cancel(lp_http_req_t *req, void *ud) {
     lp__job_cancel(job);
     return;
   }
-  /* the scheduler hears it; the job is freed once every reference is dropped */
+  /* the scheduler hears it (after the job itself, if that still waits here);
+   * the job is freed once every reference is dropped */
+  lp__front_flush(f);
   job->front_req = NULL;
   __atomic_fetch_add(&job->refs, 1, __ATOMIC_RELAXED);
   lp__mbox_push_cancel(&f->proxy->inbox, job);

@@ -58,6 +58,8 @@ typedef struct lp_mbox_s {
 } lp_mbox_t;
 int lp__mbox_init(lp_mbox_t *mb, uv_loop_t *loop, uv_async_cb cb, void *owner);
 void lp__mbox_push_job(lp_mbox_t *mb, lp_job_t *job);
+/* A list of jobs linked by mq_next, first to *last, at once. */
+void lp__mbox_push_jobs(lp_mbox_t *mb, lp_job_t *first, lp_job_t *last);
 void lp__mbox_push_cancel(lp_mbox_t *mb, lp_job_t *job);
 void lp__mbox_push_ctl(lp_mbox_t *mb, lp_ctl_t *c);
 /* Everything pushed so far, in order, each list NULL-terminated; the inbox is
@@ -144,6 +146,7 @@ struct lp_job_s {
                              LP_ROUTE_V2 with admin_v2 set) */
   int admin_v2;           /* lp_v2_route_t of a v2 page */
   char *admin_url;        /* its URL (the query is read); owned */
+  size_t admin_path_len;  /* admin_url[0..admin_path_len) is the path */
   /* its answer, written by the scheduler (remote): status (0: none), code and
    * message of an error, or the body of a success behind LP_HEAD_ROOM bytes */
   int res_status;
@@ -319,6 +322,14 @@ struct lp_front_s {
   lp_httpd_t *admin;       /* front 0 only: the admin listener, if configured */
   lp_mbox_t inbox;         /* remote: answers and control messages from the scheduler */
   uv_timer_t tick;         /* remote: flushes the access log, publishes the connection count */
+  /* remote: jobs parsed this loop turn, handed to the scheduler together after
+   * the turn's reads (one lock, at most one wake-up) by the check handle */
+  lp_job_t *to_sched, *to_sched_last;
+  uv_check_t flush;
+  uv_idle_t flush_soon;    /* while jobs wait: the loop does not sleep before the flush */
+  /* the scheduler's (not the front's): jobs handed back to this front this
+   * turn of the scheduler's loop, pushed together by its check handle */
+  lp_job_t *back, *back_last;
   int closing;             /* remote: its listeners are closing (drain) */
   int open_servers;        /* remote: listeners not yet closed */
   lp_buf_t scratch;        /* answers are built here, then handed to the server */
@@ -344,6 +355,9 @@ struct lp_proxy_s {
   int remote;              /* several threads: fronts are reached by messages */
   lp_mbox_t inbox;         /* remote: jobs, cancels and control messages from the fronts */
   unsigned fronts_open;    /* remote: fronts whose listeners are not closed yet (drain) */
+  uv_check_t flush;        /* remote: hands back the turn's answers, one push per front */
+  uv_idle_t flush_soon;    /* while answers wait: the loop does not sleep before the flush */
+  int back_pending;        /* some front has answers waiting */
   char **tokens;           /* bearer tokens clients must show; owned; NULL: none */
   size_t ntokens;
   lp_upstream_t *up;
@@ -452,8 +466,12 @@ void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r);
 /* Answers req with a rendered page. */
 void lp__front_answer_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r, const lp_buf_t *body,
                            const lp_page_t *pg);
-/* The scheduler is done with a job of a remote front: back to it. */
+/* Jobs parsed this loop turn go to the scheduler now (before a cancel). */
+void lp__front_flush(lp_front_t *f);
+/* The scheduler is done with a job of a remote front: back to it (with the
+ * others of this loop turn, by lp__fronts_flush). */
 void lp__job_hand_back(lp_job_t *job);
+void lp__fronts_flush(lp_proxy_t *p);
 /* A reference to a job dropped: the last frees it (remote). */
 void lp__job_release(lp_job_t *job);
 /* Every front: new limits, tokens and configuration (reload); drain; stop. */

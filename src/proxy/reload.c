@@ -4,8 +4,8 @@
  * retry and deadline settings change in place; backends may be added and
  * removed (a removed one gets no new batches and ends those in flight; its
  * shapes admit nothing more). What needs new sockets or a new shape index
- * (listen addresses, the set of models, a model's shapes, protocol or wire
- * form) is refused, naming it: a rolling restart applies those without loss.
+ * (listen addresses, front threads, the set of models, a model's shapes,
+ * protocol or wire form) is refused, naming it: a rolling restart applies those without loss.
  * A refused reload changes nothing. */
 #include <errno.h>
 #include <stdarg.h>
@@ -60,6 +60,8 @@ static int check(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errlen) 
   if (strcmp(n->admin_listen, p->cfg.admin_listen))
     return refuse(err, errlen, "admin_listen changed ('%s' -> '%s'): restart to apply",
                   p->cfg.admin_listen, n->admin_listen);
+  if (n->threads != p->cfg.threads)
+    return refuse(err, errlen, "threads changed (%u -> %u): restart to apply", p->cfg.threads, n->threads);
   if (n->nmodels != p->nmodels)
     return refuse(err, errlen, "the set of models changed: restart to apply");
   for (size_t i = 0; i < p->nmodels; i++) {
@@ -138,7 +140,7 @@ int lp__proxy_reload(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errl
   lp_config_free_tokens(p->tokens, p->ntokens);
   p->tokens = tokens;
   p->ntokens = ntokens;
-  lp_log_level = p->cfg.log_level;
+  __atomic_store_n(&lp_log_level, p->cfg.log_level, __ATOMIC_RELAXED); /* fronts read it */
   lp__fronts_reconfigure(p); /* limits, tokens and the configuration every front reads */
   for (size_t i = 0; i < p->nmodels; i++) {
     lp_model_t *m = &p->models[i];
