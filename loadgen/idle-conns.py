@@ -2,7 +2,7 @@
 """Bytes of a server's resident memory per idle keep-alive connection: opens N
 connections, sends one request on each, reads every answer (checked 200), then
 reads the server's RSS from /proc and divides the growth by N.
-Usage: idle-conns.py --port P --pid PID [--count 5000] [--path /v1/infer] [--tokens 16]"""
+Usage: idle-conns.py --port P --pid PID[,PID...] [--count 5000] [--path /v1/infer] [--tokens 16]"""
 import argparse
 import resource
 import selectors
@@ -11,12 +11,18 @@ import sys
 import time
 
 
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
+def rss_kb(pids):
+    """Resident KiB summed over the processes (a server's workers)."""
+    total = 0
+    for pid in str(pids).split(","):
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+                    break
+            else:
+                raise RuntimeError("no VmRSS")
+    return total
 
 
 def settle_rss(pid, quiet_s=1.0, limit_s=6.0):
@@ -36,7 +42,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--pid", type=int, required=True)
+    ap.add_argument("--pid", required=True, help="a pid, or several comma-separated (summed)")
     ap.add_argument("--count", type=int, default=5000)
     ap.add_argument("--path", default="/v1/infer")
     ap.add_argument("--tokens", type=int, default=16)

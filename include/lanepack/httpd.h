@@ -139,6 +139,10 @@ void lp_http_respond_raw(lp_http_req_t *req, lp_buf_t *out);
 /* The same for an answer that starts at out->data + off (a body built behind
  * room left for its head, so that it is never copied). */
 void lp_http_respond_raw_at(lp_http_req_t *req, lp_buf_t *out, size_t off);
+/* Lends out (empty: lp_buf_init'ed) the buffer of an earlier answer kept with
+ * the request, to build this one's in and hand back with lp_http_respond_raw*
+ * (one allocation fewer per answer); out stays empty when there is none. */
+void lp_http_take_buf(lp_http_req_t *req, lp_buf_t *out);
 
 /* Drops req's connection now: `partial` bytes (may be 0) are written first if
  * the socket takes them at once, then it closes; every request still queued on

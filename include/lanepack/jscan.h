@@ -60,4 +60,15 @@ const char *lp_jscan_key(const char *p, const char *end, const char *key, int *e
 const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, size_t cap,
                                int64_t min, int64_t max, size_t *n, int *err);
 
+/* Whether p[0..n) is only digits and commas: the text of an array that
+ * lp_jscan_int_array read (between its brackets) is then exactly what
+ * lp_buf_i32_array writes for its values, and can be copied instead. */
+int lp_jscan_plain_ints(const char *p, size_t n);
+
+/* Whether the readers of integer arrays (lp_jscan_int_array, the backend
+ * answer's index) take their 64-bytes-at-a-time paths (the default) or only
+ * the byte-at-a-time reference loops: tests compare the two. */
+int lp_jscan_fast(void);
+void lp_jscan_set_fast(int on);
+
 #endif

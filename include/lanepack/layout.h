@@ -13,6 +13,14 @@ typedef struct lp_seq_ref_s {
   uint32_t len;
 } lp_seq_ref_t;
 
+/* A sequence's tokens as JSON text without brackets, exactly as
+ * lp_buf_i32_list writes them ("1,2,3"): a JSON writer copies it instead of
+ * writing the numbers again. text NULL: not known. */
+typedef struct lp_seq_text_s {
+  const char *text;  /* borrowed */
+  uint32_t len;
+} lp_seq_text_t;
+
 typedef struct lp_segment_s {
   uint32_t lane;
   uint32_t segment;  /* 1-based within the lane */
@@ -41,6 +49,10 @@ typedef struct lp_layout_s {
   int32_t *cu_seqlens;
   size_t cu_cap;
   uint32_t max_seqlen;
+  /* optional, per sequence of the last build (segs[].item indexes it): their
+   * text, set by the caller after the build for the writer right after it;
+   * borrowed; each build sets it back to NULL */
+  const lp_seq_text_t *texts;
 } lp_layout_t;
 
 void lp_layout_init(lp_layout_t *l);

@@ -17,8 +17,13 @@ typedef struct lp_scatter_s {
                        anything else (not such an integer, or two that differ) */
   uint64_t batch_id;
   const char *body; /* borrowed: the answer being indexed */
-  uint32_t *span;   /* per element: start, end byte offsets into body; owned */
+  uint32_t *span;   /* per element: start, end byte offsets into body, set for
+                       (at least) the first and last element of each segment:
+                       what lp_scatter_slice reads; owned */
   size_t span_cap;
+  uint64_t *wanted; /* bit per element: its span is read (first or last of a
+                       segment); owned scratch */
+  size_t wanted_cap;
   uint32_t *lane_start;  /* per lane: index of its first element in span; owned */
   size_t lane_cap;
   uint32_t lanes;

@@ -35,7 +35,6 @@ void lp_buf_append(lp_buf_t *b, const void *p, size_t n) {
   b->len += n;
 }
 
-void lp_buf_puts(lp_buf_t *b, const char *s) { lp_buf_append(b, s, strlen(s)); }
 
 void lp_buf_printf(lp_buf_t *b, const char *fmt, ...) {
   va_list ap;
@@ -136,10 +135,15 @@ void lp_buf_u64(lp_buf_t *b, uint64_t v) {
 }
 
 void lp_buf_i32_array(lp_buf_t *b, const int32_t *v, size_t n) {
+  lp_buf_append(b, "[", 1);
+  lp_buf_i32_list(b, v, n);
+  lp_buf_append(b, "]", 1);
+}
+
+void lp_buf_i32_list(lp_buf_t *b, const int32_t *v, size_t n) {
   /* at most 11 digits and sign, plus a comma, per value */
   if (lp_buf_reserve(b, n * 12 + 2)) return;
   char *o = b->data + b->len;
-  *o++ = '[';
   for (size_t i = 0; i < n; i++) {
     if (i) *o++ = ',';
     int32_t x = v[i];
@@ -150,7 +154,6 @@ void lp_buf_i32_array(lp_buf_t *b, const int32_t *v, size_t n) {
       o = put_u32(o, (uint32_t)0 - (uint32_t)x);
     }
   }
-  *o++ = ']';
   b->len = (size_t)(o - b->data);
 }
 

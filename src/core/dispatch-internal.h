@@ -49,6 +49,7 @@ struct disp_job_s {
   uint64_t deadline_ns, admitted_ns, bound_ns, tokens;
   uint32_t nseq, unresolved, queued;
   uint32_t refs;           /* batches in flight holding one of its sequences */
+  disp_job_t *free_next;   /* in d->job_spare once freed */
   disp_seq_t seqs[];       /* nseq records, in the same block */
 };
 
@@ -138,6 +139,9 @@ struct lp_disp_s {
   size_t sitems_cap;
   disp_batch_t *spare;            /* finished batches kept for reuse */
   size_t nspare;
+  disp_job_t *job_spare;          /* freed one-sequence jobs kept for reuse (a bounded
+                                     pool: an allocation less per request) */
+  size_t njob_spare;
 };
 
 /* dispatch.c */

@@ -231,6 +231,11 @@ void lp_disp_free(lp_disp_t *d) {
     }
     batch_destroy(bt);
   }
+  while (d->job_spare) {
+    disp_job_t *j = d->job_spare;
+    d->job_spare = j->free_next;
+    free(j);
+  }
   while (d->spare) {
     disp_batch_t *b = d->spare;
     d->spare = b->dnext;
@@ -314,9 +319,39 @@ int lp__disp_clock_knows(const lp_disp_t *d, uint32_t b) {
 
 /* ---- jobs ---- */
 
+/* Under AddressSanitizer no pool: a job used after its end must still be caught. */
+#if defined(__SANITIZE_ADDRESS__)
+#define JOB_SPARE_MAX 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define JOB_SPARE_MAX 0
+#endif
+#endif
+#ifndef JOB_SPARE_MAX
+#define JOB_SPARE_MAX 256
+#endif
+
 static void job_free_if_done(lp_disp_t *d, disp_job_t *j) {
-  (void)d;
-  if (j->answered && j->refs == 0) free(j);
+  if (!j->answered || j->refs != 0) return;
+  if (j->nseq == 1 && d->njob_spare < JOB_SPARE_MAX) {
+    j->free_next = d->job_spare;
+    d->job_spare = j;
+    d->njob_spare++;
+    return;
+  }
+  free(j);
+}
+
+/* A zeroed job of nseq sequences, from the pool when it has one. */
+static disp_job_t *job_alloc(lp_disp_t *d, uint32_t nseq) {
+  if (nseq == 1 && d->job_spare) {
+    disp_job_t *j = d->job_spare;
+    d->job_spare = j->free_next;
+    d->njob_spare--;
+    memset(j, 0, sizeof(*j) + sizeof(disp_seq_t));
+    return j;
+  }
+  return calloc(1, sizeof(disp_job_t) + nseq * sizeof(disp_seq_t));
 }
 
 static void seq_leave_backoff(lp_disp_t *d, disp_seq_t *s) {
@@ -493,7 +528,7 @@ int lp_disp_admit(lp_disp_t *d, uint64_t job_id, uint32_t nseq, const uint32_t *
   }
   disp_job_t *j = NULL;
   if (!rc) {
-    j = calloc(1, sizeof(*j) + nseq * sizeof(disp_seq_t));
+    j = job_alloc(d, (uint32_t)nseq);
     if (!j || lp__disp_map_put(&d->jobs, job_id, j)) {
       free(j);
       rc = -ENOMEM;

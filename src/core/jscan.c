@@ -4,6 +4,13 @@
 
 #include <string.h>
 
+#include "scan64.h"
+
+static int fast_on = 1; /* written only by tests, before any reading */
+
+int lp_jscan_fast(void) { return fast_on; }
+void lp_jscan_set_fast(int on) { fast_on = on != 0; }
+
 /* Reads the \uXXXX escape at p (after the backslash and 'u'); -1 if bad. */
 static long hex4(const char *p, const char *end) {
   if (end - p < 4) return -1;
@@ -215,6 +222,58 @@ static inline uint64_t eight_digits(uint64_t x) {
   return (x * 10000 + (x >> 32)) & 0xffffffffULL;
 }
 
+/* The fast path of lp_jscan_int_array, 64 bytes at a time: from p (the start
+ * of a value) it takes each block's integers (lp_scan64_plain) of one to
+ * eight digits, no leading zero, in [min, max], while out has room, and
+ * returns where the scalar loop goes on: the start of a value, maybe p itself
+ * (whatever else comes is the scalar loop's to take or reject, so values,
+ * counts and errors are the scalar loop's; tests/test-numscan.c). */
+static const char *int_array_fast(const char *p, const char *end, int32_t *out, size_t cap,
+                                  int64_t min, int64_t max, size_t *n) {
+  uint64_t st, en;
+  unsigned took;
+  while (end - p >= 72 && (took = lp_scan64_plain(p, &st, &en)) != 0) {
+    while (st) {
+      unsigned a = (unsigned)__builtin_ctzll(st), len = (unsigned)__builtin_ctzll(en) + 1 - a;
+      if (len > 8 || *n == cap) return p + a; /* the scalar loop's */
+      uint64_t w;
+      memcpy(&w, p + a, 8); /* a < 64 and 72 bytes readable */
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+      w = __builtin_bswap64(w);
+#endif
+      int64_t v = (int64_t)eight_digits((w - 0x3030303030303030ULL) << (64 - 8 * len));
+      if (v < min || v > max) return p + a;
+      out[(*n)++] = (int32_t)v;
+      st &= st - 1;
+      en &= en - 1;
+    }
+    p = lp_jscan_ws(p + took, end); /* past the comma */
+  }
+  return p;
+}
+
+int lp_jscan_plain_ints(const char *p, size_t n) {
+  size_t i = 0;
+#if defined(LP_SCAN64_SSE2)
+  /* only two classes: 16 bytes in four operations */
+  const __m128i bias = _mm_set1_epi8(0x50), lim = _mm_set1_epi8(-118), comma = _mm_set1_epi8(',');
+  for (; i + 16 <= n; i += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
+    __m128i ok = _mm_or_si128(_mm_cmplt_epi8(_mm_add_epi8(v, bias), lim), _mm_cmpeq_epi8(v, comma));
+    if (_mm_movemask_epi8(ok) != 0xffff) return 0;
+  }
+#else
+  for (; i + 64 <= n; i += 64) {
+    lp_scan64_t m;
+    lp_scan64(p + i, &m);
+    if (~(m.digit | m.comma)) return 0;
+  }
+#endif
+  for (; i < n; i++)
+    if (p[i] != ',' && (unsigned)((unsigned char)p[i] - '0') >= 10) return 0;
+  return 1;
+}
+
 const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, size_t cap,
                                int64_t min, int64_t max, size_t *n, int *err) {
   *n = 0;
@@ -227,7 +286,13 @@ const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, siz
     *err = 0;
     return p + 1;
   }
+  int fast = fast_on;
   for (;;) {
+    if (fast && end - p >= 72) {
+      const char *f = int_array_fast(p, end, out, cap, min, max, n);
+      fast = f != p; /* no plain integers here: the scalar loop alone from now */
+      p = f;
+    }
     /* one integer: -?(0|[1-9][0-9]*), then not '.', 'e' or 'E' */
     const char *start = p;
     int neg = 0;

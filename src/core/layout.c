@@ -53,6 +53,7 @@ int lp_layout_build(lp_layout_t *l, uint32_t lanes, uint32_t bucket, int32_t pad
   if (reserve_slots(l, slots) || lp__grow((void **)&l->segs, &l->segs_cap, n + 1, sizeof(lp_segment_t)))
     return -ENOMEM;
   l->ragged = 0;
+  l->texts = NULL;
   l->lanes = lanes;
   l->bucket = bucket;
   l->nsegs = 0;
@@ -110,6 +111,7 @@ int lp_layout_build_ragged(lp_layout_t *l, const lp_place_t *place, const lp_seq
       lp__grow((void **)&l->cu_seqlens, &l->cu_cap, count + 1, sizeof(int32_t)))
     return -ENOMEM;
   l->ragged = 1;
+  l->texts = NULL;
   l->lanes = 1;
   l->bucket = (uint32_t)total;
   l->real_tokens = total;

@@ -11,10 +11,68 @@
 #include <string.h>
 
 #include "lanepack/jscan.h"
+#include "scan64.h"
+
+/* The bits [at, at + k) of the bitmap w (k <= 64; w has a word past the last). */
+static inline uint64_t bits_at(const uint64_t *w, size_t at, unsigned k) {
+  size_t i = at >> 6;
+  unsigned sh = (unsigned)(at & 63);
+  uint64_t v = w[i] >> sh;
+  if (sh && sh + k > 64) v |= w[i + 1] << (64 - sh);
+  return k == 64 ? v : v & ((1ULL << k) - 1);
+}
+
+/* The position of the j-th (from 0) set bit of x (it has more than j). */
+static inline unsigned nth_bit(uint64_t x, unsigned j) {
+  while (j--) x &= x - 1;
+  return (unsigned)__builtin_ctzll(x);
+}
+
+/* The fast path of index_array, 64 bytes at a time: from p (the start of a
+ * value) it takes each block's plain integers up to its last comma
+ * (lp_scan64_plain: every value checked at once), recording the spans the
+ * bitmap `wanted` asks for (NULL: every span), and returns where the scalar
+ * loop goes on: the start of a value, maybe p itself (the last value, a sign,
+ * a fraction, a leading zero, fewer than 64 bytes left are the scalar loop's
+ * to take or reject). Counts, results and the spans asked for are the scalar
+ * loop's (tests/test-numscan.c). */
+static const char *index_fast(lp_scatter_t *s, const char *base, const char *p,
+                              const char *end, size_t want, const uint64_t *wanted, size_t *at,
+                              size_t *got) {
+  uint64_t st, en;
+  unsigned took;
+  while (end - p >= 64 && (took = lp_scan64_plain(p, &st, &en)) != 0) {
+    uint32_t off = (uint32_t)(p - base);
+    unsigned k = lp__popcount64(st);
+    if (wanted && *got + k <= want) {
+      /* a block's values at once: only those asked for are looked up */
+      uint64_t w = bits_at(wanted, *at, k);
+      for (; w; w &= w - 1) {
+        unsigned j = (unsigned)__builtin_ctzll(w);
+        s->span[2 * (*at + j)] = off + nth_bit(st, j);
+        s->span[2 * (*at + j) + 1] = off + nth_bit(en, j) + 1;
+      }
+      *at += k;
+      *got += k;
+    } else {
+      for (; st; st &= st - 1, en &= en - 1) {
+        unsigned a = (unsigned)__builtin_ctzll(st), e = (unsigned)__builtin_ctzll(en);
+        if (*got >= want) return p + a; /* the scalar loop's */
+        s->span[2 * *at] = off + a;
+        s->span[2 * *at + 1] = off + e + 1;
+        (*at)++;
+        (*got)++;
+      }
+    }
+    p = lp_jscan_ws(p + took, end); /* past the comma */
+  }
+  return p;
+}
 
 void lp_scatter_init(lp_scatter_t *s) { memset(s, 0, sizeof(*s)); }
 
 void lp_scatter_free(lp_scatter_t *s) {
+  free(s->wanted);
   free(s->span);
   free(s->lane_start);
   memset(s, 0, sizeof(*s));
@@ -33,12 +91,19 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
 /* Reads a flat array of values at p, recording each value's span from index
  * *at on; `want` values are expected. Returns the byte after the array or NULL. */
 static const char *index_array(lp_scatter_t *s, const char *base, const char *p,
-                               const char *end, size_t want, size_t *at, size_t *got) {
+                               const char *end, size_t want, const uint64_t *wanted, size_t *at,
+                               size_t *got) {
   *got = 0;
   if (p >= end || *p != '[') return NULL;
   p = lp_jscan_ws(p + 1, end);
   if (p < end && *p == ']') return p + 1;
+  int fast = lp_jscan_fast();
   for (;;) {
+    if (fast && end - p >= 64) {
+      const char *f = index_fast(s, base, p, end, want, wanted, at, got);
+      fast = f != p; /* no plain integers here: the scalar loop alone from now */
+      p = f;
+    }
     const char *v = p;
     /* fast path for the common element, a plain integer: digits up to a
      * separator; anything else (fraction, exponent, string, ...) takes the
@@ -123,11 +188,29 @@ int lp_scatter_index(lp_scatter_t *s, const char *body, size_t len, const lp_lay
       /* element counts per lane */
       size_t total = is_seg ? lay->nsegs : (size_t)lay->lanes * lay->bucket;
       if (lp__grow((void **)&s->span, &s->span_cap, 2 * total + 2, sizeof(uint32_t))) return -ENOMEM;
+      /* per token: the spans read are each segment's first and last; per
+       * segment: every one (NULL) */
+      const uint64_t *wanted = NULL;
+      if (!is_seg) {
+        size_t words = total / 64 + 2;
+        if (lp__grow((void **)&s->wanted, &s->wanted_cap, words, sizeof(uint64_t))) return -ENOMEM;
+        memset(s->wanted, 0, words * sizeof(uint64_t));
+        for (size_t g = 0; g < lay->nsegs; g++) {
+          const lp_segment_t *sg = &lay->segs[g];
+          if (!sg->length) continue;
+          size_t first = (lay->ragged ? 0 : (size_t)sg->lane * lay->bucket) + sg->offset;
+          size_t last = first + sg->length - 1;
+          if (last >= total) continue; /* not this layout's: lp_scatter_slice is not asked */
+          s->wanted[first >> 6] |= 1ULL << (first & 63);
+          s->wanted[last >> 6] |= 1ULL << (last & 63);
+        }
+        wanted = s->wanted;
+      }
       const char *name = is_seg ? "segment_outputs" : "outputs";
       size_t at = 0, got;
       if (lay->ragged) {
         s->lane_start[0] = 0;
-        p = index_array(s, body, p, end, total, &at, &got);
+        p = index_array(s, body, p, end, total, wanted, &at, &got);
         if (p == NULL) return fail(err, errlen, "'%s' is not a valid JSON array", name);
         if (got != total)
           return fail(err, errlen, "'%s' has %zu values, the batch has %zu %s", name, got, total,
@@ -150,7 +233,7 @@ int lp_scatter_index(lp_scatter_t *s, const char *body, size_t len, const lp_lay
                           lay->lanes);
             p = lp_jscan_ws(p + 1, end);
           }
-          p = index_array(s, body, p, end, want, &at, &got);
+          p = index_array(s, body, p, end, want, wanted, &at, &got);
           if (p == NULL)
             return fail(err, errlen, "'%s' lane %u is not a valid JSON array", name, lane);
           if (got != want)

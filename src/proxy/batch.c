@@ -217,15 +217,20 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
     if (r) m->refs = r;
     lp_place_t *pl = realloc(m->place, n * sizeof(*pl));
     if (pl) m->place = pl;
-    if (!r || !pl) {
+    lp_seq_text_t *tx = realloc(m->texts, n * sizeof(*tx));
+    if (tx) m->texts = tx;
+    if (!r || !pl || !tx) {
       start_failed(m, bt, "out of memory", 1);
       return;
     }
     m->scratch_cap = n;
   }
+  int any_text = 0;
   for (size_t i = 0; i < n; i++) {
     const lp_seq_t *s = &job_of(bt->items[i].job_id)->seqs[bt->items[i].seq];
     m->refs[i] = (lp_seq_ref_t){s->tokens, s->len};
+    m->texts[i] = (lp_seq_text_t){s->text, s->text_len};
+    any_text |= s->text != NULL;
     m->place[i] = (lp_place_t){.bin = (int32_t)bt->items[i].lane, .offset = bt->items[i].offset};
   }
   /* only v2 rectangles send segment and position ids from the layout; the JSON
@@ -239,6 +244,7 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
     start_failed(m, bt, strerror(-rc), 1);
     return;
   }
+  if (any_text) bt->layout.texts = m->texts; /* the clients' own token text, copied by the writer */
   uint64_t now = lp__now();
   for (size_t i = 0; i < bt->layout.nsegs; i++) {
     const lp_segment_t *g = &bt->layout.segs[i];

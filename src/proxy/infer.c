@@ -60,6 +60,9 @@ typedef struct {
   size_t cap, used;
   uint32_t *lens;         /* one per sequence read */
   size_t nspans, lens_cap;
+  const char *text;       /* 'input_ids' between its brackets when only digits and
+                             commas (lp_jscan_plain_ints), borrowed from the body */
+  size_t text_len;
 } toks_t;
 
 /* Scratch larger than this is given back after the parse that needed it. */
@@ -119,6 +122,10 @@ static const char *read_tokens(lp_front_t *f, toks_t *t, const char *v, const ch
     const char *q = lp_jscan_int_array(v, end, t->tokens, t->cap, 0, INT32_MAX, &n, &err);
     if (!q) return token_error(e, err, "input_ids", n, 0), NULL;
     if (toks_span(t, n)) return fail(e, 503, "out_of_memory", "proxy out of memory"), NULL;
+    if (n && lp_jscan_plain_ints(v + 1, (size_t)(q - v - 2))) {
+      t->text = v + 1;
+      t->text_len = (size_t)(q - v - 2);
+    }
     return q;
   }
   if (*v != '[') return fail(e, 400, "bad_field", "'inputs' must be an array of token arrays"), NULL;
@@ -283,9 +290,10 @@ static lp_job_t *parse(lp_front_t *f, lp_http_req_t *req, const char *path_model
   }
 
   /* the job copies the tokens into its own block, sized to their count */
-  lp_job_t *job = lp__job_new(f, m, t->tokens, t->used, t->lens, t->nspans, inputs_at != NULL,
-                              (int)priority, deadline_ms, id_at, id_at ? (size_t)(id_end - id_at) : 0,
-                              inputs_at ? "inputs" : "input_ids", e);
+  lp_job_t *job = lp__job_new_text(f, m, t->tokens, t->used, t->lens, t->nspans, inputs_at != NULL,
+                                   (int)priority, deadline_ms, id_at,
+                                   id_at ? (size_t)(id_end - id_at) : 0, t->text, t->text_len,
+                                   inputs_at ? "inputs" : "input_ids", e);
   if (job) {
     job->req = req;
     memcpy(job->request_id, req->request_id, sizeof(job->request_id));
@@ -329,6 +337,14 @@ int lp__job_check_shapes(lp_job_t *job, const char *field, lp_perr_t *e) {
 lp_job_t *lp__job_new(lp_front_t *f, lp_model_t *m, const int32_t *tokens, size_t ntokens,
                       const uint32_t *lens, size_t nseq, int multi, int priority, double deadline_ms,
                       const char *id_json, size_t id_len, const char *field, lp_perr_t *e) {
+  return lp__job_new_text(f, m, tokens, ntokens, lens, nseq, multi, priority, deadline_ms, id_json,
+                          id_len, NULL, 0, field, e);
+}
+
+lp_job_t *lp__job_new_text(lp_front_t *f, lp_model_t *m, const int32_t *tokens, size_t ntokens,
+                           const uint32_t *lens, size_t nseq, int multi, int priority,
+                           double deadline_ms, const char *id_json, size_t id_len,
+                           const char *text, size_t text_len, const char *field, lp_perr_t *e) {
   lp_proxy_t *p = f->proxy;
   /* the front's copy of the model's configuration (the scheduler's may be
    * rewritten by a reload meanwhile) */
@@ -348,11 +364,13 @@ lp_job_t *lp__job_new(lp_front_t *f, lp_model_t *m, const int32_t *tokens, size_
       off += lens[si];
     }
   }
-  /* one block: the job, its sequences, its tokens and its id text */
+  /* one block: the job, its sequences, its tokens, its id and tokens' text */
   size_t nalloc = nseq ? nseq : 1;
   size_t head = sizeof(lp_job_t) + nalloc * sizeof(lp_seq_t);
   size_t idn = id_json ? id_len + 1 : 0;
-  size_t total = head + ntokens * sizeof(int32_t) + idn;
+  if (nseq != 1 || text_len > UINT32_MAX) text = NULL;
+  size_t textn = text ? text_len : 0;
+  size_t total = head + ntokens * sizeof(int32_t) + idn + textn;
   lp_job_t *job = malloc(total);
   if (!job) return fail(e, 503, "out_of_memory", "proxy out of memory");
   memset(job, 0, head);
@@ -377,6 +395,12 @@ lp_job_t *lp__job_new(lp_front_t *f, lp_model_t *m, const int32_t *tokens, size_
     job->id_json[id_len] = '\0';
   }
   for (size_t i = 0, at = 0; i < nseq; at += lens[i++]) job->seqs[i].tokens = job->tokens + at;
+  if (text) {
+    char *tx = (char *)job->tokens + ntokens * sizeof(int32_t) + idn;
+    memcpy(tx, text, textn);
+    job->seqs[0].text = tx;
+    job->seqs[0].text_len = (uint32_t)textn;
+  }
   job->bytes = total;
   job->arrive_ns = uv_hrtime();
   /* the client's deadline, within the bound that keeps the sum below from

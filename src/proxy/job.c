@@ -135,6 +135,7 @@ static int answer(lp_job_t *job, const char *single, size_t single_len, int per_
   lp_proxy_t *p = job->proxy;
   lp_buf_t out;
   lp_buf_init(&out);
+  if (job->req) lp_http_take_buf(job->req, &out); /* a pooled request's buffer */
   uint64_t now = lp__now(), queue_ns, backend_ns;
   const char *ctype = "application/json";
   char extra[96] = "";

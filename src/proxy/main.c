@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "lanepack/log.h"
 #include "probe.h"
@@ -94,6 +97,15 @@ static int reload_config(lp_config_t *out, char *err, size_t errlen) { return ma
 int main(int argc, char **argv) {
   static lp_config_t cfg;
   int check = 0;
+#ifdef __GLIBC__
+  /* Under load the allocator would give the top of its heap back and take it
+   * again many times a second (a batch body and answer are hundreds of KB):
+   * each time a brk call and fresh pages the kernel zeroes, several percent
+   * of the proxy's CPU. Fixed thresholds keep it; the proxy's idle timer
+   * (malloc_trim once nothing is in flight) gives it back after a burst. */
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+#endif
   static const struct option opts[] = {
       {"config", required_argument, 0, 'c'},      {"listen", required_argument, 0, 'l'},
       {"backend", required_argument, 0, 'b'},     {"shapes", required_argument, 0, 's'},

@@ -288,6 +288,7 @@ void lp__model_close(lp_model_t *m) {
   free(m->item_ids);
   lp__batches_free(m);
   free(m->refs);
+  free(m->texts);
   free(m->place);
 }
 

@@ -106,6 +106,8 @@ typedef struct lp_seq_s {
   lp_job_t *job;
   const int32_t *tokens;  /* into job->tokens */
   uint32_t len;
+  const char *text;       /* NULL or the tokens as "1,2,3", in the job's block */
+  uint32_t text_len;
   int state;
   uint32_t sends;         /* batches that carried it (copies: hedges and retries) */
   /* where it ran: its latest send, then the batch that answered it */
@@ -278,6 +280,7 @@ struct lp_model_s {
   const lp_tensor_t *v2out;
   int v2_open;             /* v2msg holds a decoded answer */
   lp_seq_ref_t *refs;      /* dispatch scratch; owned */
+  lp_seq_text_t *texts;    /* dispatch scratch, beside refs; owned */
   lp_place_t *place;
   size_t scratch_cap;
   /* metrics */
@@ -502,6 +505,13 @@ lp_job_t *lp__infer_parse(lp_front_t *f, lp_http_req_t *req, const char *model_f
 lp_job_t *lp__job_new(lp_front_t *f, lp_model_t *m, const int32_t *tokens, size_t ntokens,
                       const uint32_t *lens, size_t nseq, int multi, int priority, double deadline_ms,
                       const char *id_json, size_t id_len, const char *field, lp_perr_t *e);
+/* The same, with text (when not NULL): the one sequence's tokens as JSON text
+ * in the form lp_buf_i32_list writes ("1,2,3", the client's own bytes), kept in
+ * the job's block so the batch writer copies it (lp_seq_ref_t.text). */
+lp_job_t *lp__job_new_text(lp_front_t *f, lp_model_t *m, const int32_t *tokens, size_t ntokens,
+                           const uint32_t *lens, size_t nseq, int multi, int priority,
+                           double deadline_ms, const char *id_json, size_t id_len,
+                           const char *text, size_t text_len, const char *field, lp_perr_t *e);
 
 /* Whether each sequence fits a shape the model can run now: 0, or -1 with e. */
 int lp__job_check_shapes(lp_job_t *job, const char *field, lp_perr_t *e);
