@@ -401,12 +401,15 @@ static void union_shapes(lp_disp_t *d) {
   }
 }
 
+static void time_untaught(lp_disp_t *d, uint64_t now);
+
 /* Ends every event: sends what may leave, then sets the wake time. */
 static void finish(lp_disp_t *d, uint64_t now) {
   uint64_t wake = UINT64_MAX;
   if (lp__disp_schedule(d, now, &wake) == -ENOMEM) {
     /* the scratch could not grow: the queue waits for the job timers */
   }
+  time_untaught(d, now);
   lp_theap_node_t *t;
   if ((t = lp_theap_top(&d->timers)) && t->at < wake) wake = t->at;
   if ((t = lp_theap_top(&d->retries)) && t->at < wake) wake = t->at;
@@ -573,6 +576,18 @@ static void batch_put(lp_disp_t *d, disp_batch_t *bt) {
   d->nspare++;
 }
 
+/* The device time of a shape on backend b to be late against: its own
+ * clock's once that knows a time, else the slowest another backend of the
+ * model has learned for it (the same compiled shapes); 0 while no clock knows
+ * one. */
+static uint64_t stall_cost(const lp_disp_t *d, uint32_t b, int shape) {
+  if (lp__disp_clock_knows(d, b)) return lp__disp_cost(d, b, shape);
+  uint64_t worst = 0;
+  for (uint32_t o = 0; o < d->cfg.nbackends; o++)
+    if (o != b && lp__disp_clock_knows(d, o) && lp__disp_cost(d, o, shape) > worst) worst = lp__disp_cost(d, o, shape);
+  return worst;
+}
+
 /* The expected answers of the batches on device k of backend b that are not
  * presumed lost, in order from now: each runs after the one ahead of it, or
  * once it has arrived. A lost batch (stalled, or overtaken) holds nothing up
@@ -581,14 +596,16 @@ static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
   disp_backend_t *be = &d->be[b];
   disp_dev_t *dv = &be->dev[k];
   uint64_t prev = now, lead = lp_devclock_lead(&be->clock);
-  int known = lp__disp_clock_knows(d, b);
   for (disp_batch_t *x = dv->first; x; x = x->dnext) {
     /* one sent before the clock knew has no stall time yet: it gets one now
-     * (a lost one from its own send), or it waits out its transfer timeout */
-    int untimed = known && !x->stalled && !lp_theap_contains(&x->stall) && d->cfg.stall_factor > 0;
+     * (a lost one from its own send), or it waits out its transfer timeout;
+     * until this backend's clock knows a time, another's stands in (this one
+     * learns nothing while its only batch stalls) */
+    uint64_t cost = stall_cost(d, b, x->shape);
+    int untimed = cost && !x->stalled && !lp_theap_contains(&x->stall) && d->cfg.stall_factor > 0;
     if (x->lost) {
       if (untimed) {
-        uint64_t span = lead + lp__disp_cost(d, x->backend, x->shape);
+        uint64_t span = lead + cost;
         uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
         if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
         (void)lp_theap_set(&d->stalls, &x->stall, x->sent_ns + wait); /* without it: no hedge */
@@ -596,7 +613,7 @@ static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
       continue;
     }
     uint64_t start = x->sent_ns + lead > prev ? x->sent_ns + lead : prev;
-    x->expect_ns = start + lp__disp_cost(d, x->backend, x->shape);
+    x->expect_ns = start + (cost ? cost : lp__disp_cost(d, x->backend, x->shape));
     prev = x->expect_ns;
     if ((lp_theap_contains(&x->stall) || untimed) && d->cfg.stall_factor > 0) {
       uint64_t span = x->expect_ns - x->sent_ns;
@@ -608,6 +625,29 @@ static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
   lp_device_t *cd = &be->clock.dev[k];
   cd->batches = dv->n - dv->lost;
   cd->free_ns = cd->batches && lp__disp_clock_knows(d, b) ? prev : 0;
+}
+
+/* Batches in flight on a backend whose own clock knows no time yet get their
+ * stall times from another backend's clock as soon as one knows (sent before,
+ * or sent since: such a backend gets no other batch while one is out, so its
+ * clock would learn nothing from a stalled one before its transfer timeout). */
+static void time_untaught(lp_disp_t *d, uint64_t now) {
+  if (d->st.inflight == 0 || d->cfg.stall_factor <= 0) return;
+  int some = -1;
+  for (uint32_t b = 0; b < d->cfg.nbackends; b++) {
+    if (lp__disp_clock_knows(d, b)) continue;
+    for (uint32_t k = 0; k < LP_CLOCK_MAX_DEVICES; k++) {
+      disp_batch_t *x = d->be[b].dev[k].first;
+      while (x && (x->stalled || lp_theap_contains(&x->stall))) x = x->dnext;
+      if (!x) continue;
+      if (some < 0) {
+        some = 0;
+        for (uint32_t o = 0; o < d->cfg.nbackends && !some; o++) some = lp__disp_clock_knows(d, o);
+      }
+      if (!some) return;
+      device_chain(d, b, k, now);
+    }
+  }
 }
 
 /* Takes bt off its device; the batches behind it move by how early or late it

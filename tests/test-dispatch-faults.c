@@ -1,0 +1,162 @@
+/* The fault goal's lost requests, reproduced in the dispatch core in virtual
+ * time (loadgen/bench-faults.py lost about one request in fifty runs, each
+ * waiting out its batch's 30 s transfer timeout): the exact backend behaviour
+ * of those runs, replayed event by event. */
+#include <check.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "lanepack/dispatch.h"
+
+#define MS 1000000ull
+
+typedef struct act_s {
+  lp_disp_action_t a;
+  lp_disp_item_t it[64];
+  uint64_t at;
+} act_t;
+
+static act_t A[1024];
+static int NA;
+
+static void drain_at(lp_disp_t *d, uint64_t now) {
+  lp_disp_action_t a;
+  while (lp_disp_next(d, &a)) {
+    REQUIRE(NA < (int)(sizeof(A) / sizeof(A[0])));
+    act_t *x = &A[NA++];
+    x->a = a;
+    x->at = now;
+    if (a.kind == LP_DISP_ACT_SEND) {
+      REQUIRE(a.send.n <= 64);
+      memcpy(x->it, a.send.items, a.send.n * sizeof(*a.send.items));
+      x->a.send.items = x->it;
+    }
+  }
+}
+
+/* The latest SEND holding job (after index from), or NULL. */
+static const act_t *send_of(uint64_t job, int from) {
+  const act_t *found = NULL;
+  for (int j = from; j < NA; j++)
+    if (A[j].a.kind == LP_DISP_ACT_SEND)
+      for (size_t i = 0; i < A[j].a.send.n; i++)
+        if (A[j].it[i].job_id == job) found = &A[j];
+  return found;
+}
+
+static const act_t *answer_of(uint64_t job) {
+  for (int j = 0; j < NA; j++)
+    if (A[j].a.kind == LP_DISP_ACT_ANSWER && A[j].a.answer.job_id == job) return &A[j];
+  return NULL;
+}
+
+static void admit(lp_disp_t *d, uint64_t job, uint32_t len, uint64_t now) {
+  ck_assert_int_eq(lp_disp_admit(d, job, 1, &len, 0, 0, now), 0);
+  drain_at(d, now);
+}
+
+static void ok(lp_disp_t *d, const act_t *s, uint64_t now) {
+  lp_disp_result_t r = {.outcome = LP_DISP_OK, .device_ns = 8 * MS};
+  ck_assert_int_eq(lp_disp_result(d, s->a.send.batch_id, &r, now), 0);
+  drain_at(d, now);
+}
+
+/* Ticks at each wake the core asks for up to `until`. */
+static void run_until(lp_disp_t *d, uint64_t until) {
+  for (int i = 0; i < 1000 && lp_disp_wake_at(d) <= until; i++) {
+    uint64_t at = lp_disp_wake_at(d);
+    lp_disp_tick(d, at);
+    drain_at(d, at);
+  }
+}
+
+/* Two backends, nothing seeded (the fault benchmark configures no cost_ms).
+ * The first batch goes to backend 0 and stalls there; backend 1 answers
+ * everything else. Backend 0's own clock never learns a time (it gets no other
+ * batch: before its clock knows one, nothing says when its device frees), so
+ * the stalled batch had no stall time and its request waited for the 30 s
+ * transfer timeout, past the client's (seed 107). A backend whose own clock
+ * knows no time is timed for stalls by the others'. */
+static lp_disp_t *two_backends(void) {
+  lp_disp_config_t c;
+  lp_disp_config_default(&c);
+  char err[128];
+  ck_assert_int_eq(lp_bucket_set_parse(&c.shapes, "8x2048", err, sizeof(err)), 0);
+  c.nbackends = 2;
+  c.stall_factor = 3;
+  c.stall_min_ns = 100 * MS;
+  c.backend_timeout_ns = 30000 * MS;
+  lp_disp_t *d = lp_disp_new(&c);
+  ck_assert_ptr_nonnull(d);
+  NA = 0;
+  return d;
+}
+
+START_TEST(stall_timed_by_another_backends_clock) {
+  lp_disp_t *d = two_backends();
+  admit(d, 1, 1500, 0);
+  const act_t *s1 = send_of(1, 0);
+  ck_assert_ptr_nonnull(s1);
+  uint32_t stuck = s1->a.send.backend;
+  admit(d, 2, 1500, 1 * MS);
+  const act_t *s2 = send_of(2, 0);
+  ck_assert_ptr_nonnull(s2);
+  ck_assert_uint_ne(s2->a.send.backend, stuck); /* idle backends take turns */
+  ok(d, s2, 10 * MS); /* the other backend's clock learns 8 ms */
+  ck_assert_ptr_nonnull(answer_of(2));
+  /* job 1 is hedged well before any transfer timeout, and answered */
+  run_until(d, 1000 * MS);
+  const act_t *h = send_of(1, 0);
+  ck_assert_msg(h != s1, "the stalled batch on the backend that knows no time was not hedged within 1 s");
+  ok(d, h, h->at + 9 * MS);
+  ck_assert_ptr_nonnull(answer_of(1));
+  ck_assert_int_eq(answer_of(1)->a.answer.status, LP_DISP_ST_OK);
+
+  lp_disp_free(d);
+}
+END_TEST
+
+/* The batch sent to a backend after its only batch so far ended without
+ * teaching its clock (a reset, a timeout) stalls too: sent while that clock
+ * knows no time, it had no stall time either (seed 107's second timeout, 30 s
+ * after the first, was such a batch). */
+START_TEST(stall_timed_when_sent_to_an_untaught_backend) {
+  lp_disp_t *d = two_backends();
+  admit(d, 1, 1500, 0);
+  const act_t *s1 = send_of(1, 0);
+  uint32_t untaught = s1->a.send.backend;
+  admit(d, 2, 1500, 1 * MS);
+  const act_t *s2 = send_of(2, 0);
+  ck_assert_uint_ne(s2->a.send.backend, untaught);
+  lp_disp_result_t reset = {.outcome = LP_DISP_RESET};
+  ck_assert_int_eq(lp_disp_result(d, s1->a.send.batch_id, &reset, 5 * MS), 0);
+  drain_at(d, 5 * MS);
+  ok(d, s2, 10 * MS);
+  /* more requests until one goes to the untaught backend; the rest are answered */
+  uint64_t t = 20 * MS;
+  const act_t *s3 = NULL;
+  for (uint64_t job = 3; job < 20 && !s3; job++, t += 20 * MS) {
+    int mark = NA;
+    admit(d, job, 1500, t);
+    run_until(d, t + 10 * MS);
+    for (int j = mark; j < NA; j++) {
+      const act_t *s = &A[j];
+      if (s->a.kind != LP_DISP_ACT_SEND) continue;
+      if (s->a.send.backend == untaught) s3 = s;
+      else ok(d, s, t + 10 * MS);
+    }
+  }
+  ck_assert_ptr_nonnull(s3);
+  uint64_t job3 = s3->it[0].job_id;
+  int mark = (int)(s3 - A) + 1;
+  run_until(d, s3->at + 1000 * MS);
+  const act_t *h3 = send_of(job3, mark);
+  ck_assert_msg(h3 != NULL, "a batch sent to the backend whose clock knows no time was not hedged within 1 s");
+  ok(d, h3, h3->at + 9 * MS);
+  ck_assert_ptr_nonnull(answer_of(job3));
+  ck_assert_int_eq(answer_of(job3)->a.answer.status, LP_DISP_ST_OK);
+  lp_disp_free(d);
+}
+END_TEST
+
+LP_TEST_MAIN("dispatch-faults", stall_timed_by_another_backends_clock, stall_timed_when_sent_to_an_untaught_backend)
