@@ -70,6 +70,19 @@ static void run_until(lp_disp_t *d, uint64_t until) {
   }
 }
 
+/* Ticks as asked up to `until` or until a SEND holding job appears after
+ * index from; returns that SEND or NULL. */
+static const act_t *run_until_sent(lp_disp_t *d, uint64_t job, int from, uint64_t until) {
+  for (int i = 0; i < 1000 && lp_disp_wake_at(d) <= until; i++) {
+    uint64_t at = lp_disp_wake_at(d);
+    lp_disp_tick(d, at);
+    drain_at(d, at);
+    const act_t *s = send_of(job, from);
+    if (s) return s;
+  }
+  return NULL;
+}
+
 /* Two backends, nothing seeded (the fault benchmark configures no cost_ms).
  * The first batch goes to backend 0 and stalls there; backend 1 answers
  * everything else. Backend 0's own clock never learns a time (it gets no other
@@ -105,9 +118,8 @@ START_TEST(stall_timed_by_another_backends_clock) {
   ok(d, s2, 10 * MS); /* the other backend's clock learns 8 ms */
   ck_assert_ptr_nonnull(answer_of(2));
   /* job 1 is hedged well before any transfer timeout, and answered */
-  run_until(d, 1000 * MS);
-  const act_t *h = send_of(1, 0);
-  ck_assert_msg(h != s1, "the stalled batch on the backend that knows no time was not hedged within 1 s");
+  const act_t *h = run_until_sent(d, 1, (int)(s1 - A) + 1, 1000 * MS);
+  ck_assert_msg(h != NULL, "the stalled batch on the backend that knows no time was not hedged within 1 s");
   ok(d, h, h->at + 9 * MS);
   ck_assert_ptr_nonnull(answer_of(1));
   ck_assert_int_eq(answer_of(1)->a.answer.status, LP_DISP_ST_OK);
@@ -149,8 +161,7 @@ START_TEST(stall_timed_when_sent_to_an_untaught_backend) {
   ck_assert_ptr_nonnull(s3);
   uint64_t job3 = s3->it[0].job_id;
   int mark = (int)(s3 - A) + 1;
-  run_until(d, s3->at + 1000 * MS);
-  const act_t *h3 = send_of(job3, mark);
+  const act_t *h3 = run_until_sent(d, job3, mark, s3->at + 1000 * MS);
   ck_assert_msg(h3 != NULL, "a batch sent to the backend whose clock knows no time was not hedged within 1 s");
   ok(d, h3, h3->at + 9 * MS);
   ck_assert_ptr_nonnull(answer_of(job3));
@@ -159,4 +170,65 @@ START_TEST(stall_timed_when_sent_to_an_untaught_backend) {
 }
 END_TEST
 
-LP_TEST_MAIN("dispatch-faults", stall_timed_by_another_backends_clock, stall_timed_when_sent_to_an_untaught_backend)
+/* A sequence whose copies were spent on failures (resets, a backend killed:
+ * connection refused) and whose last copy stalls: nothing hedges it (a
+ * sequence has a fixed number of copies), and it waited for that batch's 30 s
+ * transfer timeout, past the client's (seed 129: copies 3 of 3, the last in a
+ * stalled batch). It is given up (504 backend_timeout) once its stalled copy
+ * is as late again as it was when it stalled; an answer before then still
+ * serves it. */
+START_TEST(last_copy_stalled_given_up) {
+  lp_disp_config_t c;
+  lp_disp_config_default(&c);
+  char err[128];
+  ck_assert_int_eq(lp_bucket_set_parse(&c.shapes, "8x2048", err, sizeof(err)), 0);
+  c.seed_cost_ns[0] = 8 * MS;
+  c.stall_factor = 3;
+  c.stall_min_ns = 100 * MS;
+  c.max_copies = 3;
+  c.retry_backoff_ns = 10 * MS;
+  c.backend_timeout_ns = 30000 * MS;
+  for (int late_answer = 0; late_answer < 2; late_answer++) {
+    lp_disp_t *d = lp_disp_new(&c);
+    ck_assert_ptr_nonnull(d);
+    NA = 0;
+    admit(d, 1, 1500, 0);
+    lp_disp_result_t reset = {.outcome = LP_DISP_RESET};
+    for (int i = 0; i < 2; i++) { /* two copies spent on resets */
+      const act_t *s = send_of(1, 0);
+      ck_assert_int_eq(lp_disp_result(d, s->a.send.batch_id, &reset, s->at + 1 * MS), 0);
+      drain_at(d, s->at + 1 * MS);
+      run_until(d, s->at + 100 * MS);
+    }
+    const act_t *last = send_of(1, 0);
+    ck_assert_ptr_nonnull(last);
+    ck_assert_ptr_null(answer_of(1));
+    if (late_answer) {
+      /* stalled (past 3 x 8 ms and 100 ms more), answered soon after: served */
+      run_until(d, last->at + 150 * MS);
+      ck_assert_ptr_null(answer_of(1));
+      ok(d, last, last->at + 150 * MS);
+      ck_assert_ptr_nonnull(answer_of(1));
+      ck_assert_int_eq(answer_of(1)->a.answer.status, LP_DISP_ST_OK);
+    } else {
+      run_until(d, last->at + 1000 * MS);
+      ck_assert_msg(answer_of(1) != NULL, "a request whose last copy stalled was not answered within 1 s");
+      ck_assert_int_eq(answer_of(1)->a.answer.status, LP_DISP_ST_BACKEND_TIMEOUT);
+      ck_assert_int_eq(send_of(1, 0) == last, 1); /* no copy beyond the budget */
+      /* the batch's timeout, later, changes nothing */
+      int before = NA;
+      lp_disp_result_t to = {.outcome = LP_DISP_TIMEOUT};
+      ck_assert_int_eq(lp_disp_result(d, last->a.send.batch_id, &to, last->at + 30000 * MS), 0);
+      drain_at(d, last->at + 30000 * MS);
+      ck_assert_int_eq(NA, before);
+    }
+    lp_disp_stats_t st;
+    lp_disp_stats(d, &st);
+    ck_assert_uint_eq(st.stalls, 1); /* the give-up is no second stall */
+    lp_disp_free(d);
+  }
+}
+END_TEST
+
+LP_TEST_MAIN("dispatch-faults", stall_timed_by_another_backends_clock, stall_timed_when_sent_to_an_untaught_backend,
+             last_copy_stalled_given_up)

@@ -965,8 +965,22 @@ int lp_disp_backend_devices(lp_disp_t *d, uint32_t b, uint32_t devices, uint64_t
  * lasts. The batch is presumed lost and no longer holds its device up; but a
  * device that stalls twice without answering in between is taken as hung and
  * gets one batch now and then (stall_min, doubling) until it answers. */
+/* A sequence whose copies are spent and whose every copy out is in a stalled
+ * batch: no hedge may carry it. */
+static int stranded(const lp_disp_t *d, const disp_seq_t *s) {
+  return seq_live(s) && s->state == SEQ_OUT && s->copies >= d->max_copies && s->inflight <= s->stalled;
+}
+
 static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
   disp_dev_t *dv = &d->be[bt->backend].dev[bt->device];
+  if (bt->stalled) {
+    /* as late again as when it stalled: the stranded are given up (the
+     * transfer timeout would outlast any client) */
+    lp_theap_remove(&d->stalls, &bt->stall);
+    for (uint32_t i = 0; i < bt->n; i++)
+      if (stranded(d, bt->seqs[i])) job_answer(d, bt->seqs[i]->job, LP_DISP_ST_BACKEND_TIMEOUT);
+    return;
+  }
   d->st.stalls++;
   if (!bt->lost) {
     bt->lost = 1;
@@ -986,6 +1000,13 @@ static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
     s->free_next = 0;
     if (seq_enqueue(d, s, 1) == 0) d->st.hedges++;
   }
+  /* its sequences that no copy can carry now wait for it as long again (an
+   * answer by then still serves them), not for its transfer timeout */
+  for (uint32_t i = 0; i < bt->n; i++)
+    if (stranded(d, bt->seqs[i])) {
+      (void)lp_theap_set(&d->stalls, &bt->stall, now + (now - bt->sent_ns)); /* without it: the timeout */
+      break;
+    }
   device_chain(d, bt->backend, bt->device, now);
 }
 
