@@ -140,6 +140,7 @@ static int parse_batch(emu_t *emu, job_t *j, const char *body, size_t len, perr_
   const char *ids_at = NULL, *sids_at = NULL, *pos_at = NULL;
   json_t *segs = NULL;
   int64_t lanes = -1, bucket = -1;
+  int read_in_place = 0; /* input_ids 1, segment_ids 2, position_ids 4: read already */
   j->shape = -1;
   int have_cu = 0;
   if (p >= end || *p != '{') return bad(e, "batch is not a JSON object"), 400;
@@ -159,7 +160,20 @@ static int parse_batch(emu_t *emu, job_t *j, const char *body, size_t len, perr_
     if (p >= end || *p != ':') return bad(e, "batch is not valid JSON"), 400;
     p = lp_jscan_ws(p + 1, end);
     const char *v = p;
-    p = lp_jscan_skip(p, end, 8);
+    /* the arrays of a rectangle whose shape came first (lanepack writes it
+     * first) are read where they are, not skipped and read again */
+    int32_t *into = !have_cu && j->shape >= 0 ? (k_ids ? j->ids : k_sids ? j->sids : k_pos ? j->pos : NULL) : NULL;
+    if (into) {
+      uint32_t b = j->bucket;
+      p = read_matrix(v, end, into, j->lanes, &b, 0, k_ids ? "input_ids" : k_sids ? "segment_ids" : "position_ids", e);
+      if (!p) {
+        json_decref(segs);
+        return 400;
+      }
+      read_in_place |= k_ids ? 1 : k_sids ? 2 : 4;
+    } else {
+      p = lp_jscan_skip(p, end, 8);
+    }
     if (!p) return bad(e, "batch is not valid JSON"), 400;
     if (k_ids) ids_at = v;
     else if (k_sids) sids_at = v;
@@ -177,6 +191,17 @@ static int parse_batch(emu_t *emu, job_t *j, const char *body, size_t len, perr_
         lanes = json_integer_value(json_array_get(x, 0));
         bucket = json_integer_value(json_array_get(x, 1));
         json_decref(x);
+        if (j->shape < 0 && !ids_at && !sids_at && !pos_at && lanes > 0 && bucket > 0 && lanes <= 65536 &&
+            bucket <= (1 << 24)) {
+          int si = lp_bucket_set_find(&emu->shapes, (uint32_t)lanes, (uint32_t)bucket);
+          size_t slots = (size_t)lanes * (size_t)bucket;
+          if (si >= 0 && (j->ids = malloc(slots * sizeof(int32_t))) && (j->sids = malloc(slots * sizeof(int32_t))) &&
+              (j->pos = malloc(slots * sizeof(int32_t)))) {
+            j->shape = si;
+            j->lanes = (uint32_t)lanes;
+            j->bucket = (uint32_t)bucket;
+          }
+        }
       } else if (k_segs) {
         if (!json_is_array(x)) {
           json_decref(x);
@@ -217,6 +242,8 @@ static int parse_batch(emu_t *emu, job_t *j, const char *body, size_t len, perr_
       return bad(e, "shape mismatch: this device takes rectangles only"), 500;
     }
     size_t max = (size_t)(end - ids_at) / 2 + 1;
+    j->shape = -1; /* a shape named beside cu_seqlens is ignored, as before */
+    free(j->ids);
     j->ids = malloc(max * sizeof(int32_t));
     uint32_t n = 0;
     if (!j->ids || !read_matrix(ids_at, end, j->ids, 0, &n, max, "input_ids", e)) {
@@ -247,13 +274,18 @@ static int parse_batch(emu_t *emu, job_t *j, const char *body, size_t len, perr_
     return bad(e, "shape mismatch: [%ld, %ld] is not compiled", (long)lanes, (long)bucket),
            500;
   }
+  size_t slots = (size_t)lanes * (size_t)bucket;
+  if (j->shape != si || j->lanes != (uint32_t)lanes || j->bucket != (uint32_t)bucket) {
+    /* the shape named last (or twice): the arrays are read below */
+    free(j->ids), free(j->sids), free(j->pos);
+    j->ids = malloc(slots * sizeof(int32_t));
+    j->sids = malloc(slots * sizeof(int32_t));
+    j->pos = malloc(slots * sizeof(int32_t));
+    read_in_place = 0;
+  }
   j->shape = si;
   j->lanes = (uint32_t)lanes;
   j->bucket = (uint32_t)bucket;
-  size_t slots = (size_t)lanes * (size_t)bucket;
-  j->ids = malloc(slots * sizeof(int32_t));
-  j->sids = malloc(slots * sizeof(int32_t));
-  j->pos = malloc(slots * sizeof(int32_t));
   if (!j->ids || !j->sids || !j->pos) {
     json_decref(segs);
     return bad(e, "out of memory"), 500;
@@ -263,9 +295,9 @@ static int parse_batch(emu_t *emu, job_t *j, const char *body, size_t len, perr_
     return bad(e, "batch needs 'segment_ids', 'position_ids' and 'segments'"), 400;
   }
   uint32_t b = j->bucket;
-  if (!read_matrix(ids_at, end, j->ids, j->lanes, &b, 0, "input_ids", e) ||
-      !read_matrix(sids_at, end, j->sids, j->lanes, &b, 0, "segment_ids", e) ||
-      !read_matrix(pos_at, end, j->pos, j->lanes, &b, 0, "position_ids", e)) {
+  if ((!(read_in_place & 1) && !read_matrix(ids_at, end, j->ids, j->lanes, &b, 0, "input_ids", e)) ||
+      (!(read_in_place & 2) && !read_matrix(sids_at, end, j->sids, j->lanes, &b, 0, "segment_ids", e)) ||
+      (!(read_in_place & 4) && !read_matrix(pos_at, end, j->pos, j->lanes, &b, 0, "position_ids", e))) {
     json_decref(segs);
     return 400;
   }
