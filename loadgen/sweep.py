@@ -12,11 +12,11 @@ The ideal runs on the very arrivals the load generator made (its --trace:
 intended send times and lengths), and lanepack's p50/p99 are read from the
 same trace over the same requests (single sequences that fit a shape); served
 is the requests answered 200 within the step's duration, per second, so a step
-above 100% compares what both serve under overload. --compare runs a second
-build's proxy and emulator on the same arrivals right after each step (the
-load of a shared host then weighs on both alike).
+above 100% compares what both serve under overload. --compare runs other
+builds' proxy and emulator on the same arrivals right after each step (the
+load of a shared host then weighs on all alike).
 
-Usage: loadgen/sweep.py [--build build] [--compare BUILD2] [--lengths FILE]
+Usage: loadgen/sweep.py [--build build] [--compare BUILD2,...] [--lengths FILE]
                         [--shapes 4x8192,8x2048] [--cost 4x8192=20,8x2048=8]
                         [--duration 5] [--steps 10,20,...] [--seed 1]"""
 import argparse
@@ -173,7 +173,8 @@ class Stack:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build")
-    ap.add_argument("--compare", help="a second build directory, run on the same arrivals right after each step")
+    ap.add_argument("--compare", help="more build directories (comma-separated), each run on the same arrivals "
+                    "right after each step")
     ap.add_argument("--lengths", default="tests/data/manpages.lengths")
     ap.add_argument("--shapes", default="4x8192,8x2048")
     ap.add_argument("--cost", default="4x8192=20,8x2048=8")
@@ -193,11 +194,11 @@ def main():
     print("capacity of one device for %s on %s (costs %s ms): %.0f requests/s; upstream %s"
           % (os.path.basename(a.lengths), a.shapes, a.cost, cap, a.protocol))
     tmp = tempfile.mkdtemp()
-    builds = [("", a.build)] + ([("cmp", a.compare)] if a.compare else [])
-    stacks = [Stack(b, a, tmp, tag or "main") for tag, b in builds]
+    builds = [a.build] + (a.compare.split(",") if a.compare else [])
+    stacks = [Stack(b, a, tmp, str(i)) for i, b in enumerate(builds)]
     try:
         time.sleep(0.8)
-        names = " | ".join("%s: req/s p50 p99 util fill served" % (b) for _, b in builds)
+        names = " | ".join("%s: req/s p50 p99 util fill served" % b for b in builds)
         print("columns: load | %s | ideal on the same arrivals: p50 p99 util fill served | p99/ideal per build"
               % names)
         for step in a.steps.split(","):
