@@ -24,12 +24,11 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   -C build-asan --num-processes 2
 suite "fuzzing: each libFuzzer target for 20 s from its seeds (crash, leak or hang fails)" \
   -C build-fuzz --suite fuzz --num-processes 1
-# issue 19's fault goal (loadgen/bench-faults.py: 3,000 requests, two faulty
-# emulators, one killed and restarted), three seeds: opt-in while a rare lost
-# request (about 1 run in 50) is being chased
+# issue 19's fault goal runs in the suite (test 'faults', seed 1); LP_TEST_FAULTS=1
+# runs it again on more seeds (timing decides more than the seed: a soak)
 if [ "${LP_TEST_FAULTS:-0}" = 1 ]; then
-  echo "== the fault goal, three seeds (LP_TEST_FAULTS=1)"
-  for seed in 1 2 3; do
+  echo "== the fault goal, seeds 2-11 (LP_TEST_FAULTS=1)"
+  for seed in 2 3 4 5 6 7 8 9 10 11; do
     if python3 loadgen/bench-faults.py --proxy build/src/lanepack --emulator build/loadgen/lanepack-emulator \
         --seed "$seed"; then
       echo "Ok: 1" >> "$log"
