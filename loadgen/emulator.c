@@ -453,7 +453,7 @@ static void job_done(emu_t *emu, job_t *j, uint64_t now) {
   if (j->req) {
     j->req->app = NULL;
     if (emu->log_batches)
-      fprintf(stderr, "{\"batch\": \"%lld\", \"recv_ns\": %llu, \"start_ns\": %llu, \"done_ns\": %llu, "
+      fprintf(stderr, "{\"batch_times\": \"%lld\", \"recv_ns\": %llu, \"start_ns\": %llu, \"done_ns\": %llu, "
               "\"answer_ns\": %llu}\n", (long long)j->batch_id, (unsigned long long)j->recv_ns,
               (unsigned long long)j->start_ns, (unsigned long long)j->done_ns, (unsigned long long)now);
     if (j->fault == FAULT_FAIL || j->poisoned)
