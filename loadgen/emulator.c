@@ -826,10 +826,21 @@ int main(int argc, char **argv) {
   fprintf(stderr, "{\"msg\": \"emulator listening\", \"port\": %d, \"shapes\": \"%s\"}\n", port,
           shapes);
   uv_run(emu.loop, UV_RUN_DEFAULT);
+  /* what the devices still held or had queued (their clients are gone) */
+  for (unsigned d = 0; d < emu.devices; d++)
+    if (emu.running[d]) emu_job_free(emu.running[d]);
+  while (emu.qhead) {
+    job_t *j = emu.qhead;
+    emu.qhead = j->next;
+    emu_job_free(j);
+  }
   fprintf(stderr,
           "{\"msg\": \"emulator stopped\", \"batches\": %llu, \"rejected\": %llu, \"device_busy_s\": %.3f, "
           "\"answer_late_ms_mean\": %.3f, \"answer_late_ms_max\": %.3f}\n",
           (unsigned long long)emu.batches, (unsigned long long)emu.rejected, (double)emu.busy_ns / 1e9,
           emu.batches ? (double)emu.late_ns_sum / (double)emu.batches / 1e6 : 0.0, (double)emu.late_ns_max / 1e6);
+  free(emu.running);
+  free(emu.free_ns);
+  close(emu.tfd);
   return 0;
 }
