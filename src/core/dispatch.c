@@ -401,15 +401,16 @@ static void union_shapes(lp_disp_t *d) {
   }
 }
 
-static void time_untaught(lp_disp_t *d, uint64_t now);
+static void time_sent_untaught(lp_disp_t *d, size_t from, uint64_t now);
 
 /* Ends every event: sends what may leave, then sets the wake time. */
 static void finish(lp_disp_t *d, uint64_t now) {
   uint64_t wake = UINT64_MAX;
+  size_t sent_from = d->nacts;
   if (lp__disp_schedule(d, now, &wake) == -ENOMEM) {
     /* the scratch could not grow: the queue waits for the job timers */
   }
-  time_untaught(d, now);
+  time_sent_untaught(d, sent_from, now);
   lp_theap_node_t *t;
   if ((t = lp_theap_top(&d->timers)) && t->at < wake) wake = t->at;
   if ((t = lp_theap_top(&d->retries)) && t->at < wake) wake = t->at;
@@ -627,26 +628,35 @@ static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
   cd->free_ns = cd->batches && lp__disp_clock_knows(d, b) ? prev : 0;
 }
 
-/* Batches in flight on a backend whose own clock knows no time yet get their
- * stall times from another backend's clock as soon as one knows (sent before,
- * or sent since: such a backend gets no other batch while one is out, so its
- * clock would learn nothing from a stalled one before its transfer timeout). */
-static void time_untaught(lp_disp_t *d, uint64_t now) {
-  if (d->st.inflight == 0 || d->cfg.stall_factor <= 0) return;
+static int some_clock_knows(const lp_disp_t *d) {
+  for (uint32_t b = 0; b < d->cfg.nbackends; b++)
+    if (lp__disp_clock_knows(d, b)) return 1;
+  return 0;
+}
+
+/* A batch on a backend whose own clock knows no time yet gets its stall time
+ * from another backend's clock (such a backend gets no other batch while one is
+ * out, so its clock would learn nothing from a stalled one before its transfer
+ * timeout): those sent in this event (actions from `from` on) at once, ... */
+static void time_sent_untaught(lp_disp_t *d, size_t from, uint64_t now) {
+  if (d->cfg.stall_factor <= 0) return;
   int some = -1;
+  for (size_t i = from; i < d->nacts; i++) {
+    const lp_disp_action_t *a = &d->acts[i].a;
+    if (a->kind != LP_DISP_ACT_SEND || lp__disp_clock_knows(d, a->send.backend)) continue;
+    if (some < 0) some = some_clock_knows(d);
+    if (!some) return;
+    device_chain(d, a->send.backend, a->send.device, now);
+  }
+}
+
+/* ... and those sent before any clock knew a time, when the first one learns. */
+static void time_all_untaught(lp_disp_t *d, uint64_t now) {
+  if (d->cfg.stall_factor <= 0) return;
   for (uint32_t b = 0; b < d->cfg.nbackends; b++) {
     if (lp__disp_clock_knows(d, b)) continue;
-    for (uint32_t k = 0; k < LP_CLOCK_MAX_DEVICES; k++) {
-      disp_batch_t *x = d->be[b].dev[k].first;
-      while (x && (x->stalled || lp_theap_contains(&x->stall))) x = x->dnext;
-      if (!x) continue;
-      if (some < 0) {
-        some = 0;
-        for (uint32_t o = 0; o < d->cfg.nbackends && !some; o++) some = lp__disp_clock_knows(d, o);
-      }
-      if (!some) return;
-      device_chain(d, b, k, now);
-    }
+    for (uint32_t k = 0; k < LP_CLOCK_MAX_DEVICES; k++)
+      if (d->be[b].dev[k].first) device_chain(d, b, k, now);
   }
 }
 
@@ -849,7 +859,7 @@ int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, u
   be->dev[bt->device].suspect = 0;
   /* what the device did teaches its clock, errors included; a missing shape,
    * a timeout or a reset say nothing of it */
-  int knew = lp__disp_clock_knows(d, bt->backend);
+  int knew = lp__disp_clock_knows(d, bt->backend), knew_any = knew || some_clock_knows(d);
   if (o != LP_DISP_TIMEOUT && o != LP_DISP_RESET && o != LP_DISP_ABANDONED && o != LP_DISP_ERR_SHAPE)
     learn(d, bt, r, now);
   device_release(d, bt, now);
@@ -857,6 +867,8 @@ int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, u
   if (!knew && lp__disp_clock_knows(d, bt->backend))
     for (uint32_t k = 0; k < LP_CLOCK_MAX_DEVICES; k++)
       if (k != bt->device && be->dev[k].first) device_chain(d, bt->backend, k, now);
+  /* the model's first lesson: the other backends' batches too */
+  if (!knew_any && lp__disp_clock_knows(d, bt->backend)) time_all_untaught(d, now);
   for (uint32_t i = 0; i < bt->n; i++) {
     bt->seqs[i]->inflight--;
     if (bt->stalled) bt->seqs[i]->stalled--;
