@@ -49,7 +49,7 @@ const char *lp_disp_status_code(lp_disp_status_t s) {
 
 const char *lp_disp_outcome_name(lp_disp_outcome_t o) {
   static const char *const names[LP_DISP_OUTCOME_COUNT] = {"ok", "5xx", "4xx", "shape_missing", "timeout",
-                                                           "reset", "garbled", "abandoned"};
+                                                           "reset", "garbled", "abandoned", "unsent"};
   return o < LP_DISP_OUTCOME_COUNT ? names[o] : "?";
 }
 
@@ -860,7 +860,8 @@ int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, u
   /* what the device did teaches its clock, errors included; a missing shape,
    * a timeout or a reset say nothing of it */
   int knew = lp__disp_clock_knows(d, bt->backend), knew_any = knew || some_clock_knows(d);
-  if (o != LP_DISP_TIMEOUT && o != LP_DISP_RESET && o != LP_DISP_ABANDONED && o != LP_DISP_ERR_SHAPE)
+  if (o != LP_DISP_TIMEOUT && o != LP_DISP_RESET && o != LP_DISP_ABANDONED && o != LP_DISP_ERR_SHAPE &&
+      o != LP_DISP_UNSENT)
     learn(d, bt, r, now);
   device_release(d, bt, now);
   /* the clock's first lesson: batches on its other devices get their stall times */
@@ -905,9 +906,10 @@ int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, u
       for (uint32_t i = 0; i < bt->n; i++) {
         disp_seq_t *s = bt->seqs[i];
         if (!seq_live(s) || carried(s, bt)) continue;
-        /* it may still run there: elsewhere next time, while another is up */
-        if (o == LP_DISP_TIMEOUT) s->avoid |= 1u << bt->backend;
-        retry_or_fail(d, s, 0, status_for(o), now);
+        /* it may still run there: elsewhere next time, while another is up;
+         * one that never got there (a backend restarting) costs it no copy */
+        if (o == LP_DISP_TIMEOUT || o == LP_DISP_UNSENT) s->avoid |= 1u << bt->backend;
+        retry_or_fail(d, s, o == LP_DISP_UNSENT, status_for(o), now);
       }
     }
     be->errors_in_row++;
@@ -986,8 +988,8 @@ static int stranded(const lp_disp_t *d, const disp_seq_t *s) {
 static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
   disp_dev_t *dv = &d->be[bt->backend].dev[bt->device];
   if (bt->stalled) {
-    /* as late again as when it stalled: the stranded are given up (the
-     * transfer timeout would outlast any client) */
+    /* half its transfer timeout: the stranded are given up (the whole
+     * timeout would outlast a client that waits as long as the proxy does) */
     lp_theap_remove(&d->stalls, &bt->stall);
     for (uint32_t i = 0; i < bt->n; i++)
       if (stranded(d, bt->seqs[i])) job_answer(d, bt->seqs[i]->job, LP_DISP_ST_BACKEND_TIMEOUT);
@@ -1012,11 +1014,13 @@ static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
     s->free_next = 0;
     if (seq_enqueue(d, s, 1) == 0) d->st.hedges++;
   }
-  /* its sequences that no copy can carry now wait for it as long again (an
-   * answer by then still serves them), not for its transfer timeout */
+  /* its sequences that no copy can carry now wait for it up to half its
+   * transfer timeout from its send (a slow answer by then still serves them),
+   * not the whole of it */
   for (uint32_t i = 0; i < bt->n; i++)
     if (stranded(d, bt->seqs[i])) {
-      (void)lp_theap_set(&d->stalls, &bt->stall, now + (now - bt->sent_ns)); /* without it: the timeout */
+      uint64_t at = bt->sent_ns + d->cfg.backend_timeout_ns / 2;
+      (void)lp_theap_set(&d->stalls, &bt->stall, at > now ? at : now); /* without it: the timeout */
       break;
     }
   device_chain(d, bt->backend, bt->device, now);
