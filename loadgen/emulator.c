@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lanepack/bucket.h"
@@ -34,8 +36,6 @@ void emu_job_free(job_t *j) {
   free(j->cu);
   free(j);
 }
-
-void emu_job_timer_closed(uv_handle_t *h) { emu_job_free(container_of(h, job_t, timer)); }
 
 int emu_shapes_missing(const emu_t *emu) { return emu->missing_file && access(emu->missing_file, F_OK) == 0; }
 
@@ -140,6 +140,7 @@ static int parse_batch(emu_t *emu, job_t *j, const char *body, size_t len, perr_
   const char *ids_at = NULL, *sids_at = NULL, *pos_at = NULL;
   json_t *segs = NULL;
   int64_t lanes = -1, bucket = -1;
+  int read_in_place = 0; /* input_ids 1, segment_ids 2, position_ids 4: read already */
   j->shape = -1;
   int have_cu = 0;
   if (p >= end || *p != '{') return bad(e, "batch is not a JSON object"), 400;
@@ -159,7 +160,20 @@ static int parse_batch(emu_t *emu, job_t *j, const char *body, size_t len, perr_
     if (p >= end || *p != ':') return bad(e, "batch is not valid JSON"), 400;
     p = lp_jscan_ws(p + 1, end);
     const char *v = p;
-    p = lp_jscan_skip(p, end, 8);
+    /* the arrays of a rectangle whose shape came first (lanepack writes it
+     * first) are read where they are, not skipped and read again */
+    int32_t *into = !have_cu && j->shape >= 0 ? (k_ids ? j->ids : k_sids ? j->sids : k_pos ? j->pos : NULL) : NULL;
+    if (into) {
+      uint32_t b = j->bucket;
+      p = read_matrix(v, end, into, j->lanes, &b, 0, k_ids ? "input_ids" : k_sids ? "segment_ids" : "position_ids", e);
+      if (!p) {
+        json_decref(segs);
+        return 400;
+      }
+      read_in_place |= k_ids ? 1 : k_sids ? 2 : 4;
+    } else {
+      p = lp_jscan_skip(p, end, 8);
+    }
     if (!p) return bad(e, "batch is not valid JSON"), 400;
     if (k_ids) ids_at = v;
     else if (k_sids) sids_at = v;
@@ -177,6 +191,17 @@ static int parse_batch(emu_t *emu, job_t *j, const char *body, size_t len, perr_
         lanes = json_integer_value(json_array_get(x, 0));
         bucket = json_integer_value(json_array_get(x, 1));
         json_decref(x);
+        if (j->shape < 0 && !ids_at && !sids_at && !pos_at && lanes > 0 && bucket > 0 && lanes <= 65536 &&
+            bucket <= (1 << 24)) {
+          int si = lp_bucket_set_find(&emu->shapes, (uint32_t)lanes, (uint32_t)bucket);
+          size_t slots = (size_t)lanes * (size_t)bucket;
+          if (si >= 0 && (j->ids = malloc(slots * sizeof(int32_t))) && (j->sids = malloc(slots * sizeof(int32_t))) &&
+              (j->pos = malloc(slots * sizeof(int32_t)))) {
+            j->shape = si;
+            j->lanes = (uint32_t)lanes;
+            j->bucket = (uint32_t)bucket;
+          }
+        }
       } else if (k_segs) {
         if (!json_is_array(x)) {
           json_decref(x);
@@ -217,6 +242,8 @@ static int parse_batch(emu_t *emu, job_t *j, const char *body, size_t len, perr_
       return bad(e, "shape mismatch: this device takes rectangles only"), 500;
     }
     size_t max = (size_t)(end - ids_at) / 2 + 1;
+    j->shape = -1; /* a shape named beside cu_seqlens is ignored, as before */
+    free(j->ids);
     j->ids = malloc(max * sizeof(int32_t));
     uint32_t n = 0;
     if (!j->ids || !read_matrix(ids_at, end, j->ids, 0, &n, max, "input_ids", e)) {
@@ -247,13 +274,18 @@ static int parse_batch(emu_t *emu, job_t *j, const char *body, size_t len, perr_
     return bad(e, "shape mismatch: [%ld, %ld] is not compiled", (long)lanes, (long)bucket),
            500;
   }
+  size_t slots = (size_t)lanes * (size_t)bucket;
+  if (j->shape != si || j->lanes != (uint32_t)lanes || j->bucket != (uint32_t)bucket) {
+    /* the shape named last (or twice): the arrays are read below */
+    free(j->ids), free(j->sids), free(j->pos);
+    j->ids = malloc(slots * sizeof(int32_t));
+    j->sids = malloc(slots * sizeof(int32_t));
+    j->pos = malloc(slots * sizeof(int32_t));
+    read_in_place = 0;
+  }
   j->shape = si;
   j->lanes = (uint32_t)lanes;
   j->bucket = (uint32_t)bucket;
-  size_t slots = (size_t)lanes * (size_t)bucket;
-  j->ids = malloc(slots * sizeof(int32_t));
-  j->sids = malloc(slots * sizeof(int32_t));
-  j->pos = malloc(slots * sizeof(int32_t));
   if (!j->ids || !j->sids || !j->pos) {
     json_decref(segs);
     return bad(e, "out of memory"), 500;
@@ -263,9 +295,9 @@ static int parse_batch(emu_t *emu, job_t *j, const char *body, size_t len, perr_
     return bad(e, "batch needs 'segment_ids', 'position_ids' and 'segments'"), 400;
   }
   uint32_t b = j->bucket;
-  if (!read_matrix(ids_at, end, j->ids, j->lanes, &b, 0, "input_ids", e) ||
-      !read_matrix(sids_at, end, j->sids, j->lanes, &b, 0, "segment_ids", e) ||
-      !read_matrix(pos_at, end, j->pos, j->lanes, &b, 0, "position_ids", e)) {
+  if ((!(read_in_place & 1) && !read_matrix(ids_at, end, j->ids, j->lanes, &b, 0, "input_ids", e)) ||
+      (!(read_in_place & 2) && !read_matrix(sids_at, end, j->sids, j->lanes, &b, 0, "segment_ids", e)) ||
+      (!(read_in_place & 4) && !read_matrix(pos_at, end, j->pos, j->lanes, &b, 0, "position_ids", e))) {
     json_decref(segs);
     return 400;
   }
@@ -342,7 +374,7 @@ static void answer(job_t *j) {
     }
   }
   char hdr[64];
-  snprintf(hdr, sizeof(hdr), "X-Device-Time-Us: %llu\r\n", (unsigned long long)j->device_ms * 1000);
+  snprintf(hdr, sizeof(hdr), "X-Device-Time-Us: %llu\r\n", (unsigned long long)j->device_us);
   lp_http_head(j->req, &out, 200, hdr, "application/json", body.len);
   lp_buf_append(&out, body.data, body.len);
   lp_buf_free(&body);
@@ -350,14 +382,80 @@ static void answer(job_t *j) {
   lp_buf_free(&out);
 }
 
-static void start_next(emu_t *emu);
+/* ---- the devices' clock ---- */
 
-static void on_job_done(uv_timer_t *t) {
-  job_t *j = container_of(t, job_t, timer);
-  emu_t *emu = j->emu;
-  emu->busy--;
+static void arm(emu_t *emu) {
+  uint64_t at = 0;
+  for (unsigned d = 0; d < emu->devices; d++)
+    if (emu->running[d] && (at == 0 || emu->running[d]->done_ns < at)) at = emu->running[d]->done_ns;
+  if (at == emu->armed_ns) return;
+  emu->armed_ns = at;
+  /* absolute on CLOCK_MONOTONIC, the clock uv_hrtime reads; 0 disarms */
+  struct itimerspec its = {{0, 0}, {(time_t)(at / 1000000000ull), (long)(at % 1000000000ull)}};
+  if (timerfd_settime(emu->tfd, TFD_TIMER_ABSTIME, &its, NULL)) {
+    fprintf(stderr, "{\"msg\": \"timerfd_settime failed\", \"error\": \"%s\"}\n", strerror(errno));
+    abort(); /* the emulator cannot keep time: better dead than silently wrong */
+  }
+}
+
+/* What job j costs its device, in microseconds (faults and jitter drawn here). */
+static uint64_t cost_us(emu_t *emu, job_t *j) {
+  uint64_t ms = emu->delay_ms;
+  if (j->shape >= 0) {
+    ms += emu->cost_ms[j->shape] ? emu->cost_ms[j->shape] : emu->default_cost_ms;
+    if (emu->compile_ms && !emu->used[j->shape]) {
+      ms += emu->compile_ms;
+      emu->used[j->shape] = 1;
+    }
+  } else {
+    ms += emu->default_cost_ms;
+  }
+  uint64_t us = ms * 1000;
+  if (emu->cost_jitter > 0) {
+    double f = 1 + emu->cost_jitter * (2 * lp_rng_double(&emu->rng) - 1);
+    us = (uint64_t)((double)us * (f > 0 ? f : 0) + 0.5);
+  }
+  if (emu->slow_rate > 0 && lp_rng_double(&emu->rng) < emu->slow_rate) us += emu->slow_ms * 1000;
+  return us;
+}
+
+/* Idle devices take the queue's head: it starts when it arrived or when the
+ * device was done with the one before, whichever is later (on the devices'
+ * clock, not when this runs). */
+static void start_next(emu_t *emu) {
+  for (unsigned d = 0; d < emu->devices && emu->qhead; d++) {
+    while (!emu->running[d] && emu->qhead) {
+      job_t *j = emu->qhead;
+      emu->qhead = j->next;
+      if (!emu->qhead) emu->qtail = NULL;
+      if (j->req == NULL) { /* cancelled while queued */
+        emu_job_free(j);
+        continue;
+      }
+      j->device_us = cost_us(emu, j);
+      if (j->fault == FAULT_STALL) { /* never answers, holds no device; freed when the client leaves */
+        j->stalled = 1;
+        continue;
+      }
+      j->start_ns = j->recv_ns > emu->free_ns[d] ? j->recv_ns : emu->free_ns[d];
+      j->done_ns = j->start_ns + j->device_us * 1000;
+      emu->free_ns[d] = j->done_ns;
+      emu->busy_ns += j->device_us * 1000;
+      emu->running[d] = j;
+    }
+  }
+}
+
+static void job_done(emu_t *emu, job_t *j, uint64_t now) {
+  uint64_t late = now > j->done_ns ? now - j->done_ns : 0;
+  emu->late_ns_sum += late;
+  if (late > emu->late_ns_max) emu->late_ns_max = late;
   if (j->req) {
     j->req->app = NULL;
+    if (emu->log_batches)
+      fprintf(stderr, "{\"batch_times\": \"%lld\", \"recv_ns\": %llu, \"start_ns\": %llu, \"done_ns\": %llu, "
+              "\"answer_ns\": %llu}\n", (long long)j->batch_id, (unsigned long long)j->recv_ns,
+              (unsigned long long)j->start_ns, (unsigned long long)j->done_ns, (unsigned long long)now);
     if (j->fault == FAULT_FAIL || j->poisoned)
       lp_http_respond_error(j->req, 500, NULL, "injected_failure",
                             j->poisoned ? "the batch holds the poison token" : "injected failure", NULL);
@@ -375,43 +473,34 @@ static void on_job_done(uv_timer_t *t) {
     }
   }
   emu->batches++;
-  uv_close((uv_handle_t *)&j->timer, emu_job_timer_closed);
-  start_next(emu);
+  emu_job_free(j);
 }
 
-static void start_next(emu_t *emu) {
-  while (emu->busy < emu->devices && emu->qhead) {
-    job_t *j = emu->qhead;
-    emu->qhead = j->next;
-    if (!emu->qhead) emu->qtail = NULL;
-    if (j->req == NULL) { /* cancelled while queued */
-      uv_close((uv_handle_t *)&j->timer, emu_job_timer_closed);
-      continue;
-    }
-    uint64_t ms = emu->delay_ms;
-    if (j->shape >= 0) {
-      ms += emu->cost_ms[j->shape] ? emu->cost_ms[j->shape] : emu->default_cost_ms;
-      if (emu->compile_ms && !emu->used[j->shape]) {
-        ms += emu->compile_ms;
-        emu->used[j->shape] = 1;
-      }
-    } else {
-      ms += emu->default_cost_ms;
-    }
-    if (emu->cost_jitter > 0) {
-      double f = 1 + emu->cost_jitter * (2 * lp_rng_double(&emu->rng) - 1);
-      ms = (uint64_t)((double)ms * (f > 0 ? f : 0) + 0.5);
-    }
-    if (emu->slow_rate > 0 && lp_rng_double(&emu->rng) < emu->slow_rate) ms += emu->slow_ms;
-    j->device_ms = ms;
-    emu->busy++;
-    if (j->fault == FAULT_STALL) { /* never answers; freed when the client leaves */
-      emu->busy--;
-      j->stalled = 1;
-      continue;
-    }
-    uv_timer_start(&j->timer, on_job_done, ms, 0);
+/* The timer: every batch whose device time is over is answered (the next on
+ * its device has started on the clock already), then the timer is armed for
+ * the next end. */
+static void on_tick(uv_poll_t *h, int status, int events) {
+  emu_t *emu = h->data;
+  (void)status;
+  (void)events;
+  uint64_t expirations;
+  if (read(emu->tfd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN) {
+    /* nothing to read (EAGAIN) is a spurious wake: the loop below checks the time */
   }
+  emu->armed_ns = 0; /* fired (or read empty): armed again below */
+  for (int again = 1; again;) {
+    again = 0;
+    uint64_t now = uv_hrtime();
+    for (unsigned d = 0; d < emu->devices; d++) {
+      job_t *j = emu->running[d];
+      if (!j || j->done_ns > now) continue;
+      emu->running[d] = NULL;
+      job_done(emu, j, now);
+      again = 1;
+    }
+    start_next(emu);
+  }
+  arm(emu);
 }
 
 static void handle_batch(emu_t *emu, lp_http_req_t *req) {
@@ -472,13 +561,14 @@ void emu_enqueue(emu_t *emu, job_t *j, lp_http_req_t *req) {
   else if ((u -= emu->reset_rate) < 0) j->fault = FAULT_RESET;
   else if ((u -= emu->stall_rate) < 0) j->fault = FAULT_STALL;
   else if ((u -= emu->garbage_rate) < 0) j->fault = FAULT_GARBAGE;
-  uv_timer_init(emu->loop, &j->timer);
+  j->recv_ns = emu->arrived_ns ? emu->arrived_ns : uv_hrtime();
   j->req = req;
   req->app = j;
   if (emu->qtail) emu->qtail->next = j;
   else emu->qhead = j;
   emu->qtail = j;
   start_next(emu);
+  arm(emu);
 }
 
 static int path_is(const lp_http_req_t *r, const char *p) {
@@ -487,6 +577,7 @@ static int path_is(const lp_http_req_t *r, const char *p) {
 
 static void on_request(lp_http_req_t *req, void *ud) {
   emu_t *emu = ud;
+  emu->arrived_ns = uv_hrtime(); /* before parsing: a device has its input by now */
   if ((emu->protocols & EMU_PROTO_V2) && emu_v2_route(emu, req)) return;
   if (path_is(req, "/healthz")) { /* liveness, whatever the protocol */
     lp_http_respond(req, 200, NULL, "application/json", "{\"status\": \"ok\"}\n", 17);
@@ -519,8 +610,8 @@ static void on_cancel(lp_http_req_t *req, void *ud) {
   (void)ud;
   job_t *j = req->app;
   if (!j) return;
-  j->req = NULL; /* freed when its turn comes or its timer ends */
-  if (j->stalled) uv_close((uv_handle_t *)&j->timer, emu_job_timer_closed);
+  j->req = NULL; /* freed when its turn comes or its device is done with it */
+  if (j->stalled) emu_job_free(j);
 }
 
 static void on_closed(void *arg) {
@@ -534,6 +625,7 @@ static void on_signal(uv_signal_t *s, int signum) {
   (void)signum;
   uv_signal_stop(&emu->sigterm);
   uv_signal_stop(&emu->sigint);
+  uv_poll_stop(&emu->tpoll);
   /* drop queued and stalled work: their clients see the connection close */
   lp_httpd_close(emu->httpd, on_closed, emu);
   uv_stop(emu->loop);
@@ -696,9 +788,22 @@ int main(int argc, char **argv) {
     return 2;
   }
   emu.devices = (unsigned)devices;
+  emu.running = calloc(devices, sizeof(*emu.running));
+  emu.free_ns = calloc(devices, sizeof(*emu.free_ns));
+  if (!emu.running || !emu.free_ns) {
+    fprintf(stderr, "lanepack-emulator: out of memory\n");
+    return 1;
+  }
   lp_rng_seed(&emu.rng, seed);
   signal(SIGPIPE, SIG_IGN);
   emu.loop = uv_default_loop();
+  emu.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (emu.tfd < 0 || uv_poll_init(emu.loop, &emu.tpoll, emu.tfd)) {
+    fprintf(stderr, "lanepack-emulator: timerfd: %s\n", strerror(errno));
+    return 1;
+  }
+  emu.tpoll.data = &emu;
+  uv_poll_start(&emu.tpoll, UV_READABLE, on_tick);
   lp_httpd_config_t hc;
   lp_httpd_config_default(&hc);
   hc.on_request = on_request;
@@ -721,7 +826,21 @@ int main(int argc, char **argv) {
   fprintf(stderr, "{\"msg\": \"emulator listening\", \"port\": %d, \"shapes\": \"%s\"}\n", port,
           shapes);
   uv_run(emu.loop, UV_RUN_DEFAULT);
-  fprintf(stderr, "{\"msg\": \"emulator stopped\", \"batches\": %llu, \"rejected\": %llu}\n",
-          (unsigned long long)emu.batches, (unsigned long long)emu.rejected);
+  /* what the devices still held or had queued (their clients are gone) */
+  for (unsigned d = 0; d < emu.devices; d++)
+    if (emu.running[d]) emu_job_free(emu.running[d]);
+  while (emu.qhead) {
+    job_t *j = emu.qhead;
+    emu.qhead = j->next;
+    emu_job_free(j);
+  }
+  fprintf(stderr,
+          "{\"msg\": \"emulator stopped\", \"batches\": %llu, \"rejected\": %llu, \"device_busy_s\": %.3f, "
+          "\"answer_late_ms_mean\": %.3f, \"answer_late_ms_max\": %.3f}\n",
+          (unsigned long long)emu.batches, (unsigned long long)emu.rejected, (double)emu.busy_ns / 1e9,
+          emu.batches ? (double)emu.late_ns_sum / (double)emu.batches / 1e6 : 0.0, (double)emu.late_ns_max / 1e6);
+  free(emu.running);
+  free(emu.free_ns);
+  close(emu.tfd);
   return 0;
 }

@@ -19,8 +19,9 @@ typedef struct emu_s emu_t;
 typedef struct job_s {
   emu_t *emu;
   lp_http_req_t *req;     /* NULL once the client went away */
-  uv_timer_t timer;
   struct job_s *next;     /* device queue */
+  uint64_t recv_ns;       /* when its request had arrived whole (uv_hrtime) */
+  uint64_t start_ns, done_ns; /* on its device's clock: when it starts and ends */
   int64_t batch_id;
   int shape;              /* index in the shape set, -1 for ragged */
   uint32_t lanes, bucket;
@@ -29,7 +30,7 @@ typedef struct job_s {
   size_t ncu;
   int fault;              /* 0 none, else which fault to act out */
   int stalled;            /* held without an answer until the client leaves */
-  uint64_t device_ms;     /* what it cost on its device, reported to the client */
+  uint64_t device_us;     /* what it cost on its device, reported to the client */
   int poisoned;           /* holds the poison token: fails */
   /* v2 jobs */
   int v2;
@@ -50,8 +51,22 @@ struct emu_s {
   int ragged_ok;
   int hide_shapes;        /* no /v1/shapes route, like a backend that lacks one */
   int log_batches;        /* a JSON line per batch on stderr: its id and request ids */
-  unsigned devices, busy;
-  job_t *qhead, *qtail;
+  unsigned devices;
+  job_t *qhead, *qtail;   /* waiting for a device, in arrival order */
+  /* The devices' clock: device d runs running[d] from its start_ns to its
+   * done_ns; the next one there starts at max(its arrival, that done_ns), so
+   * the time the emulator itself takes (parsing, writing answers, a late
+   * wake-up on a loaded host) is never added to a device's time. One timerfd
+   * on CLOCK_MONOTONIC (uv_hrtime's clock), armed at the earliest done_ns,
+   * wakes the loop to the microsecond. */
+  job_t **running;        /* devices entries, NULL = idle */
+  uint64_t *free_ns;      /* devices entries: when each is done with what it was given */
+  int tfd;
+  uv_poll_t tpoll;
+  uint64_t armed_ns;      /* what tfd is armed for; 0 = disarmed */
+  uint64_t arrived_ns;    /* when the request being handled arrived whole */
+  /* how late answers left past their device's done_ns (the host's share) */
+  uint64_t late_ns_sum, late_ns_max, busy_ns;
   /* faults */
   double fail_rate, reset_rate, stall_rate, garbage_rate;
   uint64_t delay_ms;
@@ -78,7 +93,6 @@ enum { EMU_PROTO_LANEPACK = 1, EMU_PROTO_V2 = 2 };
 void emu_job_free(job_t *j);
 /* --missing-file: the shapes are missing right now. */
 int emu_shapes_missing(const emu_t *emu);
-void emu_job_timer_closed(uv_handle_t *h);
 /* Queues a parsed job on the devices (faults drawn here). */
 void emu_enqueue(emu_t *emu, job_t *j, lp_http_req_t *req);
 

@@ -340,7 +340,7 @@ void emu_v2_answer(job_t *j) {
     else hl += 3;
   }
   char hdr[160];
-  int k = snprintf(hdr, sizeof(hdr), "X-Device-Time-Us: %llu\r\n", (unsigned long long)j->device_ms * 1000);
+  int k = snprintf(hdr, sizeof(hdr), "X-Device-Time-Us: %llu\r\n", (unsigned long long)j->device_us);
   if (j->v2_binary) snprintf(hdr + k, sizeof(hdr) - (size_t)k, "Inference-Header-Content-Length: %zu\r\n", hl);
   lp_buf_t out;
   lp_buf_init(&out);

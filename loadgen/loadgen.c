@@ -130,6 +130,7 @@ struct lg_s {
   int printed_mismatch;
   int32_t *vgot, *vwant;  /* --verify scratch, reused; owned */
   size_t vcap;
+  FILE *trace;            /* --trace: a line per request counted (shared by the workers) */
 };
 
 static uint64_t now_ns(void) { return uv_hrtime(); }
@@ -384,6 +385,11 @@ static void record(lg_t *lg, req_t *r, int status, const char *body, size_t len,
         st->failed++;
       }
     }
+    /* one fprintf per line: stdio locks it against the other workers' */
+    if (lg->trace)
+      fprintf(lg->trace, "%llu %llu %u %d %llu\n", (unsigned long long)r->intended_ns,
+              (unsigned long long)r->body->ntokens, r->body->nseq, kind ? -kind : status,
+              (unsigned long long)((t - r->intended_ns) / 1000));
   }
   free_req(r);
 }
@@ -983,12 +989,18 @@ static void usage(FILE *f) {
           "         [--warmup 0s] [--connections N] [--model M] [--vocab V]\n"
           "         [--sequences-per-request K] [--max-requests N] [--timeout 30s]\n"
           "         [--seed S] [--verify] [--json FILE] [--plot FILE.svg] [--pool N]\n"
-          "         [--threads N] [--pipeline N] [--protocol v1|v2 [--binary]]\n"
+          "         [--threads N] [--pipeline N] [--protocol v1|v2 [--binary]] [--trace FILE]\n"
+          "         [--shuffle]\n"
           "--pool N: bodies built before the run and cycled (default 4096, and at least\n"
           "          a length file's lines); 0 builds a fresh body for every request\n"
           "--protocol v2: Open Inference Protocol requests to /v2/models/MODEL/infer (MODEL\n"
           "          from --model, else 'default'), input_ids [k, n] with the k rows of a\n"
-          "          request as long as its first; --binary sends and asks for binary tensors\n");
+          "          request as long as its first; --binary sends and asks for binary tensors\n"
+          "--trace FILE: a line per request counted: its intended send time (ns, uv_hrtime),\n"
+          "          tokens, sequences, HTTP status (-1 connection error, -2 timeout) and\n"
+          "          latency from the intended time (us); for replaying the same arrivals\n"
+          "--shuffle: a length file's lines in an order drawn from --seed (else file order,\n"
+          "          cycled)\n");
 }
 
 static int die(const char *fmt, const char *a) {
@@ -1000,7 +1012,8 @@ static int die(const char *fmt, const char *a) {
 
 int main(int argc, char **argv) {
   static lg_t lg;
-  const char *url = NULL, *lengths = NULL, *json = NULL, *plot = NULL, *sweep = NULL;
+  const char *url = NULL, *lengths = NULL, *json = NULL, *plot = NULL, *sweep = NULL, *trace = NULL;
+  int shuffle = 0;
   double rate = 0;
   unsigned long conc = 0, conns = 0, seed = 1, pool = 4096, threads = 1, depth = 1;
   uint64_t duration = 10000000000ull, warmup = 0;
@@ -1019,6 +1032,7 @@ int main(int argc, char **argv) {
       {"sweep", required_argument, 0, 'S'},       {"pool", required_argument, 0, 'P'},
       {"threads", required_argument, 0, 'T'},      {"pipeline", required_argument, 0, 'Q'},
       {"protocol", required_argument, 0, 'X'},    {"binary", no_argument, 0, 'B'},
+      {"trace", required_argument, 0, 'A'},      {"shuffle", no_argument, 0, 'U'},
       {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'Z'},
       {0, 0, 0, 0}};
   int c, idx = 0;
@@ -1051,6 +1065,8 @@ int main(int argc, char **argv) {
         else return die("--protocol must be v1 or v2, got '%s'", optarg);
         break;
       case 'B': lg.v2_binary = 1; break;
+      case 'A': trace = optarg; break;
+      case 'U': shuffle = 1; break;
       case 'Z': printf("%s %s\n", "lanepack-loadgen", LP_VERSION); return 0;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
@@ -1067,6 +1083,18 @@ int main(int argc, char **argv) {
     snprintf(lg.path, sizeof(lg.path), "/v2/models/%s/infer", lg.model[0] ? lg.model : "default");
   char err[256];
   if (lp_lengths_load(&lg.lengths, lengths, err, sizeof(err))) return die("--lengths: %s", err);
+  if (shuffle && lg.lengths.count > 1) {
+    /* a file in some order (by package, by size) sends its runs of long
+     * sequences together, cycle after cycle: shuffled once, by the seed */
+    lp_rng_t srng;
+    lp_rng_seed(&srng, seed * 2654435761ull + 17);
+    for (size_t i = lg.lengths.count - 1; i > 0; i--) {
+      size_t k = (size_t)lp_rng_below(&srng, i + 1);
+      uint32_t t = lg.lengths.values[i];
+      lg.lengths.values[i] = lg.lengths.values[k];
+      lg.lengths.values[k] = t;
+    }
+  }
   double rates[64];
   size_t nrates = 0;
   if (sweep) {
@@ -1120,6 +1148,7 @@ int main(int argc, char **argv) {
     setrlimit(RLIMIT_NOFILE, &rl);
     if (rl.rlim_cur < lg.max_conns + 64) lg.max_conns = rl.rlim_cur > 128 ? rl.rlim_cur - 64 : 64;
   }
+  if (trace && !(lg.trace = fopen(trace, "w"))) return die("cannot write --trace '%s'", trace);
   /* workers: copies of the template, each with its own loop, random stream,
    * place in the pool and share of users and connections */
   lg_t *w = calloc(threads, sizeof(lg_t));
@@ -1194,5 +1223,6 @@ int main(int argc, char **argv) {
     uv_loop_close(w[i].loop);
   }
   free(w);
+  if (lg.trace && fclose(lg.trace)) return die("cannot write --trace '%s'", trace);
   return bad ? 3 : 0;
 }

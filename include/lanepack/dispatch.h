@@ -130,6 +130,10 @@ typedef enum {
   LP_DISP_GARBLED,        /* 200 with an answer that could not be read */
   LP_DISP_ABANDONED,      /* the caller gave the transfer up (shutting down): the
                              device slot is freed and its sequences fail with 503 */
+  LP_DISP_UNSENT,         /* it never reached the backend (connection refused): counts
+                             against the backend like a reset, but its sequences are
+                             re-sent elsewhere (while another backend is up) at no cost
+                             to their copies, like a bisection's halves */
   LP_DISP_OUTCOME_COUNT
 } lp_disp_outcome_t;
 

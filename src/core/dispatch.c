@@ -49,7 +49,7 @@ const char *lp_disp_status_code(lp_disp_status_t s) {
 
 const char *lp_disp_outcome_name(lp_disp_outcome_t o) {
   static const char *const names[LP_DISP_OUTCOME_COUNT] = {"ok", "5xx", "4xx", "shape_missing", "timeout",
-                                                           "reset", "garbled", "abandoned"};
+                                                           "reset", "garbled", "abandoned", "unsent"};
   return o < LP_DISP_OUTCOME_COUNT ? names[o] : "?";
 }
 
@@ -448,12 +448,16 @@ static void union_shapes(lp_disp_t *d) {
   }
 }
 
+static void time_sent_untaught(lp_disp_t *d, size_t from, uint64_t now);
+
 /* Ends every event: sends what may leave, then sets the wake time. */
 static void finish(lp_disp_t *d, uint64_t now) {
   uint64_t wake = UINT64_MAX;
+  size_t sent_from = d->nacts;
   if (lp__disp_schedule(d, now, &wake) == -ENOMEM) {
     /* the scratch could not grow: the queue waits for the job timers */
   }
+  time_sent_untaught(d, sent_from, now);
   lp_theap_node_t *t;
   if ((t = lp_theap_top(&d->timers)) && t->at < wake) wake = t->at;
   if ((t = lp_theap_top(&d->retries)) && t->at < wake) wake = t->at;
@@ -620,6 +624,18 @@ static void batch_put(lp_disp_t *d, disp_batch_t *bt) {
   d->nspare++;
 }
 
+/* The device time of a shape on backend b to be late against: its own
+ * clock's once that knows a time, else the slowest another backend of the
+ * model has learned for it (the same compiled shapes); 0 while no clock knows
+ * one. */
+static uint64_t stall_cost(const lp_disp_t *d, uint32_t b, int shape) {
+  if (lp__disp_clock_knows(d, b)) return lp__disp_cost(d, b, shape);
+  uint64_t worst = 0;
+  for (uint32_t o = 0; o < d->cfg.nbackends; o++)
+    if (o != b && lp__disp_clock_knows(d, o) && lp__disp_cost(d, o, shape) > worst) worst = lp__disp_cost(d, o, shape);
+  return worst;
+}
+
 /* The expected answers of the batches on device k of backend b that are not
  * presumed lost, in order from now: each runs after the one ahead of it, or
  * once it has arrived. A lost batch (stalled, or overtaken) holds nothing up
@@ -628,14 +644,16 @@ static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
   disp_backend_t *be = &d->be[b];
   disp_dev_t *dv = &be->dev[k];
   uint64_t prev = now, lead = lp_devclock_lead(&be->clock);
-  int known = lp__disp_clock_knows(d, b);
   for (disp_batch_t *x = dv->first; x; x = x->dnext) {
     /* one sent before the clock knew has no stall time yet: it gets one now
-     * (a lost one from its own send), or it waits out its transfer timeout */
-    int untimed = known && !x->stalled && !lp_theap_contains(&x->stall) && d->cfg.stall_factor > 0;
+     * (a lost one from its own send), or it waits out its transfer timeout;
+     * until this backend's clock knows a time, another's stands in (this one
+     * learns nothing while its only batch stalls) */
+    uint64_t cost = stall_cost(d, b, x->shape);
+    int untimed = cost && !x->stalled && !lp_theap_contains(&x->stall) && d->cfg.stall_factor > 0;
     if (x->lost) {
       if (untimed) {
-        uint64_t span = lead + lp__disp_cost(d, x->backend, x->shape);
+        uint64_t span = lead + cost;
         uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
         if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
         (void)lp_theap_set(&d->stalls, &x->stall, x->sent_ns + wait); /* without it: no hedge */
@@ -643,9 +661,9 @@ static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
       continue;
     }
     uint64_t start = x->sent_ns + lead > prev ? x->sent_ns + lead : prev;
-    x->expect_ns = start + lp__disp_cost(d, x->backend, x->shape);
+    x->expect_ns = start + (cost ? cost : lp__disp_cost(d, x->backend, x->shape));
     prev = x->expect_ns;
-    if (known && (lp_theap_contains(&x->stall) || untimed) && d->cfg.stall_factor > 0) {
+    if (cost && (lp_theap_contains(&x->stall) || untimed) && d->cfg.stall_factor > 0) {
       uint64_t span = x->expect_ns - x->sent_ns;
       uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
       if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
@@ -655,6 +673,38 @@ static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
   lp_device_t *cd = &be->clock.dev[k];
   cd->batches = dv->n - dv->lost;
   cd->free_ns = cd->batches && lp__disp_clock_knows(d, b) ? prev : 0;
+}
+
+static int some_clock_knows(const lp_disp_t *d) {
+  for (uint32_t b = 0; b < d->cfg.nbackends; b++)
+    if (lp__disp_clock_knows(d, b)) return 1;
+  return 0;
+}
+
+/* A batch on a backend whose own clock knows no time yet gets its stall time
+ * from another backend's clock (such a backend gets no other batch while one is
+ * out, so its clock would learn nothing from a stalled one before its transfer
+ * timeout): those sent in this event (actions from `from` on) at once, ... */
+static void time_sent_untaught(lp_disp_t *d, size_t from, uint64_t now) {
+  if (d->cfg.stall_factor <= 0) return;
+  int some = -1;
+  for (size_t i = from; i < d->nacts; i++) {
+    const lp_disp_action_t *a = &d->acts[i].a;
+    if (a->kind != LP_DISP_ACT_SEND || lp__disp_clock_knows(d, a->send.backend)) continue;
+    if (some < 0) some = some_clock_knows(d);
+    if (!some) return;
+    device_chain(d, a->send.backend, a->send.device, now);
+  }
+}
+
+/* ... and those sent before any clock knew a time, when the first one learns. */
+static void time_all_untaught(lp_disp_t *d, uint64_t now) {
+  if (d->cfg.stall_factor <= 0) return;
+  for (uint32_t b = 0; b < d->cfg.nbackends; b++) {
+    if (lp__disp_clock_knows(d, b)) continue;
+    for (uint32_t k = 0; k < LP_CLOCK_MAX_DEVICES; k++)
+      if (d->be[b].dev[k].first) device_chain(d, b, k, now);
+  }
 }
 
 /* Takes bt off its device; the batches behind it move by how early or late it
@@ -856,14 +906,17 @@ int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, u
   be->dev[bt->device].suspect = 0;
   /* what the device did teaches its clock, errors included; a missing shape,
    * a timeout or a reset say nothing of it */
-  int knew = lp__disp_clock_knows(d, bt->backend);
-  if (o != LP_DISP_TIMEOUT && o != LP_DISP_RESET && o != LP_DISP_ABANDONED && o != LP_DISP_ERR_SHAPE)
+  int knew = lp__disp_clock_knows(d, bt->backend), knew_any = knew || some_clock_knows(d);
+  if (o != LP_DISP_TIMEOUT && o != LP_DISP_RESET && o != LP_DISP_ABANDONED && o != LP_DISP_ERR_SHAPE &&
+      o != LP_DISP_UNSENT)
     learn(d, bt, r, now);
   device_release(d, bt, now);
   /* the clock's first lesson: batches on its other devices get their stall times */
   if (!knew && lp__disp_clock_knows(d, bt->backend))
     for (uint32_t k = 0; k < LP_CLOCK_MAX_DEVICES; k++)
       if (k != bt->device && be->dev[k].first) device_chain(d, bt->backend, k, now);
+  /* the model's first lesson: the other backends' batches too */
+  if (!knew_any && lp__disp_clock_knows(d, bt->backend)) time_all_untaught(d, now);
   for (uint32_t i = 0; i < bt->n; i++) {
     bt->seqs[i]->inflight--;
     if (bt->stalled) bt->seqs[i]->stalled--;
@@ -900,9 +953,10 @@ int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, u
       for (uint32_t i = 0; i < bt->n; i++) {
         disp_seq_t *s = bt->seqs[i];
         if (!seq_live(s) || carried(s, bt)) continue;
-        /* it may still run there: elsewhere next time, while another is up */
-        if (o == LP_DISP_TIMEOUT) s->avoid |= 1u << bt->backend;
-        retry_or_fail(d, s, 0, status_for(o), now);
+        /* it may still run there: elsewhere next time, while another is up;
+         * one that never got there (a backend restarting) costs it no copy */
+        if (o == LP_DISP_TIMEOUT || o == LP_DISP_UNSENT) s->avoid |= 1u << bt->backend;
+        retry_or_fail(d, s, o == LP_DISP_UNSENT, status_for(o), now);
       }
     }
     be->errors_in_row++;
@@ -972,9 +1026,23 @@ int lp_disp_backend_devices(lp_disp_t *d, uint32_t b, uint32_t devices, uint64_t
  * lasts. The batch is presumed lost and no longer holds its device up; but a
  * device that stalls twice without answering in between is taken as hung and
  * gets one batch now and then (stall_min, doubling) until it answers. */
+/* A sequence whose copies are spent and whose every copy out is in a stalled
+ * batch: no hedge may carry it. */
+static int stranded(const lp_disp_t *d, const disp_seq_t *s) {
+  return seq_live(s) && s->state == SEQ_OUT && s->copies >= d->max_copies && s->inflight <= s->stalled;
+}
+
 static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
   disp_backend_t *be = &d->be[bt->backend];
   disp_dev_t *dv = &be->dev[bt->device];
+  if (bt->stalled) {
+    /* half its transfer timeout: the stranded are given up (the whole
+     * timeout would outlast a client that waits as long as the proxy does) */
+    lp_theap_remove(&d->stalls, &bt->stall);
+    for (uint32_t i = 0; i < bt->n; i++)
+      if (stranded(d, bt->seqs[i])) job_answer(d, bt->seqs[i]->job, LP_DISP_ST_BACKEND_TIMEOUT);
+    return;
+  }
   d->st.stalls++;
   /* a shape nothing was known of took at least this long: a lower bound the
    * clock times the next batches by (else the device waits for an answer
@@ -1002,6 +1070,15 @@ static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
     s->free_next = 0;
     if (seq_enqueue(d, s, 1) == 0) d->st.hedges++;
   }
+  /* its sequences that no copy can carry now wait for it up to half its
+   * transfer timeout from its send (a slow answer by then still serves them),
+   * not the whole of it */
+  for (uint32_t i = 0; i < bt->n; i++)
+    if (stranded(d, bt->seqs[i])) {
+      uint64_t at = bt->sent_ns + d->cfg.backend_timeout_ns / 2;
+      (void)lp_theap_set(&d->stalls, &bt->stall, at > now ? at : now); /* without it: the timeout */
+      break;
+    }
   for (uint32_t k = 0; k < LP_CLOCK_MAX_DEVICES; k++)
     if (k == bt->device || (!knew && be->dev[k].first)) device_chain(d, bt->backend, k, now);
 }

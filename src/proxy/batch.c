@@ -357,7 +357,7 @@ static lp_disp_outcome_t classify(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t
   if (x->result != LP_XFER_OK) {
     be->failures++;
     log_refusal(bt, x, "batch failed", x->error, strlen(x->error));
-    return x->result == LP_XFER_TIMEOUT ? LP_DISP_TIMEOUT : LP_DISP_RESET;
+    return x->result == LP_XFER_TIMEOUT ? LP_DISP_TIMEOUT : x->result == LP_XFER_CONNECT ? LP_DISP_UNSENT : LP_DISP_RESET;
   }
   if (x->status != 200) {
     int v2 = m->cfg->protocol == LP_PROTO_V2;

@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "lanepack/log.h"
 #include "proxy.h"
@@ -17,11 +20,6 @@ static const double time_bounds[] = {0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.
 static const double error_bounds[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5};
 
 #define MS 1000000ull
-/* Below this a wake is waited for with an idle handle (the loop polls without
- * sleeping), above it with the millisecond timer: a wake is then at most this
- * early (a tick before time is harmless) or about a millisecond late, and the
- * loop never spins longer than this. */
-#define LP_WAKE_SPIN_NS (200 * 1000ull)
 
 uint64_t lp__now(void) { return uv_hrtime(); }
 
@@ -53,41 +51,35 @@ void lp__disp_config(const lp_config_t *pc, const lp_model_config_t *cfg, const 
 
 /* ---- the wake ---- */
 
+/* The core's wake time on an absolute timerfd of CLOCK_MONOTONIC, the clock
+ * uv_hrtime (lp__now) reads: the loop wakes when it is due, to the
+ * microsecond, without spinning (libuv's timers count whole milliseconds of a
+ * cached loop time: a wake up to a millisecond late, or an idle handle
+ * polling for the last fraction, cost device time between short batches). */
 static void arm_wake(lp_model_t *m);
 
-static void on_wake(uv_timer_t *t) {
-  lp_model_t *m = t->data;
-  m->wake_at = 0;
-  lp__model_schedule(m);
-}
-
-static void on_soon(uv_idle_t *h) {
+static void on_wake(uv_poll_t *h, int status, int events) {
   lp_model_t *m = h->data;
-  if (lp__now() < m->wake_at) return; /* within LP_WAKE_SPIN_NS: poll on */
-  uv_idle_stop(&m->soon);
+  (void)status;
+  (void)events;
+  uint64_t n;
+  if (read(m->wake_fd, &n, sizeof(n)) < 0) {
+    /* EAGAIN: re-armed since it fired; a tick before time is harmless */
+  }
   m->wake_at = 0;
   lp__model_schedule(m);
 }
 
 static void arm_wake(lp_model_t *m) {
   uint64_t at = lp_disp_wake_at(m->disp);
-  if (at == m->wake_at) return;
-  uv_timer_stop(&m->wake);
-  uv_idle_stop(&m->soon);
-  m->wake_at = 0;
-  if (at == UINT64_MAX) return;
-  uint64_t now = lp__now();
-  m->wake_at = at ? at : 1;
-  if (at <= now + LP_WAKE_SPIN_NS) {
-    uv_idle_start(&m->soon, on_soon);
-    return;
-  }
-  /* libuv counts whole milliseconds from its loop time: the floor fires at or
-   * before the due time (then the tick finds the rest and re-arms), never a
-   * whole millisecond after it */
-  uv_update_time(m->proxy->loop);
-  uint64_t ms = (at - now) / MS;
-  uv_timer_start(&m->wake, on_wake, ms ? ms : 1, 0);
+  uint64_t want = at == UINT64_MAX ? 0 : at ? at : 1;
+  if (want == m->wake_at) return;
+  m->wake_at = want;
+  /* 0 disarms; a time already past fires at once */
+  struct itimerspec its = {{0, 0}, {(time_t)(want / 1000000000ull), (long)(want % 1000000000ull)}};
+  if (timerfd_settime(m->wake_fd, TFD_TIMER_ABSTIME, &its, NULL))
+    lp_log(LP_LOG_ERROR, "wake timer not armed", "\"model\": \"%s\", \"error\": \"%s\"", m->cfg->name,
+           strerror(errno));
 }
 
 /* ---- actions ---- */
@@ -221,6 +213,7 @@ void lp__backend_init(lp_model_t *m, lp_backend_t *b, const char *url) {
 
 int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   memset(m, 0, sizeof(*m));
+  m->wake_fd = -1;
   m->proxy = p;
   m->cfg = cfg;
   m->shapes = cfg->shapes;
@@ -250,10 +243,16 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   lp_scatter_init(&m->scatter);
   lp_buf_init(&m->render);
   lp_buf_init(&m->v2_members);
-  uv_timer_init(p->loop, &m->wake);
+  m->wake_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (m->wake_fd < 0) return -errno;
+  int rc = uv_poll_init(p->loop, &m->wake, m->wake_fd);
+  if (rc) {
+    close(m->wake_fd);
+    m->wake_fd = -1;
+    return rc;
+  }
   m->wake.data = m;
-  uv_idle_init(p->loop, &m->soon);
-  m->soon.data = m;
+  uv_poll_start(&m->wake, UV_READABLE, on_wake);
   for (size_t i = 0; i < cfg->nbackends; i++) lp__backend_init(m, &m->backends[m->nbackends++], cfg->backends[i]);
   uint64_t now = lp__now();
   for (uint32_t b = (uint32_t)m->nbackends; b < LP_MAX_BACKENDS; b++) lp_disp_backend_health(m->disp, b, 0, now);
@@ -275,8 +274,11 @@ void lp__model_reconfigured(lp_model_t *m) {
 }
 
 void lp__model_close(lp_model_t *m) {
-  uv_close((uv_handle_t *)&m->wake, NULL);
-  uv_close((uv_handle_t *)&m->soon, NULL);
+  if (m->wake_fd >= 0) {
+    uv_close((uv_handle_t *)&m->wake, NULL); /* stops polling now: the fd can go */
+    close(m->wake_fd);
+    m->wake_fd = -1;
+  }
   lp_disp_free(m->disp);
   m->disp = NULL;
   lp__v2_close(m);

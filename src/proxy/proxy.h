@@ -252,9 +252,10 @@ struct lp_model_s {
   lp_disp_stats_t st;      /* its counters after the last event */
   uint64_t live_bytes;     /* what admitted jobs hold, against max_queue_bytes */
   lp_job_t *live;          /* admitted jobs not yet freed (the load gauges walk them) */
-  uv_timer_t wake;         /* the core's wake_at, at millisecond grain */
-  uv_idle_t soon;          /* ... and when it is due within the grain */
-  uint64_t wake_at;        /* what the timer or idle is armed for; 0 = nothing */
+  uv_poll_t wake;          /* readable when wake_fd fires */
+  int wake_fd;             /* a timerfd on uv_hrtime's clock, armed at the core's wake_at
+                              to the nanosecond (owned; -1 before init) */
+  uint64_t wake_at;        /* what wake_fd is armed for; 0 = nothing */
   int pumping;             /* draining the core's actions: events wait their turn */
   int drain_told;          /* the core knows the proxy is draining */
   lp_job_t *cancels;       /* clients gone while pumping: the core hears after */
