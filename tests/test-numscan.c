@@ -329,6 +329,70 @@ START_TEST(plain_ints_matches_a_byte_loop) {
 }
 END_TEST
 
+/* The compacting copy of a client's token text: the bytes other than JSON
+ * whitespace, or SIZE_MAX when any byte is not a digit, comma or whitespace;
+ * input and output in blocks of exactly n bytes (AddressSanitizer sees any
+ * read or write past them), every length around the 64- and 80-byte steps. */
+START_TEST(compact_plain_matches_a_byte_loop) {
+  lp_rng_t r;
+  lp_rng_seed(&r, 29);
+  static const char pool[] = "0123456789012345678901234567890123456789,,,,,,     \t\n\r-.]\x80";
+  for (int it = 0; it < 100000; it++) {
+    size_t n = it < 400 ? (size_t)it : lp_rng_below(&r, 400);
+    char *s = malloc(n ? n : 1), *out = malloc(n ? n : 1), want[400];
+    int clean = it % 3 != 0, runs = it % 4 == 0; /* runs: long stretches without whitespace */
+    size_t kinds = clean ? 50 : sizeof(pool) - 1;
+    for (size_t i = 0; i < n; i++) s[i] = pool[lp_rng_below(&r, runs && lp_rng_below(&r, 40) ? 46 : kinds)];
+    if (it % 5 == 0 && n) s[lp_rng_below(&r, n)] = (char)lp_rng_below(&r, 256);
+    size_t k = 0;
+    for (size_t i = 0; i < n && k != SIZE_MAX; i++) {
+      char c = s[i];
+      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+      if (c != ',' && (c < '0' || c > '9')) k = SIZE_MAX;
+      else want[k++] = c;
+    }
+    size_t got = lp_jscan_compact_plain(s, n, out);
+    REQUIRE(got == k);
+    REQUIRE(got == SIZE_MAX || memcmp(out, want, got) == 0);
+    free(s);
+    free(out);
+  }
+}
+END_TEST
+
+/* What a client's array of tokens keeps (its text between the brackets,
+ * compacted) is what the batch writer would write from the values read, in
+ * every spacing the token reader takes. */
+START_TEST(compact_text_is_the_writers) {
+  lp_rng_t r;
+  lp_rng_seed(&r, 31);
+  text_t t = {0};
+  lp_buf_t w;
+  lp_buf_init(&w);
+  int32_t vals[700];
+  char *out = malloc(1 << 16);
+  int kept = 0;
+  for (int it = 0; it < 20000; it++) {
+    t.n = 0;
+    put_array(&t, &r, lp_rng_below(&r, it % 8 ? 40 : 600) + 1, (int)lp_rng_below(&r, 3), it % 4 ? 0 : 5);
+    size_t n;
+    int err;
+    const char *q = lp_jscan_int_array(t.s, t.s + t.n, vals, 700, 0, INT32_MAX, &n, &err);
+    if (!q) continue;
+    size_t got = lp_jscan_compact_plain(t.s + 1, (size_t)(q - t.s - 2), out);
+    if (got == SIZE_MAX) continue; /* "-0" */
+    kept++;
+    lp_buf_reset(&w);
+    lp_buf_i32_list(&w, vals, n);
+    REQUIRE(!w.oom && got == w.len && memcmp(out, w.data, got) == 0);
+  }
+  ck_assert_int_gt(kept, 2000);
+  lp_buf_free(&w);
+  free(out);
+  free(t.s);
+}
+END_TEST
+
 /* The batch writer copying the clients' token text gives the very bytes it
  * writes from the numbers, whatever the padding id and whichever sequences
  * come with text. */
@@ -404,4 +468,5 @@ END_TEST
 
 LP_TEST_MAIN("numscan", masks_match_a_byte_loop, token_reader_matches_references,
              answer_index_matches_scalar, plain_ints_matches_a_byte_loop,
-             batch_text_copy_matches_writer)
+             batch_text_copy_matches_writer, compact_plain_matches_a_byte_loop,
+             compact_text_is_the_writers)

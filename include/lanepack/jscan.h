@@ -65,6 +65,15 @@ const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, siz
  * lp_buf_i32_array writes for its values, and can be copied instead. */
 int lp_jscan_plain_ints(const char *p, size_t n);
 
+/* The same allowing JSON whitespace too, and copying: p[0..n) without its
+ * JSON whitespace (' ', \t, \n, \r) is written to out (room for n bytes,
+ * not overlapping p; past what is kept its content is undefined) and its
+ * length returned, or SIZE_MAX (out then undefined) when p holds any byte but
+ * those, digits and commas. The text of an array that lp_jscan_int_array
+ * read, so kept, is what lp_buf_i32_array writes for its values ("1, 2, 3",
+ * the separator most JSON writers use, becomes "1,2,3"). */
+size_t lp_jscan_compact_plain(const char *p, size_t n, char *out);
+
 /* Whether the readers of integer arrays (lp_jscan_int_array, the backend
  * answer's index) take their 64-bytes-at-a-time paths (the default) or only
  * the byte-at-a-time reference loops: tests compare the two. */

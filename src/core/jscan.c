@@ -2,6 +2,7 @@
  * anything, so large backend answers are sliced, not parsed into trees. */
 #include "lanepack/jscan.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "scan64.h"
@@ -272,6 +273,71 @@ int lp_jscan_plain_ints(const char *p, size_t n) {
   for (; i < n; i++)
     if (p[i] != ',' && (unsigned)((unsigned char)p[i] - '0') >= 10) return 0;
   return 1;
+}
+
+static inline int is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* Which of the 64 bytes at p are JSON whitespace (the result) and which are
+ * neither that, a digit nor a comma (*other): bit i for byte i. */
+static inline uint64_t ws64(const char *p, uint64_t *other) {
+#if defined(LP_SCAN64_SSE2)
+  const __m128i bias = _mm_set1_epi8(0x50), lim = _mm_set1_epi8(-118), comma = _mm_set1_epi8(',');
+  const __m128i space = _mm_set1_epi8(' '), tab = _mm_set1_epi8('\t'), nl = _mm_set1_epi8('\n'),
+                cr = _mm_set1_epi8('\r');
+  uint64_t s = 0, ok = 0;
+  for (int i = 0; i < 4; i++) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
+    __m128i w = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, space), _mm_cmpeq_epi8(v, tab)),
+                             _mm_or_si128(_mm_cmpeq_epi8(v, nl), _mm_cmpeq_epi8(v, cr)));
+    __m128i dc = _mm_or_si128(_mm_cmplt_epi8(_mm_add_epi8(v, bias), lim), _mm_cmpeq_epi8(v, comma));
+    s |= (uint64_t)(uint16_t)_mm_movemask_epi8(w) << (16 * i);
+    ok |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_or_si128(dc, w)) << (16 * i);
+  }
+  *other = ~ok;
+  return s;
+#else
+  lp_scan64_t m;
+  lp_scan64(p, &m);
+  *other = ~(m.digit | m.comma | m.space);
+  return m.space;
+#endif
+}
+
+size_t lp_jscan_compact_plain(const char *p, size_t n, char *out) {
+  size_t k = 0, i = 0;
+  /* 64 bytes at a time: each run of digits and commas copied 16 bytes at a
+   * time (a run per number, so a branch per byte, mispredicted at every
+   * separator, is what this avoids). A copy reads and writes up to 15 bytes
+   * past its run: while 80 bytes are left both stay within p[0..n) and
+   * out[0..n) (out is never ahead of p), and the next run's copy overwrites
+   * them. */
+  for (; i + 80 <= n; i += 64) {
+    uint64_t other, keep = ~ws64(p + i, &other);
+    if (other) return SIZE_MAX;
+    if (keep == ~0ULL) {
+      memcpy(out + k, p + i, 64);
+      k += 64;
+      continue;
+    }
+    /* each run's first and last byte: the runs are taken in turn with no
+     * chain of dependent steps from one to the next but k */
+    uint64_t st = keep & ~(keep << 1), en = keep & ~(keep >> 1);
+    while (st) {
+      unsigned a = (unsigned)__builtin_ctzll(st), len = (unsigned)__builtin_ctzll(en) + 1 - a;
+      memcpy(out + k, p + i + a, 16);
+      for (unsigned c = 16; c < len; c += 16) memcpy(out + k + c, p + i + a + c, 16);
+      k += len;
+      st &= st - 1;
+      en &= en - 1;
+    }
+  }
+  for (; i < n; i++) {
+    unsigned char c = (unsigned char)p[i];
+    if (is_ws(c)) continue;
+    if (c != ',' && (unsigned)(c - '0') >= 10) return SIZE_MAX;
+    out[k++] = (char)c;
+  }
+  return k;
 }
 
 const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, size_t cap,

@@ -60,8 +60,8 @@ typedef struct {
   size_t cap, used;
   uint32_t *lens;         /* one per sequence read */
   size_t nspans, lens_cap;
-  const char *text;       /* 'input_ids' between its brackets when only digits and
-                             commas (lp_jscan_plain_ints), borrowed from the body */
+  const char *text;       /* 'input_ids' between its brackets, borrowed from
+                             the body (kept when plain: lp__job_new_text) */
   size_t text_len;
 } toks_t;
 
@@ -122,7 +122,7 @@ static const char *read_tokens(lp_front_t *f, toks_t *t, const char *v, const ch
     const char *q = lp_jscan_int_array(v, end, t->tokens, t->cap, 0, INT32_MAX, &n, &err);
     if (!q) return token_error(e, err, "input_ids", n, 0), NULL;
     if (toks_span(t, n)) return fail(e, 503, "out_of_memory", "proxy out of memory"), NULL;
-    if (n && lp_jscan_plain_ints(v + 1, (size_t)(q - v - 2))) {
+    if (n) {
       t->text = v + 1;
       t->text_len = (size_t)(q - v - 2);
     }
@@ -397,9 +397,13 @@ lp_job_t *lp__job_new_text(lp_front_t *f, lp_model_t *m, const int32_t *tokens, 
   for (size_t i = 0, at = 0; i < nseq; at += lens[i++]) job->seqs[i].tokens = job->tokens + at;
   if (text) {
     char *tx = (char *)job->tokens + ntokens * sizeof(int32_t) + idn;
-    memcpy(tx, text, textn);
-    job->seqs[0].text = tx;
-    job->seqs[0].text_len = (uint32_t)textn;
+    /* checked as it is copied: anything but digits, commas and whitespace
+     * (a "-0") leaves the writer to write the numbers (the room unused) */
+    size_t kept = lp_jscan_compact_plain(text, textn, tx);
+    if (kept != SIZE_MAX) {
+      job->seqs[0].text = tx;
+      job->seqs[0].text_len = (uint32_t)kept;
+    }
   }
   job->bytes = total;
   job->arrive_ns = uv_hrtime();

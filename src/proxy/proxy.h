@@ -506,9 +506,11 @@ lp_job_t *lp__infer_parse(lp_front_t *f, lp_http_req_t *req, const char *model_f
 lp_job_t *lp__job_new(lp_front_t *f, lp_model_t *m, const int32_t *tokens, size_t ntokens,
                       const uint32_t *lens, size_t nseq, int multi, int priority, double deadline_ms,
                       const char *id_json, size_t id_len, const char *field, lp_perr_t *e);
-/* The same, with text (when not NULL): the one sequence's tokens as JSON text
- * in the form lp_buf_i32_list writes ("1,2,3", the client's own bytes), kept in
- * the job's block so the batch writer copies it (lp_seq_ref_t.text). */
+/* The same, with text (when not NULL): the one sequence's tokens as the
+ * client wrote them between the brackets; when that is digits, commas and
+ * whitespace only, it is kept in the job's block without the whitespace, the
+ * form lp_buf_i32_list writes ("1,2,3"), so the batch writer copies it
+ * (lp_seq_ref_t.text) instead of writing the numbers again. */
 lp_job_t *lp__job_new_text(lp_front_t *f, lp_model_t *m, const int32_t *tokens, size_t ntokens,
                            const uint32_t *lens, size_t nseq, int multi, int priority,
                            double deadline_ms, const char *id_json, size_t id_len,
