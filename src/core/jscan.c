@@ -229,11 +229,68 @@ static inline uint64_t eight_digits(uint64_t x) {
  * returns where the scalar loop goes on: the start of a value, maybe p itself
  * (whatever else comes is the scalar loop's to take or reject, so values,
  * counts and errors are the scalar loop's; tests/test-numscan.c). */
+#if defined(LP_SCAN64_SSE2)
+/* Value i of four (digit values 0..9 as eight_digits takes them, leading zero
+ * bytes first) in lane i of the result: pairs of digits, then of pairs, then
+ * of fours, each one multiply-add of 16-bit lanes (pmaddwd), no 64-bit
+ * multiply chains. */
+static inline __m128i four_values(uint64_t w0, uint64_t w1, uint64_t w2, uint64_t w3) {
+  const __m128i zero = _mm_setzero_si128(), t10 = _mm_set1_epi32(0x0001000a),
+                t100 = _mm_set1_epi32(0x00010064), t1e4 = _mm_set1_epi32(0x00012710);
+  __m128i ab = _mm_unpacklo_epi64(_mm_cvtsi64_si128((long long)w0), _mm_cvtsi64_si128((long long)w1));
+  __m128i cd = _mm_unpacklo_epi64(_mm_cvtsi64_si128((long long)w2), _mm_cvtsi64_si128((long long)w3));
+  __m128i a = _mm_madd_epi16(_mm_unpacklo_epi8(ab, zero), t10);
+  __m128i b = _mm_madd_epi16(_mm_unpackhi_epi8(ab, zero), t10);
+  __m128i c = _mm_madd_epi16(_mm_unpacklo_epi8(cd, zero), t10);
+  __m128i d = _mm_madd_epi16(_mm_unpackhi_epi8(cd, zero), t10);
+  /* pairs (<= 99) and fours (<= 9999) fit the signed 16-bit packs */
+  __m128i ab4 = _mm_madd_epi16(_mm_packs_epi32(a, b), t100);
+  __m128i cd4 = _mm_madd_epi16(_mm_packs_epi32(c, d), t100);
+  return _mm_madd_epi16(_mm_packs_epi32(ab4, cd4), t1e4);
+}
+
+/* One value's digit values at p + a (run of len digits) for four_values, or
+ * all ones when it has more than eight. */
+static inline uint64_t digits_at(const char *p, unsigned a, unsigned len) {
+  uint64_t w;
+  memcpy(&w, p + a, 8); /* a < 64 and 72 bytes readable */
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+  w = __builtin_bswap64(w);
+#endif
+  return len > 8 ? ~0ULL : (w - 0x3030303030303030ULL) << (64 - 8 * len);
+}
+#endif
+
 static const char *int_array_fast(const char *p, const char *end, int32_t *out, size_t cap,
                                   int64_t min, int64_t max, size_t *n) {
   uint64_t st, en;
   unsigned took;
+#if defined(LP_SCAN64_SSE2)
+  /* every value of up to eight digits is in the range: no check per value */
+  int any8 = min <= 0 && max >= 99999999;
+#endif
   while (end - p >= 72 && (took = lp_scan64_plain(p, &st, &en)) != 0) {
+#if defined(LP_SCAN64_SSE2)
+    /* four at a time while the block has four more, each of one to eight
+     * digits, with room for them; the rest one at a time below */
+    while (any8 && cap - *n >= 4) {
+      uint64_t s1 = st & (st - 1), s2 = s1 & (s1 - 1), s3 = s2 & (s2 - 1);
+      if (!s3) break; /* fewer than four left */
+      uint64_t n1 = en & (en - 1), n2 = n1 & (n1 - 1), n3 = n2 & (n2 - 1);
+      unsigned a0 = (unsigned)__builtin_ctzll(st), a1 = (unsigned)__builtin_ctzll(s1),
+               a2 = (unsigned)__builtin_ctzll(s2), a3 = (unsigned)__builtin_ctzll(s3);
+      uint64_t w0 = digits_at(p, a0, (unsigned)__builtin_ctzll(en) + 1 - a0),
+               w1 = digits_at(p, a1, (unsigned)__builtin_ctzll(n1) + 1 - a1),
+               w2 = digits_at(p, a2, (unsigned)__builtin_ctzll(n2) + 1 - a2),
+               w3 = digits_at(p, a3, (unsigned)__builtin_ctzll(n3) + 1 - a3);
+      if (w0 == ~0ULL || w1 == ~0ULL || w2 == ~0ULL || w3 == ~0ULL)
+        break; /* a value of nine or more digits: one at a time */
+      _mm_storeu_si128((__m128i *)(void *)(out + *n), four_values(w0, w1, w2, w3));
+      *n += 4;
+      st = s3 & (s3 - 1);
+      en = n3 & (n3 - 1);
+    }
+#endif
     while (st) {
       unsigned a = (unsigned)__builtin_ctzll(st), len = (unsigned)__builtin_ctzll(en) + 1 - a;
       if (len > 8 || *n == cap) return p + a; /* the scalar loop's */
