@@ -151,11 +151,12 @@ import os, re, sys
 t = open(sys.argv[1]).read(); hz = os.sysconf("SC_CLK_TCK")
 u = (int(sys.argv[4]) - int(sys.argv[2])) / hz; s = (int(sys.argv[5]) - int(sys.argv[3])) / hz
 def ms(x):
-    v, unit = re.match(r"([0-9.]+)(us|ms|s)", x).groups()
-    return float(v) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+    v, unit = re.match(r"([0-9.]+)(us|ms|s|m)", x).groups()
+    return float(v) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
 rps = float(re.search(r"Requests/sec:\s*([0-9.]+)", t).group(1))
 n = int(re.search(r"([0-9]+) requests in", t).group(1))
-p50 = ms(re.search(r"50%\s+(\S+)", t).group(1)); p99 = ms(re.search(r"99%\s+(\S+)", t).group(1))
+# the latency distribution's own lines (a "+/- Stdev" column such as 75.50% is not one)
+p50 = ms(re.search(r"^\s*50%\s+(\S+)", t, re.M).group(1)); p99 = ms(re.search(r"^\s*99%\s+(\S+)", t, re.M).group(1))
 bad = sum(int(x) for x in re.findall(r"Non-2xx or 3xx responses:\s*([0-9]+)", t))
 m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", t)
 if m: bad += sum(int(x) for x in m.groups())
