@@ -537,15 +537,26 @@ void lp__fronts_stop(lp_proxy_t *p) {
       c->kind = LP_CTL_STOP;
       lp__mbox_push_ctl(&p->fronts[i].inbox, c);
     }
+    int stranded = 0;
     for (unsigned i = 0; i < p->nfronts; i++) {
       lp_front_t *f = &p->fronts[i];
       uv_thread_join(&f->thread);
       if (!f->httpd && !f->admin) { /* drained: every handle is closed */
         uv_loop_close(f->loop);
         lp__mbox_destroy(&f->inbox);
+      } else {
+        stranded = 1;
       }
     }
     lp__mbox_close(&p->inbox, NULL);
+    /* the last resort left connections open on a front's loop, which lives in
+     * the front: the process is ending, so the fronts stay (reachable, as one
+     * thread's connections on the default loop are) rather than freed under
+     * them */
+    if (stranded) {
+      for (unsigned i = 0; i < p->nfronts; i++) lp__alog_flush(&p->fronts[i].alog);
+      return;
+    }
   }
   for (unsigned i = 0; i < p->nfronts; i++) front_free(&p->fronts[i]);
   free(p->fronts);
