@@ -57,7 +57,7 @@ def honest(k):
                 if r.status == 200:
                     if json.loads(d)["output"] != emu(toks): bad.append(("wrong", d[:200]))
                     else: good[0] += 1
-                elif r.status not in (503,):
+                elif r.status not in (429, 503):  # busy, said as such
                     bad.append((r.status, d[:200]))
             c.close()
         except (OSError, http.client.HTTPException) as e:
