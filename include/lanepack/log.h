@@ -14,4 +14,10 @@ const char *lp_log_level_name(int level);
 void lp_log(int level, const char *msg, const char *fields, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Held around every write to standard error (lp_log's lines) and to the
+ * access log: with several threads, a large write a pipe takes in pieces
+ * must not be cut into by another thread's. Not held while calling lp_log. */
+void lp_log_lock(void);
+void lp_log_unlock(void);
+
 #endif

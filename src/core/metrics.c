@@ -25,12 +25,19 @@ void lp_hist_observe(lp_hist_t *h, double v) {
 }
 
 void lp_hist_add(lp_hist_t *dst, const lp_hist_t *src) {
-  for (size_t i = 0; i <= src->n && i <= LP_HIST_MAX_BUCKETS; i++)
-    dst->counts[i] += __atomic_load_n(&src->counts[i], __ATOMIC_RELAXED);
+  /* the count is the buckets read, not src's own: a read between an owner's
+   * bucket increment and its count's would render a +Inf bucket that is not
+   * _count */
+  uint64_t count = 0;
+  for (size_t i = 0; i <= src->n && i <= LP_HIST_MAX_BUCKETS; i++) {
+    uint64_t c = __atomic_load_n(&src->counts[i], __ATOMIC_RELAXED);
+    dst->counts[i] += c;
+    count += c;
+  }
   double sum;
   __atomic_load(&src->sum, &sum, __ATOMIC_RELAXED);
   dst->sum += sum;
-  dst->count += __atomic_load_n(&src->count, __ATOMIC_RELAXED);
+  dst->count += count;
 }
 
 void lp_metric_family(lp_buf_t *b, const char *name, const char *type, const char *help) {

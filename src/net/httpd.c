@@ -114,6 +114,9 @@ struct lp_http_conn_s {
   uint32_t writing;            /* uv_writes in flight */
   uint32_t discarded;          /* bytes dropped (saturates; bounded far below) */
   uint32_t last_wq;            /* unsent bytes at the last look (low bits: a change) */
+  uint32_t burst;              /* requests read whole in this loop turn (burst_ms) */
+  uint64_t burst_ms;           /* the loop's time (uv_now) of that turn */
+  uint64_t burst_ns;           /* when the first of them was (uv_hrtime) */
   unsigned paused : 1;         /* parser paused: too many unanswered requests */
   unsigned reading : 1;
   unsigned closing : 1;        /* close once the queued answers are written */
@@ -124,6 +127,7 @@ struct lp_http_conn_s {
   unsigned lingering : 1;      /* write side shut, reading and dropping until EOF */
   unsigned close_ready : 1;    /* the closing answer is written */
   unsigned executing : 1;      /* inside llhttp_execute: the parser state must stay */
+  unsigned yielded : 1;        /* paused for the others' turn: resumed by its timer */
 };
 
 static void conn_close(lp_http_conn_t *c);
@@ -979,6 +983,10 @@ static int on_body(llhttp_t *p, const char *at, size_t n) {
   return 0;
 }
 
+/* A connection's requests answered at once take at most about this long of
+ * one loop turn before the others get theirs (a /metrics page is ~0.5 ms). */
+#define BURST_NS 1000000u
+
 static int on_message_complete(llhttp_t *p) {
   lp_http_conn_t *c = CONN(p);
   lp_http_req_t *r = c->cur;
@@ -1001,6 +1009,23 @@ static int on_message_complete(llhttp_t *p) {
   if (c->closing) return HPE_PAUSED; /* nothing after a closing request is read */
   if (c->unanswered >= c->srv->cfg.max_pipeline) {
     c->paused = 1;
+    return HPE_PAUSED;
+  }
+  /* Requests answered at once (pages, refusals) never fill the pipeline: one
+   * client pipelining them kept the loop in its read for thousands, every
+   * other connection and the backends' traffic (health probes too) waiting.
+   * After max_pipeline in one loop turn, or BURST_NS of them, it yields: the
+   * rest is parsed on the next turn (on_conn_timer). */
+  uint64_t now = uv_now(c->srv->loop), ns = uv_hrtime();
+  if (c->burst_ms != now || c->burst == 0) {
+    c->burst_ms = now;
+    c->burst = 0;
+    c->burst_ns = ns;
+  }
+  if (++c->burst >= c->srv->cfg.max_pipeline || ns - c->burst_ns >= BURST_NS) {
+    c->paused = 1;
+    c->yielded = 1;
+    conn_timer_at(c, now + 1); /* not now: the tick running would take it at once */
     return HPE_PAUSED;
   }
   return 0;
@@ -1197,6 +1222,12 @@ static int peer_gone(lp_http_conn_t *c) {
  * on the app do not time out here. */
 static void on_conn_timer(lp_http_conn_t *c) {
   if (c->closed) return;
+  if (c->yielded) { /* the others had their turn: the rest of what it sent */
+    c->yielded = 0;
+    c->burst = 0;
+    conn_resume(c);
+    if (c->closed) return;
+  }
   uint64_t now = uv_now(c->srv->loop);
   if (c->lingering) {
     if (now >= c->since_ms || now - c->last_ns >= LINGER_QUIET_MS) conn_close(c);

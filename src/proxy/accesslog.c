@@ -73,8 +73,12 @@ int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errle
  * non-blocking one that is full), the rest of that line must follow before
  * any other: returns its length, from *rest (0: nothing owed). */
 static size_t write_lines(lp_alog_t *p, const char *data, size_t len, size_t *rest) {
-  size_t off = 0;
+  size_t off = 0, whole = 0, owed = 0;
   int e = 0;
+  /* one writer at a time: the fronts' descriptors of the file share its offset
+   * (the cut-back below must not take another's lines), and on a pipe ("-"
+   * behind a collector) a write taken in pieces must not be cut into */
+  lp_log_lock();
   while (off < len) {
     ssize_t n = write(p->fd, data + off, len - off);
     if (n > 0) {
@@ -86,22 +90,25 @@ static size_t write_lines(lp_alog_t *p, const char *data, size_t len, size_t *re
       break;
     }
   }
+  if (off < len) {
+    whole = off;
+    while (whole > 0 && data[whole - 1] != '\n') whole--;
+    if (whole < off) {
+      off_t at = lseek(p->fd, 0, SEEK_CUR); /* O_APPEND: just past what went out */
+      if (at < (off_t)(off - whole) || ftruncate(p->fd, at - (off_t)(off - whole)) != 0) {
+        /* cannot cut it back (a pipe, say): the rest of it follows in the next write */
+        const char *nl = memchr(data + off, '\n', len - off);
+        owed = nl ? (size_t)(nl + 1 - data) - off : len - off;
+        *rest = off;
+        whole = off + owed;
+      }
+    }
+  }
+  lp_log_unlock();
   if (off == len) {
     if (p->failing) lp_log(LP_LOG_INFO, "access log written again", NULL);
     p->failing = 0;
     return 0;
-  }
-  size_t whole = off, owed = 0;
-  while (whole > 0 && data[whole - 1] != '\n') whole--;
-  if (whole < off) {
-    off_t at = lseek(p->fd, 0, SEEK_CUR); /* O_APPEND: just past what went out */
-    if (at < (off_t)(off - whole) || ftruncate(p->fd, at - (off_t)(off - whole)) != 0) {
-      /* cannot cut it back (a pipe, say): the rest of it follows in the next write */
-      const char *nl = memchr(data + off, '\n', len - off);
-      owed = nl ? (size_t)(nl + 1 - data) - off : len - off;
-      *rest = off;
-      whole = off + owed;
-    }
   }
   uint64_t lost = 0;
   for (size_t i = whole; i < len; i++) lost += data[i] == '\n';

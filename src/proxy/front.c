@@ -5,6 +5,7 @@
  * with several, jobs go over and come back through mailboxes, one wake-up per
  * burst, and nothing of a connection is touched off its front's thread. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,10 +121,34 @@ static void on_front_tick(uv_timer_t *t) {
   front_publish(f);
 }
 
-static void on_server_closed(void *arg) {
-  lp_front_t *f = arg;
+/* One of the front's servers is closed and freed: its pointer goes at once,
+ * not when the other one is done too (the tick, a reload and /metrics would
+ * touch the freed server while the other drains). The last one ends the
+ * front's drain: with one thread, the proxy's. */
+static void front_servers_closed(lp_front_t *f);
+
+static void server_gone(lp_front_t *f) {
   if (--f->open_servers > 0) return;
-  f->httpd = f->admin = NULL;
+  if (!f->remote) {
+    lp__proxy_drained(f->proxy);
+    return;
+  }
+  front_servers_closed(f);
+}
+
+static void on_httpd_closed(void *arg) {
+  lp_front_t *f = arg;
+  f->httpd = NULL;
+  server_gone(f);
+}
+
+static void on_admin_closed(void *arg) {
+  lp_front_t *f = arg;
+  f->admin = NULL;
+  server_gone(f);
+}
+
+static void front_servers_closed(lp_front_t *f) {
   front_publish(f);
   lp__alog_flush(&f->alog);
   lp_ctl_t *c = calloc(1, sizeof(*c));
@@ -141,12 +166,11 @@ static void front_close_servers(lp_front_t *f) {
   f->closing = 1;
   f->open_servers = (f->httpd != NULL) + (f->admin != NULL);
   if (!f->open_servers) {
-    f->open_servers = 1;
-    on_server_closed(f);
+    front_servers_closed(f);
     return;
   }
-  if (f->httpd) lp_httpd_close(f->httpd, on_server_closed, f);
-  if (f->admin) lp_httpd_close(f->admin, on_server_closed, f);
+  if (f->httpd) lp_httpd_close(f->httpd, on_httpd_closed, f);
+  if (f->admin) lp_httpd_close(f->admin, on_admin_closed, f);
 }
 
 static void front_reconf(lp_front_t *f, lp_ctl_t *c) {
@@ -339,19 +363,12 @@ void lp__fronts_reconfigure(lp_proxy_t *p) {
   }
 }
 
-static void on_local_server_closed(void *arg) {
-  lp_front_t *f = arg;
-  if (--f->open_servers > 0) return;
-  f->httpd = f->admin = NULL;
-  lp__proxy_drained(f->proxy);
-}
-
 void lp__fronts_drain(lp_proxy_t *p) {
   if (!p->remote) {
     lp_front_t *f = &p->fronts[0];
     f->open_servers = (f->httpd != NULL) + (f->admin != NULL);
-    if (f->httpd) lp_httpd_close(f->httpd, on_local_server_closed, f);
-    if (f->admin) lp_httpd_close(f->admin, on_local_server_closed, f);
+    if (f->httpd) lp_httpd_close(f->httpd, on_httpd_closed, f);
+    if (f->admin) lp_httpd_close(f->admin, on_admin_closed, f);
     return;
   }
   for (unsigned i = 0; i < p->nfronts; i++) {
@@ -480,7 +497,7 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
     if (!c) return -ENOMEM;
     front_reconf(f, c);
     free(c);
-    int d = afd < 0 ? -1 : dup(afd);
+    int d = afd < 0 ? -1 : fcntl(afd, F_DUPFD_CLOEXEC, 3); /* like a reload's: nothing exec'd inherits it */
     lp__alog_set_fd(&f->alog, d);
     if ((rc = uv_loop_init(&f->own_loop)) != 0) return rc;
     f->loop = &f->own_loop;
@@ -521,15 +538,26 @@ void lp__fronts_stop(lp_proxy_t *p) {
       c->kind = LP_CTL_STOP;
       lp__mbox_push_ctl(&p->fronts[i].inbox, c);
     }
+    int stranded = 0;
     for (unsigned i = 0; i < p->nfronts; i++) {
       lp_front_t *f = &p->fronts[i];
       uv_thread_join(&f->thread);
       if (!f->httpd && !f->admin) { /* drained: every handle is closed */
         uv_loop_close(f->loop);
         lp__mbox_destroy(&f->inbox);
+      } else {
+        stranded = 1;
       }
     }
     lp__mbox_close(&p->inbox, NULL);
+    /* the last resort left connections open on a front's loop, which lives in
+     * the front: the process is ending, so the fronts stay (reachable, as one
+     * thread's connections on the default loop are) rather than freed under
+     * them */
+    if (stranded) {
+      for (unsigned i = 0; i < p->nfronts; i++) lp__alog_flush(&p->fronts[i].alog);
+      return;
+    }
   }
   for (unsigned i = 0; i < p->nfronts; i++) front_free(&p->fronts[i]);
   free(p->fronts);

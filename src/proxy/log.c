@@ -1,6 +1,7 @@
 /* JSON-lines logging on stderr, one write per line so lines never interleave. */
 #include "lanepack/log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +11,10 @@
 #include "lanepack/buf.h"
 
 int lp_log_level = LP_LOG_INFO;
+
+static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
+void lp_log_lock(void) { pthread_mutex_lock(&write_lock); }
+void lp_log_unlock(void) { pthread_mutex_unlock(&write_lock); }
 
 static const char *names[] = {"debug", "info", "warn", "error"};
 
@@ -59,6 +64,8 @@ void lp_log(int level, const char *msg, const char *fields, ...) {
   }
   line[b.len++] = '}';
   line[b.len++] = '\n';
+  lp_log_lock();
   ssize_t w = write(2, line, b.len);
+  lp_log_unlock();
   (void)w;
 }

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""A drain that never finishes by itself (slow clients half way through their
+requests on every front): past drain_timeout_ms and the last resort the
+process stops all the same, exits 0, and leaves no sanitizer report (the
+connections left open belong to fronts that stay reachable to the end).
+Arguments: the lanepack and lanepack-emulator binaries, the thread count."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from lphelp import check, finish, free_port, wait_http
+
+
+def main():
+    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
+    nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    emu_port, port = free_port(), free_port()
+    tmp = tempfile.mkdtemp()
+    cfg_path = os.path.join(tmp, "lanepack.json")
+    with open(cfg_path, "w") as f:
+        json.dump({"listen": f"127.0.0.1:{port}", "threads": nthreads, "drain_timeout_ms": 500,
+                   "models": {"m": {"shapes": "4x64", "max_wait_ms": 2,
+                                    "backends": [f"http://127.0.0.1:{emu_port}"]}}}, f)
+    emu_p = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{emu_port}", "--shapes", "4x64",
+                              "--cost-ms", "1"], stderr=subprocess.DEVNULL)
+    err = open(os.path.join(tmp, "stderr"), "w+")
+    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path], stderr=err)
+    socks = []
+    try:
+        wait_http(emu_port, "/healthz")
+        wait_http(port, "/readyz", 30)
+        for _ in range(8 * nthreads):  # new connections spread over the fronts
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"input")
+            socks.append(s)
+        time.sleep(0.3)
+        t0 = time.time()
+        proxy.send_signal(signal.SIGTERM)
+        try:
+            rc = proxy.wait(20)
+        except subprocess.TimeoutExpired:
+            rc = "still running"
+        check("stopped past the last resort, exit 0: %s after %.1f s" % (rc, time.time() - t0), rc == 0, rc)
+        err.seek(0)
+        text = err.read()
+        check("the last resort was taken", "drain did not finish" in text)
+        check("no sanitizer report", "Sanitizer" not in text and "runtime error" not in text,
+              "\n".join(l for l in text.splitlines() if not l.startswith("{"))[:3000])
+    finally:
+        for s in socks:
+            s.close()
+        if proxy.poll() is None:
+            proxy.kill()
+            proxy.wait()
+        emu_p.terminate()
+        emu_p.wait()
+    finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""One client pipelining pages the proxy answers at once (/metrics, as fast
+as it reads the answers) must not keep the loop to itself: other clients'
+inferences are answered, and the backends' health probes run (the backend is
+not marked down for want of a turn). Each request gets a loose bound (4 s, an
+inference here takes milliseconds; before the fix the flood held every other
+connection for seconds and the backend went down).
+Arguments: the lanepack and lanepack-emulator binaries, the thread count."""
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from lphelp import check, finish, free_port, wait_http
+
+MOD = 1000000007
+
+
+def emu(tokens):
+    h, out = 7, []
+    for t in tokens:
+        h = (h * 31 + int(t) + 1) % MOD
+        out.append(h)
+    return out
+
+
+def main():
+    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
+    nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    emu_port, port = free_port(), free_port()
+    tmp = tempfile.mkdtemp()
+    cfg_path = os.path.join(tmp, "lanepack.json")
+    with open(cfg_path, "w") as f:
+        json.dump({"listen": f"127.0.0.1:{port}", "threads": nthreads, "health_interval_ms": 200,
+                   "models": {"m": {"shapes": "4x64", "max_wait_ms": 1,
+                                    "backends": [f"http://127.0.0.1:{emu_port}"]}}}, f)
+    emu_p = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{emu_port}", "--shapes", "4x64",
+                              "--cost-ms", "1"], stderr=subprocess.DEVNULL)
+    err = open(os.path.join(tmp, "stderr"), "w+")
+    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path], stderr=err)
+    stop = threading.Event()
+    scrapes = [0]
+    try:
+        wait_http(emu_port, "/healthz")
+        wait_http(port, "/readyz", 30)
+        s = socket.create_connection(("127.0.0.1", port))
+
+        def reader():
+            try:
+                while not stop.is_set():
+                    d = s.recv(1 << 20)
+                    if not d:
+                        break
+                    scrapes[0] += d.count(b"HTTP/1.1 200")
+            except OSError:
+                pass
+
+        def flooder():
+            try:
+                while not stop.is_set():
+                    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 64)
+            except OSError:
+                pass
+        ts = [threading.Thread(target=reader), threading.Thread(target=flooder)]
+        for t in ts:
+            t.start()
+        time.sleep(0.5)
+        results = []
+        for i in range(12):
+            toks = [i + 1, 2, 3]
+            t0 = time.time()
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=4)
+                c.request("POST", "/v1/infer", body=json.dumps({"input_ids": toks}),
+                          headers={"Content-Type": "application/json"})
+                r = c.getresponse()
+                body = r.read()
+                ok = r.status == 200 and json.loads(body)["output"] == emu(toks)
+                results.append((ok, r.status, round(time.time() - t0, 3)))
+                c.close()
+            except (OSError, http.client.HTTPException) as e:
+                results.append((False, type(e).__name__, round(time.time() - t0, 3)))
+            time.sleep(0.1)
+        stop.set()
+        s.shutdown(socket.SHUT_RDWR)
+        s.close()
+        for t in ts:
+            t.join(10)
+        check("the flood was served (%d scrapes)" % scrapes[0], scrapes[0] > 100, scrapes[0])
+        check("every inference beside the flood answered right within 4 s",
+              all(r[0] for r in results), results)
+        err.seek(0)
+        text = err.read()
+        check("the backend was not marked down", "backend down" not in text,
+              [l for l in text.splitlines() if "down" in l][:3])
+    finally:
+        stop.set()
+        if proxy.poll() is None:
+            proxy.kill()
+            proxy.wait()
+        emu_p.terminate()
+        emu_p.wait()
+    finish()
+
+
+if __name__ == "__main__":
+    main()

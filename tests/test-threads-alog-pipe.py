@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""access_log "-" (standard error) behind a pipe that a slow collector reads,
+as in a container, with several front threads: each front gathers lines and
+writes them at once; a pipe takes a large write in pieces as its reader makes
+room, so two fronts' writes (or a front's and the process log's) must not cut
+into each other. Every line read back is whole JSON.
+Arguments: the lanepack and lanepack-emulator binaries, the thread count."""
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from lphelp import check, finish, free_port, wait_http
+
+
+def main():
+    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
+    nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    emu_port, port = free_port(), free_port()
+    tmp = tempfile.mkdtemp()
+    cfg_path = os.path.join(tmp, "lanepack.json")
+    with open(cfg_path, "w") as f:
+        json.dump({"listen": f"127.0.0.1:{port}", "threads": nthreads, "access_log": "-",
+                   "models": {"m": {"shapes": "4x64", "max_wait_ms": 1,
+                                    "backends": [f"http://127.0.0.1:{emu_port}"]}}}, f)
+    emu_p = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{emu_port}", "--shapes", "4x64",
+                              "--cost-ms", "0"], stderr=subprocess.DEVNULL)
+    r, w = os.pipe()
+    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path], stderr=w)
+    os.close(w)
+    chunks, slow = [], [True]
+
+    def collector():  # a slow one: small reads, a pause after each
+        while True:
+            d = os.read(r, 512 if slow[0] else 65536)
+            if not d:
+                break
+            chunks.append(d)
+            if slow[0]:
+                time.sleep(0.002)
+    ct = threading.Thread(target=collector)
+    ct.start()
+    try:
+        wait_http(emu_port, "/healthz")
+        wait_http(port, "/readyz", 30)
+        stop = time.time() + 5
+        served = [0]
+
+        def client(k):  # long query strings: large lines, the pipe fills soon
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            while time.time() < stop:
+                c.request("POST", "/v1/infer?" + "q" * 1500, body='{"input_ids": [1, 2, 3]}',
+                          headers={"Content-Type": "application/json", "X-Request-Id": "c%d-%d" % (k, served[0])})
+                if c.getresponse().read() and True:
+                    served[0] += 1
+            c.close()
+        ts = [threading.Thread(target=client, args=(k,)) for k in range(12)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        slow[0] = False
+        proxy.send_signal(signal.SIGTERM)
+        rc = proxy.wait(30)
+        ct.join(30)
+        lines = [l for l in b"".join(chunks).split(b"\n") if l]
+        torn = []
+        access = 0
+        for l in lines:
+            try:
+                j = json.loads(l)
+                access += "request_id" in j and "status" in j
+            except ValueError:
+                torn.append(l[:200])
+        check("exit 0", rc == 0, rc)
+        check("%d access lines for %d answers" % (access, served[0]), access >= served[0] > 0)
+        check("%d lines on standard error, none torn" % len(lines), not torn, torn[:3])
+    finally:
+        if proxy.poll() is None:
+            proxy.kill()
+            proxy.wait()
+        emu_p.terminate()
+        emu_p.wait()
+    finish()
+
+
+if __name__ == "__main__":
+    main()
