@@ -34,15 +34,7 @@ static void wake(lp_mbox_t *mb, int was_empty) {
   uv_async_send(&mb->async);
 }
 
-void lp__mbox_push_job(lp_mbox_t *mb, lp_job_t *job) {
-  job->mq_next = NULL;
-  uv_mutex_lock(&mb->lock);
-  int was_empty = empty(mb);
-  *mb->jobs_tail = job;
-  mb->jobs_tail = &job->mq_next;
-  uv_mutex_unlock(&mb->lock);
-  wake(mb, was_empty);
-}
+void lp__mbox_push_job(lp_mbox_t *mb, lp_job_t *job) { lp__mbox_push_jobs(mb, job, job); }
 
 void lp__mbox_push_jobs(lp_mbox_t *mb, lp_job_t *first, lp_job_t *last) {
   last->mq_next = NULL;
