@@ -89,7 +89,8 @@ void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
   job->refs = 1;
   job->waited = 1;
   req->app = job;
-  lp__mbox_push_job(&f->proxy->inbox, job);
+  if (f->remote) lp__mbox_push_job(&f->proxy->inbox, job);
+  else lp__sched_page(f->proxy, job); /* one loop: the scheduler's own */
 }
 
 /* A job (or page) back from the scheduler: its client answered if still there. */
@@ -109,6 +110,9 @@ static void front_job_back(lp_front_t *f, lp_job_t *job) {
   }
   lp__job_release(job); /* without a cancel sent, the only reference: freed at once */
 }
+
+/* One loop: a page the scheduler answered is the front's at once. */
+static void page_back_here(lp_job_t *job) { front_job_back(job->front, job); }
 
 static void front_publish(lp_front_t *f) {
   size_t n = (f->httpd ? lp_httpd_connections(f->httpd) : 0) + (f->admin ? lp_httpd_connections(f->admin) : 0);
@@ -264,7 +268,11 @@ void lp__fronts_flush(lp_proxy_t *p) {
 static void on_sched_flush(uv_check_t *h) { lp__fronts_flush(container_of(h, lp_proxy_t, flush)); }
 static void on_sched_flush_soon(uv_idle_t *h) { lp__fronts_flush(container_of(h, lp_proxy_t, flush_soon)); }
 
-static void sched_page(lp_proxy_t *p, lp_job_t *job) {
+void lp__sched_page(lp_proxy_t *p, lp_job_t *job) {
+  if (job->admin_route == LP_ROUTE_ADVICE) { /* may wait for its worker */
+    lp__advice_page(p, job);
+    return;
+  }
   lp_page_t pg;
   lp__render_page(p, job->admin_route, job->admin_v2, job->admin_url, job->admin_path_len, &job->res_body, &pg);
   job->res_status = pg.status;
@@ -272,7 +280,7 @@ static void sched_page(lp_proxy_t *p, lp_job_t *job) {
   snprintf(job->res_hdr, sizeof(job->res_hdr), "%s", pg.hdr ? pg.hdr : "");
   if (pg.code) snprintf(job->res_code, sizeof(job->res_code), "%s", pg.code);
   snprintf(job->res_msg, sizeof(job->res_msg), "%s", pg.msg);
-  lp__job_hand_back(job);
+  p->page_done(job);
 }
 
 static void sched_admit(lp_proxy_t *p, lp_job_t *job) {
@@ -300,13 +308,15 @@ static void on_sched_inbox(uv_async_t *a) {
   while (jobs) {
     lp_job_t *job = jobs;
     jobs = job->mq_next;
-    if (job->admin_route) sched_page(p, job);
+    if (job->admin_route) lp__sched_page(p, job);
     else sched_admit(p, job);
   }
   while (cancels) {
     lp_job_t *job = cancels;
     cancels = job->cq_next;
-    if (!job->handed_back) { /* the core still has it: it hears the client left */
+    /* the core still has it: it hears the client left (a page waiting for
+     * the advisor goes back when computed, and its front drops it) */
+    if (!job->handed_back && !job->admin_route) {
       job->waited = 0;
       lp__job_cancel(job);
     }
@@ -476,6 +486,7 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
     }
   }
   uint64_t id_base = (uv_hrtime() * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)uv_os_getpid() << 32);
+  p->page_done = p->remote ? lp__job_hand_back : page_back_here;
   if (!p->remote) {
     lp_front_t *f = &p->fronts[0];
     f->loop = p->loop;

@@ -96,7 +96,7 @@ static void handle_infer(lp_front_t *f, lp_http_req_t *req, const char *model, s
 }
 
 /* Query parameter value as an unsigned integer; def when absent. -1 if bad. */
-static long query_uint(const char *url, size_t path_len, const char *name, long def) {
+long lp__query_uint(const char *url, size_t path_len, const char *name, long def) {
   const char *q = url + path_len;
   size_t n = strlen(name);
   while (*q) {
@@ -167,7 +167,7 @@ void lp__on_admin_request(lp_http_req_t *req, void *ud) { route(ud, req, 1); }
 /* A page of the scheduler's state: rendered here with one loop, by the
  * scheduler (a message there and back) with several. */
 void lp__front_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
-  if (f->remote) {
+  if (f->remote || route == LP_ROUTE_ADVICE) { /* the advice may wait for its worker */
     lp__front_ask_page(f, req, route, v2r);
     return;
   }
@@ -189,12 +189,6 @@ void lp__front_answer_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r
   lp_http_respond(req, pg->status, pg->hdr, pg->ctype, body->data, body->len);
 }
 
-static void page_error(lp_page_t *pg, int status, const char *code, const char *msg) {
-  pg->status = status;
-  pg->code = code;
-  snprintf(pg->msg, sizeof(pg->msg), "%s", msg);
-}
-
 void lp__render_page(lp_proxy_t *p, int route, int v2r, const char *url, size_t path_len, lp_buf_t *b,
                      lp_page_t *pg) {
   *pg = (lp_page_t){.status = 200, .ctype = "application/json"};
@@ -211,36 +205,6 @@ void lp__render_page(lp_proxy_t *p, int route, int v2r, const char *url, size_t 
     pg->ctype = "text/plain; version=0.0.4; charset=utf-8";
   } else if (route == LP_ROUTE_MODELS) {
     lp__render_models(p, b);
-  } else if (route == LP_ROUTE_ADVICE) {
-    long k = query_uint(url, path_len, "k", 3);
-    if (k < 1 || k > LP_ADVISE_MAX_K) return page_error(pg, 400, "bad_parameter", "k must be 1..8");
-    /* p99_ms (and rate) ask for the simulated advice; without, the padding one */
-    double p99_ms = 0, rate = 0;
-    int lat = lp__query_double(url + path_len, "p99_ms", &p99_ms);
-    if (lat < 0 || (lat && !(p99_ms > 0 && p99_ms <= 3600000)))
-      return page_error(pg, 400, "bad_parameter", "p99_ms must be a number of milliseconds in (0, 3600000]");
-    int rated = lp__query_double(url + path_len, "rate", &rate);
-    if (rated < 0 || (rated && !(rate >= 1e-3 && rate <= 1e9)) || (rated && !lat))
-      return page_error(pg, 400, "bad_parameter", "rate must be requests/s in [0.001, 1e9], with p99_ms");
-    lp_model_t *m = p->nmodels == 1 ? &p->models[0] : NULL;
-    const char *mq = strstr(url + path_len, "model=");
-    if (mq) {
-      size_t n = strcspn(mq + 6, "&");
-      m = NULL;
-      for (size_t i = 0; i < p->nmodels; i++)
-        if (strlen(p->models[i].cfg->name) == n && strncmp(p->models[i].cfg->name, mq + 6, n) == 0)
-          m = &p->models[i];
-    }
-    if (!m) return page_error(pg, 404, "unknown_model", "name a model: ?model=NAME");
-    char err[160];
-    if (lat) {
-      int st = 0;
-      const char *code = NULL;
-      if (lp__render_shape_advice(p, m, (uint32_t)k, p99_ms, rate, b, &st, &code, err, sizeof(err)))
-        return page_error(pg, st, code, err);
-    } else if (lp__render_advice(p, m, (uint32_t)k, b, err, sizeof(err))) {
-      return page_error(pg, 409, "no_data", err);
-    }
   }
 }
 
@@ -308,7 +272,8 @@ void lp__on_cancel(lp_http_req_t *req, void *ud) {
   if (!job) return;
   req->app = NULL;
   if (!f->remote) {
-    lp__job_cancel(job);
+    if (job->admin_route) job->front_req = NULL; /* its page is dropped when it comes */
+    else lp__job_cancel(job);
     return;
   }
   /* the scheduler hears it (after the job itself, if that still waits here);
@@ -485,5 +450,6 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
 }
 
 void lp_proxy_free(lp_proxy_t *p) {
+  lp__advice_free(p);
   lp__fronts_stop(p); /* joins the threads and frees what the fronts own */
 }

@@ -348,6 +348,15 @@ struct lp_front_s {
   lp_alog_t alog;
 };
 
+/* The shape advisor's work (advice.c): one computation running on libuv's
+ * pool, the others queued; the scheduler's thread's only. */
+typedef struct lp_adv_comp_s lp_adv_comp_t;
+typedef struct lp_advq_s {
+  lp_adv_comp_t *running;  /* owned by the pool's work until it ends */
+  lp_adv_comp_t *head, *tail; /* queued; owned */
+  size_t queued;
+} lp_advq_t;
+
 struct lp_proxy_s {
   uv_loop_t *loop;
   lp_config_t cfg;
@@ -359,6 +368,10 @@ struct lp_proxy_s {
   uv_check_t flush;        /* remote: hands back the turn's answers, one push per front */
   uv_idle_t flush_soon;    /* while answers wait: the loop does not sleep before the flush */
   int back_pending;        /* some front has answers waiting */
+  /* a page job the scheduler has answered goes back to its front: by message
+   * (remote) or at once (one loop); set by the fronts when they start */
+  void (*page_done)(lp_job_t *job);
+  lp_advq_t advq;
   char **tokens;           /* bearer tokens clients must show; owned; NULL: none */
   size_t ntokens;
   lp_upstream_t *up;
@@ -462,8 +475,11 @@ void lp__front_submit(lp_front_t *f, lp_http_req_t *req, lp_job_t *job);
 /* proxy.c: answers a page of the scheduler's state, rendered here (one loop)
  * or by the scheduler (a message there and back). */
 void lp__front_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r);
-/* A page for the scheduler to render, answered when it comes back (remote). */
+/* A page for the scheduler to render, answered when it comes back (remote,
+ * and the advice, which may wait for its worker, with one loop too). */
 void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r);
+/* The scheduler's side: renders a page job, answered through p->page_done. */
+void lp__sched_page(lp_proxy_t *p, lp_job_t *job);
 /* Answers req with a rendered page. */
 void lp__front_answer_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r, const lp_buf_t *body,
                            const lp_page_t *pg);
@@ -620,13 +636,18 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *out);
 void lp__render_models(lp_proxy_t *p, lp_buf_t *out);
 int lp__render_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, lp_buf_t *out, char *err,
                       size_t errlen);
-/* With ?p99_ms=: the shapes the simulator finds best for the observed lengths,
- * device times and rate (rate_asked > 0 replaces the observed rate), bounded in
- * CPU time and cached. 0, or negative with *status, *code and err for the answer. */
-int lp__render_shape_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, double p99_ms, double rate_asked,
-                            lp_buf_t *out, int *status, const char **code, char *err, size_t errlen);
-/* A query parameter as a finite number: 1 with *out, 0 absent, -1 malformed. */
-int lp__query_double(const char *query, const char *name, double *out);
+/* A query parameter as a non-negative integer: def when absent, -1 malformed. */
+long lp__query_uint(const char *url, size_t path_len, const char *name, long def);
+
+/* advice.c (the scheduler's thread): /v1/buckets/advice for a page job. The
+ * padding answer at once; with ?p99_ms= the shapes the simulator finds best
+ * for the observed lengths, device times and rate (?rate= replaces the
+ * observed one), computed on a worker of libuv's pool one at a time, equal
+ * queries sharing one computation, cached; 429 advisor_busy past the queue's
+ * bound. The job is answered through p->page_done, now or when computed. */
+void lp__advice_page(lp_proxy_t *p, lp_job_t *job);
+/* Frees the computations still queued (the process is ending). */
+void lp__advice_free(lp_proxy_t *p);
 
 enum { LP_ROUTE_INFER = 0, LP_ROUTE_MODELS, LP_ROUTE_HEALTHZ, LP_ROUTE_READYZ, LP_ROUTE_METRICS,
        LP_ROUTE_ADVICE, LP_ROUTE_OTHER, LP_ROUTE_V2_INFER, LP_ROUTE_V2 };
