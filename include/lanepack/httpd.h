@@ -61,6 +61,15 @@ typedef struct lp_http_req_s {
   uv_write_t _write;
 } lp_http_req_t;
 
+/* Counts that several servers share (one per thread on one port), so that
+ * their limits hold for the process, not for each server: the kernel spreads
+ * connections over SO_REUSEPORT listeners unevenly, and an equal share each
+ * refused below the limit. Updated atomically from every server's thread. */
+typedef struct lp_httpd_shared_s {
+  size_t conns;              /* open connections, counted against max_connections */
+  size_t body_bytes;         /* bodies being received, against max_body_bytes_in_flight */
+} lp_httpd_shared_t;
+
 typedef struct lp_httpd_config_s {
   /* A request is complete: answer it with lp_http_respond, now or later. */
   void (*on_request)(lp_http_req_t *req, void *ud);
@@ -95,6 +104,10 @@ typedef struct lp_httpd_config_s {
    * them: server id_shard of id_shards takes every id_shards-th. 0: alone. */
   uint64_t id_base;
   uint32_t id_shard, id_shards;
+  /* The counts max_connections and max_body_bytes_in_flight bound: shared
+   * with other servers (not owned; it must outlive them), or NULL for the
+   * server's own. */
+  lp_httpd_shared_t *shared;
 } lp_httpd_config_t;
 
 /* Fills cfg with defaults (handlers left NULL). */

@@ -93,7 +93,8 @@ struct lp_httpd_s {
   int tick_open;
   int tick_closed;
   uint64_t id_base, id_count;  /* made request ids: random base + a count */
-  size_t body_bytes;           /* bodies being received: charged to max_body_bytes_in_flight */
+  lp_httpd_shared_t own;       /* the counts, when not shared with other servers */
+  lp_httpd_shared_t *count;    /* cfg.shared or &own: updated atomically */
   void (*done)(void *);
   void *done_arg;
 };
@@ -286,7 +287,7 @@ static void request_id_settle(lp_httpd_t *s, lp_http_req_t *r, const lp_http_par
 /* Gives back what a request's body had charged to the in-flight budget. */
 static void body_uncharge(lp_http_req_t *r) {
   lp_httpd_t *s = r->_conn->srv;
-  s->body_bytes -= r->_charged <= s->body_bytes ? r->_charged : s->body_bytes;
+  if (r->_charged) __atomic_sub_fetch(&s->count->body_bytes, r->_charged, __ATOMIC_RELAXED);
   r->_charged = 0;
 }
 
@@ -761,16 +762,23 @@ static int body_room(lp_http_conn_t *c, lp_http_req_t *r, size_t need, size_t mo
   if (nc > most) nc = most > need ? most : need;
   size_t more = nc - r->_body_cap;
   size_t budget = s->cfg.max_body_bytes_in_flight;
-  if (budget && (s->body_bytes > budget || more > budget - s->body_bytes))
+  /* taken first, given back if over: servers on other threads charge the
+   * same count at the same time */
+  size_t now = __atomic_add_fetch(&s->count->body_bytes, more, __ATOMIC_RELAXED);
+  if (budget && now > budget) {
+    __atomic_sub_fetch(&s->count->body_bytes, more, __ATOMIC_RELAXED);
     return fail_cb_x(c, 503, "bodies_in_flight_full",
                      "request bodies being received exceed the server's max_body_bytes_in_flight; "
                      "retry later", NULL, "Retry-After: 1\r\n");
+  }
   char *d = realloc(r->body, nc);
-  if (d == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
+  if (d == NULL) {
+    __atomic_sub_fetch(&s->count->body_bytes, more, __ATOMIC_RELAXED);
+    return fail_cb(c, 503, "out_of_memory", "server out of memory");
+  }
   r->body = d;
   r->_body_cap = nc;
   r->_charged += more;
-  s->body_bytes += more;
   return 0;
 }
 
@@ -1050,6 +1058,7 @@ static void conn_close(lp_http_conn_t *c) {
   else s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   s->nconns--;
+  __atomic_sub_fetch(&s->count->conns, 1, __ATOMIC_RELAXED);
   /* requests not yet handed to writing: cancel and free them */
   lp_http_req_t *r = c->head;
   c->head = c->tail = c->cur = NULL;
@@ -1317,7 +1326,7 @@ static void on_connection(uv_stream_t *server, int status) {
   s->conns = c;
   s->nconns++;
   c->last_ns = uv_now(s->loop);
-  if (s->nconns > s->cfg.max_connections) {
+  if (__atomic_add_fetch(&s->count->conns, 1, __ATOMIC_RELAXED) > s->cfg.max_connections) {
     conn_reject(c, 503, "too_many_connections", "connection limit reached", NULL, "Retry-After: 1\r\n");
     return;
   }
@@ -1332,6 +1341,7 @@ lp_httpd_t *lp_httpd_new(uv_loop_t *loop, const lp_httpd_config_t *cfg) {
   if (s == NULL) return NULL;
   s->loop = loop;
   s->cfg = *cfg;
+  s->count = cfg->shared ? cfg->shared : &s->own;
   if (s->cfg.max_pipeline == 0) s->cfg.max_pipeline = 1;
   s->rbuf_cap = 64 * 1024;
   s->rbuf = malloc(s->rbuf_cap);

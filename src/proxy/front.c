@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,16 +18,6 @@
 #include "lanepack/v2.h"
 #include "proxy.h"
 
-/* ---- limits: the totals shared among the fronts ---- */
-
-void lp__front_limits(const lp_config_t *cfg, unsigned n, lp_httpd_config_t *hc) {
-  lp__httpd_limits(cfg, hc);
-  if (n <= 1) return;
-  hc->max_connections = (hc->max_connections + n - 1) / n;
-  size_t budget = (hc->max_body_bytes_in_flight + n - 1) / n;
-  /* one body of the largest size must always fit */
-  hc->max_body_bytes_in_flight = budget > cfg->max_body_bytes ? budget : cfg->max_body_bytes;
-}
 
 /* ---- the front's side ---- */
 
@@ -180,7 +171,7 @@ static void front_close_servers(lp_front_t *f) {
 static void front_reconf(lp_front_t *f, lp_ctl_t *c) {
   if (c->cfg) {
     lp_httpd_config_t hc;
-    lp__front_limits(c->cfg, f->proxy->nfronts, &hc);
+    lp__httpd_limits(c->cfg, &hc);
     if (f->httpd) lp_httpd_set_limits(f->httpd, &hc);
     if (f->admin) lp_httpd_set_limits(f->admin, &hc);
     free((void *)f->cfg);
@@ -231,6 +222,9 @@ static void on_front_inbox(uv_async_t *a) {
 
 static void front_main(void *arg) {
   lp_front_t *f = arg;
+  char name[16]; /* the kernel's limit, with its NUL */
+  snprintf(name, sizeof(name), "lp-front-%u", f->index);
+  prctl(PR_SET_NAME, name, 0, 0, 0); /* top -H and /proc/PID/task/TID/comm show it */
   uv_run(f->loop, UV_RUN_DEFAULT);
 }
 
@@ -357,7 +351,7 @@ static lp_ctl_t *reconf_msg(lp_proxy_t *p) {
 void lp__fronts_reconfigure(lp_proxy_t *p) {
   if (!p->remote) {
     lp_httpd_config_t hc;
-    lp__front_limits(&p->cfg, 1, &hc);
+    lp__httpd_limits(&p->cfg, &hc);
     lp_front_t *f = &p->fronts[0];
     if (f->httpd) lp_httpd_set_limits(f->httpd, &hc);
     if (f->admin) lp_httpd_set_limits(f->admin, &hc);
@@ -418,7 +412,8 @@ static void listen_addr(const char *cfg_addr, int port, char *out, size_t n) {
 static int front_listen(lp_front_t *f, unsigned n, uint64_t id_base, int *port) {
   const lp_config_t *cfg = &f->proxy->cfg;
   lp_httpd_config_t hc;
-  lp__front_limits(cfg, n, &hc);
+  lp__httpd_limits(cfg, &hc);
+  hc.shared = &f->proxy->client_counts; /* the limits are the process's, not a front's share */
   hc.on_request = lp__on_request;
   hc.on_cancel = lp__on_cancel;
   hc.on_reject = lp__on_reject;
@@ -435,6 +430,7 @@ static int front_listen(lp_front_t *f, unsigned n, uint64_t id_base, int *port) 
   if (rc) return rc;
   if (f->index == 0 && cfg->admin_listen[0]) {
     hc.on_request = lp__on_admin_request;
+    hc.shared = NULL; /* its own: operators get in when clients fill the limit */
     hc.reuseport = 0;
     hc.id_base = 0; /* its own random base: not the fronts' shared sequence */
     hc.id_shard = hc.id_shards = 0;

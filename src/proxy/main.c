@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -93,6 +94,11 @@ static int make_config(lp_config_t *cfg, char *err, size_t errlen) {
 
 /* SIGHUP: the configuration again, as at start. */
 static int reload_config(lp_config_t *out, char *err, size_t errlen) { return make_config(out, err, errlen); }
+
+static void sched_main(void *loop) {
+  prctl(PR_SET_NAME, "lp-sched", 0, 0, 0);
+  uv_run(loop, UV_RUN_DEFAULT);
+}
 
 int main(int argc, char **argv) {
   static lp_config_t cfg;
@@ -199,7 +205,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   lp_log(LP_LOG_INFO, "listening", "\"port\": %d, \"models\": %zu", port, cfg.nmodels);
-  uv_run(loop, UV_RUN_DEFAULT);
+  /* the scheduler's loop on a thread of its own, named for top -H; the main
+   * thread keeps the process's name (pkill -x lanepack, logrotate) */
+  uv_thread_t sched;
+  if (uv_thread_create(&sched, sched_main, loop) == 0) uv_thread_join(&sched);
+  else sched_main(loop);
   lp_proxy_free(&proxy); /* the front threads stopped and joined */
   lp_log(LP_LOG_INFO, "stopped", "\"jobs_left\": %zu", proxy.jobs);
   return proxy.exit_code;

@@ -372,6 +372,7 @@ struct lp_proxy_s {
    * (remote) or at once (one loop); set by the fronts when they start */
   void (*page_done)(lp_job_t *job);
   lp_advq_t advq;
+  lp_httpd_shared_t client_counts; /* every front's client listener counts here */
   char **tokens;           /* bearer tokens clients must show; owned; NULL: none */
   size_t ntokens;
   lp_upstream_t *up;
@@ -450,8 +451,6 @@ void lp__on_request(lp_http_req_t *req, void *ud);
 void lp__on_admin_request(lp_http_req_t *req, void *ud);
 void lp__on_cancel(lp_http_req_t *req, void *ud);
 void lp__on_reject(lp_http_req_t *req, int status, const char *code, void *ud);
-/* The server limits of one front of n (the totals shared among them). */
-void lp__front_limits(const lp_config_t *cfg, unsigned n, lp_httpd_config_t *hc);
 
 /* A page the scheduler renders (/metrics, /v1/models, advice, readiness, v2
  * metadata): its status, and on an error its code and message. */
