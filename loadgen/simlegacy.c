@@ -1,6 +1,6 @@
 /* The "legacy" policy for lanepack-sim: the scheduler the proxy runs before
  * the dispatch core (lp_sched_decide_mode and a device clock per backend, as
- * src/proxy/model.c and batch.c drive them), so the simulator has a BEFORE
+ * src/proxy/sched/model.c and batch.c drive them), so the simulator has a BEFORE
  * figure. Modelled: the window, the clock's modes and ms-rounded wake-ups, at
  * most 2 x devices batches in flight per backend, a 5xx to several sequences
  * sending each alone next time, retries with backoff, stall hedging (3 copies)
