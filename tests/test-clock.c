@@ -50,7 +50,7 @@ static int one(int port, size_t n, const char *extra, double *ms) {
 
 START_TEST(idle_device_gets_a_batch_at_once) {
   stack_t_ s = start("--shapes 8x64 --cost-ms 5",
-                     "\"shapes\": \"8x64\", \"max_wait_ms\": 1000, \"fill_target\": 0.95");
+                     "\"shapes\": \"8x64\", \"max_wait_ms\": 1000");
   double ms;
   for (int i = 0; i < 3; i++) {
     ck_assert_int_eq(one(s.port, 10, NULL, &ms), 200);
@@ -110,7 +110,7 @@ static double run_waves(int port, int devices_expected_batches) {
 
 START_TEST(busy_device_packs_what_arrives) {
   stack_t_ s = start("--shapes 8x64 --cost-ms 300",
-                     "\"shapes\": \"8x64\", \"max_wait_ms\": 5, \"fill_target\": 0.95");
+                     "\"shapes\": \"8x64\", \"max_wait_ms\": 5");
   run_waves(s.port, 2);  /* first, unknown cost: the answer frees the device */
   run_waves(s.port, 2);  /* then with the learned cost: just in time */
   stop(&s);

@@ -558,6 +558,34 @@ START_TEST(check_config) {
 }
 END_TEST
 
+/* Keys the dispatch core no longer reads are refused, naming what decides
+ * instead (accepted and ignored, they let an operator believe they tune it). */
+START_TEST(dead_keys_refused) {
+  static const struct {
+    const char *kv, *says;
+  } dead[] = {{"\"fill_target\": 0.9", "device clock"},
+              {"\"max_bypass\": 8", "max_wait_ms"},
+              {"\"balance\": \"round_robin\"", "device"}};
+  for (size_t i = 0; i < sizeof(dead) / sizeof(dead[0]); i++) {
+    char path[] = "/tmp/lp-cfg-XXXXXX", cfg[256], out[4096] = "";
+    int fd = mkstemp(path);
+    int n = snprintf(cfg, sizeof(cfg),
+                     "{\"models\": {\"m\": {\"shapes\": \"4x64\", \"backends\": [\"http://127.0.0.1:1\"], %s}}}",
+                     dead[i].kv);
+    ck_assert_int_eq(write(fd, cfg, (size_t)n), n);
+    close(fd);
+    char *argv[] = {(char *)h_bin("LP_PROXY"), "--config", path, "--check-config", NULL};
+    ck_assert_int_eq(h_run(argv, "/tmp/lp-cfg-dead.out"), 2);
+    FILE *f = fopen("/tmp/lp-cfg-dead.out", "r");
+    ck_assert_ptr_nonnull(f);
+    fread(out, 1, sizeof(out) - 1, f);
+    fclose(f);
+    unlink(path);
+    ck_assert_msg(strstr(out, "no longer used") && strstr(out, dead[i].says), "%s: %s", dead[i].kv, out);
+  }
+}
+END_TEST
+
 /* emulator + proxy + loadgen: verified answers and a JSON report that adds up */
 START_TEST(loadgen_run) {
   stack_t_ s;
@@ -704,7 +732,7 @@ START_TEST(retries_and_shape_mismatch) {
   char model[512];
   snprintf(model, sizeof(model),
            "{\"default\": {\"shapes\": \"4x64\", \"backends\": [\"http://127.0.0.1:%%d\", \"http://127.0.0.1:%d\"], "
-           "\"max_wait_ms\": 1, \"balance\": \"round_robin\", \"retry_backoff_ms\": 5}}", good);
+           "\"max_wait_ms\": 1, \"retry_backoff_ms\": 5}}", good);
   stack_t_ s;
   start(&s, "--shapes 4x64 --cost-ms 1 --fail-rate 1", "\"unhealthy_after\": 1000,", model);
   for (int i = 0; i < 20; i++) {
@@ -975,7 +1003,7 @@ END_TEST
 
 LP_TEST_MAIN("proxy", answers_verify, concurrent_and_pipelined, client_errors, chunked_and_expect,
              backend_failures, no_backend, queue_full_and_deadline, cancel_on_disconnect,
-             graceful_shutdown, models_shapes_ragged_per_segment, check_config, loadgen_run,
+             graceful_shutdown, models_shapes_ragged_per_segment, check_config, dead_keys_refused, loadgen_run,
              loadgen_errors, slow_and_greedy_clients, example_config,
              retries_and_shape_mismatch, auth_and_admin_listener,
              drain_timeout, no_shape_left, bad_version, emulator_checks,

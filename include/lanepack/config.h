@@ -17,7 +17,6 @@
 #define LP_MAX_LANES 4096
 #define LP_MAX_BUCKET (1u << 20)
 
-typedef enum { LP_BALANCE_LEAST_INFLIGHT = 0, LP_BALANCE_ROUND_ROBIN } lp_balance_t;
 typedef enum { LP_PROTO_LANEPACK = 0, LP_PROTO_V2 } lp_protocol_t;
 
 /* How a "protocol": "v2" model talks to its backends (Open Inference Protocol). */
@@ -39,9 +38,7 @@ typedef struct lp_model_config_s {
   int64_t vocab_size;           /* token ids must be in [0, vocab_size); 0 = [0, 2^31) */
   lp_algo_t packer;
   uint32_t max_segments_per_lane;
-  double fill_target;
   uint64_t max_wait_ms;
-  uint32_t max_bypass;
   size_t max_queue_requests;
   uint64_t max_queue_tokens;
   uint32_t max_inflight;        /* safety cap on batches in flight per backend; 0 = 2 x devices */
@@ -54,7 +51,6 @@ typedef struct lp_model_config_s {
   } cost_spec[LP_BUCKET_MAX_SHAPES];
   size_t ncosts;
   uint64_t backend_timeout_ms;
-  lp_balance_t balance;
   int ragged;                   /* GPU backend: flat token budget, cu_seqlens */
   uint32_t ragged_max_tokens;
   uint64_t default_deadline_ms; /* 0 = none */

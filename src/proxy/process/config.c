@@ -18,9 +18,7 @@ void lp_model_config_default(lp_model_config_t *m, const char *name) {
   lp_bucket_set_init(&m->shapes);
   m->pad_id = 0;
   m->packer = LP_ALGO_BFD;
-  m->fill_target = 0.95;
   m->max_wait_ms = 5;
-  m->max_bypass = 8;
   m->max_queue_requests = 10000;
   m->max_queue_tokens = 16u * 1024 * 1024;
   m->max_inflight = 0;
@@ -150,7 +148,27 @@ static int load_v2(ctx_t *x, lp_v2_config_t *c, json_t *o, const char *vpath) {
   return 0;
 }
 
+/* Keys an older release read and the dispatch core does not: refused, with
+ * what decides instead, rather than accepted and ignored (an operator would
+ * believe they tune it). NULL for any other key. */
+static const char *dead_key(const char *key) {
+  static const struct {
+    const char *key, *why;
+  } dead[] = {
+      {"fill_target", "the device clock decides when a batch leaves (when its device is expected free, less "
+                      "the lead time); max_wait_ms bounds how long a request waits"},
+      {"max_bypass", "max_wait_ms bounds how long a request may be passed over (past it, the oldest goes in the "
+                     "next rectangle); priority orders the rest"},
+      {"balance", "each batch goes to the backend whose device is expected free first (the device clocks), "
+                  "healthy backends only"},
+  };
+  for (size_t i = 0; i < sizeof(dead) / sizeof(dead[0]); i++)
+    if (strcmp(key, dead[i].key) == 0) return dead[i].why;
+  return NULL;
+}
+
 static int load_model(ctx_t *x, lp_model_config_t *m, json_t *o, const char *mpath) {
+  const char *why;
   char path[256];
   const char *key;
   json_t *v;
@@ -224,14 +242,8 @@ static int load_model(ctx_t *x, lp_model_config_t *m, json_t *o, const char *mpa
       m->packer = (lp_algo_t)a;
     } else if (strcmp(key, "max_segments_per_lane") == 0) {
       U64_FIELD(x, v, path, 0, 1u << 24, m->max_segments_per_lane);
-    } else if (strcmp(key, "fill_target") == 0) {
-      if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1)
-        return fail(x, path, "must be a number in [0, 1]");
-      m->fill_target = json_number_value(v);
     } else if (strcmp(key, "max_wait_ms") == 0) {
       U64_FIELD(x, v, path, 0, 3600000, m->max_wait_ms);
-    } else if (strcmp(key, "max_bypass") == 0) {
-      U64_FIELD(x, v, path, 0, 1000000, m->max_bypass);
     } else if (strcmp(key, "max_queue_requests") == 0) {
       U64_FIELD(x, v, path, 1, 10000000, m->max_queue_requests);
     } else if (strcmp(key, "max_queue_tokens") == 0) {
@@ -282,11 +294,6 @@ static int load_model(ctx_t *x, lp_model_config_t *m, json_t *o, const char *mpa
       U64_FIELD(x, v, path, 0, 60000, m->retry_backoff_ms);
     } else if (strcmp(key, "default_deadline_ms") == 0) {
       U64_FIELD(x, v, path, 0, 3600000, m->default_deadline_ms);
-    } else if (strcmp(key, "balance") == 0) {
-      const char *s = json_is_string(v) ? json_string_value(v) : "";
-      if (strcmp(s, "least_inflight") == 0) m->balance = LP_BALANCE_LEAST_INFLIGHT;
-      else if (strcmp(s, "round_robin") == 0) m->balance = LP_BALANCE_ROUND_ROBIN;
-      else return fail(x, path, "must be \"least_inflight\" or \"round_robin\"");
     } else if (strcmp(key, "ragged") == 0) {
       if (!json_is_boolean(v)) return fail(x, path, "must be true or false");
       m->ragged = json_is_true(v);
@@ -299,6 +306,8 @@ static int load_model(ctx_t *x, lp_model_config_t *m, json_t *o, const char *mpa
       else return fail(x, path, "must be \"lanepack\" or \"v2\"");
     } else if (strcmp(key, "v2") == 0) {
       if (load_v2(x, &m->v2, v, path)) return -EINVAL;
+    } else if ((why = dead_key(key)) != NULL) {
+      return fail(x, path, "is no longer used: %s", why);
     } else {
       return fail(x, path, "unknown key");
     }
@@ -529,9 +538,7 @@ char *lp_config_dump(const lp_config_t *c) {
     json_object_set_new(o, "vocab_size", json_integer(m->vocab_size));
     json_object_set_new(o, "packer", json_string(lp_algo_name(m->packer)));
     json_object_set_new(o, "max_segments_per_lane", json_integer(m->max_segments_per_lane));
-    json_object_set_new(o, "fill_target", json_real(m->fill_target));
     json_object_set_new(o, "max_wait_ms", json_integer((json_int_t)m->max_wait_ms));
-    json_object_set_new(o, "max_bypass", json_integer(m->max_bypass));
     json_object_set_new(o, "max_queue_requests", json_integer((json_int_t)m->max_queue_requests));
     json_object_set_new(o, "max_queue_tokens", json_integer((json_int_t)m->max_queue_tokens));
     json_object_set_new(o, "max_inflight", json_integer(m->max_inflight));
@@ -568,8 +575,6 @@ char *lp_config_dump(const lp_config_t *c) {
       json_object_set_new(v2, "inputs", in);
       json_object_set_new(o, "v2", v2);
     }
-    json_object_set_new(o, "balance", json_string(m->balance == LP_BALANCE_ROUND_ROBIN
-                                                      ? "round_robin" : "least_inflight"));
     json_object_set_new(o, "ragged", json_boolean(m->ragged));
     json_object_set_new(o, "ragged_max_tokens", json_integer(m->ragged_max_tokens));
     json_object_set_new(models, m->name, o);
