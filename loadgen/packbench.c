@@ -18,7 +18,7 @@
 #include "lanepack/bucket.h"
 #include "lanepack/lengths.h"
 #include "lanepack/packer.h"
-#include "lanepack/sched.h"
+#include "legacy-sched.h"
 
 typedef struct {
   char algo[32];

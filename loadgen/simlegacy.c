@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "lanepack/devclock.h"
-#include "lanepack/sched.h"
+#include "legacy-sched.h"
 #include "lanepack/sim.h"
 
 #define WINDOW_MAX 4096

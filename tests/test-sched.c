@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "lanepack/sched.h"
+#include "legacy-sched.h"
 
 #define MS 1000000ull
 

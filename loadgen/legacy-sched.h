@@ -1,8 +1,8 @@
-/* The online dispatch policy: given what is waiting, dispatch a rectangle now
- * (which shape, which items where) or wait, and until when. No I/O, no clock:
- * the caller passes the time. */
-#ifndef LANEPACK_SCHED_H
-#define LANEPACK_SCHED_H
+/* The old online dispatch policy (before the dispatch core): given what is
+ * waiting, dispatch a rectangle now or wait. Kept only for the simulator's and
+ * packbench's comparisons; no I/O, no clock: the caller passes the time. */
+#ifndef LANEPACK_LEGACY_SCHED_H
+#define LANEPACK_LEGACY_SCHED_H
 
 #include <stddef.h>
 #include <stdint.h>

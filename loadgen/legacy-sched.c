@@ -1,6 +1,6 @@
-/* The online dispatch policy: which shape to send next and when. It tries every
- * compiled shape on the items waiting and keeps the one that wastes least. */
-#include "lanepack/sched.h"
+/* The old online dispatch policy (see legacy-sched.h): which shape to send next
+ * and when, trying every compiled shape on the items waiting. */
+#include "legacy-sched.h"
 
 #include <errno.h>
 #include <stdlib.h>
