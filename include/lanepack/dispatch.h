@@ -27,6 +27,8 @@
 #include "lanepack/devclock.h"
 
 #define LP_DISP_MAX_BACKENDS 16
+/* Times in the core are nanoseconds; configurations speak milliseconds. */
+#define LP_NS_PER_MS 1000000ull
 
 /* ---- configuration ---- */
 

@@ -5,8 +5,6 @@
 
 #include <errno.h>
 
-#define MS 1000000ull
-#define MAX_BACKOFF_NS (1000ull * MS)
 
 int lp_disp_reconfigure(lp_disp_t *d, const lp_disp_config_t *cfg) {
   if (d == NULL || cfg == NULL) return -EINVAL;
@@ -25,19 +23,7 @@ int lp_disp_reconfigure(lp_disp_t *d, const lp_disp_config_t *cfg) {
   c->request_bound_ns = cfg->request_bound_ns;
   c->max_queue_jobs = cfg->max_queue_jobs;
   c->max_queue_tokens = cfg->max_queue_tokens;
-  d->max_copies = c->max_copies ? c->max_copies : 3;
-  d->unhealthy_after = c->unhealthy_after ? c->unhealthy_after : 3;
-  d->max_queued = c->max_queued_at_device ? c->max_queued_at_device : 1;
-  d->max_window = c->max_window ? c->max_window : 4096;
-  d->bound_ns = c->request_bound_ns; /* jobs admitted from now on */
-  if (d->bound_ns == 0) {
-    uint64_t b = c->retry_backoff_ns, per = 0;
-    for (uint32_t i = 0; i < d->max_copies; i++) {
-      per += c->backend_timeout_ns + b;
-      b = b * 2 < MAX_BACKOFF_NS ? b * 2 : MAX_BACKOFF_NS;
-    }
-    d->bound_ns = c->max_wait_ns + per + 1000 * MS;
-  }
+  lp__disp_derive(d);
   /* seeded costs take effect on every backend (learned ones stay learned) */
   for (size_t s = 0; s < d->shapes.count && s < LP_BUCKET_MAX_SHAPES; s++) {
     uint64_t seed = cfg->seed_cost_ns[s];

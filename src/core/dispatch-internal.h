@@ -15,6 +15,21 @@
 #define container_of(p, T, m) ((T *)(void *)((char *)(p)-offsetof(T, m)))
 #endif
 
+#define MS LP_NS_PER_MS
+/* The defaults of tunables a configuration leaves at 0 (lp_disp_config_t
+ * says what each means). */
+#define DISP_DEFAULT_MAX_COPIES 3       /* the first send, one hedge or retry, one more */
+#define DISP_DEFAULT_UNHEALTHY_AFTER 3  /* failed batches in a row: one is noise, three a pattern */
+#define DISP_DEFAULT_QUEUED_AT_DEVICE 1 /* one batch waits at a busy device: enough to hide the
+                                           round trip, no more committed early */
+#define DISP_DEFAULT_MAX_WINDOW 4096    /* sequences a decision looks at: bounds its cost */
+/* The longest backoff before a retry (it doubles from retry_backoff_ns). */
+#define DISP_MAX_BACKOFF_NS (1000ull * MS)
+/* A request's bound past its worst case (queue wait, every copy's timeout and
+ * backoff): room for the answer's own delivery, so the bound never fires on
+ * a request that is on its way. */
+#define DISP_BOUND_SLACK_NS (1000ull * MS)
+
 typedef struct disp_job_s disp_job_t;
 typedef struct disp_batch_s disp_batch_t;
 
@@ -144,14 +159,22 @@ struct lp_disp_s {
   size_t njob_spare;
 };
 
-/* dispatch.c */
+/* dispatch-state.c: the bottom layer, calling neither file above it */
+/* d's derived tunables (copies, health, queue depth, window, request bound)
+ * from d->cfg: at creation and after a reload. */
+void lp__disp_derive(lp_disp_t *d);
 int lp__disp_push(lp_disp_t *d, const lp_disp_action_t *a, const lp_disp_item_t *items, size_t n);
 uint64_t lp__disp_cost(const lp_disp_t *d, uint32_t b, int shape);
 int lp__disp_clock_knows(const lp_disp_t *d, uint32_t b);
 uint64_t lp__disp_prior(const lp_disp_t *d, uint32_t b, int shape);
+void lp__disp_seq_leave_backoff(lp_disp_t *d, disp_seq_t *s);
 void lp__disp_unqueue(lp_disp_t *d, disp_seq_t *s, int state);
 disp_batch_t *lp__disp_batch_get(lp_disp_t *d, size_t n);
+void lp__disp_batch_put(lp_disp_t *d, disp_batch_t *bt);
+void lp__disp_batch_destroy(disp_batch_t *bt);
+void *lp__disp_map_get(const disp_map_t *m, uint64_t key);
 int lp__disp_map_put(disp_map_t *m, uint64_t key, void *val);
+void lp__disp_map_del(disp_map_t *m, uint64_t key);
 
 /* dispatch-plan.c: sends what may leave now and sets d->wake's share of it. */
 int lp__disp_schedule(lp_disp_t *d, uint64_t now, uint64_t *wake);

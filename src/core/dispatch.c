@@ -1,7 +1,8 @@
 /* The dispatch state machine: jobs in and answers out, a batch's result turned
  * into outputs, retries, bisection and hedges, the device clocks taught by every
  * answer, backend health, and the time bound of every job. When batches leave
- * and what they hold is in dispatch-plan.c. No I/O, no clock: time is passed in. */
+ * and what they hold is in dispatch-plan.c, the records both use in
+ * dispatch-state.c. No I/O, no clock: time is passed in. */
 #include "dispatch-internal.h"
 
 #include "internal.h"
@@ -10,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MS 1000000ull
-#define MAX_BACKOFF_NS (1000ull * MS)
 /* free re-sends (bisection, missing shape) one sequence may have: a batch is
  * bisected at most log2(its size) times, and lanes x segments is far below 2^16 */
 #define MAX_FREE_SENDS 16
@@ -79,83 +78,12 @@ void lp_disp_config_default(lp_disp_config_t *c) {
   c->nbackends = 1;
   c->max_wait_ns = 5 * MS;
   c->high_util = 0.85;
-  c->max_copies = 3;
+  c->max_copies = DISP_DEFAULT_MAX_COPIES;
   c->stall_factor = 3.0;
   c->stall_min_ns = 50 * MS;
   c->retry_backoff_ns = 10 * MS;
   c->backend_timeout_ns = 30000 * MS;
-  c->unhealthy_after = 3;
-}
-
-/* ---- the id maps ---- */
-
-static uint64_t mix(uint64_t k) {
-  k ^= k >> 33;
-  k *= 0xff51afd7ed558ccdull;
-  k ^= k >> 33;
-  return k;
-}
-
-static void *map_get(const disp_map_t *m, uint64_t key) {
-  if (m->cap == 0 || key == 0) return NULL;
-  for (size_t i = mix(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-    if (m->keys[i] == key) return m->vals[i];
-    if (m->keys[i] == 0) return NULL;
-  }
-}
-
-int lp__disp_map_put(disp_map_t *m, uint64_t key, void *val) {
-  if ((m->n + 1) * 2 > m->cap) {
-    size_t cap = m->cap ? m->cap * 2 : 64;
-    uint64_t *k = calloc(cap, sizeof(*k));
-    void **v = calloc(cap, sizeof(*v));
-    if (!k || !v) {
-      free(k);
-      free(v);
-      return -ENOMEM;
-    }
-    for (size_t i = 0; i < m->cap; i++) {
-      if (!m->keys[i]) continue;
-      size_t j = mix(m->keys[i]) & (cap - 1);
-      while (k[j]) j = (j + 1) & (cap - 1);
-      k[j] = m->keys[i];
-      v[j] = m->vals[i];
-    }
-    free(m->keys);
-    free(m->vals);
-    m->keys = k;
-    m->vals = v;
-    m->cap = cap;
-  }
-  size_t i = mix(key) & (m->cap - 1);
-  while (m->keys[i] && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
-  if (!m->keys[i]) m->n++;
-  m->keys[i] = key;
-  m->vals[i] = val;
-  return 0;
-}
-
-static void map_del(disp_map_t *m, uint64_t key) {
-  if (m->cap == 0) return;
-  size_t mask = m->cap - 1, i = mix(key) & mask;
-  while (m->keys[i] != key) {
-    if (m->keys[i] == 0) return;
-    i = (i + 1) & mask;
-  }
-  m->n--;
-  /* backward shift: move later entries of the run into the hole when their home
-   * is not between the hole and them */
-  for (size_t j = (i + 1) & mask;; j = (j + 1) & mask) {
-    if (m->keys[j] == 0) break;
-    size_t h = mix(m->keys[j]) & mask;
-    if (((j - h) & mask) >= ((j - i) & mask)) {
-      m->keys[i] = m->keys[j];
-      m->vals[i] = m->vals[j];
-      i = j;
-    }
-  }
-  m->keys[i] = 0;
-  m->vals[i] = NULL;
+  c->unhealthy_after = DISP_DEFAULT_UNHEALTHY_AFTER;
 }
 
 /* ---- life cycle ---- */
@@ -172,19 +100,7 @@ lp_disp_t *lp_disp_new(const lp_disp_config_t *cfg) {
     free(d);
     return NULL;
   }
-  d->max_copies = cfg->max_copies ? cfg->max_copies : 3;
-  d->unhealthy_after = cfg->unhealthy_after ? cfg->unhealthy_after : 3;
-  d->max_queued = cfg->max_queued_at_device ? cfg->max_queued_at_device : 1;
-  d->max_window = cfg->max_window ? cfg->max_window : 4096;
-  d->bound_ns = cfg->request_bound_ns;
-  if (d->bound_ns == 0) {
-    uint64_t b = cfg->retry_backoff_ns, per = 0;
-    for (uint32_t i = 0; i < d->max_copies; i++) {
-      per += cfg->backend_timeout_ns + b;
-      b = b * 2 < MAX_BACKOFF_NS ? b * 2 : MAX_BACKOFF_NS;
-    }
-    d->bound_ns = cfg->max_wait_ns + per + 1000 * MS;
-  }
+  lp__disp_derive(d);
   d->shapes = cfg->shapes;
   for (uint32_t b = 0; b < cfg->nbackends; b++) {
     disp_backend_t *be = &d->be[b];
@@ -205,10 +121,6 @@ lp_disp_t *lp_disp_new(const lp_disp_config_t *cfg) {
   return d;
 }
 
-static void batch_destroy(disp_batch_t *bt) {
-  free(bt->seqs);
-  free(bt);
-}
 
 void lp_disp_free(lp_disp_t *d) {
   if (d == NULL) return;
@@ -229,7 +141,7 @@ void lp_disp_free(lp_disp_t *d) {
       disp_job_t *j = bt->seqs[k]->job;
       if (--j->refs == 0) free(j);
     }
-    batch_destroy(bt);
+    lp__disp_batch_destroy(bt);
   }
   while (d->job_spare) {
     disp_job_t *j = d->job_spare;
@@ -239,7 +151,7 @@ void lp_disp_free(lp_disp_t *d) {
   while (d->spare) {
     disp_batch_t *b = d->spare;
     d->spare = b->dnext;
-    batch_destroy(b);
+    lp__disp_batch_destroy(b);
   }
   free(d->jobs.keys); free(d->jobs.vals); free(d->batches.keys); free(d->batches.vals);
   lp_queue_free(&d->queue);
@@ -250,17 +162,6 @@ void lp_disp_free(lp_disp_t *d) {
 }
 
 /* ---- actions ---- */
-
-int lp__disp_push(lp_disp_t *d, const lp_disp_action_t *a, const lp_disp_item_t *items, size_t n) {
-  if (lp__grow((void **)&d->acts, &d->acts_cap, d->nacts + 1, sizeof(*d->acts))) return -ENOMEM;
-  if (n && lp__grow((void **)&d->items, &d->items_cap, d->nitems + n, sizeof(*d->items))) return -ENOMEM;
-  disp_act_t *x = &d->acts[d->nacts++];
-  x->a = *a;
-  x->items_at = d->nitems;
-  if (n) memcpy(d->items + d->nitems, items, n * sizeof(*items));
-  d->nitems += n;
-  return 0;
-}
 
 int lp_disp_next(lp_disp_t *d, lp_disp_action_t *a) {
   if (d->acts_head == d->nacts) return 0;
@@ -278,44 +179,6 @@ static void begin(lp_disp_t *d, uint64_t now) {
 }
 
 uint64_t lp_disp_wake_at(const lp_disp_t *d) { return d->wake; }
-
-/* ---- clocks ---- */
-
-/* Expected device time of a shape on backend b: learned, else seeded, else
- * what another backend learned of it (the same model on like hardware), else
- * scaled from the known shapes by slots, else the slots (a unit for comparing). */
-uint64_t lp__disp_cost(const lp_disp_t *d, uint32_t b, int shape) {
-  const lp_devclock_t *c = &d->be[b].clock;
-  uint64_t v = lp_devclock_cost(c, shape);
-  if (v) return v;
-  if ((v = lp__disp_prior(d, b, shape))) return v;
-  double per = 0;
-  for (size_t s = 0; s < d->shapes.count; s++) {
-    uint64_t k = lp_devclock_cost(c, (int)s);
-    double slots = (double)d->shapes.shapes[s].lanes * d->shapes.shapes[s].bucket;
-    if (k && (per == 0 || (double)k / slots < per)) per = (double)k / slots;
-  }
-  double slots = (double)d->shapes.shapes[shape].lanes * d->shapes.shapes[shape].bucket;
-  v = per > 0 ? (uint64_t)(per * slots) : (uint64_t)slots;
-  return v ? v : 1;
-}
-
-/* The largest cost another backend knows for a shape, or 0. */
-uint64_t lp__disp_prior(const lp_disp_t *d, uint32_t b, int shape) {
-  uint64_t v = 0;
-  for (uint32_t o = 0; o < d->cfg.nbackends; o++) {
-    uint64_t k = o == b ? 0 : lp_devclock_cost(&d->be[o].clock, shape);
-    if (k > v) v = k;
-  }
-  return v;
-}
-
-/* Some shape's time is known on backend b (the rest are scaled from it). */
-int lp__disp_clock_knows(const lp_disp_t *d, uint32_t b) {
-  for (size_t s = 0; s < d->shapes.count; s++)
-    if (lp_devclock_cost(&d->be[b].clock, (int)s)) return 1;
-  return 0;
-}
 
 /* ---- jobs ---- */
 
@@ -354,21 +217,7 @@ static disp_job_t *job_alloc(lp_disp_t *d, uint32_t nseq) {
   return calloc(1, sizeof(disp_job_t) + nseq * sizeof(disp_seq_t));
 }
 
-static void seq_leave_backoff(lp_disp_t *d, disp_seq_t *s) {
-  if (s->state == SEQ_BACKOFF) lp_theap_remove(&d->retries, &s->retry);
-}
 
-void lp__disp_unqueue(lp_disp_t *d, disp_seq_t *s, int state) {
-  if (s->state == SEQ_QUEUED) {
-    disp_job_t *j = s->job;
-    lp_queue_remove(&d->queue, &s->q);
-    d->st.queued_seqs--;
-    d->st.queued_tokens -= s->len;
-    if (--j->queued == 0) lp_theap_remove(&d->deadlines, &j->dl);
-  }
-  seq_leave_backoff(d, s);
-  s->state = (uint8_t)state;
-}
 
 static int seq_enqueue(lp_disp_t *d, disp_seq_t *s, int requeue) {
   disp_job_t *j = s->job;
@@ -395,7 +244,7 @@ static void job_end(lp_disp_t *d, disp_job_t *j) {
   j->answered = 1;
   lp_theap_remove(&d->timers, &j->timer);
   lp_theap_remove(&d->deadlines, &j->dl);
-  map_del(&d->jobs, j->id);
+  lp__disp_map_del(&d->jobs, j->id);
   d->live_jobs--;
   d->live_tokens -= j->tokens;
 }
@@ -518,7 +367,7 @@ int lp_disp_admit(lp_disp_t *d, uint64_t job_id, uint32_t nseq, const uint32_t *
     if (lens[i] > longest) longest = lens[i];
     tokens += lens[i];
   }
-  if (!rc && map_get(&d->jobs, job_id)) rc = -EEXIST;
+  if (!rc && lp__disp_map_get(&d->jobs, job_id)) rc = -EEXIST;
   uint32_t max_len = lp_bucket_set_max_len(&d->shapes);
   if (!rc && max_len == 0) rc = -ENODEV;
   if (!rc && longest > max_len) rc = -EMSGSIZE;
@@ -576,7 +425,7 @@ int lp_disp_admit(lp_disp_t *d, uint64_t job_id, uint32_t nseq, const uint32_t *
 
 int lp_disp_cancel(lp_disp_t *d, uint64_t job_id, uint64_t now) {
   begin(d, now);
-  disp_job_t *j = map_get(&d->jobs, job_id);
+  disp_job_t *j = lp__disp_map_get(&d->jobs, job_id);
   if (!j) return -ENOENT;
   job_end(d, j);
   d->st.cancelled++;
@@ -587,42 +436,7 @@ int lp_disp_cancel(lp_disp_t *d, uint64_t job_id, uint64_t now) {
 
 /* ---- batches ---- */
 
-disp_batch_t *lp__disp_batch_get(lp_disp_t *d, size_t n) {
-  disp_batch_t *bt = d->spare;
-  if (bt) {
-    d->spare = bt->dnext;
-    d->nspare--;
-  } else {
-    bt = calloc(1, sizeof(*bt));
-    if (!bt) return NULL;
-  }
-  if (n > bt->cap) {
-    disp_seq_t **s = realloc(bt->seqs, n * sizeof(*s));
-    if (!s) {
-      batch_destroy(bt);
-      return NULL;
-    }
-    bt->seqs = s;
-    bt->cap = (uint32_t)n;
-  }
-  disp_seq_t **seqs = bt->seqs;
-  uint32_t cap = bt->cap;
-  memset(bt, 0, sizeof(*bt));
-  bt->seqs = seqs;
-  bt->cap = cap;
-  lp_theap_node_init(&bt->stall);
-  return bt;
-}
 
-static void batch_put(lp_disp_t *d, disp_batch_t *bt) {
-  if (d->nspare >= 16) {
-    batch_destroy(bt);
-    return;
-  }
-  bt->dnext = d->spare;
-  d->spare = bt;
-  d->nspare++;
-}
 
 /* The device time of a shape on backend b to be late against: its own
  * clock's once that knows a time, else the slowest another backend of the
@@ -787,8 +601,8 @@ static void set_health(lp_disp_t *d, uint32_t b, int up, uint64_t now) {
 
 static uint64_t backoff_ns(const lp_disp_t *d, uint32_t retries) {
   uint64_t b = d->cfg.retry_backoff_ns;
-  for (uint32_t i = 0; i < retries && b < MAX_BACKOFF_NS; i++) b *= 2;
-  return b < MAX_BACKOFF_NS ? b : MAX_BACKOFF_NS;
+  for (uint32_t i = 0; i < retries && b < DISP_MAX_BACKOFF_NS; i++) b *= 2;
+  return b < DISP_MAX_BACKOFF_NS ? b : DISP_MAX_BACKOFF_NS;
 }
 
 /* Sequence s failed in a batch and nothing else carries it: it goes back to the
@@ -896,9 +710,9 @@ static void shape_gone(lp_disp_t *d, uint32_t b, int shape) {
 
 int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, uint64_t now) {
   begin(d, now);
-  disp_batch_t *bt = map_get(&d->batches, batch_id);
+  disp_batch_t *bt = lp__disp_map_get(&d->batches, batch_id);
   if (!bt || r == NULL || r->outcome >= LP_DISP_OUTCOME_COUNT) return bt ? -EINVAL : -ENOENT;
-  map_del(&d->batches, batch_id);
+  lp__disp_map_del(&d->batches, batch_id);
   d->st.inflight--;
   lp_disp_outcome_t o = r->outcome;
   disp_backend_t *be = &d->be[bt->backend];
@@ -977,7 +791,7 @@ int lp_disp_result(lp_disp_t *d, uint64_t batch_id, const lp_disp_result_t *r, u
     j->refs--;
     job_free_if_done(d, j);
   }
-  batch_put(d, bt);
+  lp__disp_batch_put(d, bt);
   finish(d, now);
   return 0;
 }

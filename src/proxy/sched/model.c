@@ -19,7 +19,6 @@ static const double time_bounds[] = {0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.
                                      0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2, 5, 10};
 static const double error_bounds[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5};
 
-#define MS 1000000ull
 
 uint64_t lp__now(void) { return uv_hrtime(); }
 
@@ -29,7 +28,7 @@ void lp__disp_config(const lp_config_t *pc, const lp_model_config_t *cfg, const 
   c->shapes = *shapes;
   for (size_t k = 0; k < cfg->ncosts; k++) {
     int si = lp_bucket_set_find(shapes, cfg->cost_spec[k].lanes, cfg->cost_spec[k].bucket);
-    if (si >= 0) c->seed_cost_ns[si] = cfg->cost_spec[k].ms * MS;
+    if (si >= 0) c->seed_cost_ns[si] = cfg->cost_spec[k].ms * LP_NS_PER_MS;
   }
   /* every backend slot exists from the start (a reload may fill one); those
    * not configured are down and hold no shape */
@@ -37,14 +36,14 @@ void lp__disp_config(const lp_config_t *pc, const lp_model_config_t *cfg, const 
   for (size_t b = 0; b < LP_MAX_BACKENDS; b++) c->devices[b] = cfg->devices ? cfg->devices : 1;
   c->max_segments = cfg->max_segments_per_lane;
   c->ragged = cfg->ragged;
-  c->max_wait_ns = cfg->max_wait_ms * MS;
+  c->max_wait_ns = cfg->max_wait_ms * LP_NS_PER_MS;
   c->max_copies = cfg->max_retries + 1;
   c->stall_factor = cfg->stall_factor;
-  c->stall_min_ns = cfg->stall_min_ms * MS;
-  c->retry_backoff_ns = cfg->retry_backoff_ms * MS;
-  c->backend_timeout_ns = cfg->backend_timeout_ms * MS;
+  c->stall_min_ns = cfg->stall_min_ms * LP_NS_PER_MS;
+  c->retry_backoff_ns = cfg->retry_backoff_ms * LP_NS_PER_MS;
+  c->backend_timeout_ns = cfg->backend_timeout_ms * LP_NS_PER_MS;
   c->unhealthy_after = pc->unhealthy_after;
-  c->request_bound_ns = cfg->max_request_ms * MS;
+  c->request_bound_ns = cfg->max_request_ms * LP_NS_PER_MS;
   c->max_queue_jobs = cfg->max_queue_requests;
   c->max_queue_tokens = cfg->max_queue_tokens;
 }
