@@ -929,7 +929,21 @@ void lp_disp_drain(lp_disp_t *d, uint64_t now) {
 void lp_disp_fail_all(lp_disp_t *d, lp_disp_status_t status, uint64_t now) {
   begin(d, now);
   if (status == LP_DISP_ST_OK || status >= LP_DISP_ST_COUNT) status = LP_DISP_ST_SHUTDOWN;
-  while (d->jobs.n) {
+  /* the ids first: answering a job deletes it from the map, whose backward
+   * shift moves entries behind the scan (rescanning from the start after
+   * each answer was quadratic) */
+  size_t n = 0;
+  uint64_t *ids = d->jobs.n ? malloc(d->jobs.n * sizeof(*ids)) : NULL;
+  if (ids) {
+    for (size_t i = 0; i < d->jobs.cap; i++)
+      if (d->jobs.keys[i]) ids[n++] = d->jobs.keys[i];
+    for (size_t i = 0; i < n; i++) {
+      disp_job_t *j = lp__disp_map_get(&d->jobs, ids[i]);
+      if (j) job_answer(d, j, status);
+    }
+    free(ids);
+  }
+  while (d->jobs.n) { /* out of memory for the ids: one at a time */
     for (size_t i = 0; i < d->jobs.cap; i++)
       if (d->jobs.keys[i]) {
         job_answer(d, d->jobs.vals[i], status);
