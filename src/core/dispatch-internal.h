@@ -23,6 +23,11 @@
 #define DISP_DEFAULT_QUEUED_AT_DEVICE 1 /* one batch waits at a busy device: enough to hide the
                                            round trip, no more committed early */
 #define DISP_DEFAULT_MAX_WINDOW 4096    /* sequences a decision looks at: bounds its cost */
+/* Stalls in a row after which a device is presumed hung: it gets one probe
+ * batch at a time, after a backoff, until it answers (one stall may be a slow
+ * batch; two running are the device). */
+#define DISP_SUSPECT_STALLS 2
+
 /* The longest backoff before a retry (it doubles from retry_backoff_ns). */
 #define DISP_MAX_BACKOFF_NS (1000ull * MS)
 /* A request's bound past its worst case (queue wait, every copy's timeout and
@@ -163,6 +168,9 @@ struct lp_disp_s {
 /* d's derived tunables (copies, health, queue depth, window, request bound)
  * from d->cfg: at creation and after a reload. */
 void lp__disp_derive(lp_disp_t *d);
+/* The time past its send at which a batch expected to take span is presumed
+ * stalled. */
+uint64_t lp__disp_stall_wait(const lp_disp_t *d, uint64_t span);
 int lp__disp_push(lp_disp_t *d, const lp_disp_action_t *a, const lp_disp_item_t *items, size_t n);
 uint64_t lp__disp_cost(const lp_disp_t *d, uint32_t b, int shape);
 int lp__disp_clock_knows(const lp_disp_t *d, uint32_t b);

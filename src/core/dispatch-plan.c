@@ -45,6 +45,18 @@
  * a backlog was packed from its oldest few dozen sequences only: 0.91-0.95 of
  * the ideal's tokens/s under overload with three shapes, 0.94-0.97 with 8) */
 #define WINDOW_RECTS 8
+/* a batch queued behind a busy device's (rank "queued") leaves only this full:
+ * it would wait there anyway, so it waits here and fills (HOLD_FILL is the
+ * other bar: a batch's share left out by a hold) */
+#define QUEUED_FILL_TENTHS 9
+/* a device's busy share: an average over about the last 1 / (1 - UTIL_KEEP) =
+ * 10 batches, each counting whether it had to queue behind another */
+#define UTIL_KEEP 0.9
+/* a placed sequence's sort key (lane, then offset, then window index) packed
+ * in 64 bits: index below 2^20 (the window's bound), offset below 2^24 (the
+ * largest bucket, LP_MAX_BUCKET, is 2^20), lane above both */
+#define KEY_OFFSET_SHIFT 20
+#define KEY_LANE_SHIFT 44
 
 static disp_seq_t *seq_of(lp_qnode_t *n) { return n ? container_of(n, disp_seq_t, q) : NULL; }
 
@@ -403,7 +415,7 @@ static int send(lp_disp_t *d, const view_t *v, uint32_t k, int shape, size_t n, 
   size_t m = 0;
   for (size_t i = 0; i < n; i++)
     if (d->best[i].bin >= 0)
-      d->keys[m++] = (uint64_t)d->best[i].bin << 44 | (uint64_t)d->best[i].offset << 20 | i;
+      d->keys[m++] = (uint64_t)d->best[i].bin << KEY_LANE_SHIFT | (uint64_t)d->best[i].offset << KEY_OFFSET_SHIFT | i;
   qsort(d->keys, m, sizeof(*d->keys), cmp_u64);
   disp_batch_t *bt = lp__disp_batch_get(d, m);
   if (!bt) return -ENOMEM;
@@ -447,7 +459,7 @@ static int send(lp_disp_t *d, const view_t *v, uint32_t k, int shape, size_t n, 
   uint64_t start = now + lead;
   if (bt->behind && cd->free_ns > start) start = cd->free_ns;
   bt->expect_ns = start + cost;
-  dv->util = 0.9 * dv->util + (bt->behind ? 0.1 : 0.0);
+  dv->util = UTIL_KEEP * dv->util + (bt->behind ? 1 - UTIL_KEEP : 0.0);
   bt->dprev = dv->last;
   bt->dnext = NULL;
   if (dv->last) dv->last->dnext = bt;
@@ -468,9 +480,7 @@ static int send(lp_disp_t *d, const view_t *v, uint32_t k, int shape, size_t n, 
       if (span < d->cfg.stall_min_ns) span = d->cfg.stall_min_ns;
       if (span == 0) span = 1;
     }
-    uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
-    if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
-    (void)lp_theap_set(&d->stalls, &bt->stall, now + wait); /* without it: no hedge, still answered */
+    (void)lp_theap_set(&d->stalls, &bt->stall, now + lp__disp_stall_wait(d, span)); /* without it: no hedge, still answered */
   }
   const lp_shape_t *sh = &d->shapes.shapes[shape];
   uint64_t slots = (uint64_t)sh->lanes * sh->bucket;
@@ -511,7 +521,7 @@ static int plan(lp_disp_t *d, uint32_t b, uint32_t k, int rank, uint64_t now) {
   if (shape < 0) return shape == -1 ? 0 : shape;
   if (rank == 2) {
     const lp_shape_t *sh = &d->shapes.shapes[shape];
-    if (real < (uint64_t)sh->lanes * sh->bucket * 9 / 10) return 0; /* let it fill until just in time */
+    if (real < (uint64_t)sh->lanes * sh->bucket * QUEUED_FILL_TENTHS / 10) return 0; /* let it fill until just in time */
   }
   static const char *const reasons[] = {"idle", "just_in_time", "queued", "probe"};
   int rc = send(d, &v, k, shape, (size_t)n, real, d->draining && rank < 3 ? "drain" : reasons[rank], now);
@@ -547,7 +557,7 @@ int lp__disp_schedule(lp_disp_t *d, uint64_t now, uint64_t *wake) {
         /* batches presumed lost hold it up no more, unless it stalled twice running */
         uint32_t live = dv->n - dv->lost;
         if (live >= 1 + d->max_queued) continue;
-        if (dv->suspect >= 2 && now < dv->probe_at) {
+        if (dv->suspect >= DISP_SUSPECT_STALLS && now < dv->probe_at) {
           if (dv->probe_at < *wake) *wake = dv->probe_at;
           continue;
         }

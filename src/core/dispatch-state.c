@@ -36,6 +36,13 @@ void lp__disp_derive(lp_disp_t *d) {
   }
 }
 
+/* How long a batch expected to take span may run before it is presumed
+ * stalled (and hedged): stall_factor times it, and at least stall_min more. */
+uint64_t lp__disp_stall_wait(const lp_disp_t *d, uint64_t span) {
+  uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
+  return wait < span + d->cfg.stall_min_ns ? span + d->cfg.stall_min_ns : wait;
+}
+
 /* ---- the id maps ---- */
 
 static uint64_t mix(uint64_t k) {

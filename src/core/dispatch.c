@@ -16,8 +16,15 @@
 #define MAX_FREE_SENDS 16
 /* how far from a level's head a retried sequence's place is searched for */
 #define REQUEUE_SEARCH 256
-/* first interval between probe batches to a backend marked down here */
+/* first interval between probe batches to a backend marked down here ... */
 #define PROBE_NS (200 * MS)
+/* ... doubling with each time it went down, up to 2^5 times (6.4 s): a backend
+ * back after a restart is found within seconds */
+#define PROBE_DOUBLINGS_MAX 5
+/* a hung device's probe interval when no stall_min is configured, doubling
+ * with each stall past DISP_SUSPECT_STALLS up to 2^4 times */
+#define DEVICE_PROBE_MIN_NS (10 * MS)
+#define DEVICE_PROBE_DOUBLINGS_MAX 4
 
 /* ---- names ---- */
 
@@ -467,9 +474,7 @@ static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
     int untimed = cost && !x->stalled && !lp_theap_contains(&x->stall) && d->cfg.stall_factor > 0;
     if (x->lost) {
       if (untimed) {
-        uint64_t span = lead + cost;
-        uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
-        if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
+        uint64_t wait = lp__disp_stall_wait(d, lead + cost);
         (void)lp_theap_set(&d->stalls, &x->stall, x->sent_ns + wait); /* without it: no hedge */
       }
       continue;
@@ -478,9 +483,7 @@ static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
     x->expect_ns = start + (cost ? cost : lp__disp_cost(d, x->backend, x->shape));
     prev = x->expect_ns;
     if (cost && (lp_theap_contains(&x->stall) || untimed) && d->cfg.stall_factor > 0) {
-      uint64_t span = x->expect_ns - x->sent_ns;
-      uint64_t wait = (uint64_t)(d->cfg.stall_factor * (double)span);
-      if (wait < span + d->cfg.stall_min_ns) wait = span + d->cfg.stall_min_ns;
+      uint64_t wait = lp__disp_stall_wait(d, x->expect_ns - x->sent_ns);
       (void)lp_theap_set(&d->stalls, &x->stall, x->sent_ns + wait); /* re-keying never grows */
     }
   }
@@ -576,7 +579,7 @@ static void learn(lp_disp_t *d, disp_batch_t *bt, const lp_disp_result_t *r, uin
 
 /* When a backend marked down here gets its next probe batch. */
 static void next_probe(lp_disp_t *d, disp_backend_t *be, uint64_t now) {
-  uint32_t k = be->downs < 5 ? be->downs : 5;
+  uint32_t k = be->downs < PROBE_DOUBLINGS_MAX ? be->downs : PROBE_DOUBLINGS_MAX;
   be->downs++;
   be->probing = 0;
   be->probe_at = now + (PROBE_NS << k);
@@ -871,9 +874,10 @@ static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
     dv->lost++;
   }
   /* hung: probed with one batch after a backoff that doubles with each stall */
-  if (++dv->suspect >= 2) {
-    uint32_t k = dv->suspect - 2 < 4 ? dv->suspect - 2 : 4;
-    dv->probe_at = now + ((d->cfg.stall_min_ns ? d->cfg.stall_min_ns : 10 * MS) << k);
+  if (++dv->suspect >= DISP_SUSPECT_STALLS) {
+    uint32_t k = dv->suspect - DISP_SUSPECT_STALLS;
+    if (k > DEVICE_PROBE_DOUBLINGS_MAX) k = DEVICE_PROBE_DOUBLINGS_MAX;
+    dv->probe_at = now + ((d->cfg.stall_min_ns ? d->cfg.stall_min_ns : DEVICE_PROBE_MIN_NS) << k);
   }
   lp_theap_remove(&d->stalls, &bt->stall);
   bt->stalled = 1;
