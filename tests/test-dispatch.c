@@ -208,6 +208,28 @@ START_TEST(idle_backends_take_turns) {
 }
 END_TEST
 
+/* A backend added to a running core (a reload) is a slot more, up: it takes
+ * the next batch while the first backend's only device is busy; the core
+ * walks only the backends it has. */
+START_TEST(added_backend_takes_batches) {
+  lp_disp_config_t c;
+  base(&c, "1x8192", (uint64_t[]){10}, 1);
+  lp_disp_t *d = make(&c);
+  ck_assert_uint_eq(lp_disp_backends(d), 1);
+  admit(d, 1, 1, 8000, 0, 0, 0);
+  ck_assert_uint_eq(nth(LP_DISP_ACT_SEND, 0)->a.send.backend, 0);
+  ck_assert_int_eq(lp_disp_add_backend(d, 1, 1 * MS), 1);
+  ck_assert_uint_eq(lp_disp_backends(d), 2);
+  ck_assert_int_eq(lp_disp_add_backend(d, 0, 1 * MS), -EINVAL);
+  admit(d, 2, 1, 8000, 0, 0, 2 * MS);
+  ck_assert_int_eq(count(LP_DISP_ACT_SEND), 2);
+  ck_assert_uint_eq(nth(LP_DISP_ACT_SEND, 1)->a.send.backend, 1);
+  for (uint32_t b = 2; b < LP_DISP_MAX_BACKENDS; b++) ck_assert_int_eq(lp_disp_add_backend(d, 1, 3 * MS), (int)b);
+  ck_assert_int_eq(lp_disp_add_backend(d, 1, 3 * MS), -EINVAL);
+  lp_disp_free(d);
+}
+END_TEST
+
 /* ---- what it holds ---- */
 
 START_TEST(shape_by_device_time_per_token) {
@@ -1151,4 +1173,4 @@ LP_TEST_MAIN("dispatch", idle_device_gets_a_batch_at_once, idle_backends_take_tu
              overtaken_batch_presumed_lost, backend_down_only_with_another_up_and_probed,
              drain_and_fail_all, every_job_one_answer_under_faults, stall_hedged_when_the_device_moves_on,
              failed_hedge_of_stalled_batch_not_carried_by_it, stall_time_once_the_clock_learns,
-             fail_all_is_linear)
+             fail_all_is_linear, added_backend_takes_batches)

@@ -163,6 +163,13 @@ int lp_disp_backend_health(lp_disp_t *d, uint32_t b, int up, uint64_t now);
 int lp_disp_backend_shapes(lp_disp_t *d, uint32_t b, const lp_shape_state_t *states, size_t n,
                            uint64_t now);
 
+/* A backend more (a reload added it), up, with its device count
+ * (1..LP_CLOCK_MAX_DEVICES): its index (the count so far), or -EINVAL past
+ * LP_DISP_MAX_BACKENDS. Only configured backends are walked by a decision. */
+int lp_disp_add_backend(lp_disp_t *d, uint32_t devices, uint64_t now);
+/* How many backends the core has (configured and added). */
+uint32_t lp_disp_backends(const lp_disp_t *d);
+
 /* Backend b reports its device count (1..LP_CLOCK_MAX_DEVICES). */
 int lp_disp_backend_devices(lp_disp_t *d, uint32_t b, uint32_t devices, uint64_t now);
 

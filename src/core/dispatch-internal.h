@@ -168,6 +168,9 @@ struct lp_disp_s {
 /* d's derived tunables (copies, health, queue depth, window, request bound)
  * from d->cfg: at creation and after a reload. */
 void lp__disp_derive(lp_disp_t *d);
+/* Backend slot b up, with devices devices, its shapes as configured, its
+ * clock seeded. */
+void lp__disp_backend_init(lp_disp_t *d, uint32_t b, uint32_t devices);
 /* The time past its send at which a batch expected to take span is presumed
  * stalled. */
 uint64_t lp__disp_stall_wait(const lp_disp_t *d, uint64_t span);

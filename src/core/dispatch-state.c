@@ -36,6 +36,18 @@ void lp__disp_derive(lp_disp_t *d) {
   }
 }
 
+void lp__disp_backend_init(lp_disp_t *d, uint32_t b, uint32_t devices) {
+  disp_backend_t *be = &d->be[b];
+  memset(be, 0, sizeof(*be));
+  be->up = 1;
+  lp_devclock_init(&be->clock, devices);
+  for (size_t s = 0; s < d->shapes.count; s++) {
+    be->state[s] = d->shapes.shapes[s].state;
+    uint64_t seed = d->cfg.seed_cost_ns[s] ? d->cfg.seed_cost_ns[s] : d->shapes.shapes[s].cost_ns;
+    lp_devclock_seed(&be->clock, (int)s, seed);
+  }
+}
+
 /* How long a batch expected to take span may run before it is presumed
  * stalled (and hedged): stall_factor times it, and at least stall_min more. */
 uint64_t lp__disp_stall_wait(const lp_disp_t *d, uint64_t span) {

@@ -109,16 +109,7 @@ lp_disp_t *lp_disp_new(const lp_disp_config_t *cfg) {
   }
   lp__disp_derive(d);
   d->shapes = cfg->shapes;
-  for (uint32_t b = 0; b < cfg->nbackends; b++) {
-    disp_backend_t *be = &d->be[b];
-    be->up = 1;
-    lp_devclock_init(&be->clock, cfg->devices[b] ? cfg->devices[b] : 1);
-    for (size_t s = 0; s < cfg->shapes.count; s++) {
-      be->state[s] = cfg->shapes.shapes[s].state;
-      uint64_t seed = cfg->seed_cost_ns[s] ? cfg->seed_cost_ns[s] : cfg->shapes.shapes[s].cost_ns;
-      lp_devclock_seed(&be->clock, (int)s, seed);
-    }
-  }
+  for (uint32_t b = 0; b < cfg->nbackends; b++) lp__disp_backend_init(d, b, cfg->devices[b] ? cfg->devices[b] : 1);
   lp_queue_init(&d->queue);
   lp_theap_init(&d->timers);
   lp_theap_init(&d->deadlines);
@@ -828,6 +819,17 @@ int lp_disp_backend_shapes(lp_disp_t *d, uint32_t b, const lp_shape_state_t *sta
   return 0;
 }
 
+int lp_disp_add_backend(lp_disp_t *d, uint32_t devices, uint64_t now) {
+  if (d->cfg.nbackends >= LP_DISP_MAX_BACKENDS || devices == 0 || devices > LP_CLOCK_MAX_DEVICES)
+    return -EINVAL;
+  begin(d, now);
+  uint32_t b = d->cfg.nbackends++;
+  d->cfg.devices[b] = devices;
+  lp__disp_backend_init(d, b, devices);
+  finish(d, now);
+  return (int)b;
+}
+
 int lp_disp_backend_devices(lp_disp_t *d, uint32_t b, uint32_t devices, uint64_t now) {
   if (b >= d->cfg.nbackends || devices == 0 || devices > LP_CLOCK_MAX_DEVICES) return -EINVAL;
   begin(d, now);
@@ -967,5 +969,7 @@ void lp_disp_stats(const lp_disp_t *d, lp_disp_stats_t *out) {
 const lp_devclock_t *lp_disp_clock(const lp_disp_t *d, uint32_t b) {
   return b < d->cfg.nbackends ? &d->be[b].clock : NULL;
 }
+
+uint32_t lp_disp_backends(const lp_disp_t *d) { return d->cfg.nbackends; }
 
 int lp_disp_backend_up(const lp_disp_t *d, uint32_t b) { return b < d->cfg.nbackends && d->be[b].up; }

@@ -30,10 +30,10 @@ void lp__disp_config(const lp_config_t *pc, const lp_model_config_t *cfg, const 
     int si = lp_bucket_set_find(shapes, cfg->cost_spec[k].lanes, cfg->cost_spec[k].bucket);
     if (si >= 0) c->seed_cost_ns[si] = cfg->cost_spec[k].ms * LP_NS_PER_MS;
   }
-  /* every backend slot exists from the start (a reload may fill one); those
-   * not configured are down and hold no shape */
-  c->nbackends = LP_MAX_BACKENDS;
-  for (size_t b = 0; b < LP_MAX_BACKENDS; b++) c->devices[b] = cfg->devices ? cfg->devices : 1;
+  /* the configured backends only: a reload adds more (lp_disp_add_backend),
+   * so no decision walks empty slots */
+  c->nbackends = cfg->nbackends ? (uint32_t)cfg->nbackends : 1;
+  for (size_t b = 0; b < c->nbackends; b++) c->devices[b] = cfg->devices ? cfg->devices : 1;
   c->max_segments = cfg->max_segments_per_lane;
   c->ragged = cfg->ragged;
   c->max_wait_ns = cfg->max_wait_ms * LP_NS_PER_MS;
@@ -202,12 +202,9 @@ void lp__backend_init(lp_model_t *m, lp_backend_t *b, const char *url) {
   for (size_t k = 0; k < m->shapes.count; k++)
     b->shape_state[k] = k < configured ? m->cfg->shapes.shapes[k].state : LP_SHAPE_UNAVAILABLE;
   if (cfg->ragged) b->shape_state[0] = LP_SHAPE_COMPILED;
-  if (m->disp) { /* a backend added by a reload: its slot comes up */
-    uint32_t i = (uint32_t)(b - m->backends);
-    uint64_t now = lp__now();
-    lp_disp_backend_devices(m->disp, i, cfg->devices ? cfg->devices : 1, now);
-    lp_disp_backend_health(m->disp, i, 1, now);
-  }
+  /* one added by a reload: the core's next slot, up (the reload checked for room) */
+  if (m->disp && (size_t)(b - m->backends) >= lp_disp_backends(m->disp))
+    (void)lp_disp_add_backend(m->disp, cfg->devices ? cfg->devices : 1, lp__now());
 }
 
 int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
@@ -253,8 +250,6 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   m->wake.data = m;
   uv_poll_start(&m->wake, UV_READABLE, on_wake);
   for (size_t i = 0; i < cfg->nbackends; i++) lp__backend_init(m, &m->backends[m->nbackends++], cfg->backends[i]);
-  uint64_t now = lp__now();
-  for (uint32_t b = (uint32_t)m->nbackends; b < LP_MAX_BACKENDS; b++) lp_disp_backend_health(m->disp, b, 0, now);
   lp__model_shapes_changed(m);
   return 0;
 }
@@ -340,9 +335,9 @@ void lp__model_shapes_changed(lp_model_t *m) {
   /* the backends in service first: a shape moving from one backend to another
    * (a reload swapping them) is never held by none in between */
   for (int pass = 0; pass < 2; pass++)
-    for (size_t i = 0; i < LP_MAX_BACKENDS; i++) {
+    for (size_t i = 0; i < m->nbackends; i++) {
       const lp_backend_t *b = &m->backends[i];
-      int live = i < m->nbackends && !b->retired;
+      int live = !b->retired;
       if (live == (pass == 0))
         lp_disp_backend_shapes(m->disp, (uint32_t)i, live ? b->shape_state : none, m->shapes.count, now);
     }
