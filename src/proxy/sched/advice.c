@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -170,6 +171,9 @@ static void comp_free(lp_adv_comp_t *c) {
 /* On a thread of libuv's pool: the simulation, from the copied inputs only. */
 static void adv_work(uv_work_t *w) {
   lp_adv_comp_t *c = container_of(w, lp_adv_comp_t, work);
+  /* a pool thread inherits the name of the thread that started the pool (the
+   * scheduler's): named for what it runs, top -H tells them apart */
+  prctl(PR_SET_NAME, "lp-advice", 0, 0, 0);
   /* background work: what the loops leave (the pool runs nothing else of
    * ours; a pool thread that cannot go back to its old value stays nice) */
   pid_t tid = (pid_t)syscall(SYS_gettid);
