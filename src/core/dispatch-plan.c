@@ -157,105 +157,114 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Builds the window for backend b into d->win: must-go sequences first (*npin of
- * them), then the starving by bucket class (starve_ge[c]: how many need v->cls[c]
- * or a larger bucket), then the rest in queue order. Returns how many, or -ENOMEM. */
-static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, size_t *starve_ge, int *by_age) {
-  uint32_t mark = ++d->decision;
-  if (mark == 0) mark = ++d->decision;
-  size_t n = 0, limit = d->max_window, steps = 0, skip_limit = SKIP_FACTOR * (size_t)d->max_window;
+/* The window is built in steps, each adding to d->win[0..*n) and marking what
+ * it added with the decision's mark. Each returns 0 or -ENOMEM. */
+
+/* The head of the queue in order (priority, then age), eligible ones only, up
+ * to the window's bounds; *must: the oldest past its age bound among them. */
+static int window_head(lp_disp_t *d, const view_t *v, uint64_t now, uint32_t mark, size_t *n,
+                       disp_seq_t **must) {
+  size_t limit = d->max_window, steps = 0, skip_limit = SKIP_FACTOR * (size_t)d->max_window;
   uint64_t tokens = 0;
-  disp_seq_t *must = NULL, *urgent = NULL;
-  /* the head of the queue in order (priority, then age), eligible ones only */
   if (reserve(d, 8)) return -ENOMEM;
-  for (lp_qnode_t *q = lp_queue_first(&d->queue); q && n < limit && tokens < WINDOW_RECTS * v->maxcap && steps < skip_limit;
+  for (lp_qnode_t *q = lp_queue_first(&d->queue); q && *n < limit && tokens < WINDOW_RECTS * v->maxcap && steps < skip_limit;
        q = lp_queue_next(&d->queue, q), steps++) {
     disp_seq_t *s = seq_of(q);
     if (!eligible(v, s)) continue;
-    if (n + 3 > d->win_cap && reserve(d, n + 3)) return -ENOMEM;
+    if (*n + 3 > d->win_cap && reserve(d, *n + 3)) return -ENOMEM;
     s->mark = mark;
-    d->win[n++] = s;
+    d->win[(*n)++] = s;
     tokens += s->len;
-    if (aged(d, v, s, now) && (!must || s->enq_ns < must->enq_ns)) must = s;
+    if (aged(d, v, s, now) && (!*must || s->enq_ns < (*must)->enq_ns)) *must = s;
   }
-  /* the oldest beyond the window, whatever its priority (age raises priority:
-   * a flood of higher priority never starves a lower one): a level's head is
-   * its oldest */
-  if (reserve(d, n + d->queue.nlevels + 2)) return -ENOMEM;
+  return 0;
+}
+
+/* The oldest beyond the window, whatever its priority (age raises priority: a
+ * flood of higher priority never starves a lower one): a level's head is its
+ * oldest. */
+static int window_oldest(lp_disp_t *d, const view_t *v, uint64_t now, uint32_t mark, size_t *n,
+                         disp_seq_t **must) {
+  if (reserve(d, *n + d->queue.nlevels + 2)) return -ENOMEM;
   for (size_t l = 0; l < d->queue.nlevels; l++) {
     lp_qnode_t *q = d->queue.levels[l].head;
     for (int k = 0; q && k < HEAD_LOOK; q = q->next, k++) {
       disp_seq_t *s = seq_of(q);
       if (s->mark == mark) break; /* this level was in the window */
       if (!eligible(v, s)) continue;
-      if (aged(d, v, s, now) && (!must || s->enq_ns < must->enq_ns)) {
+      if (aged(d, v, s, now) && (!*must || s->enq_ns < (*must)->enq_ns)) {
         s->mark = mark;
-        d->win[n++] = s;
-        must = s;
+        d->win[(*n)++] = s;
+        *must = s;
       }
       break;
     }
   }
-  /* the most urgent deadline: it must go now if after this batch (up to the
-   * slowest shape's time) it could no longer make it */
+  return 0;
+}
+
+/* The most urgent deadline: it must go now if after this batch (up to the
+ * slowest shape's time) it could no longer make it. Room for it was reserved
+ * by window_oldest. */
+static disp_seq_t *window_urgent(lp_disp_t *d, const view_t *v, uint64_t now, uint32_t mark, size_t *n) {
   lp_theap_node_t *t = lp_theap_top(&d->deadlines);
-  if (t) {
-    disp_job_t *j = container_of(t, disp_job_t, dl);
-    for (uint32_t i = 0; i < j->nseq; i++) {
-      disp_seq_t *s = &j->seqs[i];
-      if (s->state != SEQ_QUEUED || !eligible(v, s)) continue;
-      uint64_t need = lp_devclock_lead(&d->be[v->b].clock) + cheapest_for(d, v, s->len) + v->maxcost;
-      if (j->deadline_ns <= now + need) {
-        urgent = s;
-        if (s->mark != mark) {
-          s->mark = mark;
-          d->win[n++] = s;
-        }
-      }
-      break;
+  if (!t) return NULL;
+  disp_job_t *j = container_of(t, disp_job_t, dl);
+  for (uint32_t i = 0; i < j->nseq; i++) {
+    disp_seq_t *s = &j->seqs[i];
+    if (s->state != SEQ_QUEUED || !eligible(v, s)) continue;
+    uint64_t need = lp_devclock_lead(&d->be[v->b].clock) + cheapest_for(d, v, s->len) + v->maxcost;
+    if (j->deadline_ns > now + need) return NULL;
+    if (s->mark != mark) {
+      s->mark = mark;
+      d->win[(*n)++] = s;
     }
+    return s;
   }
-  /* a sequence that failed alone goes alone: when it leads, or must go */
-  disp_seq_t *solo = must ? (must->alone ? must : NULL) : n && d->win[0]->alone ? d->win[0] : NULL;
-  memset(starve_ge, 0, LP_BUCKET_MAX_SHAPES * sizeof(*starve_ge));
-  *by_age = 0;
-  if (solo) {
-    d->win[0] = solo;
-    *npin = 1;
-    return 1;
-  }
-  /* at most one suspect set per batch: the one of what must go, else the first */
+  return NULL;
+}
+
+/* At most one suspect set per batch (the one of what must go, else the
+ * first): the pinned (deadline, then age) first, then the rest of that set or
+ * of none in queue order, alone-failed ones out. *k: how many unpinned; the
+ * pinned count is returned. */
+static size_t window_pin(lp_disp_t *d, size_t n, disp_seq_t *urgent, disp_seq_t *must, size_t *k,
+                         int *by_age) {
   uint32_t group = urgent && urgent->group ? urgent->group : must && must->group ? must->group : 0;
   for (size_t i = 0; i < n && !group; i++) group = d->win[i]->alone ? 0 : d->win[i]->group;
   if (urgent && urgent->group && urgent->group != group) urgent = NULL;
   if (must && must->group && must->group != group) must = NULL;
-  /* compact: pinned first (deadline, then age), then the rest in queue order */
-  size_t k = 0, p = 0;
+  size_t p = 0;
   disp_seq_t *pins[2] = {urgent, must != urgent ? must : NULL};
   for (int i = 0; i < 2; i++)
     if (pins[i] && !pins[i]->alone) p++;
   /* shift the rest right by p, skipping pins and mismatched groups, in place:
    * first collect the rest at the front, then move it behind the pins */
+  *k = 0;
   for (size_t i = 0; i < n; i++) {
     disp_seq_t *s = d->win[i];
     if (s == pins[0] || s == pins[1] || s->alone || (s->group && s->group != group)) continue;
-    d->win[k++] = s;
+    d->win[(*k)++] = s;
   }
-  memmove(d->win + p, d->win, k * sizeof(*d->win));
+  memmove(d->win + p, d->win, *k * sizeof(*d->win));
   p = 0;
   for (int i = 0; i < 2; i++)
     if (pins[i] && !pins[i]->alone) d->win[p++] = pins[i];
-  *npin = p;
   *by_age = p == 1 && must && d->win[0] == must && must != urgent;
-  /* the starving (waited past the age bound plus STARVE_BATCHES of the slowest
-   * shape's time: a backlog after a hiccup of the host or the device) come
-   * next, by the bucket they need, largest first, then oldest first; a shape
-   * packs those that need its bucket or a larger one before the rest (longest
-   * first alone left a short one behind every longer newcomer until it was the
-   * oldest of all, one forced per batch: the p99 of a backlog). Those a smaller
-   * bucket holds stay unpinned in a larger shape, which keeps long sequences in
-   * the large shape and short ones in the cheap one (capacity under overload).
-   * They do not choose the shape. Not under overload (STARVE_OVERLOAD). */
+  return p;
+}
+
+/* The starving (waited past the age bound plus STARVE_BATCHES of the slowest
+ * shape's time: a backlog after a hiccup of the host or the device) come
+ * right after the p pinned, by the bucket they need, largest first, then
+ * oldest first; a shape packs those that need its bucket or a larger one
+ * before the rest (longest first alone left a short one behind every longer
+ * newcomer until it was the oldest of all, one forced per batch: the p99 of a
+ * backlog). Those a smaller bucket holds stay unpinned in a larger shape, which
+ * keeps long sequences in the large shape and short ones in the cheap one
+ * (capacity under overload). They do not choose the shape. Not under overload
+ * (STARVE_OVERLOAD). starve_ge[c]: how many need v->cls[c] or a larger bucket. */
+static void window_starving(lp_disp_t *d, const view_t *v, uint64_t now, size_t p, size_t k, size_t *starve_ge) {
   uint64_t starve = d->cfg.max_wait_ns + STARVE_BATCHES * v->maxcost;
   if (d->st.queued_tokens > (uint64_t)STARVE_OVERLOAD * v->maxcap) starve = UINT64_MAX;
   for (size_t i = 0; i < k; i++) d->keys[i] = (uint64_t)(uintptr_t)d->win[p + i]; /* parked */
@@ -272,6 +281,30 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, si
     disp_seq_t *s = (disp_seq_t *)(uintptr_t)d->keys[i];
     if (!(now >= s->enq_ns && now - s->enq_ns >= starve) || s->len > v->cls[0]) d->win[p + ns + r++] = s;
   }
+}
+
+/* Builds the window for backend b into d->win: must-go sequences first (*npin of
+ * them), then the starving by bucket class (starve_ge[c]: how many need v->cls[c]
+ * or a larger bucket), then the rest in queue order. Returns how many, or -ENOMEM. */
+static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, size_t *starve_ge, int *by_age) {
+  uint32_t mark = ++d->decision;
+  if (mark == 0) mark = ++d->decision;
+  size_t n = 0, k = 0;
+  disp_seq_t *must = NULL;
+  if (window_head(d, v, now, mark, &n, &must) || window_oldest(d, v, now, mark, &n, &must)) return -ENOMEM;
+  disp_seq_t *urgent = window_urgent(d, v, now, mark, &n);
+  /* a sequence that failed alone goes alone: when it leads, or must go */
+  disp_seq_t *solo = must ? (must->alone ? must : NULL) : n && d->win[0]->alone ? d->win[0] : NULL;
+  memset(starve_ge, 0, LP_BUCKET_MAX_SHAPES * sizeof(*starve_ge));
+  *by_age = 0;
+  if (solo) {
+    d->win[0] = solo;
+    *npin = 1;
+    return 1;
+  }
+  size_t p = window_pin(d, n, urgent, must, &k, by_age);
+  *npin = p;
+  window_starving(d, v, now, p, k, starve_ge);
   return (long)(k + p);
 }
 
