@@ -502,6 +502,22 @@ START_TEST(models_shapes_ragged_per_segment) {
   ck_assert_int_eq(r.status, 200);
   ck_assert_ptr_nonnull(strstr(r.body, "\"name\": \"gpu\""));
   ck_assert_ptr_nonnull(strstr(r.body, "\"shape\": [8, 8], \"state\": \"compiled\""));
+  /* and in OpenAI's list shape, so its SDKs' models.list() sees them */
+  json_error_t je;
+  json_t *mj = json_loads(r.body, 0, &je);
+  ck_assert_ptr_nonnull(mj);
+  ck_assert_str_eq(json_string_value(json_object_get(mj, "object")), "list");
+  json_t *data = json_object_get(mj, "data");
+  ck_assert_uint_eq(json_array_size(data), 2);
+  for (size_t i = 0; i < 2; i++) {
+    json_t *e = json_array_get(data, i);
+    ck_assert_str_eq(json_string_value(json_object_get(e, "object")), "model");
+    ck_assert_str_eq(json_string_value(json_object_get(e, "owned_by")), "lanepack");
+    ck_assert(json_integer_value(json_object_get(e, "created")) > 1700000000);
+  }
+  ck_assert_str_eq(json_string_value(json_object_get(json_array_get(data, 0), "id")),
+                   json_string_value(json_object_get(json_array_get(json_object_get(mj, "models"), 0), "name")));
+  json_decref(mj);
   h_resp_free(&r);
   ck_assert_int_eq(h_call(s.port, "GET", "/metrics", "", NULL, &r), 0);
   ck_assert_int_eq(r.status, 200);

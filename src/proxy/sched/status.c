@@ -378,6 +378,15 @@ void lp__render_models(lp_proxy_t *p, lp_buf_t *b) {
     }
     lp_buf_puts(b, "]}");
   }
+  /* the same models in OpenAI's list shape (GET /v1/models of its API), so
+   * the clients of OpenAI-compatible servers list them unchanged */
+  lp_buf_puts(b, "], \"object\": \"list\", \"data\": [");
+  for (size_t i = 0; i < p->nmodels; i++) {
+    lp_buf_puts(b, i ? ", {\"id\": " : "{\"id\": ");
+    lp_buf_json_str(b, p->models[i].cfg->name, strlen(p->models[i].cfg->name));
+    lp_buf_printf(b, ", \"object\": \"model\", \"created\": %lld, \"owned_by\": \"lanepack\"}",
+                  (long long)p->start_time);
+  }
   lp_buf_puts(b, "]}\n");
 }
 
