@@ -308,6 +308,24 @@ static int parse_batch(emu_t *emu, job_t *j, const char *body, size_t len, perr_
 
 /* ---- computing and answering ---- */
 
+
+/* n outputs as a JSON array: the hashes themselves, or with dims K each a
+ * vector of K floats, lp_emu_feature(h, 0..K-1) (an embedding's stand-in, as
+ * the v2 wire's FP32 [.., K] output). %.9g writes a float exactly. */
+static void put_values(lp_buf_t *b, const int32_t *v, size_t n, unsigned dims) {
+  if (!dims) {
+    lp_buf_i32_array(b, v, n);
+    return;
+  }
+  lp_buf_puts(b, "[");
+  for (size_t i = 0; i < n; i++) {
+    lp_buf_puts(b, i ? ",[" : "[");
+    for (unsigned k = 0; k < dims; k++) lp_buf_printf(b, k ? ",%.9g" : "%.9g", (double)lp_emu_feature(v[i], k));
+    lp_buf_puts(b, "]");
+  }
+  lp_buf_puts(b, "]");
+}
+
 static void answer(job_t *j) {
   emu_t *emu = j->emu;
   lp_buf_t out;
@@ -335,8 +353,8 @@ static void answer(job_t *j) {
       lp_emu_outputs(j->ids + a, n, all + a);
       segv[nseg++] = all[a + n - 1];
     }
-    if (emu->per_segment) lp_buf_i32_array(&body, segv, nseg);
-    else lp_buf_i32_array(&body, all, j->bucket);
+    if (emu->per_segment) put_values(&body, segv, nseg, emu->v2_dims);
+    else put_values(&body, all, j->bucket, emu->v2_dims);
     free(all);
   } else {
     lp_buf_puts(&body, "[");
@@ -357,8 +375,8 @@ static void answer(job_t *j) {
         k = e;
       }
       if (lane) lp_buf_puts(&body, ",");
-      if (emu->per_segment) lp_buf_i32_array(&body, segv, nseg);
-      else lp_buf_i32_array(&body, h, j->bucket);
+      if (emu->per_segment) put_values(&body, segv, nseg, emu->v2_dims);
+      else put_values(&body, h, j->bucket, emu->v2_dims);
     }
     lp_buf_puts(&body, "]");
   }
@@ -638,7 +656,7 @@ static void usage(FILE *f) {
           "         [--per-segment] [--ragged] [--fail-rate P] [--reset-rate P]\n"
           "         [--stall-rate P] [--garbage-rate P] [--delay-ms MS] [--seed S]\n"
           "         [--hide-shapes] [--log-batches] [--protocol lanepack|v2|both] [--v2-model TEMPLATE]\n"
-          "         [--v2-output NAME] [--v2-dims K] [--cost-jitter F] [--slow-rate P --slow-ms MS]\n"
+          "         [--v2-output NAME] [--dims K] [--cost-jitter F] [--slow-rate P --slow-ms MS]\n"
           "         [--poison-token T] [--missing-file PATH]\n");
 }
 
@@ -682,6 +700,7 @@ int main(int argc, char **argv) {
       {"log-batches", no_argument, 0, 'B'},
       {"protocol", required_argument, 0, 'P'},     {"v2-model", required_argument, 0, 'M'},
       {"v2-output", required_argument, 0, 'O'},    {"v2-dims", required_argument, 0, 'K'},
+      {"dims", required_argument, 0, 'K'},
       {"cost-jitter", required_argument, 0, 'J'},  {"slow-rate", required_argument, 0, 'W'},
       {"slow-ms", required_argument, 0, 'X'},      {"poison-token", required_argument, 0, 'Y'},
       {"missing-file", required_argument, 0, 'I'},

@@ -471,6 +471,35 @@ START_TEST(graceful_shutdown) {
 }
 END_TEST
 
+/* The emulator's embedding stand-in on the lanepack wire (--per-segment
+ * --dims K): each sequence's output is a vector of K floats, feature k of its
+ * last token's h, passed through the proxy exactly. */
+START_TEST(per_segment_vectors) {
+  stack_t_ s;
+  start(&s, "--shapes 4x64 --per-segment --dims 4", NULL,
+        "{\"e\": {\"shapes\": \"4x64\", \"backends\": [\"http://127.0.0.1:%d\"], \"max_wait_ms\": 1}}");
+  for (size_t n = 1; n <= 50; n += 7) {
+    int32_t t[64];
+    tokens(t, n, n);
+    char *body = h_ids_body(t, n, "");
+    h_resp_t r;
+    ck_assert_int_eq(h_call(s.port, "POST", "/v1/infer", "", body, &r), 0);
+    ck_assert_msg(r.status == 200, "%s", r.body);
+    json_error_t je;
+    json_t *j = json_loads(r.body, 0, &je);
+    ck_assert_ptr_nonnull(j);
+    json_t *out = json_object_get(j, "output");
+    ck_assert_uint_eq(json_array_size(out), 4);
+    for (unsigned k = 0; k < 4; k++)
+      ck_assert_double_eq(json_number_value(json_array_get(out, k)), lp_emu_feature(lp_emu_last(t, n), k));
+    json_decref(j);
+    h_resp_free(&r);
+    free(body);
+  }
+  stop(&s);
+}
+END_TEST
+
 START_TEST(models_shapes_ragged_per_segment) {
   /* two models: a rectangle one with per-segment answers, a ragged (GPU) one */
   stack_t_ s;
@@ -1019,7 +1048,7 @@ END_TEST
 
 LP_TEST_MAIN("proxy", answers_verify, concurrent_and_pipelined, client_errors, chunked_and_expect,
              backend_failures, no_backend, queue_full_and_deadline, cancel_on_disconnect,
-             graceful_shutdown, models_shapes_ragged_per_segment, check_config, dead_keys_refused, loadgen_run,
+             graceful_shutdown, models_shapes_ragged_per_segment, per_segment_vectors, check_config, dead_keys_refused, loadgen_run,
              loadgen_errors, slow_and_greedy_clients, example_config,
              retries_and_shape_mismatch, auth_and_admin_listener,
              drain_timeout, no_shape_left, bad_version, emulator_checks,
