@@ -6,14 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # What building lanepack needs (a production host or the image's build stage
-# stops here; the binaries then need only libuv1, libjansson4 and libcurl4).
+# stops here; the binaries then need only libuv1, libjansson4, libcurl4 and
+# libsentencepiece0).
 PKGS=(build-essential meson ninja-build pkg-config libuv1-dev node-llhttp libjansson-dev
-      libcurl4-openssl-dev curl python3)
+      libcurl4-openssl-dev libsentencepiece-dev curl python3)
 # What only the tests need: Check, the sanitizer build's clang, the Python
 # tests' yaml, promtool (from prometheus) for the metrics' format, and the reference model server's framework (torch and numpy,
 # which the v2 client test uses too). LP_SETUP_TORCH=0 leaves out torch alone.
 if [ "${LP_SETUP_TESTS:-0}" = 1 ] || [ "${LP_SETUP_ASAN:-0}" = 1 ] || [ "${LP_SETUP_TSAN:-0}" = 1 ]; then
-  PKGS+=(check clang libclang-rt-14-dev python3-yaml prometheus)
+  PKGS+=(check clang libclang-rt-14-dev python3-yaml prometheus sentencepiece)
   if [ "${LP_SETUP_TORCH:-1}" = 1 ]; then PKGS+=(python3-torch python3-numpy); fi
 fi
 
@@ -50,15 +51,15 @@ configure build --buildtype=release
 # group has it, GCC 12's does not, and a build must not depend on which.
 if [ "${LP_SETUP_ASAN:-0}" = 1 ]; then
   UBSAN_ARGS="-fsanitize=float-cast-overflow -fno-sanitize-recover=all"
-  CC=clang configure build-asan --buildtype=debug -Db_sanitize=address,undefined \
+  CC=clang CXX=clang++ configure build-asan --buildtype=debug -Db_sanitize=address,undefined \
     -Db_lundef=false "-Dc_args=$UBSAN_ARGS"
   # libFuzzer targets: everything instrumented for coverage, the same sanitizers
-  CC=clang configure build-fuzz --buildtype=debug -Db_sanitize=address,undefined \
+  CC=clang CXX=clang++ configure build-fuzz --buildtype=debug -Db_sanitize=address,undefined \
     -Db_lundef=false "-Dc_args=-fsanitize=fuzzer-no-link $UBSAN_ARGS" -Dfuzz=true
 fi
 # The ThreadSanitizer build (clang): the threaded proxy under load, every
 # access between threads checked (libuv, curl and jansson are not instrumented:
 # what crosses threads in lanepack goes through its own mutexes, which are)
 if [ "${LP_SETUP_TSAN:-0}" = 1 ]; then
-  CC=clang configure build-tsan --buildtype=debug -Db_sanitize=thread -Db_lundef=false
+  CC=clang CXX=clang++ configure build-tsan --buildtype=debug -Db_sanitize=thread -Db_lundef=false
 fi
