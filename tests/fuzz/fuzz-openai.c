@@ -1,0 +1,33 @@
+/* libFuzzer: the OpenAI embeddings codec on arbitrary bytes: a request is
+ * decoded or refused with a message (never a crash or leak), what it decodes
+ * is consistent, and a backend's vector text is read or refused. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lanepack/openai.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  lp_openai_req_t r;
+  char err[256] = "";
+  int rc = lp_openai_parse((const char *)data, size, &r, err, sizeof(err));
+  if (rc == -EPROTO && !err[0]) abort(); /* a refusal must say why */
+  if (rc == 0) {
+    if (!r.model[0] || r.ninputs == 0 || r.ninputs > LP_OPENAI_MAX_INPUTS) abort();
+    for (size_t i = 0; i < r.ninputs; i++)
+      if (r.in[i].text ? r.in[i].text_len == 0 : (r.in[i].len == 0 || r.in[i].off + r.in[i].len > r.ntokens)) abort();
+  }
+  lp_openai_req_free(&r);
+  float v[64];
+  long n = lp_openai_floats((const char *)data, size, v, 64);
+  if (n > 64) abort();
+  if (n > 0) {
+    lp_buf_t b;
+    lp_buf_init(&b);
+    lp_openai_embedding(&b, 0, v, (size_t)n, size & 1);
+    lp_buf_free(&b);
+  }
+  return 0;
+}

@@ -1,0 +1,133 @@
+/* The OpenAI embeddings codec: every input form, each bad request named with
+ * its parameter, vectors read from a backend's JSON, base64 as the SDKs decode
+ * it, and OpenAI's error shape. */
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "lanepack/openai.h"
+#include "testutil.h"
+
+static int parse(const char *body, lp_openai_req_t *r, char *err) {
+  return lp_openai_parse(body, strlen(body), r, err, 160);
+}
+
+START_TEST(input_forms) {
+  lp_openai_req_t r;
+  char err[160];
+  ck_assert_int_eq(parse("{\"model\": \"m\", \"input\": \"hello\"}", &r, err), 0);
+  ck_assert_uint_eq(r.ninputs, 1);
+  ck_assert_str_eq(r.in[0].text, "hello");
+  ck_assert_int_eq(r.base64, 0);
+  lp_openai_req_free(&r);
+  ck_assert_int_eq(parse("{\"model\": \"m\", \"input\": [\"a\", \"bc\"], \"encoding_format\": \"base64\", \"user\": \"u\"}",
+                         &r, err), 0);
+  ck_assert_uint_eq(r.ninputs, 2);
+  ck_assert_uint_eq(r.in[1].text_len, 2);
+  ck_assert_int_eq(r.base64, 1);
+  lp_openai_req_free(&r);
+  ck_assert_int_eq(parse("{\"input\": [5, 6, 7], \"model\": \"m\", \"dimensions\": 2}", &r, err), 0);
+  ck_assert_uint_eq(r.ninputs, 1);
+  ck_assert_ptr_null(r.in[0].text);
+  ck_assert_uint_eq(r.in[0].len, 3);
+  ck_assert_int_eq(r.tokens[r.in[0].off + 2], 7);
+  ck_assert_uint_eq(r.dimensions, 2);
+  lp_openai_req_free(&r);
+  ck_assert_int_eq(parse("{\"model\": \"m\", \"input\": [[1], [2, 3]]}", &r, err), 0);
+  ck_assert_uint_eq(r.ninputs, 2);
+  ck_assert_int_eq(r.tokens[r.in[1].off + 1], 3);
+  lp_openai_req_free(&r);
+}
+END_TEST
+
+START_TEST(bad_requests_named) {
+  static const struct {
+    const char *body, *param;
+  } bad[] = {
+      {"{\"input\": \"x\"}", "model"},
+      {"{\"model\": \"m\"}", "input"},
+      {"{\"model\": \"m\", \"input\": []}", "input"},
+      {"{\"model\": \"m\", \"input\": \"\"}", "input"},
+      {"{\"model\": \"m\", \"input\": [[]]}", "input"},
+      {"{\"model\": \"m\", \"input\": [-1]}", "input"},
+      {"{\"model\": \"m\", \"input\": [2147483648]}", "input"},
+      {"{\"model\": \"m\", \"input\": [\"a\", [1]]}", "input"},
+      {"{\"model\": \"m\", \"input\": [[1], \"a\"]}", "input"},
+      {"{\"model\": \"m\", \"input\": 5}", "input"},
+      {"{\"model\": \"m\", \"input\": \"x\", \"encoding_format\": \"int8\"}", "encoding_format"},
+      {"{\"model\": \"m\", \"input\": \"x\", \"dimensions\": 0}", "dimensions"},
+      {"{\"model\": 7, \"input\": \"x\"}", "model"},
+      {"{\"model\": \"m\", \"input\": \"x\", \"user\": 1}", "user"},
+      {"{\"model\": \"m\", \"input\": \"x\", \"temperature\": 1}", NULL},
+      {"[1]", NULL},
+      {"{\"model\": \"m\", \"model\": \"n\", \"input\": \"x\"}", NULL},
+      {"not json", NULL},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    lp_openai_req_t r;
+    char err[160] = "";
+    ck_assert_msg(parse(bad[i].body, &r, err) == -EPROTO, "%s accepted", bad[i].body);
+    ck_assert_msg(err[0], "%s: no message", bad[i].body);
+    if (bad[i].param) ck_assert_msg(r.param && strcmp(r.param, bad[i].param) == 0, "%s: param %s", bad[i].body, r.param);
+    else ck_assert_ptr_null(r.param);
+    lp_openai_req_free(&r);
+  }
+  /* more than 2048 inputs */
+  lp_buf_t b;
+  lp_buf_init(&b);
+  lp_buf_puts(&b, "{\"model\": \"m\", \"input\": [");
+  for (int i = 0; i <= LP_OPENAI_MAX_INPUTS; i++) lp_buf_puts(&b, i ? ", \"a\"" : "\"a\"");
+  lp_buf_puts(&b, "]}");
+  lp_openai_req_t r;
+  char err[160];
+  ck_assert_int_eq(lp_openai_parse(b.data, b.len, &r, err, sizeof(err)), -EPROTO);
+  ck_assert_str_eq(r.param, "input");
+  lp_openai_req_free(&r);
+  lp_buf_free(&b);
+}
+END_TEST
+
+START_TEST(vectors_and_encodings) {
+  float v[8];
+  ck_assert_int_eq(lp_openai_floats(" [1, -2.5e0,3 ] ", 16, v, 8), 3);
+  ck_assert(v[1] == -2.5f);
+  ck_assert_int_eq(lp_openai_floats("[]", 2, v, 8), 0);
+  ck_assert_int_eq(lp_openai_floats("[1,2,3]", 7, v, 2), -E2BIG);
+  ck_assert_int_eq(lp_openai_floats("[1,\"x\"]", 7, v, 8), -EPROTO);
+  ck_assert_int_eq(lp_openai_floats("7", 1, v, 8), -EPROTO);
+  ck_assert_int_eq(lp_openai_floats("[1e999]", 7, v, 8), -EPROTO);
+  ck_assert_int_eq(lp_openai_floats("[1,]", 4, v, 8), -EPROTO);
+  float u[2] = {3, 4};
+  lp_openai_normalize(u, 2);
+  ck_assert(fabsf(u[0] - 0.6f) < 1e-6 && fabsf(u[1] - 0.8f) < 1e-6);
+  lp_buf_t b;
+  lp_buf_init(&b);
+  /* 1.0f, -2.0f little-endian: 00 00 80 3f 00 00 00 c0 */
+  lp_openai_embedding(&b, 3, (const float[]){1.0f, -2.0f}, 2, 1);
+  ck_assert_str_eq(lp_buf_cstr(&b), "{\"object\": \"embedding\", \"index\": 3, \"embedding\": \"AACAPwAAAMA=\"}");
+  lp_buf_reset(&b);
+  lp_openai_embedding(&b, 0, (const float[]){0.1f, 528.25f}, 2, 0);
+  json_error_t je;
+  json_t *j = json_loads(lp_buf_cstr(&b), 0, &je);
+  ck_assert_ptr_nonnull(j);
+  ck_assert((float)json_number_value(json_array_get(json_object_get(j, "embedding"), 0)) == 0.1f);
+  json_decref(j);
+  lp_buf_reset(&b);
+  lp_openai_error(&b, 404, "model_not_found", "no model \"x\"", "model");
+  j = json_loads(lp_buf_cstr(&b), 0, &je);
+  ck_assert_ptr_nonnull(j);
+  json_t *e = json_object_get(j, "error");
+  ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "not_found_error");
+  ck_assert_str_eq(json_string_value(json_object_get(e, "param")), "model");
+  ck_assert_str_eq(json_string_value(json_object_get(e, "code")), "model_not_found");
+  ck_assert_str_eq(json_string_value(json_object_get(e, "message")), "no model \"x\"");
+  json_decref(j);
+  lp_buf_free(&b);
+}
+END_TEST
+
+LP_TEST_MAIN("openai", input_forms, bad_requests_named, vectors_and_encodings)
