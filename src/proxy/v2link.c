@@ -209,12 +209,14 @@ int lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp_
   } else {
     lp_tensor_write_json(out, t, first, n, inner);
   }
-  if (out->oom) return -ENOMEM;
+  lp_answer_t *a = out->oom ? NULL : lp__answer_copy(out->data, out->len);
+  if (!a) return -ENOMEM;
   if (s->job->v2)
-    lp__seq_done_tensor(s, bt, g, t->dtype, out->data, out->len, t->ndim - lead, t->shape + lead,
+    lp__seq_done_tensor(s, bt, g, a, t->dtype, a->body.data, a->body.len, t->ndim - lead, t->shape + lead,
                         c->per_segment);
   else
-    lp__seq_done(s, bt, g, out->data, out->len, c->per_segment);
+    lp__seq_done(s, bt, g, a, a->body.data, a->body.len, c->per_segment);
+  lp__answer_unref(a); /* the sequence holds its own */
   return 0;
 }
 
