@@ -314,7 +314,7 @@ void lp__batch_output(lp_model_t *m, const lp_disp_action_t *a) {
   const lp_segment_t *g = &bt->layout.segs[bt->seg_of[i]];
   lp_seq_t *s = &job_of(a->output.job_id)->seqs[a->output.seq];
   if (m->cfg->protocol == LP_PROTO_V2) {
-    if (lp__v2_slice(m, bt, g, s)) lp__job_fail(s->job, 503, "out_of_memory", "proxy out of memory");
+    lp__v2_slice(m, bt, g, s);
     return;
   }
   const char *start;
@@ -416,9 +416,10 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
    * while it is held) and what becomes of the rest */
   m->delivering = opened ? bt : NULL;
   /* a JSON answer is kept, not copied: each sequence it serves holds a span
-   * of it, and the front of each job formats its own (NULL without memory:
-   * those jobs fail with a 503) */
-  if (opened && m->cfg->protocol != LP_PROTO_V2) m->answer = lp__answer_take(&x->body);
+   * of it (a v2 answer: of its output tensor), and the front of each job
+   * formats its own (NULL without memory: those jobs fail with a 503) */
+  if (opened) m->answer = lp__answer_take(&x->body);
+  if (m->answer && m->cfg->protocol == LP_PROTO_V2) lp__v2_adopt(m, m->answer);
   m->result_http = x->result == LP_XFER_OK && x->status != 200 ? (int)x->status : 0;
   lp_disp_result(m->disp, bt->id, &r, now);
   lp__model_pump(m);

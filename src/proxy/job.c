@@ -184,10 +184,11 @@ void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_a
 }
 
 void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_answer_t *ans,
-                         lp_dtype_t dtype, const void *raw, size_t len, int ndim, const int64_t *dims,
-                         int per_segment) {
+                         size_t first, size_t n, size_t inner, int ndim, const int64_t *dims, int per_segment) {
   lp_job_t *job = s->job;
-  if (s->state != LP_SEQ_DONE && ndim >= 0 && ndim <= LP_TENSOR_MAX_DIMS) {
+  if (s->state == LP_SEQ_DONE) return;
+  lp_dtype_t dtype = ans->out.dtype;
+  if (job->v2 && ndim >= 0 && ndim <= LP_TENSOR_MAX_DIMS) {
     /* one tensor for the client: every part must agree (they differ only when
      * its backends disagree, which the answer then says) */
     if (job->v2_dtype == LP_DT_INVALID) {
@@ -199,14 +200,19 @@ void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *
       job->v2_mixed = 1;
     }
   }
-  seq_done(s, bt, g, ans, raw, len, per_segment, 0);
+  s->out_first = first;
+  s->out_n = n;
+  s->out_inner = inner;
+  /* a /v1 client's part is JSON text, wrapped as a slice of per-token text is */
+  seq_done(s, bt, g, ans, NULL, n * lp_dtype_size(dtype), per_segment, !job->v2);
 }
 
 /* ---- the front's side: the answer written where the connection lives ---- */
 
 static void put_output(lp_buf_t *b, const lp_seq_t *s) {
   if (s->out_wrap) lp_buf_puts(b, "[");
-  lp_buf_append(b, s->out, s->out_len);
+  if (s->out) lp_buf_append(b, s->out, s->out_len);
+  else lp_tensor_write_json(b, &s->ans->out, s->out_first, s->out_n, s->out_inner);
   if (s->out_wrap) lp_buf_puts(b, "]");
 }
 

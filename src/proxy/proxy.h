@@ -105,12 +105,18 @@ typedef struct lp_alog_s {
 typedef struct lp_answer_s {
   int refs;               /* atomic: the scheduler's while it slices, one per sequence */
   lp_buf_t body;          /* owned */
+  /* a v2 answer's output tensor (has_out): raw borrows body, ints and reals
+   * (its JSON form) are owned */
+  lp_tensor_t out;
+  int has_out;
 } lp_answer_t;
 
 /* answer.c. take moves body in (it is left empty); copy copies len bytes;
- * both give the caller its reference, or NULL without memory. */
+ * both give the caller its reference, or NULL without memory. adopt moves a
+ * tensor decoded from body in (its ints and reals are the answer's now). */
 lp_answer_t *lp__answer_take(lp_buf_t *body);
 lp_answer_t *lp__answer_copy(const void *data, size_t len);
+void lp__answer_adopt(lp_answer_t *a, lp_tensor_t *t);
 void lp__answer_ref(lp_answer_t *a);
 void lp__answer_unref(lp_answer_t *a); /* NULL: nothing */
 
@@ -137,6 +143,9 @@ typedef struct lp_seq_s {
   const char *out;
   size_t out_len;
   int out_wrap;
+  /* or, from a v2 backend (out NULL): elements [out_first, + out_n) of
+   * ans->out, out_inner of them per token (or per segment) */
+  size_t out_first, out_n, out_inner;
 } lp_seq_t;
 
 /* One client request. Owned by the proxy from parsing until the core answers
@@ -294,7 +303,6 @@ struct lp_model_s {
   lp_batch_t *spare;       /* finished batches with their buffers; owned */
   size_t nspare;
   lp_scatter_t scatter;    /* answer index, one answer at a time */
-  lp_buf_t render;         /* one sequence's output written from a v2 answer */
   lp_answer_t *answer;     /* the JSON answer being sliced (its reference) while delivering */
   const char **item_ids;   /* per batch: its items' request ids; owned array, reused */
   lp_buf_t v2_members;     /* a v2 request's members (id, parameters, outputs); reused */
@@ -585,11 +593,11 @@ int lp__job_waiting(const lp_job_t *job);
  * batch bt: the answer reports that batch and place. */
 void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_answer_t *ans,
                   const char *slice, size_t len, int per_segment);
-/* The same for a v2 client's sequence, as the backend's tensor part: len bytes
- * of raw little-endian values of dtype, its trailing dimensions dims[0..ndim). */
+/* The same from a v2 backend: elements [first, + n) of ans->out, inner per
+ * token (or segment), its trailing dimensions dims[0..ndim); the front writes
+ * them as its client's tensor part or JSON. */
 void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_answer_t *ans,
-                         lp_dtype_t dtype, const void *raw, size_t len, int ndim, const int64_t *dims,
-                         int per_segment);
+                         size_t first, size_t n, size_t inner, int ndim, const int64_t *dims, int per_segment);
 
 /* v2link.c: Open Inference Protocol backends */
 int lp__v2_model_name(const lp_model_t *m, int shape, char *out, size_t cap);
@@ -598,8 +606,11 @@ int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids);
 /* A 200 answer decoded and checked against the batch (kept in m->v2msg until
  * lp__v2_close); -EPROTO with err when it is malformed. */
 int lp__v2_open(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen);
-/* Segment g's part of the open answer to sequence s: 0, or -ENOMEM. */
-int lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp_seq_t *s);
+/* Segment g's part of the open answer, to sequence s as a span of the kept
+ * answer (without one, for want of memory, its job fails). */
+void lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp_seq_t *s);
+/* The open v2 answer's output tensor moves into a, the batch's kept answer. */
+void lp__v2_adopt(lp_model_t *m, lp_answer_t *a);
 void lp__v2_close(lp_model_t *m);
 /* Asks the backend whether each shape's model is ready; answers set its states. */
 void lp__v2_probe_shapes(lp_backend_t *b);

@@ -246,7 +246,8 @@ static int typed_output(lp_job_t *job, int per_segment, lp_v2_out_t *o, void **d
   if (!all) return -ENOMEM;
   size_t at = 0;
   for (uint32_t i = 0; i < job->nseq; i++) {
-    memcpy(all + at, job->seqs[i].out, job->seqs[i].out_len);
+    const lp_seq_t *sq = &job->seqs[i];
+    lp_tensor_put_raw((uint8_t *)all + at, &sq->ans->out, sq->out_first, sq->out_n);
     at += job->seqs[i].out_len;
   }
   o->dtype = job->v2_dtype;
