@@ -419,6 +419,9 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
    * of it (a v2 answer: of its output tensor), and the front of each job
    * formats its own (NULL without memory: those jobs fail with a 503) */
   if (opened) m->answer = lp__answer_take(&x->body);
+  /* the transfer's next answer gets the room this one needed at once, not by
+   * doubling from empty (each doubling a copy of what came so far) */
+  if (m->answer && m->answer->body.len <= LP_XFER_KEEP_BYTES) (void)lp_buf_reserve(&x->body, m->answer->body.len);
   if (m->answer && m->cfg->protocol == LP_PROTO_V2) lp__v2_adopt(m, m->answer);
   m->result_http = x->result == LP_XFER_OK && x->status != 200 ? (int)x->status : 0;
   lp_disp_result(m->disp, bt->id, &r, now);
