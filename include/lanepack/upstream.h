@@ -29,7 +29,8 @@ typedef void (*lp_xfer_cb)(lp_xfer_t *x, void *ud);
 struct lp_xfer_s {
   lp_xfer_result_t result;
   long status;           /* HTTP status when result is LP_XFER_OK */
-  lp_buf_t body;         /* the answer's body, owned by the transfer */
+  lp_buf_t body;         /* the answer's body, owned by the transfer (the callback
+                            may move it out, leaving an empty buffer) */
   char error[256];       /* curl's message for failures */
   uint64_t start_ns, end_ns;
   int64_t inference_header_len; /* the answer's Inference-Header-Content-Length; -1: none */

@@ -98,6 +98,28 @@ typedef struct lp_alog_s {
 #define LP_ROUTE_COUNT 9
 #define LP_STATUS_SLOTS 20
 
+/* A backend's answer (or one v2 sequence's values), shared by the sequences
+ * that point into it. Made on the scheduler; each sequence holding a span of
+ * it holds one reference, dropped by the front that writes its client's answer
+ * (or by whoever frees the job): the bytes go with the last job written. */
+typedef struct lp_answer_s {
+  int refs;               /* atomic: the scheduler's while it slices, one per sequence */
+  lp_buf_t body;          /* owned */
+  /* a v2 answer's output tensor (has_out): raw borrows body, ints and reals
+   * (its JSON form) are owned */
+  lp_tensor_t out;
+  int has_out;
+} lp_answer_t;
+
+/* answer.c. take moves body in (it is left empty); copy copies len bytes;
+ * both give the caller its reference, or NULL without memory. adopt moves a
+ * tensor decoded from body in (its ints and reals are the answer's now). */
+lp_answer_t *lp__answer_take(lp_buf_t *body);
+lp_answer_t *lp__answer_copy(const void *data, size_t len);
+void lp__answer_adopt(lp_answer_t *a, lp_tensor_t *t);
+void lp__answer_ref(lp_answer_t *a);
+void lp__answer_unref(lp_answer_t *a); /* NULL: nothing */
+
 /* One sequence of a job: waiting (queued or in flight: the core knows which),
  * or done. */
 enum { LP_SEQ_WAITING = 0, LP_SEQ_DONE };
@@ -114,8 +136,16 @@ typedef struct lp_seq_s {
   uint64_t batch_id;
   uint32_t lanes, bucket, lane, offset;
   uint64_t dispatch_ns, done_ns;
-  char *out;              /* its slice of the answer (multi-sequence jobs); owned */
+  /* its output: out[0..out_len) in ans (a reference held), per-token JSON
+   * text to be wrapped in [ ] when out_wrap; set by the scheduler, read by
+   * the front once the job is handed back (or at once with one loop) */
+  lp_answer_t *ans;
+  const char *out;
   size_t out_len;
+  int out_wrap;
+  /* or, from a v2 backend (out NULL): elements [out_first, + out_n) of
+   * ans->out, out_inner of them per token (or per segment) */
+  size_t out_first, out_n, out_inner;
 } lp_seq_t;
 
 /* One client request. Owned by the proxy from parsing until the core answers
@@ -153,7 +183,8 @@ struct lp_job_s {
   char res_code[48];
   char res_msg[256];
   char res_extra[96];
-  char res_hdr[96];       /* extra header lines of a success */
+  char res_hdr[96];       /* extra header lines of an admin page */
+  int res_per_segment;    /* a success: one output per sequence, not per token */
   const char *res_ctype;  /* a string literal */
   lp_buf_t res_body;      /* owned */
   char *id_json;          /* the client's id as JSON text, or NULL; in the job's block */
@@ -272,7 +303,7 @@ struct lp_model_s {
   lp_batch_t *spare;       /* finished batches with their buffers; owned */
   size_t nspare;
   lp_scatter_t scatter;    /* answer index, one answer at a time */
-  lp_buf_t render;         /* one sequence's output written from a v2 answer */
+  lp_answer_t *answer;     /* the JSON answer being sliced (its reference) while delivering */
   const char **item_ids;   /* per batch: its items' request ids; owned array, reused */
   lp_buf_t v2_members;     /* a v2 request's members (id, parameters, outputs); reused */
   size_t item_ids_cap;
@@ -560,7 +591,9 @@ void lp__model_backend_health(lp_model_t *m, lp_backend_t *b, int up);
 void lp__model_backend_devices(lp_model_t *m, lp_backend_t *b, uint32_t devices);
 
 /* job.c: a request's end, exactly once */
-/* Answers the client of a job handed back by the scheduler (remote front). */
+/* Runs on the front that owns the client: writes the answer of a job the
+ * scheduler is done with (its outputs' spans formatted here, or its error),
+ * then drops the job's references to the batches' answers. */
 void lp__job_deliver(lp_front_t *f, lp_job_t *job, lp_http_req_t *req);
 /* The client left: the core hears it (now, or after the actions being
  * drained) and the job is freed then. */
@@ -570,14 +603,16 @@ void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg);
 void lp__job_free(lp_job_t *job);
 /* A sequence of job's has not been sent yet (the job is waiting, not running). */
 int lp__job_waiting(const lp_job_t *job);
-/* One sequence's output is here (slice, per-token outputs wrapped in [ ]), from
- * segment g of batch bt: the answer reports that batch and place. */
-void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, const char *slice, size_t len,
-                  int per_segment);
-/* The same for a v2 client's sequence, as the backend's tensor part: len bytes
- * of raw little-endian values of dtype, its trailing dimensions dims[0..ndim). */
-void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_dtype_t dtype,
-                         const void *raw, size_t len, int ndim, const int64_t *dims, int per_segment);
+/* One sequence's output is here (slice, per-token outputs wrapped in [ ] when
+ * written), inside ans (referenced while the job keeps it), from segment g of
+ * batch bt: the answer reports that batch and place. */
+void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_answer_t *ans,
+                  const char *slice, size_t len, int per_segment);
+/* The same from a v2 backend: elements [first, + n) of ans->out, inner per
+ * token (or segment), its trailing dimensions dims[0..ndim); the front writes
+ * them as its client's tensor part or JSON. */
+void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_answer_t *ans,
+                         size_t first, size_t n, size_t inner, int ndim, const int64_t *dims, int per_segment);
 
 /* v2link.c: Open Inference Protocol backends */
 int lp__v2_model_name(const lp_model_t *m, int shape, char *out, size_t cap);
@@ -586,8 +621,11 @@ int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids);
 /* A 200 answer decoded and checked against the batch (kept in m->v2msg until
  * lp__v2_close); -EPROTO with err when it is malformed. */
 int lp__v2_open(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen);
-/* Segment g's part of the open answer to sequence s: 0, or -ENOMEM. */
-int lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp_seq_t *s);
+/* Segment g's part of the open answer, to sequence s as a span of the kept
+ * answer (without one, for want of memory, its job fails). */
+void lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp_seq_t *s);
+/* The open v2 answer's output tensor moves into a, the batch's kept answer. */
+void lp__v2_adopt(lp_model_t *m, lp_answer_t *a);
 void lp__v2_close(lp_model_t *m);
 /* Asks the backend whether each shape's model is ready; answers set its states. */
 void lp__v2_probe_shapes(lp_backend_t *b);

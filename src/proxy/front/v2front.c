@@ -246,7 +246,8 @@ static int typed_output(lp_job_t *job, int per_segment, lp_v2_out_t *o, void **d
   if (!all) return -ENOMEM;
   size_t at = 0;
   for (uint32_t i = 0; i < job->nseq; i++) {
-    memcpy(all + at, job->seqs[i].out, job->seqs[i].out_len);
+    const lp_seq_t *sq = &job->seqs[i];
+    lp_tensor_put_raw((uint8_t *)all + at, &sq->ans->out, sq->out_first, sq->out_n);
     at += job->seqs[i].out_len;
   }
   o->dtype = job->v2_dtype;
@@ -266,8 +267,14 @@ static int text_output(lp_job_t *job, int per_segment, lp_v2_out_t *o, void **da
   int rc = 0;
   for (uint32_t i = 0; i < job->nseq && !rc; i++) {
     json_error_t je;
-    json_t *v = json_loadb(job->seqs[i].out, job->seqs[i].out_len,
-                           JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
+    const lp_seq_t *sq = &job->seqs[i];
+    lp_buf_t text; /* a per-token span is the array's inside */
+    lp_buf_init(&text);
+    if (sq->out_wrap) lp_buf_puts(&text, "[");
+    lp_buf_append(&text, sq->out, sq->out_len);
+    if (sq->out_wrap) lp_buf_puts(&text, "]");
+    json_t *v = text.oom ? NULL : json_loadb(text.data, text.len, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
+    lp_buf_free(&text);
     if (!v) rc = -EPROTO;
     else if (per_segment) rc = collect(v, vals, &nv, cap, &inner);
     else if (!json_is_array(v) || json_array_size(v) != n) rc = -EPROTO;

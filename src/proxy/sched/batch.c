@@ -314,13 +314,13 @@ void lp__batch_output(lp_model_t *m, const lp_disp_action_t *a) {
   const lp_segment_t *g = &bt->layout.segs[bt->seg_of[i]];
   lp_seq_t *s = &job_of(a->output.job_id)->seqs[a->output.seq];
   if (m->cfg->protocol == LP_PROTO_V2) {
-    if (lp__v2_slice(m, bt, g, s)) lp__job_fail(s->job, 503, "out_of_memory", "proxy out of memory");
+    lp__v2_slice(m, bt, g, s);
     return;
   }
   const char *start;
   size_t len;
   lp_scatter_slice(&m->scatter, g, &start, &len);
-  lp__seq_done(s, bt, g, start, len, m->scatter.per_segment);
+  lp__seq_done(s, bt, g, m->answer, start, len, m->scatter.per_segment);
 }
 
 /* A 200 answer indexed for slicing (JSON: the scatter index; v2: the decoded
@@ -415,11 +415,21 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
   /* the core says which sequences this answer serves (OUTPUT, sliced from it
    * while it is held) and what becomes of the rest */
   m->delivering = opened ? bt : NULL;
+  /* a JSON answer is kept, not copied: each sequence it serves holds a span
+   * of it (a v2 answer: of its output tensor), and the front of each job
+   * formats its own (NULL without memory: those jobs fail with a 503) */
+  if (opened) m->answer = lp__answer_take(&x->body);
+  /* the transfer's next answer gets the room this one needed at once, not by
+   * doubling from empty (each doubling a copy of what came so far) */
+  if (m->answer && m->answer->body.len <= LP_XFER_KEEP_BYTES) (void)lp_buf_reserve(&x->body, m->answer->body.len);
+  if (m->answer && m->cfg->protocol == LP_PROTO_V2) lp__v2_adopt(m, m->answer);
   m->result_http = x->result == LP_XFER_OK && x->status != 200 ? (int)x->status : 0;
   lp_disp_result(m->disp, bt->id, &r, now);
   lp__model_pump(m);
   m->delivering = NULL;
   m->result_http = 0;
+  lp__answer_unref(m->answer); /* the jobs hold their own references */
+  m->answer = NULL;
   if (opened) lp__v2_close(m);
   if (r.outcome == LP_DISP_ERR_SHAPE) {
     lp__model_shapes_changed(m);

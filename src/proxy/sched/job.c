@@ -11,6 +11,16 @@
 
 /* ---- ending jobs ---- */
 
+/* The job's references to its batches' answers, dropped once its client is
+ * written: a batch's answer goes with the last job it serves. */
+static void drop_outputs(lp_job_t *job) {
+  for (uint32_t i = 0; i < job->nseq; i++) {
+    lp__answer_unref(job->seqs[i].ans);
+    job->seqs[i].ans = NULL;
+    job->seqs[i].out = NULL;
+  }
+}
+
 /* The core is done with job: with one loop it is freed; a remote front's
  * goes back to its front (which answers its client and drops it). */
 void lp__job_free(lp_job_t *job) {
@@ -27,7 +37,7 @@ void lp__job_free(lp_job_t *job) {
     lp__job_hand_back(job); /* the last touch: it is the front's now */
     return;
   }
-  for (uint32_t i = 0; i < job->nseq; i++) free(job->seqs[i].out);
+  drop_outputs(job);
   free(job); /* one block with its sequences, tokens and id */
 }
 
@@ -118,131 +128,13 @@ static void put_batch(lp_buf_t *b, const lp_seq_t *s) {
   lp_buf_puts(b, "}");
 }
 
-/* The client's answer, once every sequence of the job has its output.
- * Returns 0, or -ENOMEM with nothing sent. */
 #define HEAD_ROOM LP_HEAD_ROOM
 
-/* The proxy's scratch after a v2 answer was built in it: a big one (a wide
- * output) is given back, not kept by the proxy for ever. */
-static void scratch_give_back(lp_proxy_t *p) {
-  if (p->scratch.cap > LP_XFER_KEEP_BYTES) {
-    lp_buf_free(&p->scratch);
-    lp_buf_init(&p->scratch);
-  }
-}
-
-static int answer(lp_job_t *job, const char *single, size_t single_len, int per_segment) {
-  lp_proxy_t *p = job->proxy;
-  lp_buf_t out;
-  lp_buf_init(&out);
-  if (job->req) lp_http_take_buf(job->req, &out); /* a pooled request's buffer */
-  uint64_t now = lp__now(), queue_ns, backend_ns;
-  const char *ctype = "application/json";
-  char extra[96] = "";
-  lp__job_times(job, &queue_ns, &backend_ns);
-  size_t need = HEAD_ROOM + single_len + 256 + (job->id_json ? strlen(job->id_json) : 0);
-  for (uint32_t i = 0; i < job->nseq; i++) need += job->seqs[i].out_len + 160;
-  if (lp_buf_reserve(&out, need)) return -ENOMEM;
-  out.len = HEAD_ROOM;
-  lp_buf_t *body = &out;
-  if (job->v2) {
-    lp_buf_t *v2body = &p->scratch;
-    lp_buf_reset(v2body);
-    int rc = lp__v2_answer(job, per_segment, v2body, &ctype, extra, sizeof(extra));
-    if (rc) scratch_give_back(p);
-    if (rc == -EPROTO || rc == -EDOM) {
-      lp_buf_free(&out);
-      lp__job_fail(job, 502, "bad_backend_answer",
-                   rc == -EPROTO ? "the backend's outputs are not numbers: use /v1/infer for this model"
-                                 : "the backends answered this request's sequences in different "
-                                   "datatypes or shapes");
-      return 0;
-    }
-    if (rc) {
-      lp_buf_free(&out);
-      return rc;
-    }
-    lp_buf_append(body, v2body->data, v2body->len);
-    scratch_give_back(p);
-    goto send;
-  }
-  lp_buf_puts(body, "{");
-  if (job->id_json) {
-    lp_buf_puts(body, "\"id\": ");
-    lp_buf_puts(body, job->id_json);
-    lp_buf_puts(body, ", ");
-  }
-  if (!job->multi) {
-    lp_buf_puts(body, "\"output\": ");
-    if (!per_segment) lp_buf_puts(body, "[");
-    lp_buf_append(body, single, single_len);
-    if (!per_segment) lp_buf_puts(body, "]");
-    lp_buf_puts(body, ", \"batch\": ");
-    put_batch(body, &job->seqs[0]);
-  } else {
-    lp_buf_puts(body, "\"outputs\": [");
-    for (uint32_t i = 0; i < job->nseq; i++) {
-      if (i) lp_buf_puts(body, ", ");
-      lp_buf_append(body, job->seqs[i].out, job->seqs[i].out_len);
-    }
-    lp_buf_puts(body, "], \"batches\": [");
-    for (uint32_t i = 0; i < job->nseq; i++) {
-      if (i) lp_buf_puts(body, ", ");
-      put_batch(body, &job->seqs[i]);
-    }
-    lp_buf_puts(body, "]");
-  }
-  lp_buf_puts(body, ", \"timing_ms\": {\"queue\": ");
-  lp__put_ms(body, queue_ns);
-  lp_buf_puts(body, ", \"backend\": ");
-  lp__put_ms(body, backend_ns);
-  lp_buf_puts(body, ", \"total\": ");
-  lp__put_ms(body, now - job->arrive_ns);
-  lp_buf_puts(body, "}}\n");
-send:
-  if (out.oom) {
-    lp_buf_free(&out);
-    return -ENOMEM;
-  }
-  lp_hist_observe(&job->model->queue_delay, (double)queue_ns / 1e9);
-  lp_hist_observe(&job->model->duration, (double)(now - job->arrive_ns) / 1e9);
-  if (job->front->remote) {
-    /* the body is ready; its head, counting and logging are the front's */
-    job->res_status = 200;
-    job->res_ctype = ctype;
-    if (extra[0]) snprintf(job->res_hdr, sizeof(job->res_hdr), "%s", extra); /* rare: no printf per answer */
-    else job->res_hdr[0] = '\0';
-    job->res_body = out;
-    job->answered = 1;
-    return 0;
-  }
-  lp_front_t *f = job->front;
-  lp_hist_observe(&f->t_queue, (double)queue_ns / 1e9);
-  lp_hist_observe(&f->t_backend, (double)backend_ns / 1e9);
-  lp_hist_observe(&f->t_total, (double)(now - job->arrive_ns) / 1e9);
-  lp_buf_t *head = &p->scratch;
-  lp_buf_reset(head);
-  lp_http_head(job->req, head, 200, extra[0] ? extra : NULL, ctype, out.len - HEAD_ROOM);
-  if (head->oom || head->len > HEAD_ROOM) {
-    lp_buf_free(&out);
-    return -ENOMEM;
-  }
-  memcpy(out.data + HEAD_ROOM - head->len, head->data, head->len);
-  lp_proxy_count(f, job->v2 ? LP_ROUTE_V2_INFER : LP_ROUTE_INFER, 200);
-  lp__access_log(f, job->req, 200, job);
-  lp_http_req_t *req = job->req;
-  req->app = NULL;
-  job->req = NULL;
-  job->answered = 1;
-  lp_http_respond_raw_at(req, &out, HEAD_ROOM - head->len);
-  lp_buf_free(&out);
-  return 0;
-}
-
-/* wrap: a per-token slice of JSON text, wrapped in [ ] when kept; bt and g:
- * the batch and segment that answered (the answer reports that batch and place) */
-static void seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, const char *slice,
-                     size_t len, int per_segment, int wrap) {
+/* wrap: a per-token slice of JSON text, to be wrapped in [ ] when written; bt
+ * and g: the batch and segment that answered (the answer reports that batch
+ * and place) */
+static void seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_answer_t *ans,
+                     const char *slice, size_t len, int per_segment, int wrap) {
   lp_job_t *job = s->job;
   if (s->state == LP_SEQ_DONE) return; /* the core says each once; kept as a guard */
   /* a later copy (a hedge) answered: what hedging bought */
@@ -259,35 +151,44 @@ static void seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, c
   s->done_ns = lp__now();
   job->unresolved--;
   job->model->sequences_done++;
-  if (!job->answered && has_client(job)) {
-    int rc = 0;
-    if (!job->multi) {
-      rc = answer(job, slice, len, per_segment);
-    } else if ((s->out = malloc(len + 2)) == NULL) {
-      rc = -ENOMEM;
-    } else {
-      size_t k = 0;
-      if (!per_segment && wrap) s->out[k++] = '[';
-      memcpy(s->out + k, slice, len);
-      k += len;
-      if (!per_segment && wrap) s->out[k++] = ']';
-      s->out_len = k;
-      if (job->unresolved == 0) rc = answer(job, NULL, 0, per_segment);
-    }
+  if (job->answered || !has_client(job)) return;
+  if (!ans) {
     /* the client has its 503; the core still answers the job (then it is freed) */
-    if (rc) lp__job_fail(job, 503, "out_of_memory", "proxy out of memory");
+    lp__job_fail(job, 503, "out_of_memory", "proxy out of memory");
+    return;
   }
+  /* a span, not a copy: the front formats it where the client's connection is */
+  lp__answer_ref(ans);
+  s->ans = ans;
+  s->out = slice;
+  s->out_len = len;
+  s->out_wrap = wrap && !per_segment;
+  if (job->unresolved) return;
+  uint64_t now = lp__now(), queue_ns, backend_ns;
+  lp__job_times(job, &queue_ns, &backend_ns);
+  lp_hist_observe(&job->model->queue_delay, (double)queue_ns / 1e9);
+  lp_hist_observe(&job->model->duration, (double)(now - job->arrive_ns) / 1e9);
+  job->res_status = 200;
+  job->res_per_segment = per_segment;
+  job->answered = 1;
+  if (job->front->remote) return; /* written when the job is handed back */
+  lp_http_req_t *req = job->req;
+  req->app = NULL; /* before answering: a failed write frees req at once */
+  job->req = NULL;
+  lp__job_deliver(job->front, job, req);
 }
 
-void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, const char *slice, size_t len,
-                  int per_segment) {
-  seq_done(s, bt, g, slice, len, per_segment, 1);
+void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_answer_t *ans,
+                  const char *slice, size_t len, int per_segment) {
+  seq_done(s, bt, g, ans, slice, len, per_segment, 1);
 }
 
-void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_dtype_t dtype, const void *raw, size_t len, int ndim,
-                         const int64_t *dims, int per_segment) {
+void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_answer_t *ans,
+                         size_t first, size_t n, size_t inner, int ndim, const int64_t *dims, int per_segment) {
   lp_job_t *job = s->job;
-  if (s->state != LP_SEQ_DONE && ndim >= 0 && ndim <= LP_TENSOR_MAX_DIMS) {
+  if (s->state == LP_SEQ_DONE) return;
+  lp_dtype_t dtype = ans->out.dtype;
+  if (job->v2 && ndim >= 0 && ndim <= LP_TENSOR_MAX_DIMS) {
     /* one tensor for the client: every part must agree (they differ only when
      * its backends disagree, which the answer then says) */
     if (job->v2_dtype == LP_DT_INVALID) {
@@ -299,35 +200,119 @@ void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *
       job->v2_mixed = 1;
     }
   }
-  seq_done(s, bt, g, raw, len, per_segment, 0);
+  s->out_first = first;
+  s->out_n = n;
+  s->out_inner = inner;
+  /* a /v1 client's part is JSON text, wrapped as a slice of per-token text is */
+  seq_done(s, bt, g, ans, NULL, n * lp_dtype_size(dtype), per_segment, !job->v2);
 }
 
-/* ---- a remote front's side ---- */
+/* ---- the front's side: the answer written where the connection lives ---- */
+
+static void put_output(lp_buf_t *b, const lp_seq_t *s) {
+  if (s->out_wrap) lp_buf_puts(b, "[");
+  if (s->out) lp_buf_append(b, s->out, s->out_len);
+  else lp_tensor_write_json(b, &s->ans->out, s->out_first, s->out_n, s->out_inner);
+  if (s->out_wrap) lp_buf_puts(b, "]");
+}
+
+/* A /v1/infer answer's body, from the sequences' spans. */
+static void v1_body(lp_buf_t *body, const lp_job_t *job, uint64_t queue_ns, uint64_t backend_ns, uint64_t now) {
+  lp_buf_puts(body, "{");
+  if (job->id_json) {
+    lp_buf_puts(body, "\"id\": ");
+    lp_buf_puts(body, job->id_json);
+    lp_buf_puts(body, ", ");
+  }
+  if (!job->multi) {
+    lp_buf_puts(body, "\"output\": ");
+    put_output(body, &job->seqs[0]);
+    lp_buf_puts(body, ", \"batch\": ");
+    put_batch(body, &job->seqs[0]);
+  } else {
+    lp_buf_puts(body, "\"outputs\": [");
+    for (uint32_t i = 0; i < job->nseq; i++) {
+      if (i) lp_buf_puts(body, ", ");
+      put_output(body, &job->seqs[i]);
+    }
+    lp_buf_puts(body, "], \"batches\": [");
+    for (uint32_t i = 0; i < job->nseq; i++) {
+      if (i) lp_buf_puts(body, ", ");
+      put_batch(body, &job->seqs[i]);
+    }
+    lp_buf_puts(body, "]");
+  }
+  lp_buf_puts(body, ", \"timing_ms\": {\"queue\": ");
+  lp__put_ms(body, queue_ns);
+  lp_buf_puts(body, ", \"backend\": ");
+  lp__put_ms(body, backend_ns);
+  lp_buf_puts(body, ", \"total\": ");
+  lp__put_ms(body, now - job->arrive_ns);
+  lp_buf_puts(body, "}}\n");
+}
+
+/* A success written to req: 0, or -ENOMEM (nothing sent), -EPROTO / -EDOM (a
+ * v2 client's answer cannot be made of its parts: nothing sent). */
+static int write_success(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
+  lp_buf_t out;
+  lp_buf_init(&out);
+  lp_http_take_buf(req, &out); /* a pooled request's buffer */
+  uint64_t now = lp__now(), queue_ns, backend_ns;
+  lp__job_times(job, &queue_ns, &backend_ns);
+  const char *ctype = "application/json";
+  char extra[96] = "";
+  size_t need = HEAD_ROOM + 256 + (job->id_json ? strlen(job->id_json) : 0);
+  for (uint32_t i = 0; i < job->nseq; i++) need += job->seqs[i].out_len + 160;
+  if (lp_buf_reserve(&out, need)) {
+    lp_buf_free(&out);
+    return -ENOMEM;
+  }
+  out.len = HEAD_ROOM;
+  if (job->v2) {
+    lp_buf_t v2body;
+    lp_buf_init(&v2body);
+    int rc = lp__v2_answer(job, job->res_per_segment, &v2body, &ctype, extra, sizeof(extra));
+    if (!rc) lp_buf_append(&out, v2body.data, v2body.len);
+    lp_buf_free(&v2body);
+    if (rc) {
+      lp_buf_free(&out);
+      return rc;
+    }
+  } else {
+    v1_body(&out, job, queue_ns, backend_ns, now);
+  }
+  lp_buf_t *head = &f->scratch;
+  lp_buf_reset(head);
+  lp_http_head(req, head, 200, extra[0] ? extra : NULL, ctype, out.len - HEAD_ROOM);
+  if (out.oom || head->oom || head->len > HEAD_ROOM) {
+    lp_buf_free(&out);
+    return -ENOMEM;
+  }
+  lp_hist_observe(&f->t_queue, (double)queue_ns / 1e9);
+  lp_hist_observe(&f->t_backend, (double)backend_ns / 1e9);
+  lp_hist_observe(&f->t_total, (double)(now - job->arrive_ns) / 1e9);
+  memcpy(out.data + HEAD_ROOM - head->len, head->data, head->len);
+  lp_proxy_count(f, job->v2 ? LP_ROUTE_V2_INFER : LP_ROUTE_INFER, 200);
+  lp__access_log(f, req, 200, job);
+  lp_http_respond_raw_at(req, &out, HEAD_ROOM - head->len);
+  lp_buf_free(&out);
+  return 0;
+}
 
 void lp__job_deliver(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
-  if (job->res_status == 200) {
-    uint64_t now = lp__now(), queue_ns, backend_ns;
-    lp__job_times(job, &queue_ns, &backend_ns);
-    lp_hist_observe(&f->t_queue, (double)queue_ns / 1e9);
-    lp_hist_observe(&f->t_backend, (double)backend_ns / 1e9);
-    lp_hist_observe(&f->t_total, (double)(now - job->arrive_ns) / 1e9);
-    lp_buf_t *out = &job->res_body, *head = &f->scratch;
-    lp_buf_reset(head);
-    lp_http_head(req, head, 200, job->res_hdr[0] ? job->res_hdr : NULL, job->res_ctype, out->len - HEAD_ROOM);
-    if (!head->oom && head->len <= HEAD_ROOM) {
-      memcpy(out->data + HEAD_ROOM - head->len, head->data, head->len);
-      lp_proxy_count(f, job->v2 ? LP_ROUTE_V2_INFER : LP_ROUTE_INFER, 200);
-      lp__access_log(f, req, 200, job);
-      lp_http_respond_raw_at(req, out, HEAD_ROOM - head->len);
-      return;
-    }
-    job->res_status = 503;
-    snprintf(job->res_code, sizeof(job->res_code), "out_of_memory");
-    snprintf(job->res_msg, sizeof(job->res_msg), "proxy out of memory");
-  }
   int status = job->res_status ? job->res_status : 503;
   const char *code = job->res_status ? job->res_code : "out_of_memory";
   const char *msg = job->res_status ? job->res_msg : "proxy out of memory";
+  if (job->res_status == 200) {
+    int rc = write_success(f, job, req);
+    drop_outputs(job);
+    if (!rc) return;
+    status = rc == -ENOMEM ? 503 : 502;
+    code = rc == -ENOMEM ? "out_of_memory" : "bad_backend_answer";
+    msg = rc == -ENOMEM ? "proxy out of memory"
+          : rc == -EPROTO ? "the backend's outputs are not numbers: use /v1/infer for this model"
+                          : "the backends answered this request's sequences in different datatypes or shapes";
+  }
   const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
   if (job->v2) lp__v2_reject_job(f, req, status, code, msg, job);
   else lp__reject_job(f, req, LP_ROUTE_INFER, status, hdr, code, msg, job->res_extra[0] ? job->res_extra : NULL, job);
@@ -338,7 +323,7 @@ void lp__job_release(lp_job_t *job) {
   if (__atomic_load_n(&job->refs, __ATOMIC_ACQUIRE) != 1 &&
       __atomic_sub_fetch(&job->refs, 1, __ATOMIC_ACQ_REL) != 0)
     return;
-  for (uint32_t i = 0; i < job->nseq; i++) free(job->seqs[i].out);
+  drop_outputs(job);
   lp_buf_free(&job->res_body);
   free(job->admin_url);
   free(job);

@@ -180,11 +180,21 @@ int lp__v2_open(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, si
   return 0;
 }
 
-int lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp_seq_t *s) {
+void lp__v2_adopt(lp_model_t *m, lp_answer_t *a) {
+  if (!m->v2_open || !m->v2out) return;
+  lp__answer_adopt(a, &m->v2msg.t[m->v2out - m->v2msg.t]);
+  m->v2out = &a->out;
+}
+
+void lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp_seq_t *s) {
   const lp_v2_config_t *c = &m->cfg->v2;
   const lp_layout_t *l = &bt->layout;
   const lp_tensor_t *t = m->v2out;
-  if (!m->v2_open || !t) return -EINVAL;
+  if (!m->v2_open || !t || !m->answer || t != &m->answer->out) {
+    /* the answer could not be kept (no memory): the sequence's job fails */
+    lp__seq_done(s, bt, g, NULL, NULL, 0, c->per_segment);
+    return;
+  }
   int lead = l->ragged ? 1 : 2;
   size_t inner = 1;
   for (int d = lead; d < t->ndim; d++) inner *= (size_t)t->shape[d];
@@ -198,24 +208,9 @@ int lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp_
     first = l->ragged ? (size_t)g->offset * inner : g->lane * per_row + (size_t)g->offset * inner;
     n = (size_t)g->length * inner;
   }
-  lp_buf_t *out = &m->render;
-  lp_buf_reset(out);
-  size_t esz = lp_dtype_size(t->dtype);
-  if (s->job->v2) { /* a v2 client gets the tensor's own values: its bytes, never text */
-    if (!lp_buf_reserve(out, n * esz)) {
-      lp_tensor_put_raw((uint8_t *)out->data, t, first, n);
-      out->len = n * esz;
-    }
-  } else {
-    lp_tensor_write_json(out, t, first, n, inner);
-  }
-  if (out->oom) return -ENOMEM;
-  if (s->job->v2)
-    lp__seq_done_tensor(s, bt, g, t->dtype, out->data, out->len, t->ndim - lead, t->shape + lead,
-                        c->per_segment);
-  else
-    lp__seq_done(s, bt, g, out->data, out->len, c->per_segment);
-  return 0;
+  /* a span of the tensor, not its values: the front writes them (raw for a
+   * v2 client, JSON text for /v1) */
+  lp__seq_done_tensor(s, bt, g, m->answer, first, n, inner, t->ndim - lead, t->shape + lead, c->per_segment);
 }
 
 void lp__v2_close(lp_model_t *m) {
@@ -223,10 +218,6 @@ void lp__v2_close(lp_model_t *m) {
   lp_v2_msg_free(&m->v2msg);
   m->v2_open = 0;
   m->v2out = NULL;
-  if (m->render.cap > LP_XFER_KEEP_BYTES) { /* one big answer's slice is not kept for ever */
-    lp_buf_free(&m->render);
-    lp_buf_init(&m->render);
-  }
 }
 
 /* ---- readiness of each shape's model on a backend: ready, and its metadata
