@@ -32,6 +32,26 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The test-only clients from npm: the official OpenAI SDK (tests/package.json,
+# pinned with its lock file), into tests/node_modules; Node and npm from apt
+# when the machine has none (a machine with its own Node keeps it).
+if [ "${LP_SETUP_TESTS:-0}" = 1 ]; then
+  node_pkgs=()
+  command -v node >/dev/null || node_pkgs+=(nodejs)
+  command -v npm >/dev/null || node_pkgs+=(npm)
+  if [ "${#node_pkgs[@]}" -gt 0 ]; then
+    echo "setup: installing ${node_pkgs[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${node_pkgs[@]}" >/dev/null
+  fi
+  # again only when the pinned version is not the one there (safe to run twice, offline then)
+  if ! node -e 'process.exit(require("./tests/package.json").dependencies.openai ===
+                require("./tests/node_modules/openai/package.json").version ? 0 : 1)' 2>/dev/null; then
+    (cd tests && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || { echo "setup: npm ci failed" >&2; exit 1; }
+  fi
+fi
+
 configure() { # dir, extra meson options...
   local dir=$1; shift
   if [ -f "$dir/build.ninja" ]; then

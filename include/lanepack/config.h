@@ -62,6 +62,9 @@ typedef struct lp_model_config_s {
   uint64_t max_output_value_bytes; /* an answer's bytes per token slot, at most (its bound) */
   lp_protocol_t protocol;
   lp_v2_config_t v2;
+  /* "tokenizer": text inputs become token ids on the front that read them */
+  char sentencepiece[LP_URL_MAX]; /* a SentencePiece model file; "" = token ids only */
+  char sentencepiece_options[64]; /* its encode options, e.g. "bos:eos"; "" = none */
 } lp_model_config_t;
 
 typedef struct lp_config_s {

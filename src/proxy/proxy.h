@@ -15,6 +15,7 @@
 #include "lanepack/bucket.h"
 #include "lanepack/buf.h"
 #include "lanepack/config.h"
+#include "lanepack/tokenizer.h"
 #include "lanepack/devclock.h"
 #include "lanepack/dispatch.h"
 #include "lanepack/httpd.h"
@@ -95,7 +96,7 @@ typedef struct lp_alog_s {
   lp_buf_t buf;           /* whole lines not yet written */
 } lp_alog_t;
 
-#define LP_ROUTE_COUNT 9
+#define LP_ROUTE_COUNT 10
 #define LP_STATUS_SLOTS 20
 
 /* A backend's answer (or one v2 sequence's values), shared by the sequences
@@ -191,6 +192,10 @@ struct lp_job_s {
   char request_id[64];    /* its X-Request-Id (sent or made), passed on in batches */
   int multi;              /* "inputs" form: answers "outputs" */
   int v2;                 /* an Open Inference Protocol client: answered as a tensor */
+  int openai;             /* an OpenAI embeddings client: answered in its shapes */
+  int openai_base64;      /* ... its vectors as base64 float32 */
+  size_t openai_tokens;   /* ... its tokens, for "usage" */
+  char openai_model[LP_NAME_MAX]; /* ... the model it named, echoed */
   int v2_binary;          /* ... in binary */
   size_t v2_rows;         /* k of its [k, n] input_ids */
   /* its outputs as a v2 backend answered them: each sequence's out holds raw
@@ -365,6 +370,11 @@ struct lp_front_s {
   int closing;             /* remote: its listeners are closing (drain) */
   int open_servers;        /* remote: listeners not yet closed */
   lp_buf_t scratch;        /* answers are built here, then handed to the server */
+  lp_buf_t vec_text;       /* one sequence's output as text, read as a vector (embeddings) */
+  float *vec;              /* ... its values; vec_cap of them; owned */
+  size_t vec_cap;
+  int32_t *enc;            /* a request's token ids, text inputs tokenized; enc_cap; owned */
+  size_t enc_cap;
   int32_t *tok_scratch;    /* token and length arrays lent to each parse; owned */
   size_t tok_scratch_cap;
   uint32_t *len_scratch;
@@ -404,6 +414,9 @@ struct lp_proxy_s {
   void (*page_done)(lp_job_t *job);
   lp_advq_t advq;
   lp_httpd_shared_t client_counts; /* every front's client listener counts here */
+  /* each model's tokenizer, or NULL: loaded at start, read by every front
+   * (encoding only reads it), kept until the end (a reload may not change it) */
+  lp_tok_t *tok[LP_MAX_MODELS];
   char **tokens;           /* bearer tokens clients must show; owned; NULL: none */
   size_t ntokens;
   lp_upstream_t *up;
@@ -668,6 +681,20 @@ void lp__backend_shape_missing(lp_backend_t *b, int k);
 /* Shape k is there after all: nothing to ask about it. */
 void lp__backend_shape_found(lp_backend_t *b, int k);
 
+/* embeddings.c (a front's): POST /v1/embeddings, OpenAI's embeddings API. */
+void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req);
+/* An error in OpenAI's shape (param: the request field at fault, or NULL),
+ * counted and logged as every refusal. */
+void lp__openai_reject(lp_front_t *f, lp_http_req_t *req, int status, const char *hdr, const char *code,
+                       const char *msg, const char *param, const lp_job_t *job);
+/* The answer's body: every sequence's vector in input order, the model, the
+ * usage. -EPROTO when an output is not a vector of numbers, -ENOMEM. */
+int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
+/* f->vec holds at least n floats: 0 or -ENOMEM. */
+int lp__grow_floats(lp_front_t *f, size_t n);
+/* job.c: a finished sequence's output as JSON text (its span of the answer). */
+void lp__put_output(lp_buf_t *b, const lp_seq_t *s);
+
 /* status.c: /metrics, /v1/models, /v1/buckets/advice */
 void lp__render_metrics(lp_proxy_t *p, lp_buf_t *out);
 void lp__render_models(lp_proxy_t *p, lp_buf_t *out);
@@ -687,6 +714,6 @@ void lp__advice_page(lp_proxy_t *p, lp_job_t *job);
 void lp__advice_free(lp_proxy_t *p);
 
 enum { LP_ROUTE_INFER = 0, LP_ROUTE_MODELS, LP_ROUTE_HEALTHZ, LP_ROUTE_READYZ, LP_ROUTE_METRICS,
-       LP_ROUTE_ADVICE, LP_ROUTE_OTHER, LP_ROUTE_V2_INFER, LP_ROUTE_V2 };
+       LP_ROUTE_ADVICE, LP_ROUTE_OTHER, LP_ROUTE_V2_INFER, LP_ROUTE_V2, LP_ROUTE_EMBEDDINGS };
 
 #endif

@@ -392,6 +392,7 @@ static void front_init(lp_front_t *f, lp_proxy_t *p, unsigned i) {
   f->index = i;
   f->cfg = &p->cfg;
   lp_buf_init(&f->scratch);
+  lp_buf_init(&f->vec_text);
   lp_hist_init(&f->t_queue, bounds, nb);
   lp_hist_init(&f->t_backend, bounds, nb);
   lp_hist_init(&f->t_total, bounds, nb);
@@ -527,6 +528,9 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
 
 static void front_free(lp_front_t *f) {
   lp_buf_free(&f->scratch);
+  lp_buf_free(&f->vec_text);
+  free(f->vec);
+  free(f->enc);
   free(f->tok_scratch);
   free(f->len_scratch);
   lp__alog_close(&f->alog);

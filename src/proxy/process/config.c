@@ -1,5 +1,6 @@
 /* Configuration: JSON file + flags, every key checked, errors naming the key. */
 #include "lanepack/config.h"
+#include "lanepack/tokenizer.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -95,6 +96,29 @@ static int get_str(ctx_t *x, json_t *v, const char *path, char *out, size_t cap)
   if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= cap)
     return fail(x, path, "must be a non-empty string of at most %zu bytes", cap - 1);
   memcpy(out, json_string_value(v), json_string_length(v) + 1);
+  return 0;
+}
+
+/* The "tokenizer" object of a model: {"sentencepiece": PATH, "extra_options":
+ * "bos:eos"} (the library's own encode options). */
+static int load_tokenizer(ctx_t *x, lp_model_config_t *m, json_t *o, const char *tpath) {
+  char path[300];
+  const char *key;
+  json_t *v;
+  if (!json_is_object(o)) return fail(x, tpath, "must be an object: {\"sentencepiece\": \"PATH.model\"}");
+  json_object_foreach(o, key, v) {
+    snprintf(path, sizeof(path), "%s.%s", tpath, key);
+    if (strcmp(key, "sentencepiece") == 0) {
+      if (get_str(x, v, path, m->sentencepiece, sizeof(m->sentencepiece))) return -EINVAL;
+    } else if (strcmp(key, "extra_options") == 0) {
+      if (!json_is_string(v) || json_string_length(v) >= sizeof(m->sentencepiece_options))
+        return fail(x, path, "must be a string such as \"bos:eos\"");
+      memcpy(m->sentencepiece_options, json_string_value(v), json_string_length(v) + 1);
+    } else {
+      return fail(x, path, "unknown key (sentencepiece, extra_options)");
+    }
+  }
+  if (!m->sentencepiece[0]) return fail(x, tpath, "needs \"sentencepiece\": the model file's path");
   return 0;
 }
 
@@ -306,6 +330,8 @@ static int load_model(ctx_t *x, lp_model_config_t *m, json_t *o, const char *mpa
       else return fail(x, path, "must be \"lanepack\" or \"v2\"");
     } else if (strcmp(key, "v2") == 0) {
       if (load_v2(x, &m->v2, v, path)) return -EINVAL;
+    } else if (strcmp(key, "tokenizer") == 0) {
+      if (load_tokenizer(x, m, v, path)) return -EINVAL;
     } else if ((why = dead_key(key)) != NULL) {
       return fail(x, path, "is no longer used: %s", why);
     } else {
@@ -482,6 +508,16 @@ int lp_config_validate(const lp_config_t *c, char *err, size_t errlen) {
     if (m->ragged && m->ragged_max_tokens > m->max_batch_tokens)
       return fail(&x, path, "ragged_max_tokens is over max_batch_tokens (%llu)",
                   (unsigned long long)m->max_batch_tokens);
+    if (m->sentencepiece[0]) { /* the file loads, with its options, or the check says why */
+      char terr[256];
+      lp_tok_t *t = lp_tok_load(m->sentencepiece, m->sentencepiece_options, terr, sizeof(terr));
+      if (!t) {
+        char tpath[160];
+        snprintf(tpath, sizeof(tpath), "%s.tokenizer", path);
+        return fail(&x, tpath, "cannot load the SentencePiece model '%s': %s", m->sentencepiece, terr);
+      }
+      lp_tok_free(t);
+    }
   }
   if (c->auth_tokens_file[0]) {
     char **tokens = NULL;
@@ -574,6 +610,12 @@ char *lp_config_dump(const lp_config_t *c) {
         json_object_set_new(in, keys[k], m->v2.inputs[k][0] ? json_string(m->v2.inputs[k]) : json_null());
       json_object_set_new(v2, "inputs", in);
       json_object_set_new(o, "v2", v2);
+    }
+    if (m->sentencepiece[0]) {
+      json_t *tk = json_object();
+      json_object_set_new(tk, "sentencepiece", json_string(m->sentencepiece));
+      json_object_set_new(tk, "extra_options", json_string(m->sentencepiece_options));
+      json_object_set_new(o, "tokenizer", tk);
     }
     json_object_set_new(o, "ragged", json_boolean(m->ragged));
     json_object_set_new(o, "ragged_max_tokens", json_integer(m->ragged_max_tokens));

@@ -235,6 +235,8 @@ static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
     /* the Open Inference Protocol: its own routes and error form */
   } else if (path_is(req, "/v1/infer")) {
     handle_infer(f, req, NULL, 0);
+  } else if (path_is(req, "/v1/embeddings")) {
+    lp__embeddings_request(f, req);
   } else if (req->path_len > sizeof(prefix) - 1 && strncmp(req->url, prefix, sizeof(prefix) - 1) == 0) {
     const char *name = req->url + sizeof(prefix) - 1;
     size_t rest = req->path_len - (sizeof(prefix) - 1);
@@ -417,6 +419,15 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
     int rc = lp__model_init(&p->models[i], p, &p->cfg.models[i]);
     if (rc) return rc;
     p->nmodels++;
+    const lp_model_config_t *mc = &p->cfg.models[i];
+    if (mc->sentencepiece[0]) {
+      char err[256];
+      if (!(p->tok[i] = lp_tok_load(mc->sentencepiece, mc->sentencepiece_options, err, sizeof(err)))) {
+        lp_log(LP_LOG_ERROR, "tokenizer", "\"model\": \"%s\", \"file\": \"%s\", \"error\": \"%s\"", mc->name,
+               mc->sentencepiece, err);
+        return -EINVAL;
+      }
+    }
   }
   uv_idle_init(loop, &p->kick);
   uv_timer_init(loop, &p->health);
@@ -451,5 +462,6 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
 
 void lp_proxy_free(lp_proxy_t *p) {
   lp__advice_free(p);
+  for (size_t i = 0; i < LP_MAX_MODELS; i++) lp_tok_free(p->tok[i]);
   lp__fronts_stop(p); /* joins the threads and frees what the fronts own */
 }

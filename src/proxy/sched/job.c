@@ -67,6 +67,7 @@ void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg) 
   req->app = NULL; /* before answering: a failed write frees req at once */
   job->req = NULL;
   if (job->v2) lp__v2_reject_job(job->front, req, status, code, msg, job);
+  else if (job->openai) lp__openai_reject(job->front, req, status, hdr, code, msg, NULL, job);
   else lp__reject_job(job->front, req, LP_ROUTE_INFER, status, hdr, code, msg, NULL, job);
 }
 
@@ -209,7 +210,7 @@ void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *
 
 /* ---- the front's side: the answer written where the connection lives ---- */
 
-static void put_output(lp_buf_t *b, const lp_seq_t *s) {
+void lp__put_output(lp_buf_t *b, const lp_seq_t *s) {
   if (s->out_wrap) lp_buf_puts(b, "[");
   if (s->out) lp_buf_append(b, s->out, s->out_len);
   else lp_tensor_write_json(b, &s->ans->out, s->out_first, s->out_n, s->out_inner);
@@ -226,14 +227,14 @@ static void v1_body(lp_buf_t *body, const lp_job_t *job, uint64_t queue_ns, uint
   }
   if (!job->multi) {
     lp_buf_puts(body, "\"output\": ");
-    put_output(body, &job->seqs[0]);
+    lp__put_output(body, &job->seqs[0]);
     lp_buf_puts(body, ", \"batch\": ");
     put_batch(body, &job->seqs[0]);
   } else {
     lp_buf_puts(body, "\"outputs\": [");
     for (uint32_t i = 0; i < job->nseq; i++) {
       if (i) lp_buf_puts(body, ", ");
-      put_output(body, &job->seqs[i]);
+      lp__put_output(body, &job->seqs[i]);
     }
     lp_buf_puts(body, "], \"batches\": [");
     for (uint32_t i = 0; i < job->nseq; i++) {
@@ -278,6 +279,12 @@ static int write_success(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
       lp_buf_free(&out);
       return rc;
     }
+  } else if (job->openai) {
+    int rc = lp__openai_body(f, &out, job);
+    if (rc) {
+      lp_buf_free(&out);
+      return rc;
+    }
   } else {
     v1_body(&out, job, queue_ns, backend_ns, now);
   }
@@ -292,7 +299,7 @@ static int write_success(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
   lp_hist_observe(&f->t_backend, (double)backend_ns / 1e9);
   lp_hist_observe(&f->t_total, (double)(now - job->arrive_ns) / 1e9);
   memcpy(out.data + HEAD_ROOM - head->len, head->data, head->len);
-  lp_proxy_count(f, job->v2 ? LP_ROUTE_V2_INFER : LP_ROUTE_INFER, 200);
+  lp_proxy_count(f, job->v2 ? LP_ROUTE_V2_INFER : job->openai ? LP_ROUTE_EMBEDDINGS : LP_ROUTE_INFER, 200);
   lp__access_log(f, req, 200, job);
   lp_http_respond_raw_at(req, &out, HEAD_ROOM - head->len);
   lp_buf_free(&out);
@@ -310,11 +317,13 @@ void lp__job_deliver(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
     status = rc == -ENOMEM ? 503 : 502;
     code = rc == -ENOMEM ? "out_of_memory" : "bad_backend_answer";
     msg = rc == -ENOMEM ? "proxy out of memory"
+          : rc == -EPROTO && job->openai ? "the backend's outputs are not vectors of numbers: use /v1/infer for this model"
           : rc == -EPROTO ? "the backend's outputs are not numbers: use /v1/infer for this model"
                           : "the backends answered this request's sequences in different datatypes or shapes";
   }
   const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
   if (job->v2) lp__v2_reject_job(f, req, status, code, msg, job);
+  else if (job->openai) lp__openai_reject(f, req, status, hdr, code, msg, NULL, job);
   else lp__reject_job(f, req, LP_ROUTE_INFER, status, hdr, code, msg, job->res_extra[0] ? job->res_extra : NULL, job);
 }
 

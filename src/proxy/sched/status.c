@@ -18,7 +18,7 @@
 #include "proxy.h"
 
 static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", "readyz",
-                                                  "metrics", "advice", "other", "v2_infer", "v2"};
+                                                  "metrics", "advice", "other", "v2_infer", "v2", "embeddings"};
 extern const int lp__status_codes[LP_STATUS_SLOTS];
 
 /* One sample per model, or per backend, of a value read by a small function. */

@@ -1,0 +1,157 @@
+/* Runs on the front that read the request: POST /v1/embeddings, the OpenAI
+ * embeddings API. Each input is one sequence, packed with everyone else's;
+ * the answer (the model's per-segment vectors, in input order) and every error
+ * are in OpenAI's shapes, which its SDKs parse. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lanepack/openai.h"
+#include "lanepack/tokenizer.h"
+#include "proxy.h"
+
+void lp__openai_reject(lp_front_t *f, lp_http_req_t *req, int status, const char *hdr, const char *code,
+                       const char *msg, const char *param, const lp_job_t *job) {
+  lp_buf_t *b = &f->scratch;
+  lp_buf_reset(b);
+  /* OpenAI answers an input over the model's length 400 (its "maximum context
+   * length"), as every other invalid request: its clients expect that */
+  if (status == 413 && strcmp(code, "sequence_too_long") == 0) status = 400;
+  lp_openai_error(b, status, code, msg, param);
+  lp_proxy_count(f, LP_ROUTE_EMBEDDINGS, status);
+  lp__count_rejection(f, code);
+  lp__access_log(f, req, status, job);
+  if (!hdr && (status == 429 || status == 503)) hdr = "Retry-After: 1\r\n";
+  lp_http_respond(req, status, hdr, "application/json", b->data, b->len);
+}
+
+/* The request's sequences into f->enc (lens[i] each): token-id inputs
+ * copied, texts tokenized here by the model's tokenizer (t; NULL: none, and a
+ * text is refused naming the key). 0, or -EINVAL / -ENOMEM. */
+static int gather_ids(lp_front_t *f, const lp_tok_t *t, const lp_openai_req_t *r, uint32_t *lens, size_t *ntok) {
+  size_t n = 0;
+  for (size_t i = 0; i < r->ninputs; i++) {
+    const lp_openai_input_t *in = &r->in[i];
+    long k = in->len;
+    if (in->text) {
+      if (!t) return -EINVAL;
+      k = lp_tok_encode(t, in->text, in->text_len, f->enc ? f->enc + n : NULL, f->enc_cap - n);
+      if (k < 0) return (int)k;
+    }
+    if ((size_t)k > f->enc_cap - n) {
+      size_t c = f->enc_cap ? f->enc_cap : 4096;
+      while (c - n < (size_t)k) c *= 2;
+      int32_t *e = realloc(f->enc, c * sizeof(*e));
+      if (!e) return -ENOMEM;
+      f->enc = e;
+      f->enc_cap = c;
+      if (in->text && lp_tok_encode(t, in->text, in->text_len, f->enc + n, f->enc_cap - n) != k) return -EINVAL;
+    }
+    if (!in->text) memcpy(f->enc + n, r->tokens + in->off, (size_t)k * sizeof(int32_t));
+    if (k > UINT32_MAX) return -EINVAL;
+    if (k == 0) return -ENODATA; /* whitespace the model drops: nothing to embed */
+    lens[i] = (uint32_t)k;
+    n += (size_t)k;
+  }
+  *ntok = n;
+  return 0;
+}
+
+/* The model named, by the front's configuration (model i of it is the
+ * proxy's model i), or NULL. */
+static lp_model_t *find_model(lp_front_t *f, const char *name) {
+  const lp_config_t *c = f->cfg;
+  for (size_t i = 0; i < c->nmodels; i++)
+    if (strcmp(c->models[i].name, name) == 0) return &f->proxy->models[i];
+  return NULL;
+}
+
+void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req) {
+  if (req->method != LP_HTTP_POST) {
+    lp__openai_reject(f, req, 405, "Allow: POST\r\n", "method_not_allowed", "use POST", NULL, NULL);
+    return;
+  }
+  lp_openai_req_t r;
+  char err[256];
+  int rc = lp_openai_parse(req->body, req->body_len, &r, err, sizeof(err));
+  if (rc) {
+    if (rc == -ENOMEM) lp__openai_reject(f, req, 503, NULL, "out_of_memory", "proxy out of memory", NULL, NULL);
+    else lp__openai_reject(f, req, 400, NULL, "invalid_request", err, r.param, NULL);
+    lp_openai_req_free(&r);
+    return;
+  }
+  lp_model_t *m = find_model(f, r.model);
+  if (!m) {
+    snprintf(err, sizeof(err), "The model '%.100s' does not exist", r.model);
+    lp__openai_reject(f, req, 404, NULL, "model_not_found", err, "model", NULL);
+  } else if (r.dimensions) {
+    /* a vector cut short is only right for a model trained for it
+     * (Matryoshka); no model here says so */
+    snprintf(err, sizeof(err), "the model '%.100s' does not allow its vectors to be cut: leave out 'dimensions'",
+             r.model);
+    lp__openai_reject(f, req, 400, NULL, "invalid_request", err, "dimensions", NULL);
+  } else {
+    uint32_t *lens = malloc(r.ninputs * sizeof(*lens));
+    lp_perr_t e = {0};
+    lp_job_t *job = NULL;
+    size_t ntok = 0;
+    const lp_tok_t *t = f->proxy->tok[m - f->proxy->models];
+    int grc = lens ? gather_ids(f, t, &r, lens, &ntok) : -ENOMEM;
+    if (grc == -EINVAL && !t) {
+      snprintf(err, sizeof(err), "the model '%.100s' takes token ids: it has no tokenizer for text "
+               "(configure models.%.60s.tokenizer)", r.model, r.model);
+      lp__openai_reject(f, req, 400, NULL, "invalid_request", err, "input", NULL);
+    } else if (grc == -ENODATA) {
+      lp__openai_reject(f, req, 400, NULL, "invalid_request", "an input has no tokens once tokenized", "input", NULL);
+    } else if (grc == -EINVAL) {
+      lp__openai_reject(f, req, 400, NULL, "invalid_request", "the tokenizer refused a text", "input", NULL);
+    } else if (grc) {
+      lp__openai_reject(f, req, 503, NULL, "out_of_memory", "proxy out of memory", NULL, NULL);
+    } else if ((job = lp__job_new(f, m, f->enc, ntok, lens, r.ninputs, 1, 0, 0, NULL, 0, "input", &e)) == NULL) {
+      lp__openai_reject(f, req, e.status, NULL, e.code, e.msg, "input", NULL);
+    } else {
+      job->openai = 1;
+      job->openai_base64 = r.base64;
+      job->openai_tokens = ntok;
+      snprintf(job->openai_model, sizeof(job->openai_model), "%.*s", LP_NAME_MAX - 1, r.model); /* a model's name fits */
+      job->req = req;
+      memcpy(job->request_id, req->request_id, sizeof(job->request_id));
+      lp__front_submit(f, req, job);
+    }
+    free(lens);
+  }
+  lp_openai_req_free(&r);
+}
+
+int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
+  lp_buf_t *text = &f->vec_text;
+  lp_buf_puts(out, "{\"object\": \"list\", \"data\": [");
+  for (uint32_t i = 0; i < job->nseq; i++) {
+    lp_buf_reset(text);
+    lp__put_output(text, &job->seqs[i]);
+    /* at most one value per two bytes of "[1,2]" text: room for them all */
+    size_t most = text->len / 2 + 1;
+    if (text->oom || lp__grow_floats(f, most)) return -ENOMEM;
+    long n = lp_openai_floats(text->data, text->len, f->vec, most);
+    if (n < 0) return n == -ENOMEM ? -ENOMEM : -EPROTO;
+    if (i) lp_buf_puts(out, ", ");
+    lp_openai_embedding(out, i, f->vec, (size_t)n, job->openai_base64);
+  }
+  lp_buf_puts(out, "], \"model\": ");
+  lp_buf_json_str(out, job->openai_model, strlen(job->openai_model));
+  lp_buf_printf(out, ", \"usage\": {\"prompt_tokens\": %zu, \"total_tokens\": %zu}}\n", job->openai_tokens,
+                job->openai_tokens);
+  return out->oom ? -ENOMEM : 0;
+}
+
+int lp__grow_floats(lp_front_t *f, size_t n) {
+  if (n <= f->vec_cap) return 0;
+  size_t c = f->vec_cap ? f->vec_cap : 1024;
+  while (c < n) c *= 2;
+  float *v = realloc(f->vec, c * sizeof(*v));
+  if (!v) return -ENOMEM;
+  f->vec = v;
+  f->vec_cap = c;
+  return 0;
+}

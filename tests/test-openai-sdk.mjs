@@ -1,0 +1,123 @@
+// The official OpenAI Node SDK (tests/package.json pins it) against lanepack's
+// /v1/embeddings and /v1/models, unchanged (issue 26): models.list(), token
+// ids and arrays of them, text through the model's SentencePiece tokenizer
+// (trained here with spm_train on a text Debian ships), the SDK's default
+// base64 and float, every vector checked against the emulator's formula, and
+// the errors the SDK raises (unknown model 404, too long 400, text to a model
+// without a tokenizer 400).
+// Usage: node test-openai-sdk.mjs LANEPACK EMULATOR
+import { spawn, execFileSync } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import OpenAI from "openai";
+
+const [lanepack, emulator] = process.argv.slice(2);
+const DIMS = 8;
+let passed = 0, failed = 0;
+function check(name, cond, detail) {
+  if (cond) passed++;
+  else failed++;
+  console.log(`${cond ? "ok" : "not ok"} - ${name}${cond ? "" : ": " + JSON.stringify(detail).slice(0, 400)}`);
+}
+
+// The emulator's vector for a sequence: feature k of its last token's h.
+function expected(ids) {
+  let h = 7n;
+  for (const t of ids) h = (h * 31n + BigInt(t) + 1n) % 1000000007n;
+  const last = Number(h) | 0; // the emulator keeps h as int32 (h < 2^31 here)
+  return Array.from({ length: DIMS }, (_, k) => Math.fround((last % 1000) + 0.25 * k));
+}
+const same = (a, b) => a.length === b.length && a.every((x, i) => Math.fround(x) === b[i]);
+
+function freePort() {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => resolve(p)); });
+  });
+}
+
+async function waitReady(port) {
+  for (let i = 0; i < 200; i++) {
+    try {
+      const r = await fetch(`http://127.0.0.1:${port}/readyz`);
+      if (r.status === 200) return;
+    } catch { /* not yet */ }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error("lanepack not ready");
+}
+
+const tmp = mkdtempSync(join(tmpdir(), "lp-sdk-"));
+execFileSync("spm_train", [`--input=/usr/share/common-licenses/GPL-3`, `--model_prefix=${join(tmp, "spm")}`,
+  "--vocab_size=400", "--character_coverage=1.0"], { stdio: "ignore" });
+const [pe, pl] = [await freePort(), await freePort()];
+const emu = spawn(emulator, ["--listen", `127.0.0.1:${pe}`, "--shapes", "4x64", "--per-segment", "--dims", `${DIMS}`],
+  { stdio: "ignore" });
+const cfg = join(tmp, "lanepack.json");
+writeFileSync(cfg, JSON.stringify({
+  listen: `127.0.0.1:${pl}`, log_level: "warn",
+  models: {
+    emb: { shapes: "4x64", max_wait_ms: 1, backends: [`http://127.0.0.1:${pe}`],
+           tokenizer: { sentencepiece: join(tmp, "spm.model"), extra_options: "bos:eos" } },
+    ids: { shapes: "4x64", max_wait_ms: 1, backends: [`http://127.0.0.1:${pe}`] },
+  },
+}));
+const lp = spawn(lanepack, ["--config", cfg], { stdio: ["ignore", "ignore", "inherit"] });
+try {
+  await waitReady(pl);
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${pl}/v1`, apiKey: "unused", maxRetries: 0 });
+
+  const models = [];
+  for await (const m of client.models.list()) models.push(m.id);
+  check("models.list() names the models", models.includes("emb") && models.includes("ids"), models);
+
+  const seqs = [[5, 6, 7], [1, 2], [42]];
+  const f = await client.embeddings.create({ model: "ids", input: seqs, encoding_format: "float" });
+  check("token-id arrays, float: one vector each, in input order, each the emulator's",
+    f.data.length === 3 && f.data.every((d, i) => d.index === i && d.object === "embedding" &&
+      same(d.embedding, expected(seqs[i]))) && f.model === "ids" && f.usage.prompt_tokens === 6,
+    f);
+  const b = await client.embeddings.create({ model: "ids", input: [9, 8, 7] }); // the SDK asks for base64
+  check("token ids, the SDK's default base64 decoded by the SDK", b.data.length === 1 &&
+    same(b.data[0].embedding, expected([9, 8, 7])), b.data[0]);
+
+  const texts = ["hello world", "Programs are free software.", "日本語 ☃"];
+  const t = await client.embeddings.create({ model: "emb", input: texts });
+  const ids = execFileSync("spm_encode", [`--model=${join(tmp, "spm.model")}`, "--output_format=id",
+    "--extra_options=bos:eos"], { input: texts.join("\n") + "\n" }).toString().trim().split("\n")
+    .map((l) => l.split(" ").map(Number));
+  check("text through the model's SentencePiece (bos:eos): the vectors of spm_encode's ids",
+    t.data.length === 3 && t.data.every((d, i) => same(d.embedding, expected(ids[i]))) &&
+      t.usage.prompt_tokens === ids.flat().length, { t: t.data.map((d) => d.embedding.slice(0, 2)), ids });
+  const one = await client.embeddings.create({ model: "emb", input: "hello world", encoding_format: "float" });
+  check("one string", one.data.length === 1 && same(one.data[0].embedding, expected(ids[0])), one.data);
+
+  async function apiError(req) {
+    try {
+      await client.embeddings.create(req);
+      return null;
+    } catch (e) {
+      return e;
+    }
+  }
+  let e = await apiError({ model: "nope", input: [1] });
+  check("unknown model: the SDK's NotFoundError (404, model_not_found, param model)",
+    e instanceof OpenAI.NotFoundError && e.status === 404 && e.code === "model_not_found" && e.param === "model",
+    e && { s: e.status, c: e.code, m: e.message });
+  e = await apiError({ model: "ids", input: Array.from({ length: 65 }, () => 1) });
+  check("too long: BadRequestError (400) naming the limit", e instanceof OpenAI.BadRequestError &&
+    /64/.test(e.message) && e.code === "sequence_too_long", e && { s: e.status, m: e.message });
+  e = await apiError({ model: "ids", input: "text" });
+  check("text to a model without a tokenizer: 400 naming the key", e instanceof OpenAI.BadRequestError &&
+    /tokenizer/.test(e.message) && e.param === "input", e && { s: e.status, m: e.message });
+  e = await apiError({ model: "ids", input: [[1]], dimensions: 4 });
+  check("dimensions on a model that may not cut its vectors: 400 naming it", e instanceof OpenAI.BadRequestError &&
+    e.param === "dimensions", e && { s: e.status, m: e.message });
+} finally {
+  lp.kill("SIGTERM");
+  emu.kill("SIGTERM");
+}
+console.log(`${passed} of ${passed + failed} checks passed`);
+process.exit(failed || !passed ? 1 : 0);
