@@ -543,29 +543,43 @@ static void handle_batch(emu_t *emu, lp_http_req_t *req) {
   if (emu->log_batches) {
     char id[32];
     snprintf(id, sizeof(id), "%lld", (long long)j->batch_id);
-    emu_log_batch(id, req->body, req->body_len, "\"request_ids\": [", ']');
+    emu_log_batch(id, req->body, req->body_len, "\"request_ids\": [", "\"traces\": [", ']',
+                  req->traceparent);
   }
   emu_enqueue(emu, j, req);
 }
 
-void emu_log_batch(const char *batch_id, const char *body, size_t len, const char *key, char close) {
+/* Writes, as a JSON string field "name", the text after key in body up to
+ * close; a value closed by a quote is a JSON string (v2's parameter, itself a
+ * JSON array): up to the first unescaped quote, read unescaped. */
+static void log_field(FILE *f, const char *name, const char *body, size_t len, const char *key, char close) {
   size_t kl = strlen(key);
   const char *at = NULL;
   for (size_t i = 0; i + kl <= len && !at; i++)
     if (memcmp(body + i, key, kl) == 0) at = body + i + kl;
-  /* a value closed by a quote is a JSON string (v2's parameter, itself a JSON
-   * array): up to the first unescaped quote, read unescaped */
   int str = close == '"';
   size_t n = 0;
   if (at)
     while (at + n < body + len && at[n] != close) n += str && at[n] == '\\' && at + n + 1 < body + len ? 2 : 1;
-  /* the ids' text as a JSON string (the JSON wire's array has quotes in it) */
-  fprintf(stderr, "{\"batch\": \"%s\", \"request_ids\": \"", batch_id);
+  fprintf(f, ", \"%s\": \"", name);
   for (size_t i = 0; i < n; i++) {
     if (str && at[i] == '\\' && i + 1 < n) i++;
-    if (at[i] == '"' || at[i] == '\\') fputc('\\', stderr);
-    fputc((unsigned char)at[i] < 0x20 ? ' ' : at[i], stderr);
+    if (at[i] == '"' || at[i] == '\\') fputc('\\', f);
+    fputc((unsigned char)at[i] < 0x20 ? ' ' : at[i], f);
   }
+  fputc('"', f);
+}
+
+void emu_log_batch(const char *batch_id, const char *body, size_t len, const char *ids_key,
+                   const char *traces_key, char close, const char *traceparent) {
+  fprintf(stderr, "{\"batch\": \"%s\"", batch_id);
+  log_field(stderr, "request_ids", body, len, ids_key, close);
+  log_field(stderr, "traces", body, len, traces_key, close);
+  /* the batch's own traceparent header: its trace-id is what this server's
+   * span carries on (characters outside hex and '-' are not ours to echo) */
+  fputs(", \"traceparent\": \"", stderr);
+  for (const char *c = traceparent ? traceparent : ""; *c; c++)
+    if ((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f') || *c == '-') fputc(*c, stderr);
   fputs("\"}\n", stderr);
 }
 

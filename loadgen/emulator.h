@@ -101,8 +101,10 @@ int emu_v2_route(emu_t *emu, lp_http_req_t *req);
 /* Writes a v2 job's answer. */
 void emu_v2_answer(job_t *j);
 
-/* --log-batches: one line per batch received, with the client request ids
- * lanepack passed on (the JSON text found after `key` in body, up to `close`). */
-void emu_log_batch(const char *batch_id, const char *body, size_t len, const char *key, char close);
+/* --log-batches: one JSON line (stderr) per batch received: the client
+ * request ids and traceparents lanepack passed on (the text after ids_key and
+ * traces_key in body, up to close) and the batch's own traceparent header. */
+void emu_log_batch(const char *batch_id, const char *body, size_t len, const char *ids_key,
+                   const char *traces_key, char close, const char *traceparent);
 
 #endif

@@ -145,11 +145,12 @@ static void infer(emu_t *emu, lp_http_req_t *req, int shape, const char *name, s
   const char *bad = NULL;
   int rc = lp_v2_decode(&m, req->body, req->body_len, req->inference_header_len, 1, msg, sizeof(msg));
   if (rc) bad = msg;
-  if (!bad && emu->log_batches)
-    emu_log_batch(m.id, req->body,
-                  req->inference_header_len >= 0 && (size_t)req->inference_header_len < req->body_len
-                      ? (size_t)req->inference_header_len : req->body_len,
-                  "\"lanepack_request_ids\":\"", '"');
+  if (!bad && emu->log_batches) {
+    size_t hl = req->inference_header_len >= 0 && (size_t)req->inference_header_len < req->body_len
+                    ? (size_t)req->inference_header_len : req->body_len;
+    emu_log_batch(m.id, req->body, hl, "\"lanepack_request_ids\":\"", "\"lanepack_traceparents\":\"", '"',
+                  req->traceparent);
+  }
   if (!bad) {
     snprintf(j->v2_id, sizeof(j->v2_id), "%s", m.id);
     j->v2_binary = m.binary_data_output;

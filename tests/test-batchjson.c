@@ -48,7 +48,7 @@ START_TEST(matches_layout) {
       snprintf(idtext[i], sizeof(idtext[i]), i % 5 ? "req-%zu" : "q\"%zu", i);
       item_ids[i] = idtext[i];
     }
-    lp_batchjson_write(&w, &b, &l, seed, "m\"x", with_ids ? item_ids : NULL);
+    lp_batchjson_write(&w, &b, &l, seed, "m\"x", with_ids ? item_ids : NULL, NULL);
     json_error_t e;
     json_t *j = json_loadb(b.data, b.len, 0, &e);
     ck_assert_msg(j != NULL, "seed %llu: %s", (unsigned long long)seed, e.text);

@@ -448,10 +448,10 @@ START_TEST(batch_text_copy_matches_writer) {
     int32_t pad = pads[seed % 6];
     ck_assert_int_eq(lp_layout_build(&l, lanes, bucket, pad, place, seqs, n), 0);
     lp_buf_reset(&a);
-    lp_batchjson_write(&w, &a, &l, seed, "m", NULL);
+    lp_batchjson_write(&w, &a, &l, seed, "m", NULL, NULL);
     l.texts = texts;
     lp_buf_reset(&b);
-    lp_batchjson_write(&w, &b, &l, seed, "m", NULL);
+    lp_batchjson_write(&w, &b, &l, seed, "m", NULL, NULL);
     REQUIRE(!a.oom && !b.oom && a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
     /* and a new build forgets the texts of the last */
     ck_assert_int_eq(lp_layout_build(&l, lanes, bucket, pad, place, seqs, n), 0);

@@ -24,8 +24,10 @@ void lp_batchjson_free(lp_batchjson_t *w);
 /* Appends {"batch_id": id, "model": model, "shape": [...], "input_ids": ...,
  * "segment_ids": ..., "position_ids": ..., "segments": [...]} (or the ragged
  * form with cu_seqlens and max_seqlen) to out; with item_ids (indexed by a
- * segment's item, may be NULL), also "request_ids" in segment order. */
+ * segment's item, may be NULL), also "request_ids" in segment order; with
+ * item_traces likewise "traces" (W3C traceparents). */
 void lp_batchjson_write(const lp_batchjson_t *w, lp_buf_t *out, const lp_layout_t *l,
-                        uint64_t id, const char *model, const char *const *item_ids);
+                        uint64_t id, const char *model, const char *const *item_ids,
+                        const char *const *item_traces);
 
 #endif

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "lanepack/buf.h"
+#include "lanepack/trace.h"
 
 /* Request methods, as llhttp numbers them. */
 #define LP_HTTP_DELETE 0
@@ -38,6 +39,11 @@ typedef struct lp_http_req_s {
   size_t authorization_len;
   char request_id[64];    /* X-Request-Id as sent when valid (see LP_HTTP_ID_MAX), else
                              one made here; echoed in the answer's head */
+  /* W3C traceparent of this request's span in the server: the client's
+   * trace-id and flags when its traceparent was valid (one header, see
+   * lanepack/trace.h), else a new trace; a new span id either way. Sent back
+   * in the answer's head; never the client's bytes as given. */
+  char traceparent[LP_TRACEPARENT_SIZE];
   int has_body_length;    /* Content-Length given or chunked */
   int64_t inference_header_len; /* Inference-Header-Content-Length (v2 binary): -1 absent, -2 bad */
   char *body;             /* owned; NUL-terminated (not counted in body_len) */

@@ -126,11 +126,12 @@ static void put_ids(const lp_batchjson_t *w, lp_buf_t *b, const lp_layout_t *l, 
   lp_buf_puts(b, "]");
 }
 
-/* , "request_ids": [...] in segment order (the client requests' X-Request-Id,
- * so a backend's log can be joined to them). */
-static void put_request_ids(lp_buf_t *b, const lp_layout_t *l, const char *const *item_ids) {
+/* key [...] in segment order: "request_ids" (the client requests'
+ * X-Request-Id) or "traces" (their traceparents), so a backend's log and
+ * traces can be joined to them. */
+static void put_request_ids(lp_buf_t *b, const lp_layout_t *l, const char *const *item_ids, const char *key) {
   if (!item_ids) return;
-  lp_buf_puts(b, ", \"request_ids\": [");
+  lp_buf_puts(b, key);
   for (size_t i = 0; i < l->nsegs; i++) {
     const char *rid = item_ids[l->segs[i].item];
     if (i) lp_buf_puts(b, ", ");
@@ -140,7 +141,7 @@ static void put_request_ids(lp_buf_t *b, const lp_layout_t *l, const char *const
 }
 
 void lp_batchjson_write(const lp_batchjson_t *w, lp_buf_t *b, const lp_layout_t *l, uint64_t id,
-                        const char *model, const char *const *item_ids) {
+                        const char *model, const char *const *item_ids, const char *const *item_traces) {
   size_t slots = (size_t)l->lanes * l->bucket;
   lp_buf_reserve(b, slots * 12 + l->nsegs * 72 + 256);
   lp_buf_puts(b, "{\"batch_id\": ");
@@ -153,7 +154,8 @@ void lp_batchjson_write(const lp_batchjson_t *w, lp_buf_t *b, const lp_layout_t 
     lp_buf_puts(b, ", \"cu_seqlens\": ");
     lp_buf_i32_array(b, l->cu_seqlens, l->nsegs + 1);
     lp_buf_printf(b, ", \"max_seqlen\": %u", l->max_seqlen);
-    put_request_ids(b, l, item_ids);
+    put_request_ids(b, l, item_ids, ", \"request_ids\": [");
+    put_request_ids(b, l, item_traces, ", \"traces\": [");
     lp_buf_puts(b, "}");
     return;
   }
@@ -182,6 +184,7 @@ void lp_batchjson_write(const lp_batchjson_t *w, lp_buf_t *b, const lp_layout_t 
     lp_buf_puts(b, "}");
   }
   lp_buf_puts(b, "]");
-  put_request_ids(b, l, item_ids);
+  put_request_ids(b, l, item_ids, ", \"request_ids\": [");
+  put_request_ids(b, l, item_traces, ", \"traces\": [");
   lp_buf_puts(b, "}");
 }

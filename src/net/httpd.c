@@ -1,6 +1,8 @@
 /* The HTTP/1.1 server: connections on libuv, parsing by llhttp, answers in
  * request order. Requests are owned by their connection until written. */
 #include "lanepack/httpd.h"
+
+#include <sys/random.h>
 #include "lanepack/timeheap.h"
 
 #include <errno.h>
@@ -55,12 +57,15 @@ typedef struct lp_http_parse_s {
   int trailers;                /* the headers are done: fields now are a chunked trailer */
   unsigned seen;               /* bit i: singles[i] given in this request */
   size_t rid_len;              /* X-Request-Id bytes sent (rid keeps the first ones) */
+  size_t tp_len;               /* traceparent bytes sent (tp keeps the first ones) */
+  int tp_count;                /* traceparent headers: more than one is invalid (ignored) */
   int err_status;              /* set by a callback that rejects the request */
   const char *err_code;        /* these four: string literals */
   const char *err_msg;
   const char *err_extra;
   const char *err_headers;
   char rid[LP_HTTP_ID_MAX + 1];/* X-Request-Id as sent, until settled */
+  char tp[LP_TRACEPARENT_SIZE + 8]; /* traceparent as sent (room to see it is too long) */
   char field[64];              /* current header name (truncated) */
   char expect[32];             /* the Expect header of the request being parsed */
   char te[40];                 /* the Transfer-Encoding value (truncated) */
@@ -95,6 +100,7 @@ struct lp_httpd_s {
   uint64_t id_base, id_count;  /* made request ids: random base + a count */
   lp_httpd_shared_t own;       /* the counts, when not shared with other servers */
   lp_httpd_shared_t *count;    /* cfg.shared or &own: updated atomically */
+  uint64_t trace_rng;          /* splitmix64 state of new trace and span ids */
   void (*done)(void *);
   void *done_arg;
 };
@@ -274,6 +280,18 @@ static void request_id_settle(lp_httpd_t *s, lp_http_req_t *r, const lp_http_par
     unsigned char ch = (unsigned char)ps->rid[i];
     ok = ch > 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
   }
+  /* the trace: the client's when its one traceparent is valid, else a new one */
+  lp_trace_t t;
+  uint8_t span[8];
+  /* tp keeps the first bytes: enough to see a version-00 value is too long,
+   * and that a later version's extra fields follow a '-' */
+  size_t tpn = ps && ps->tp_len < sizeof(ps->tp) ? ps->tp_len : sizeof(ps->tp) - 1;
+  if (!(ps && ps->tp_count == 1 && lp_trace_parse(ps->tp, tpn, &t) == 0)) {
+    lp_trace_random(&s->trace_rng, t.trace_id, sizeof(t.trace_id));
+    t.flags = 0;
+  }
+  lp_trace_random(&s->trace_rng, span, sizeof(span));
+  lp_trace_format(t.trace_id, span, t.flags, r->traceparent);
   if (ok) {
     memcpy(r->request_id, ps->rid, n + 1);
     return;
@@ -368,6 +386,11 @@ void lp_http_head(lp_http_req_t *req, lp_buf_t *out, int status, const char *hea
   if (req->request_id[0]) {
     lp_buf_puts(out, "X-Request-Id: ");
     lp_buf_puts(out, req->request_id);
+    lp_buf_puts(out, "\r\n");
+  }
+  if (req->traceparent[0]) {
+    lp_buf_puts(out, "traceparent: ");
+    lp_buf_puts(out, req->traceparent);
     lp_buf_puts(out, "\r\n");
   }
   if (close) lp_buf_puts(out, "Connection: close\r\n");
@@ -724,6 +747,8 @@ static int on_message_begin(llhttp_t *p) {
   c->ps->seen = 0;
   c->ps->rid_len = 0;
   c->ps->rid[0] = '\0';
+  c->ps->tp_len = 0;
+  c->ps->tp_count = 0;
   c->cur = req_new(c);
   if (c->cur == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
   c->since_ms = uv_now(c->srv->loop);
@@ -834,7 +859,7 @@ static void put_value(char *dst, size_t cap, const char *at, size_t n) {
  * repeat of a `once` header is refused with 400 naming it. Host and
  * Transfer-Encoding have their own answers (400 bad_host, 501); a repeated
  * Content-Length llhttp refuses itself. */
-enum { H_HOST, H_TE, H_EXPECT, H_CTYPE, H_AUTH, H_RID, H_IHCL, H_COUNT };
+enum { H_HOST, H_TE, H_EXPECT, H_CTYPE, H_AUTH, H_RID, H_IHCL, H_TP, H_COUNT };
 #define SINGLE(name) "the header '" name "' may be given only once", ", \"header\": \"" name "\""
 static const struct {
   const char *name; /* lower case */
@@ -848,6 +873,8 @@ static const struct {
   [H_AUTH] = {"authorization", 1, SINGLE("Authorization")},
   [H_RID] = {"x-request-id", 1, SINGLE("X-Request-Id")},
   [H_IHCL] = {"inference-header-content-length", 1, SINGLE("Inference-Header-Content-Length")},
+  /* repeated: invalid, so ignored (W3C), not refused */
+  [H_TP] = {"traceparent", 0, NULL, NULL},
 };
 #undef SINGLE
 
@@ -867,6 +894,15 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
       if (append(&r->authorization, &r->authorization_len, &r->_auth_cap, at, n))
         return fail_cb(c, 503, "out_of_memory", "server out of memory");
       break;
+    case H_TP: {
+      if (ps->tp_len < sizeof(ps->tp) - 1) {
+        size_t k = sizeof(ps->tp) - 1 - ps->tp_len;
+        if (k > n) k = n;
+        memcpy(ps->tp + ps->tp_len, at, k);
+      }
+      ps->tp_len += n;
+      break;
+    }
     case H_RID: {
       /* the first bytes kept; the length counted, so that a long id is refused
        * rather than cut */
@@ -898,6 +934,7 @@ static int on_header_field_complete(llhttp_t *p) {
       break;
     }
   if (ps->hdr == H_HOST) ps->host_count++;
+  else if (ps->hdr == H_TP) ps->tp_count++;
   else if (ps->hdr == H_TE) ps->te_count++;
   else if (ps->hdr >= 0 && singles[ps->hdr].once) {
     if (ps->seen & (1u << ps->hdr))
@@ -1342,6 +1379,9 @@ lp_httpd_t *lp_httpd_new(uv_loop_t *loop, const lp_httpd_config_t *cfg) {
   s->loop = loop;
   s->cfg = *cfg;
   s->count = cfg->shared ? cfg->shared : &s->own;
+  /* trace ids should be random (W3C): a seed from the kernel, else the ids' base */
+  if (getrandom(&s->trace_rng, sizeof(s->trace_rng), GRND_NONBLOCK) != sizeof(s->trace_rng))
+    s->trace_rng = cfg->id_base ^ uv_hrtime();
   if (s->cfg.max_pipeline == 0) s->cfg.max_pipeline = 1;
   s->rbuf_cap = 64 * 1024;
   s->rbuf = malloc(s->rbuf_cap);

@@ -16,6 +16,7 @@
 #include "lanepack/buf.h"
 #include "lanepack/config.h"
 #include "lanepack/tokenizer.h"
+#include "lanepack/trace.h"
 #include "lanepack/devclock.h"
 #include "lanepack/dispatch.h"
 #include "lanepack/httpd.h"
@@ -190,6 +191,7 @@ struct lp_job_s {
   lp_buf_t res_body;      /* owned */
   char *id_json;          /* the client's id as JSON text, or NULL; in the job's block */
   char request_id[64];    /* its X-Request-Id (sent or made), passed on in batches */
+  char traceparent[LP_TRACEPARENT_SIZE]; /* its span's traceparent, passed on in batches */
   int multi;              /* "inputs" form: answers "outputs" */
   int v2;                 /* an Open Inference Protocol client: answered as a tensor */
   int openai;             /* an OpenAI embeddings client: answered in its shapes */
@@ -270,7 +272,10 @@ struct lp_batch_s {
   /* v2 backends: where it goes and the header lines it needs */
   char url[LP_URL_MAX + 200];
   char v2_header[64];
-  const char *headers[3];
+  /* "traceparent: ..." of the batch's own span, under its first member's
+   * trace (a request has one parent; the members' traces ride in the body) */
+  char trace_header[16 + LP_TRACEPARENT_SIZE];
+  const char *headers[4];   /* the transfer's header lines, NULL-terminated */
   int32_t v2_scalar;      /* max_seqlen of a ragged batch */
   int device;             /* the device the core sent it to */
   uint64_t expect_ns;     /* when the core expects it back; 0 = unknown */
@@ -310,6 +315,8 @@ struct lp_model_s {
   lp_scatter_t scatter;    /* answer index, one answer at a time */
   lp_answer_t *answer;     /* the JSON answer being sliced (its reference) while delivering */
   const char **item_ids;   /* per batch: its items' request ids; owned array, reused */
+  const char **item_traces; /* ... and traceparents (item_ids_cap of each); owned, reused */
+  uint64_t trace_rng;      /* splitmix64 state of its batches' span ids */
   lp_buf_t v2_members;     /* a v2 request's members (id, parameters, outputs); reused */
   size_t item_ids_cap;
   lp_dtype_t v2_out_dtype; /* the datatype v2 backends last answered in */
@@ -630,7 +637,7 @@ void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *
 /* v2link.c: Open Inference Protocol backends */
 int lp__v2_model_name(const lp_model_t *m, int shape, char *out, size_t cap);
 /* The batch as a v2 request: bt->body, bt->url, bt->headers. 0 or -errno. */
-int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids);
+int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids, const char *const *item_traces);
 /* A 200 answer decoded and checked against the batch (kept in m->v2msg until
  * lp__v2_close); -EPROTO with err when it is malformed. */
 int lp__v2_open(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen);

@@ -197,6 +197,12 @@ void lp__access_log(lp_front_t *f, const lp_http_req_t *req, int status, const l
   lp_buf_u64(b, (uint64_t)status);
   lp_buf_puts(b, ", \"request_id\": ");
   put_str(b, req->request_id, strlen(req->request_id));
+  if (req->traceparent[0]) { /* the W3C trace-id (collectors join on it) and this request's span */
+    lp_buf_puts(b, ", \"trace_id\": ");
+    put_str(b, req->traceparent + 3, 32);
+    lp_buf_puts(b, ", \"span_id\": ");
+    put_str(b, req->traceparent + 36, 16);
+  }
   if (job) {
     uint64_t tokens = 0, queue_ns, backend_ns;
     for (uint32_t i = 0; i < job->nseq; i++) tokens += job->seqs[i].len;

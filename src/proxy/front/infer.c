@@ -297,6 +297,7 @@ static lp_job_t *parse(lp_front_t *f, lp_http_req_t *req, const char *path_model
   if (job) {
     job->req = req;
     memcpy(job->request_id, req->request_id, sizeof(job->request_id));
+    memcpy(job->traceparent, req->traceparent, sizeof(job->traceparent));
   }
   return job;
 }

@@ -157,10 +157,33 @@ static const char *const *batch_request_ids(lp_model_t *m, const lp_batch_t *bt)
     const char **n = realloc(m->item_ids, c * sizeof(*n));
     if (!n) return NULL;
     m->item_ids = n;
+    const char **t = realloc(m->item_traces, c * sizeof(*t));
+    if (!t) return NULL;
+    m->item_traces = t;
     m->item_ids_cap = c;
   }
-  for (size_t i = 0; i < bt->nitems; i++) m->item_ids[i] = job_of(bt->items[i].job_id)->request_id;
+  for (size_t i = 0; i < bt->nitems; i++) {
+    const lp_job_t *job = job_of(bt->items[i].job_id);
+    m->item_ids[i] = job->request_id;
+    m->item_traces[i] = job->traceparent;
+  }
   return m->item_ids;
+}
+
+/* The batch's own traceparent header: a new span under the trace of its first
+ * segment's request (each member's trace is in the body, in segment order). */
+static void batch_trace(lp_model_t *m, lp_batch_t *bt) {
+  lp_trace_t t;
+  const char *first = bt->layout.nsegs ? job_of(bt->items[bt->layout.segs[0].item].job_id)->traceparent : "";
+  if (lp_trace_parse(first, strlen(first), &t)) {
+    bt->trace_header[0] = '\0';
+    return;
+  }
+  uint8_t span[8];
+  lp_trace_random(&m->trace_rng, span, sizeof(span));
+  char tp[LP_TRACEPARENT_SIZE];
+  lp_trace_format(t.trace_id, span, t.flags, tp);
+  snprintf(bt->trace_header, sizeof(bt->trace_header), "traceparent: %s", tp);
 }
 
 /* The batch never left: the core hears it as a reset once the action being
@@ -259,10 +282,15 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
     s->sends++;
   }
   const char *const *ids = batch_request_ids(m, bt);
+  const char *const *traces = ids ? m->item_traces : NULL;
+  batch_trace(m, bt);
   if (m->cfg->protocol == LP_PROTO_V2) {
-    if (lp__v2_encode(m, bt, ids)) bt->body.oom = 1;
+    if (lp__v2_encode(m, bt, ids, traces)) bt->body.oom = 1;
   } else {
-    lp_batchjson_write(&m->writer, &bt->body, &bt->layout, bt->id, m->cfg->name, ids);
+    lp_batchjson_write(&m->writer, &bt->body, &bt->layout, bt->id, m->cfg->name, ids, traces);
+    bt->headers[0] = "Content-Type: application/json";
+    bt->headers[1] = bt->trace_header[0] ? bt->trace_header : NULL;
+    bt->headers[2] = NULL;
   }
   if (bt->body.oom) {
     start_failed(m, bt, "out of memory for the body", 1);
@@ -279,8 +307,8 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
     bt->xfer = lp_upstream_request_h(p->up, bt->url, bt->body.data, bt->body.len, bt->headers,
                                      m->cfg->backend_timeout_ms, answer_bound(m, bt), on_batch_done, bt);
   else
-    bt->xfer = lp_upstream_request(p->up, be->batch_url, bt->body.data, bt->body.len,
-                                   m->cfg->backend_timeout_ms, answer_bound(m, bt), on_batch_done, bt);
+    bt->xfer = lp_upstream_request_h(p->up, be->batch_url, bt->body.data, bt->body.len, bt->headers,
+                                     m->cfg->backend_timeout_ms, answer_bound(m, bt), on_batch_done, bt);
   if (!bt->xfer) {
     start_failed(m, bt, "could not start the upstream request", 0);
     return;

@@ -13,6 +13,8 @@
 #include "lanepack/log.h"
 #include "proxy.h"
 
+#include <sys/random.h>
+
 static const double fill_bounds[] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0};
 /* fine around typical batch times */
 static const double time_bounds[] = {0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.012, 0.015, 0.02,
@@ -211,6 +213,9 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   memset(m, 0, sizeof(*m));
   m->wake_fd = -1;
   m->proxy = p;
+  /* batch span ids should be random (W3C): a seed from the kernel, else the clock */
+  if (getrandom(&m->trace_rng, sizeof(m->trace_rng), GRND_NONBLOCK) != sizeof(m->trace_rng))
+    m->trace_rng = uv_hrtime() ^ (uint64_t)(uintptr_t)m;
   m->cfg = cfg;
   m->shapes = cfg->shapes;
   if (cfg->ragged) {
@@ -280,6 +285,7 @@ void lp__model_close(lp_model_t *m) {
   lp_scatter_free(&m->scatter);
   lp_buf_free(&m->v2_members);
   free(m->item_ids);
+  free(m->item_traces);
   lp__batches_free(m);
   free(m->refs);
   free(m->texts);

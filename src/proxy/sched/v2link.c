@@ -63,7 +63,7 @@ static void put_id_in_string(lp_buf_t *b, const char *id) {
   lp_buf_puts(b, "\\\"");
 }
 
-int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids) {
+int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids, const char *const *item_traces) {
   const lp_v2_config_t *c = &m->cfg->v2;
   const lp_layout_t *l = &bt->layout;
   lp_dtype_t it = c->int64 ? LP_DT_INT64 : LP_DT_INT32;
@@ -100,6 +100,11 @@ int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids) {
     if (i) lp_buf_puts(mb, ",");
     put_id_in_string(mb, item_ids[l->segs[i].item]);
   }
+  lp_buf_puts(mb, "]\",\"lanepack_traceparents\":\"[");
+  for (size_t i = 0; item_traces && i < l->nsegs; i++) {
+    if (i) lp_buf_puts(mb, ",");
+    put_id_in_string(mb, item_traces[l->segs[i].item]);
+  }
   lp_buf_puts(mb, "]\"}");
   if (c->output[0])
     lp_buf_printf(mb, ",\"outputs\":[{\"name\":\"%s\",\"parameters\":{\"binary_data\":%s}}]", c->output,
@@ -114,9 +119,11 @@ int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids) {
   if (lp__v2_model_name(m, bt->shape, name, sizeof(name))) return -ENAMETOOLONG;
   snprintf(bt->url, sizeof(bt->url), "%s/v2/models/%s/infer", bt->backend->url, name);
   snprintf(bt->v2_header, sizeof(bt->v2_header), "Inference-Header-Content-Length: %zu", hl);
-  bt->headers[0] = c->binary ? "Content-Type: application/octet-stream" : "Content-Type: application/json";
-  bt->headers[1] = c->binary ? bt->v2_header : NULL;
-  bt->headers[2] = NULL;
+  size_t k = 0;
+  bt->headers[k++] = c->binary ? "Content-Type: application/octet-stream" : "Content-Type: application/json";
+  if (c->binary) bt->headers[k++] = bt->v2_header;
+  if (bt->trace_header[0]) bt->headers[k++] = bt->trace_header;
+  bt->headers[k] = NULL;
   return 0;
 }
 

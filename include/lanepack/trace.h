@@ -1,0 +1,34 @@
+/* W3C Trace Context: the traceparent header read and written
+ * ("00-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags>"), so a request can
+ * be followed from its client through the proxy and its batch to the backend.
+ * No I/O. */
+#ifndef LANEPACK_TRACE_H
+#define LANEPACK_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A version-00 traceparent's length, and the buffer that holds one. */
+#define LP_TRACEPARENT_LEN 55
+#define LP_TRACEPARENT_SIZE (LP_TRACEPARENT_LEN + 1)
+
+typedef struct lp_trace_s {
+  uint8_t trace_id[16];
+  uint8_t parent_id[8];
+  uint8_t flags;
+} lp_trace_t;
+
+/* Reads a traceparent value (v, n bytes; surrounding spaces and tabs allowed)
+ * as the specification says: lower-case hex only, version ff refused, version
+ * 00 exactly 55 characters, a later version at least that with a '-' after
+ * the flags, trace-id and parent-id not all zero. 0 with *t, or -EINVAL. */
+int lp_trace_parse(const char *v, size_t n, lp_trace_t *t);
+
+/* Writes "00-<trace_id>-<span_id>-<flags>" and a NUL into out. */
+void lp_trace_format(const uint8_t trace_id[16], const uint8_t span_id[8], uint8_t flags,
+                     char out[LP_TRACEPARENT_SIZE]);
+
+/* Fills n bytes from the splitmix64 state *s, never all zero (a valid id). */
+void lp_trace_random(uint64_t *s, uint8_t *out, size_t n);
+
+#endif
