@@ -1,0 +1,99 @@
+#!/usr/bin/python3
+"""The documentation holds together: README.md is short (at most 16 KB) and
+opens with the two commands; every relative link in README.md, CHANGES.md and
+doc/*.md reaches a file (and its #anchor); every key the configuration loader
+accepts is documented in doc/configuration.md; the reference pages exist.
+
+Usage: test-docs.py SOURCE_ROOT"""
+import glob
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lphelp import check, finish  # noqa: E402
+
+root = sys.argv[1]
+# 16 KB: a README read in five minutes (issue 27); the reference lives in doc/.
+README_MAX_BYTES = 16 * 1024
+# The two commands must be met at once: within the README's first lines.
+COMMANDS_WITHIN_LINES = 15
+COMMANDS = ["bash scripts/demo.sh", "bash scripts/test.sh"]
+PAGES = ["api", "configuration", "failures", "metrics", "tuning", "benchmarks", "deployment",
+         "scaling", "design", "alerts", "index"]
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+readme_path = os.path.join(root, "README.md")
+readme = read(readme_path)
+size = os.path.getsize(readme_path)
+check("README.md is at most %d bytes" % README_MAX_BYTES, size <= README_MAX_BYTES, "%d bytes" % size)
+
+lines = readme.split("\n")
+fence = [i for i, ln in enumerate(lines) if ln.startswith("```")]
+first = lines[fence[0] + 1:fence[1]] if len(fence) >= 2 else []
+cmds = [ln.split("#")[0].strip() for ln in first]
+check("README's first code block is the two commands", cmds == COMMANDS, first)
+check("within its first %d lines" % COMMANDS_WITHIN_LINES,
+      fence and fence[0] < COMMANDS_WITHIN_LINES, fence[:1])
+
+for p in PAGES:
+    check("doc/%s.md exists" % p, os.path.isfile(os.path.join(root, "doc", p + ".md")))
+check("CHANGES.md exists", os.path.isfile(os.path.join(root, "CHANGES.md")))
+
+
+def slug(title):
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to dashes."""
+    t = re.sub(r"`|\*|\[|\]\([^)]*\)", "", title.strip().lower())
+    t = re.sub(r"[^\w\- ]", "", t)
+    return t.replace(" ", "-")
+
+
+def anchors(path):
+    out, seen, in_code = set(), {}, False
+    for ln in read(path).split("\n"):
+        if ln.startswith("```"):
+            in_code = not in_code
+        m = None if in_code else re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", ln)
+        if m:
+            s = slug(m.group(1))
+            n = seen.get(s, 0)
+            seen[s] = n + 1
+            out.add(s if n == 0 else "%s-%d" % (s, n))
+    return out
+
+
+docs = [readme_path, os.path.join(root, "CHANGES.md")] + sorted(glob.glob(os.path.join(root, "doc", "*.md")))
+nlinks = 0
+for path in docs:
+    if not os.path.isfile(path):
+        continue
+    text = re.sub(r"```[\s\S]*?```", "", read(path))
+    for target in re.findall(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        nlinks += 1
+        file_part, _, frag = target.partition("#")
+        dest = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) if file_part else path
+        rel = os.path.relpath(path, root)
+        if not os.path.exists(dest):
+            check("%s: link %s" % (rel, target), False, "no such file")
+            continue
+        if frag and dest.endswith(".md"):
+            check("%s: link %s" % (rel, target), frag in anchors(dest), "no heading with that anchor")
+check("the docs link to each other", nlinks > 0, nlinks)
+
+# Keys the loader accepts: those it compares with strcmp(key, "..."), less the
+# refused ones it lists with the reason (they are documented as refused anyway).
+config_c = read(os.path.join(root, "src", "proxy", "process", "config.c"))
+keys = sorted(set(re.findall(r'strcmp\(key, "([a-z0-9_]+)"\)', config_c)))
+check("keys found in the loader", len(keys) > 20, keys)
+conf_path = os.path.join(root, "doc", "configuration.md")
+conf_doc = read(conf_path) if os.path.isfile(conf_path) else ""
+for k in keys:
+    check("doc/configuration.md documents `%s`" % k, "`%s`" % k in conf_doc)
+finish()
