@@ -102,4 +102,13 @@ conf_path = os.path.join(root, "doc", "configuration.md")
 conf_doc = read(conf_path) if os.path.isfile(conf_path) else ""
 for k in keys:
     check("doc/configuration.md documents `%s`" % k, "`%s`" % k in conf_doc)
+
+# Metrics the status page exports: every one named in doc/metrics.md.
+status_c = read(os.path.join(root, "src", "proxy", "sched", "status.c"))
+metrics = sorted(set(re.findall(r'"(lanepack_[a-z0-9_]+)"', status_c)))
+check("metrics found in status.c", len(metrics) > 20, metrics)
+met_path = os.path.join(root, "doc", "metrics.md")
+met_doc = read(met_path) if os.path.isfile(met_path) else ""
+for m in metrics:
+    check("doc/metrics.md names `%s`" % m, "`%s`" % m in met_doc)
 finish()
