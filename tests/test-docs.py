@@ -93,22 +93,21 @@ for path in docs:
             check("%s: link %s" % (rel, target), frag in anchors(dest), "no heading with that anchor")
 check("the docs link to each other", nlinks > 0, nlinks)
 
-# Keys the loader accepts: those it compares with strcmp(key, "..."), less the
-# refused ones it lists with the reason (they are documented as refused anyway).
-config_c = read(os.path.join(root, "src", "proxy", "process", "config.c"))
-keys = sorted(set(re.findall(r'strcmp\(key, "([a-z0-9_]+)"\)', config_c)))
-check("keys found in the loader", len(keys) > 20, keys)
-conf_path = os.path.join(root, "doc", "configuration.md")
-conf_doc = read(conf_path) if os.path.isfile(conf_path) else ""
-for k in keys:
-    check("doc/configuration.md documents `%s`" % k, "`%s`" % k in conf_doc)
 
-# Metrics the status page exports: every one named in doc/metrics.md.
-status_c = read(os.path.join(root, "src", "proxy", "sched", "status.c"))
-metrics = sorted(set(re.findall(r'"(lanepack_[a-z0-9_]+)"', status_c)))
-check("metrics found in status.c", len(metrics) > 20, metrics)
-met_path = os.path.join(root, "doc", "metrics.md")
-met_doc = read(met_path) if os.path.isfile(met_path) else ""
-for m in metrics:
-    check("doc/metrics.md names `%s`" % m, "`%s`" % m in met_doc)
+
+def documented(source, pattern, page, what):
+    """Every name the pattern finds in the source file appears in backquotes on the page."""
+    names = sorted(set(re.findall(pattern, read(os.path.join(root, *source.split("/"))))))
+    check("%s found in %s" % (what, source), len(names) > 20, names)
+    path = os.path.join(root, *page.split("/"))
+    doc = read(path) if os.path.isfile(path) else ""
+    for n in names:
+        check("%s documents `%s`" % (page, n), "`%s`" % n in doc)
+
+
+# Keys the loader accepts: those it compares with strcmp(key, "...") (the refused
+# ones it compares through its list of reasons, and documents as refused).
+documented("src/proxy/process/config.c", r'strcmp\(key, "([a-z0-9_]+)"\)', "doc/configuration.md", "keys")
+# Metrics the status page exports.
+documented("src/proxy/sched/status.c", r'"(lanepack_[a-z0-9_]+)"', "doc/metrics.md", "metrics")
 finish()
