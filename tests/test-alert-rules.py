@@ -15,7 +15,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lphelp import check, finish, free_port, wait_http  # noqa: E402
 
-root, lanepack, emulator = sys.argv[1], sys.argv[2], sys.argv[3]
+root, lanepack, emulator = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
 promtool = sys.argv[4] if len(sys.argv) > 4 else "promtool"
 pdir = os.path.join(root, "deploy", "prometheus")
 rules = sorted(f for f in glob.glob(os.path.join(pdir, "*.yml")) if not f.endswith("-test.yml"))
@@ -44,6 +44,22 @@ for f in rules:
     for expr in re.findall(r"expr:\s*(\|[\s\S]*?(?=\n\s*(?:labels|for|annotations|- )|\Z)|.*)", open(f).read()):
         used |= set(re.findall(r"(?<![:\w])(lanepack_[a-z0-9_]+)", expr))
 check("rules name metrics", used, used)
+
+# Exact label values the rules match on (reason="no_shape_available",
+# phase="total") are ones the source writes: a renamed error code would leave an
+# alert matching nothing, as silently as a renamed metric.
+src_text = ""
+for dirpath, _, files in os.walk(os.path.join(root, "src")):
+    for f in files:
+        if f.endswith(".c"):
+            src_text += open(os.path.join(dirpath, f), encoding="utf-8", errors="replace").read()
+values = set()
+for f in rules:
+    for label, value in re.findall(r'\b(reason|phase|route)="([a-z_0-9]+)"', open(f).read()):
+        values.add((label, value))
+for label, value in sorted(values):
+    check('%s="%s" is written by the source' % (label, value),
+          '"%s"' % value in src_text or '%s=\\"%s\\"' % (label, value) in src_text)
 
 tmp = tempfile.mkdtemp()
 procs = []
