@@ -2,7 +2,10 @@
 """Bytes of a server's resident memory per idle keep-alive connection: opens N
 connections, sends one request on each, reads every answer (checked 200), then
 reads the server's RSS from /proc and divides the growth by N.
-Usage: idle-conns.py --port P --pid PID[,PID...] [--count 5000] [--path /v1/infer] [--tokens 16]"""
+--save-answer FILE keeps the body of one answer: what a plain reverse proxy's
+upstream must send back for the comparison to be fair (the same bytes).
+Usage: idle-conns.py --port P --pid PID[,PID...] [--count 5000] [--path /v1/infer] [--tokens 16]
+                     [--save-answer FILE]"""
 import argparse
 import resource
 import selectors
@@ -50,6 +53,7 @@ def main():
     ap.add_argument("--wave", type=int, default=64,
                     help="requests in flight at once: what stays is per connection, "
                          "not the peak of N requests served together")
+    ap.add_argument("--save-answer", help="write the body of one answer to this file")
     a = ap.parse_args()
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -81,7 +85,11 @@ def main():
             new.append(s)
         socks += new
         for w in range(0, n, a.wave):
-            serve(new[w:w + a.wave], req)
+            body = serve(new[w:w + a.wave], req)
+            if a.save_answer and body is not None:
+                with open(a.save_answer, "wb") as f:
+                    f.write(body)
+                a.save_answer = None
     time.sleep(0.3)
     after = settle_rss(a.pid)
     per = (after - before) * 1024 / a.count
@@ -94,7 +102,9 @@ def main():
 
 
 def serve(conns, req):
-    """Sends req on each connection and reads each answer whole (a 200)."""
+    """Sends req on each connection and reads each answer whole (a 200);
+    returns the body of the last answer read."""
+    last = None
     n = len(conns)
     if n:
         sel = selectors.DefaultSelector()
@@ -133,8 +143,10 @@ def serve(conns, req):
                         clen = int(line.split(":")[1])
                 if len(buf) >= head_end + 4 + clen:
                     sel.unregister(s)
+                    last = buf[head_end + 4:head_end + 4 + clen]
                     done += 1
         sel.close()
+    return last
 
 
 if __name__ == "__main__":

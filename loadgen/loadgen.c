@@ -90,6 +90,7 @@ typedef struct {
   double elapsed_s;
   /* proxy side */
   double fill, pad_per_real;
+  double busy; /* share of the devices' time spent on batches over the run; < 0 unknown */
   uint64_t batches;
   int have_proxy;
   uint64_t *per_second;   /* completions per second of the phase; owned */
@@ -733,11 +734,13 @@ static int fetch(const lg_t *lg, const char *path, lp_buf_t *out) {
 
 typedef struct {
   double real, pad, batches;
+  double busy_s, devices; /* the proxy's device clock, summed over backends */
+  uint64_t at_ns;         /* when read: the busy share's denominator */
   int ok;
 } proxy_counts_t;
 
 static proxy_counts_t read_proxy(const lg_t *lg) {
-  proxy_counts_t pc = {0, 0, 0, 0};
+  proxy_counts_t pc = {0, 0, 0, 0, 0, 0, 0};
   lp_buf_t b;
   lp_buf_init(&b);
   if (fetch(lg, "/metrics", &b) == 0 && lp_buf_cstr(&b)) {
@@ -755,9 +758,14 @@ static proxy_counts_t read_proxy(const lg_t *lg) {
         pc.ok = 1;
       } else if (!strncmp(line, "lanepack_batches_total{", 23)) {
         pc.batches += v;
+      } else if (!strncmp(line, "lanepack_device_busy_seconds_total{", 35)) {
+        pc.busy_s += v;
+      } else if (!strncmp(line, "lanepack_backend_devices{", 25)) {
+        pc.devices += v;
       }
     }
   }
+  pc.at_ns = now_ns();
   lp_buf_free(&b);
   return pc;
 }
@@ -832,6 +840,8 @@ static int run_phase(lg_t *w, size_t nw, const phase_t *ph, stats_t *out) {
     st->fill = real + pad > 0 ? real / (real + pad) : 0;
     st->pad_per_real = real > 0 ? pad / real : 0;
     st->batches = (uint64_t)(after.batches - before.batches);
+    double span_s = (double)(after.at_ns - before.at_ns) / 1e9;
+    st->busy = after.devices > 0 && span_s > 0 ? (after.busy_s - before.busy_s) / (span_s * after.devices) : -1;
   }
   return 0;
 }
@@ -866,9 +876,14 @@ static void print_report(const lg_t *lg, const stats_t *s, FILE *f) {
           h->total ? h->min / 1e3 : 0, lp_hdr_mean(h) / 1e3, lp_hdr_quantile(h, 0.5) / 1e3,
           lp_hdr_quantile(h, 0.9) / 1e3, lp_hdr_quantile(h, 0.99) / 1e3,
           lp_hdr_quantile(h, 0.999) / 1e3, h->total ? h->max / 1e3 : 0);
-  if (s->have_proxy)
+  if (s->have_proxy) {
     fprintf(f, "proxy         %llu batches, fill %.4f, %.3f padding tokens per real token\n",
             (unsigned long long)s->batches, s->fill, s->pad_per_real);
+    /* the three that judge a packing side by side: waiting, padding, idling */
+    fprintf(f, "summary       p99 %.2f ms, fill %.4f, devices busy ", lp_hdr_quantile(h, 0.99) / 1e3, s->fill);
+    if (s->busy >= 0) fprintf(f, "%.1f%% (the proxy's device clock)\n", 100 * s->busy);
+    else fprintf(f, "unknown (no device clock on /metrics)\n");
+  }
   else
     fprintf(f, "proxy         /metrics not readable: no fill figures\n");
 }
@@ -896,8 +911,8 @@ static void json_report(FILE *f, const lg_t *lg, const stats_t *s, double rate) 
           lp_hdr_quantile(h, 0.5) / 1e3, lp_hdr_quantile(h, 0.9) / 1e3, lp_hdr_quantile(h, 0.99) / 1e3,
           lp_hdr_quantile(h, 0.999) / 1e3, h->total ? h->max / 1e3 : 0);
   if (s->have_proxy)
-    fprintf(f, ", \"proxy\": {\"batches\": %llu, \"fill\": %.4f, \"pad_per_real\": %.4f}",
-            (unsigned long long)s->batches, s->fill, s->pad_per_real);
+    fprintf(f, ", \"proxy\": {\"batches\": %llu, \"fill\": %.4f, \"pad_per_real\": %.4f, \"device_busy\": %.4f}",
+            (unsigned long long)s->batches, s->fill, s->pad_per_real, s->busy);
   (void)lg;
   fprintf(f, "}");
 }

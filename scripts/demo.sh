@@ -11,6 +11,10 @@ RATE=${RATE:-3000}
 DURATION=${DURATION:-10s}
 LENGTHS=${LENGTHS:-tests/data/changelog-entries.lengths}
 SHAPES=${SHAPES:-4x8192,8x2048}
+# The changelog's long entries sit together in the file (lines 23,000-31,000):
+# sent in file order they arrive as one burst of long sequences, which is not
+# how traffic arrives. Shuffled once by a fixed seed, the run is repeatable.
+SEED=${SEED:-1}
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
@@ -47,7 +51,7 @@ for _ in $(seq 100); do
 done
 echo
 build/loadgen/lanepack-loadgen --url "http://127.0.0.1:$proxy_port" --rate "$RATE" \
-  --duration "$DURATION" --lengths "$LENGTHS" --verify
+  --duration "$DURATION" --lengths "$LENGTHS" --shuffle --seed "$SEED" --verify
 echo
 echo "shapes as the proxy sees them (GET /v1/models):"
 curl -s "http://127.0.0.1:$proxy_port/v1/models"
