@@ -544,7 +544,7 @@ static void handle_batch(emu_t *emu, lp_http_req_t *req) {
     char id[32];
     snprintf(id, sizeof(id), "%lld", (long long)j->batch_id);
     emu_log_batch(id, req->body, req->body_len, "\"request_ids\": [", "\"traces\": [", ']',
-                  req->traceparent);
+                  req->traceparent, req->tracestate);
   }
   emu_enqueue(emu, j, req);
 }
@@ -571,7 +571,7 @@ static void log_field(FILE *f, const char *name, const char *body, size_t len, c
 }
 
 void emu_log_batch(const char *batch_id, const char *body, size_t len, const char *ids_key,
-                   const char *traces_key, char close, const char *traceparent) {
+                   const char *traces_key, char close, const char *traceparent, const char *tracestate) {
   fprintf(stderr, "{\"batch\": \"%s\"", batch_id);
   log_field(stderr, "request_ids", body, len, ids_key, close);
   log_field(stderr, "traces", body, len, traces_key, close);
@@ -580,6 +580,12 @@ void emu_log_batch(const char *batch_id, const char *body, size_t len, const cha
   fputs(", \"traceparent\": \"", stderr);
   for (const char *c = traceparent ? traceparent : ""; *c; c++)
     if ((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f') || *c == '-') fputc(*c, stderr);
+  /* ... and its tracestate (printable ASCII, cleaned by the server) */
+  fputs("\", \"tracestate\": \"", stderr);
+  for (const char *c = tracestate ? tracestate : ""; *c; c++) {
+    if (*c == '"' || *c == '\\') fputc('\\', stderr);
+    fputc(*c, stderr);
+  }
   fputs("\"}\n", stderr);
 }
 

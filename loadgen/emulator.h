@@ -103,8 +103,9 @@ void emu_v2_answer(job_t *j);
 
 /* --log-batches: one JSON line (stderr) per batch received: the client
  * request ids and traceparents lanepack passed on (the text after ids_key and
- * traces_key in body, up to close) and the batch's own traceparent header. */
+ * traces_key in body, up to close) and the batch's own traceparent and
+ * tracestate headers. */
 void emu_log_batch(const char *batch_id, const char *body, size_t len, const char *ids_key,
-                   const char *traces_key, char close, const char *traceparent);
+                   const char *traces_key, char close, const char *traceparent, const char *tracestate);
 
 #endif

@@ -149,7 +149,7 @@ static void infer(emu_t *emu, lp_http_req_t *req, int shape, const char *name, s
     size_t hl = req->inference_header_len >= 0 && (size_t)req->inference_header_len < req->body_len
                     ? (size_t)req->inference_header_len : req->body_len;
     emu_log_batch(m.id, req->body, hl, "\"lanepack_request_ids\":\"", "\"lanepack_traceparents\":\"", '"',
-                  req->traceparent);
+                  req->traceparent, req->tracestate);
   }
   if (!bad) {
     snprintf(j->v2_id, sizeof(j->v2_id), "%s", m.id);

@@ -6,7 +6,9 @@ access log (trace_id) and the backend's batch on both wires (the body's
 "traces" / v2's "lanepack_traceparents" in segment order, and the batch's own
 traceparent header under its first member's trace). A request without one,
 or with a malformed one (upper case, all-zero ids, version ff, too long,
-repeated), gets a new trace: the bad value is never echoed.
+repeated), gets a new trace: the bad value is never echoed. The client's
+tracestate goes with its trace (cleaned: back in the answer, and as the
+batch's tracestate header), never without it, and an invalid one is dropped.
 Arguments: the lanepack and lanepack-emulator binaries."""
 import http.client
 import json
@@ -35,6 +37,7 @@ def post(port, path, body, headers):
     r = c.getresponse()
     data = r.read()
     c.close()
+    post.tracestate = r.getheader("tracestate")
     return r.status, r.getheader("traceparent"), data
 
 
@@ -101,6 +104,31 @@ def main():
         st, tp, _ = post(pl, "/v1/models/j/infer", '{"input_ids": [8]}',
                          [("traceparent", "01-%s-00f067aa0ba902b7-01-whatever" % CLIENT_TRACE)])
         check("a later version with more fields: its trace kept", TP.match(tp or "") and CLIENT_TRACE in tp, tp)
+        # tracestate: kept with a valid trace, cleaned; dropped without one or when invalid
+        STATE_TRACE = "0af7651916cd43dd8448eb211c80319c"
+        st, tp, _ = post(pl, "/v1/models/j/infer", '{"input_ids": [9, 9]}',
+                         [("traceparent", "00-%s-b7ad6b7169203331-01" % STATE_TRACE),
+                          ("tracestate", " rojo=00f067aa0ba902b7 , "), ("tracestate", "congo=t61rcWkgMzE")])
+        check("a client's tracestate comes back with its trace, cleaned (headers joined, spaces dropped)",
+              st == 200 and STATE_TRACE in (tp or "") and post.tracestate == "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE",
+              (st, tp, post.tracestate))
+        dropped = []
+        OTHER_TP = "00-%s-b7ad6b7169203331-00" % ("1" * 32)
+        for hdrs in ([("tracestate", "rojo=1")],
+                     [("traceparent", "00-zz-bad"), ("tracestate", "rojo=1")],
+                     [("traceparent", OTHER_TP), ("tracestate", "Rojo=1,a=1,a=2")],
+                     [("traceparent", OTHER_TP), ("tracestate", "x" * 3000)]):
+            st, tp, _ = post(pl, "/v1/models/j/infer", '{"input_ids": [10]}', hdrs)
+            dropped.append((st, post.tracestate))
+        check("a tracestate without a valid traceparent, or invalid, is dropped (never echoed)",
+              all(s == 200 and t is None for s, t in dropped), dropped)
+        long_state = ",".join("k%d=%s" % (i, "v" * 95) for i in range(10))
+        st, tp, body = post(pl, "/v1/models/j/infer", '{"input_ids": [11]}',
+                         [("traceparent", OTHER_TP), ("tracestate", long_state)])
+        kept = post.tracestate or ""
+        check("a long tracestate is cut at whole members to 512 characters",
+              st == 200 and 0 < len(kept) <= 512 and long_state.startswith(kept) and long_state[len(kept)] == ",",
+              (st, len(kept), body))
         time.sleep(1.5)  # the access log is written once a second
         al = [l for l in lines(alog) if l.get("trace_id") == CLIENT_TRACE]
         check("the access log names the client's trace (three requests)", len(al) == 3, al)
@@ -110,6 +138,9 @@ def main():
         check("the backend saw the client's trace in the batch body, on both wires (and the later version's)",
               len(traced) == 3, el[-8:])
         check("... and as the trace of each such batch's own traceparent header", len(heads) == 3, el[-8:])
+        stated = [e for e in el if TP.match(e.get("traceparent", "")) and TP.match(e["traceparent"]).group(1) == STATE_TRACE]
+        check("the batch led by the traced request carries its tracestate header",
+              len(stated) == 1 and stated[0].get("tracestate") == "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE", stated)
         check("a batch's traces are traceparents in segment order, one per segment",
               all(TP.match(t) for e in traced for t in as_list(e["traces"])), traced)
     finally:

@@ -44,6 +44,9 @@ typedef struct lp_http_req_s {
    * lanepack/trace.h), else a new trace; a new span id either way. Sent back
    * in the answer's head; never the client's bytes as given. */
   char traceparent[LP_TRACEPARENT_SIZE];
+  /* the client's tracestate, cleaned (lanepack/trace.h), kept only with its
+   * valid traceparent; "" when none. Sent back in the answer's head. */
+  char tracestate[LP_TRACESTATE_SIZE];
   int has_body_length;    /* Content-Length given or chunked */
   int64_t inference_header_len; /* Inference-Header-Content-Length (v2 binary): -1 absent, -2 bad */
   char *body;             /* owned; NUL-terminated (not counted in body_len) */

@@ -1,7 +1,8 @@
-/* The traceparent codec (see trace.h). */
+/* The traceparent codec and the tracestate checker (see trace.h). */
 #include "lanepack/trace.h"
 
 #include <errno.h>
+#include <string.h>
 
 static int hexval(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -67,4 +68,65 @@ void lp_trace_random(uint64_t *s, uint8_t *out, size_t n) {
       for (size_t k = 0; k < 8 && i + k < n; k++) out[i + k] = (uint8_t)(z >> (8 * k));
     }
   } while (all_zero(out, n));
+}
+
+static int lcalpha(char c) { return c >= 'a' && c <= 'z'; }
+static int digit(char c) { return c >= '0' && c <= '9'; }
+static int keychr(char c) { return lcalpha(c) || digit(c) || c == '_' || c == '-' || c == '*' || c == '/'; }
+
+/* key = simple-key / tenant-id "@" system-id (W3C Trace Context 3.3.1.3.1). */
+static int key_ok(const char *k, size_t n) {
+  const char *at = memchr(k, '@', n);
+  if (!at) {
+    if (n < 1 || n > 256 || !lcalpha(k[0])) return 0;
+    for (size_t i = 1; i < n; i++)
+      if (!keychr(k[i])) return 0;
+    return 1;
+  }
+  size_t tn = (size_t)(at - k), sn = n - tn - 1;
+  if (tn < 1 || tn > 241 || !(lcalpha(k[0]) || digit(k[0]))) return 0;
+  if (sn < 1 || sn > 14 || !lcalpha(at[1])) return 0;
+  for (size_t i = 1; i < n; i++)
+    if (i != tn && !keychr(k[i])) return 0;
+  return 1;
+}
+
+/* value = 0*255(chr) nblk-chr: printable ASCII but ',' and '=', not ending in a space. */
+static int value_ok(const char *v, size_t n) {
+  if (n < 1 || n > 256 || v[n - 1] == ' ') return 0;
+  for (size_t i = 0; i < n; i++)
+    if (v[i] < 0x20 || v[i] > 0x7e || v[i] == ',' || v[i] == '=') return 0;
+  return 1;
+}
+
+int lp_trace_state_clean(const char *v, size_t n, char out[LP_TRACESTATE_SIZE]) {
+  struct { const char *k; size_t kn, n; } m[LP_TRACESTATE_MEMBERS];
+  size_t nm = 0, len = 0, i = 0;
+  while (i <= n) {
+    size_t e = i;
+    while (e < n && v[e] != ',') e++;
+    size_t a = i, b = e;
+    while (a < b && (v[a] == ' ' || v[a] == '\t')) a++;
+    while (b > a && (v[b - 1] == ' ' || v[b - 1] == '\t')) b--;
+    if (a < b) {
+      const char *eq = memchr(v + a, '=', b - a);
+      if (!eq || nm == LP_TRACESTATE_MEMBERS) return -EINVAL;
+      size_t kn = (size_t)(eq - (v + a));
+      if (!key_ok(v + a, kn) || !value_ok(eq + 1, b - a - kn - 1)) return -EINVAL;
+      for (size_t j = 0; j < nm; j++)
+        if (m[j].kn == kn && memcmp(m[j].k, v + a, kn) == 0) return -EINVAL;
+      m[nm].k = v + a, m[nm].kn = kn, m[nm].n = b - a;
+      nm++;
+    }
+    i = e + 1;
+  }
+  for (size_t j = 0; j < nm; j++) {
+    size_t need = m[j].n + (len ? 1 : 0);
+    if (len + need > LP_TRACESTATE_MAX) break; /* the rest cut from the end */
+    if (len) out[len++] = ',';
+    memcpy(out + len, m[j].k, m[j].n);
+    len += m[j].n;
+  }
+  out[len] = '\0';
+  return (int)len;
 }

@@ -36,6 +36,10 @@
 #define FLUSH_MAX 16
 /* Parser states kept for reuse; more are freed. */
 #define PARSE_POOL_MAX 256
+/* The tracestate bytes read of a request: what is kept is at most
+ * LP_TRACESTATE_MAX, and room beyond that is for the whitespace and empty
+ * members the cleaning drops; past it the value is cut at a whole member. */
+#define LP_TRACESTATE_RAW (2 * LP_TRACESTATE_MAX)
 
 /* The parser and what it keeps of the request being read. A connection holds
  * one only while bytes of a request are in hand; between requests it goes back
@@ -59,6 +63,8 @@ typedef struct lp_http_parse_s {
   size_t rid_len;              /* X-Request-Id bytes sent (rid keeps the first ones) */
   size_t tp_len;               /* traceparent bytes sent (tp keeps the first ones) */
   int tp_count;                /* traceparent headers: more than one is invalid (ignored) */
+  size_t ts_len;               /* tracestate bytes kept in ts (the headers joined by ',') */
+  int ts_over;                 /* ... more came than ts holds: cut at its last whole member */
   int err_status;              /* set by a callback that rejects the request */
   const char *err_code;        /* these four: string literals */
   const char *err_msg;
@@ -69,6 +75,7 @@ typedef struct lp_http_parse_s {
   char field[64];              /* current header name (truncated) */
   char expect[32];             /* the Expect header of the request being parsed */
   char te[40];                 /* the Transfer-Encoding value (truncated) */
+  char ts[LP_TRACESTATE_RAW];  /* tracestate as sent, its first bytes (not cleared: ts_len says) */
 } lp_http_parse_t;
 
 struct lp_httpd_s {
@@ -290,6 +297,15 @@ static void request_id_settle(lp_httpd_t *s, lp_http_req_t *r, const lp_http_par
     lp_trace_random(&s->trace_rng, t.trace_id, sizeof(t.trace_id));
     t.flags = 0;
   }
+  else if (ps->ts_len) {
+    /* the client's tracestate goes with its trace (W3C: never without it);
+     * an invalid one is dropped whole, one too long for ts kept to its last
+     * whole member */
+    size_t tsn = ps->ts_len;
+    if (ps->ts_over)
+      while (tsn && ps->ts[tsn - 1] != ',') tsn--;
+    if (lp_trace_state_clean(ps->ts, tsn, r->tracestate) < 0) r->tracestate[0] = '\0';
+  }
   lp_trace_random(&s->trace_rng, span, sizeof(span));
   lp_trace_format(t.trace_id, span, t.flags, r->traceparent);
   if (ok) {
@@ -391,6 +407,11 @@ void lp_http_head(lp_http_req_t *req, lp_buf_t *out, int status, const char *hea
   if (req->traceparent[0]) {
     lp_buf_puts(out, "traceparent: ");
     lp_buf_puts(out, req->traceparent);
+    lp_buf_puts(out, "\r\n");
+  }
+  if (req->tracestate[0]) {
+    lp_buf_puts(out, "tracestate: ");
+    lp_buf_puts(out, req->tracestate);
     lp_buf_puts(out, "\r\n");
   }
   if (close) lp_buf_puts(out, "Connection: close\r\n");
@@ -749,6 +770,8 @@ static int on_message_begin(llhttp_t *p) {
   c->ps->rid[0] = '\0';
   c->ps->tp_len = 0;
   c->ps->tp_count = 0;
+  c->ps->ts_len = 0;
+  c->ps->ts_over = 0;
   c->cur = req_new(c);
   if (c->cur == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
   c->since_ms = uv_now(c->srv->loop);
@@ -859,7 +882,7 @@ static void put_value(char *dst, size_t cap, const char *at, size_t n) {
  * repeat of a `once` header is refused with 400 naming it. Host and
  * Transfer-Encoding have their own answers (400 bad_host, 501); a repeated
  * Content-Length llhttp refuses itself. */
-enum { H_HOST, H_TE, H_EXPECT, H_CTYPE, H_AUTH, H_RID, H_IHCL, H_TP, H_COUNT };
+enum { H_HOST, H_TE, H_EXPECT, H_CTYPE, H_AUTH, H_RID, H_IHCL, H_TP, H_TS, H_COUNT };
 #define SINGLE(name) "the header '" name "' may be given only once", ", \"header\": \"" name "\""
 static const struct {
   const char *name; /* lower case */
@@ -875,6 +898,8 @@ static const struct {
   [H_IHCL] = {"inference-header-content-length", 1, SINGLE("Inference-Header-Content-Length")},
   /* repeated: invalid, so ignored (W3C), not refused */
   [H_TP] = {"traceparent", 0, NULL, NULL},
+  /* repeats are one list joined by commas (RFC 9110 5.3) */
+  [H_TS] = {"tracestate", 0, NULL, NULL},
 };
 #undef SINGLE
 
@@ -901,6 +926,14 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
         memcpy(ps->tp + ps->tp_len, at, k);
       }
       ps->tp_len += n;
+      break;
+    }
+    case H_TS: {
+      size_t k = sizeof(ps->ts) - ps->ts_len;
+      if (k > n) k = n;
+      memcpy(ps->ts + ps->ts_len, at, k);
+      ps->ts_len += k;
+      ps->ts_over |= k < n;
       break;
     }
     case H_RID: {
@@ -935,6 +968,7 @@ static int on_header_field_complete(llhttp_t *p) {
     }
   if (ps->hdr == H_HOST) ps->host_count++;
   else if (ps->hdr == H_TP) ps->tp_count++;
+  else if (ps->hdr == H_TS && ps->ts_len && ps->ts_len < sizeof(ps->ts)) ps->ts[ps->ts_len++] = ',';
   else if (ps->hdr == H_TE) ps->te_count++;
   else if (ps->hdr >= 0 && singles[ps->hdr].once) {
     if (ps->seen & (1u << ps->hdr))

@@ -192,6 +192,7 @@ struct lp_job_s {
   char *id_json;          /* the client's id as JSON text, or NULL; in the job's block */
   char request_id[64];    /* its X-Request-Id (sent or made), passed on in batches */
   char traceparent[LP_TRACEPARENT_SIZE]; /* its span's traceparent, passed on in batches */
+  char *tracestate;       /* the client's tracestate (cleaned), NULL when none; owned */
   int multi;              /* "inputs" form: answers "outputs" */
   int v2;                 /* an Open Inference Protocol client: answered as a tensor */
   int openai;             /* an OpenAI embeddings client: answered in its shapes */
@@ -275,7 +276,8 @@ struct lp_batch_s {
   /* "traceparent: ..." of the batch's own span, under its first member's
    * trace (a request has one parent; the members' traces ride in the body) */
   char trace_header[16 + LP_TRACEPARENT_SIZE];
-  const char *headers[4];   /* the transfer's header lines, NULL-terminated */
+  char state_header[16 + LP_TRACESTATE_SIZE]; /* "tracestate: ..." of that member, or "" */
+  const char *headers[5];   /* the transfer's header lines, NULL-terminated */
   int32_t v2_scalar;      /* max_seqlen of a ragged batch */
   int device;             /* the device the core sent it to */
   uint64_t expect_ns;     /* when the core expects it back; 0 = unknown */
@@ -581,6 +583,10 @@ lp_job_t *lp__job_new_text(lp_front_t *f, lp_model_t *m, const int32_t *tokens, 
                            const uint32_t *lens, size_t nseq, int multi, int priority,
                            double deadline_ms, const char *id_json, size_t id_len,
                            const char *text, size_t text_len, const char *field, lp_perr_t *e);
+/* Ties job to the request it answers: its request id, its span's traceparent
+ * and the client's tracestate (a copy; left out if memory is short, as the
+ * trace context is advice) go with it into batches. */
+void lp__job_bind(lp_job_t *job, lp_http_req_t *req);
 
 /* Whether each sequence fits a shape the model can run now: 0, or -1 with e. */
 int lp__job_check_shapes(lp_job_t *job, const char *field, lp_perr_t *e);

@@ -115,9 +115,7 @@ void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req) {
       job->openai_base64 = r.base64;
       job->openai_tokens = ntok;
       snprintf(job->openai_model, sizeof(job->openai_model), "%.*s", LP_NAME_MAX - 1, r.model); /* a model's name fits */
-      job->req = req;
-      memcpy(job->request_id, req->request_id, sizeof(job->request_id));
-    memcpy(job->traceparent, req->traceparent, sizeof(job->traceparent));
+      lp__job_bind(job, req);
       lp__front_submit(f, req, job);
     }
     free(lens);

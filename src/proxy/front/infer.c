@@ -295,9 +295,7 @@ static lp_job_t *parse(lp_front_t *f, lp_http_req_t *req, const char *path_model
                                    id_at ? (size_t)(id_end - id_at) : 0, t->text, t->text_len,
                                    inputs_at ? "inputs" : "input_ids", e);
   if (job) {
-    job->req = req;
-    memcpy(job->request_id, req->request_id, sizeof(job->request_id));
-    memcpy(job->traceparent, req->traceparent, sizeof(job->traceparent));
+    lp__job_bind(job, req);
   }
   return job;
 }
@@ -333,6 +331,13 @@ int lp__job_check_shapes(lp_job_t *job, const char *field, lp_perr_t *e) {
     }
   }
   return 0;
+}
+
+void lp__job_bind(lp_job_t *job, lp_http_req_t *req) {
+  job->req = req;
+  memcpy(job->request_id, req->request_id, sizeof(job->request_id));
+  memcpy(job->traceparent, req->traceparent, sizeof(job->traceparent));
+  job->tracestate = req->tracestate[0] ? strdup(req->tracestate) : NULL;
 }
 
 lp_job_t *lp__job_new(lp_front_t *f, lp_model_t *m, const int32_t *tokens, size_t ntokens,

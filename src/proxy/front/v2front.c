@@ -194,9 +194,7 @@ static void infer(lp_front_t *f, lp_http_req_t *req, lp_model_t *m) {
   job->v2 = 1;
   job->v2_binary = binary;
   job->v2_rows = k;
-  job->req = req;
-  memcpy(job->request_id, req->request_id, sizeof(job->request_id));
-  memcpy(job->traceparent, req->traceparent, sizeof(job->traceparent));
+  lp__job_bind(job, req);
   lp__front_submit(f, req, job);
 }
 

@@ -174,11 +174,16 @@ static const char *const *batch_request_ids(lp_model_t *m, const lp_batch_t *bt)
  * segment's request (each member's trace is in the body, in segment order). */
 static void batch_trace(lp_model_t *m, lp_batch_t *bt) {
   lp_trace_t t;
-  const char *first = bt->layout.nsegs ? job_of(bt->items[bt->layout.segs[0].item].job_id)->traceparent : "";
+  const lp_job_t *job = bt->layout.nsegs ? job_of(bt->items[bt->layout.segs[0].item].job_id) : NULL;
+  const char *first = job ? job->traceparent : "";
+  bt->state_header[0] = '\0';
   if (lp_trace_parse(first, strlen(first), &t)) {
     bt->trace_header[0] = '\0';
     return;
   }
+  /* its tracestate goes with its trace (W3C), as the client sent it: the
+   * proxy adds no entry of its own */
+  if (job->tracestate) snprintf(bt->state_header, sizeof(bt->state_header), "tracestate: %s", job->tracestate);
   uint8_t span[8];
   lp_trace_random(&m->trace_rng, span, sizeof(span));
   char tp[LP_TRACEPARENT_SIZE];
@@ -289,8 +294,10 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   } else {
     lp_batchjson_write(&m->writer, &bt->body, &bt->layout, bt->id, m->cfg->name, ids, traces);
     bt->headers[0] = "Content-Type: application/json";
-    bt->headers[1] = bt->trace_header[0] ? bt->trace_header : NULL;
-    bt->headers[2] = NULL;
+    size_t k = 1;
+    if (bt->trace_header[0]) bt->headers[k++] = bt->trace_header;
+    if (bt->state_header[0]) bt->headers[k++] = bt->state_header;
+    bt->headers[k] = NULL;
   }
   if (bt->body.oom) {
     start_failed(m, bt, "out of memory for the body", 1);

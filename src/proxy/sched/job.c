@@ -38,6 +38,7 @@ void lp__job_free(lp_job_t *job) {
     return;
   }
   drop_outputs(job);
+  free(job->tracestate);
   free(job); /* one block with its sequences, tokens and id */
 }
 
@@ -262,13 +263,15 @@ static int write_success(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
   lp__job_times(job, &queue_ns, &backend_ns);
   const char *ctype = "application/json";
   char extra[96] = "";
-  size_t need = HEAD_ROOM + 256 + (job->id_json ? strlen(job->id_json) : 0);
+  /* the head's room: a client's tracestate comes back in it */
+  const size_t room = HEAD_ROOM + (req->tracestate[0] ? strlen(req->tracestate) + sizeof("tracestate: \r\n") : 0);
+  size_t need = room + 256 + (job->id_json ? strlen(job->id_json) : 0);
   for (uint32_t i = 0; i < job->nseq; i++) need += job->seqs[i].out_len + 160;
   if (lp_buf_reserve(&out, need)) {
     lp_buf_free(&out);
     return -ENOMEM;
   }
-  out.len = HEAD_ROOM;
+  out.len = room;
   if (job->v2) {
     lp_buf_t v2body;
     lp_buf_init(&v2body);
@@ -290,18 +293,18 @@ static int write_success(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
   }
   lp_buf_t *head = &f->scratch;
   lp_buf_reset(head);
-  lp_http_head(req, head, 200, extra[0] ? extra : NULL, ctype, out.len - HEAD_ROOM);
-  if (out.oom || head->oom || head->len > HEAD_ROOM) {
+  lp_http_head(req, head, 200, extra[0] ? extra : NULL, ctype, out.len - room);
+  if (out.oom || head->oom || head->len > room) {
     lp_buf_free(&out);
     return -ENOMEM;
   }
   lp_hist_observe(&f->t_queue, (double)queue_ns / 1e9);
   lp_hist_observe(&f->t_backend, (double)backend_ns / 1e9);
   lp_hist_observe(&f->t_total, (double)(now - job->arrive_ns) / 1e9);
-  memcpy(out.data + HEAD_ROOM - head->len, head->data, head->len);
+  memcpy(out.data + room - head->len, head->data, head->len);
   lp_proxy_count(f, job->v2 ? LP_ROUTE_V2_INFER : job->openai ? LP_ROUTE_EMBEDDINGS : LP_ROUTE_INFER, 200);
   lp__access_log(f, req, 200, job);
-  lp_http_respond_raw_at(req, &out, HEAD_ROOM - head->len);
+  lp_http_respond_raw_at(req, &out, room - head->len);
   lp_buf_free(&out);
   return 0;
 }
@@ -335,5 +338,6 @@ void lp__job_release(lp_job_t *job) {
   drop_outputs(job);
   lp_buf_free(&job->res_body);
   free(job->admin_url);
+  free(job->tracestate);
   free(job);
 }

@@ -123,6 +123,7 @@ int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids, co
   bt->headers[k++] = c->binary ? "Content-Type: application/octet-stream" : "Content-Type: application/json";
   if (c->binary) bt->headers[k++] = bt->v2_header;
   if (bt->trace_header[0]) bt->headers[k++] = bt->trace_header;
+  if (bt->state_header[0]) bt->headers[k++] = bt->state_header;
   bt->headers[k] = NULL;
   return 0;
 }
