@@ -99,6 +99,14 @@ typedef struct lp_alog_s {
 
 #define LP_ROUTE_COUNT 10
 #define LP_STATUS_SLOTS 20
+/* A shape found missing on a backend (a shape mismatch, a v2 404 or "not
+ * ready") may be back soon: Triton answers 404 while it reloads a model. The
+ * backend is asked again after a backoff that doubles from LP_RECHECK_FIRST_MS
+ * up to LP_RECHECK_MAX_MS, and starts afresh after a quiet spell. */
+#define LP_RECHECK_FIRST_MS 500
+#define LP_RECHECK_MAX_MS 16000
+/* The statuses counted per route, 0-terminated (front/reject.c). */
+extern const int lp__status_codes[LP_STATUS_SLOTS];
 
 /* A backend's answer (or one v2 sequence's values), shared by the sequences
  * that point into it. Made on the scheduler; each sequence holding a span of
@@ -287,6 +295,10 @@ struct lp_batch_s {
 
 struct lp_model_s {
   lp_proxy_t *proxy;
+  /* A pass of the dispatch core and its actions (model.c's lp__model_pump,
+   * registered at init): what batches, jobs and shapes below it call when
+   * something changed, naming no file above them. */
+  void (*pump)(lp_model_t *m);
   const lp_model_config_t *cfg;
   /* the union of every backend's shapes; a shape's state here is the best any
    * backend has it in (admission looks at this), its counters the model's */
@@ -421,6 +433,13 @@ struct lp_proxy_s {
   /* a page job the scheduler has answered goes back to its front: by message
    * (remote) or at once (one loop); set by the fronts when they start */
   void (*page_done)(lp_job_t *job);
+  /* One loop: the scheduler's answer for a job (res_status and the rest
+   * written) goes to its client now, by the front layer, which registers it;
+   * the scheduler calls no front by name. */
+  void (*answer_now)(lp_job_t *job);
+  /* Every front has written every answer and closed every connection: the
+   * process's (registered by lp_proxy_init) ends the run. */
+  void (*drained)(lp_proxy_t *p);
   lp_advq_t advq;
   lp_httpd_shared_t client_counts; /* every front's client listener counts here */
   /* each model's tokenizer, or NULL: loaded at start, read by every front
@@ -472,11 +491,6 @@ void lp__access_log(lp_front_t *f, const lp_http_req_t *req, int status, const l
 /* model.c: the dispatch core's settings from a model's and the proxy's. */
 void lp__disp_config(const lp_config_t *pc, const lp_model_config_t *cfg, const lp_bucket_set_t *shapes,
                      lp_disp_config_t *out);
-/* proxy.c: every front has closed its listeners and connections: the loop stops. */
-void lp__proxy_drained(lp_proxy_t *p);
-const double *lp__latency_bounds(size_t *n);
-/* proxy.c: the HTTP server's limits from the configuration (handlers unset). */
-void lp__httpd_limits(const lp_config_t *cfg, lp_httpd_config_t *hc);
 /* model.c: settings derived from m->cfg, again after a reload. */
 void lp__model_reconfigured(lp_model_t *m);
 /* model.c: a backend of m at url, healthy until probes say otherwise. */
@@ -490,8 +504,9 @@ int lp__proxy_reload(lp_proxy_t *p, const lp_config_t *next, char *err, size_t e
 int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *port);
 /* After the loop stopped: stops and joins the front threads, frees everything. */
 void lp_proxy_free(lp_proxy_t *p);
+/* sched/kick.c: a scheduling pass of every model, once this loop turn. */
 void lp_proxy_kick(lp_proxy_t *p);
-/* Counting and refusing, on the front that owns req. */
+/* front/reject.c: counting and refusing, on the front that owns req. */
 void lp_proxy_count(lp_front_t *f, int route, int status);
 void lp__count_rejection(lp_front_t *f, const char *code);
 void lp_proxy_reject(lp_front_t *f, lp_http_req_t *req, int route, int status,
@@ -499,7 +514,7 @@ void lp_proxy_reject(lp_front_t *f, lp_http_req_t *req, int route, int status,
 /* The same for the request of job (its sequences and timings go in the access log). */
 void lp__reject_job(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *headers,
                     const char *code, const char *msg, const char *extra, const lp_job_t *job);
-/* The request handlers every front's server calls (ud: the front). */
+/* front/route.c: the request handlers every front's server calls (ud: the front). */
 void lp__on_request(lp_http_req_t *req, void *ud);
 void lp__on_admin_request(lp_http_req_t *req, void *ud);
 void lp__on_cancel(lp_http_req_t *req, void *ud);
@@ -514,39 +529,58 @@ typedef struct lp_page_s {
   const char *code;       /* an error: its code (a string literal), or NULL */
   char msg[256];
 } lp_page_t;
-/* proxy.c: renders the page of route (LP_ROUTE_*; LP_ROUTE_V2 with v2r, a
+/* sched/status.c: renders the page of route (LP_ROUTE_*; LP_ROUTE_V2 with v2r, a
  * lp_v2_route_t) for url (path_len bytes of path, then the query) into body. */
 void lp__render_page(lp_proxy_t *p, int route, int v2r, const char *url, size_t path_len, lp_buf_t *body,
                      lp_page_t *pg);
 
-/* front.c: the front loops and their traffic with the scheduler */
-/* Makes the fronts (threads as configured), their listeners and threads. */
+/* front/front.c: the front loops, their listeners and threads; what the
+ * process tells every front (new limits, tokens and configuration on a
+ * reload; drain; stop). */
 int lp__fronts_start(lp_proxy_t *p, int *port);
-/* Hands a parsed job to the scheduler (directly, or by message). */
+void lp__fronts_reconfigure(lp_proxy_t *p);
+void lp__fronts_drain(lp_proxy_t *p);
+void lp__fronts_stop(lp_proxy_t *p);
+/* The server limits a configuration sets, and the latency histograms' bounds. */
+void lp__httpd_limits(const lp_config_t *cfg, lp_httpd_config_t *hc);
+const double *lp__latency_bounds(size_t *n);
+
+/* front/submit.c: a front's traffic to the scheduler. Hands a parsed job to
+ * the scheduler (directly, or by message). */
 void lp__front_submit(lp_front_t *f, lp_http_req_t *req, lp_job_t *job);
-/* proxy.c: answers a page of the scheduler's state, rendered here (one loop)
- * or by the scheduler (a message there and back). */
+/* Jobs parsed this loop turn go to the scheduler now (before a cancel); the
+ * front loop's check handle calls it once per turn. */
+void lp__front_flush(lp_front_t *f);
+void lp__front_on_flush(uv_check_t *h);
+/* The front's open connections, published for /metrics. */
+void lp__front_publish(lp_front_t *f);
+/* Answers a page of the scheduler's state, rendered here (one loop) or by the
+ * scheduler (a message there and back). */
 void lp__front_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r);
 /* A page for the scheduler to render, answered when it comes back (remote,
  * and the advice, which may wait for its worker, with one loop too). */
 void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r);
-/* The scheduler's side: renders a page job, answered through p->page_done. */
-void lp__sched_page(lp_proxy_t *p, lp_job_t *job);
 /* Answers req with a rendered page. */
 void lp__front_answer_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r, const lp_buf_t *body,
                            const lp_page_t *pg);
-/* Jobs parsed this loop turn go to the scheduler now (before a cancel). */
-void lp__front_flush(lp_front_t *f);
-/* The scheduler is done with a job of a remote front: back to it (with the
- * others of this loop turn, by lp__fronts_flush). */
+
+/* sched/inbox.c: the scheduler's side. Renders a page job, answered through
+ * p->page_done; takes what the fronts sent (the inbox's async callback). */
+void lp__sched_page(lp_proxy_t *p, lp_job_t *job);
+void lp__sched_on_inbox(uv_async_t *a);
+
+/* handoff/handback.c: the scheduler is done with a job of a remote front:
+ * back to it (with the others of this loop turn, by lp__fronts_flush, which
+ * the scheduler loop's check handle calls once per turn). */
 void lp__job_hand_back(lp_job_t *job);
 void lp__fronts_flush(lp_proxy_t *p);
+void lp__sched_on_flush(uv_check_t *h);
+
 /* A reference to a job dropped: the last frees it (remote). */
 void lp__job_release(lp_job_t *job);
-/* Every front: new limits, tokens and configuration (reload); drain; stop. */
-void lp__fronts_reconfigure(lp_proxy_t *p);
-void lp__fronts_drain(lp_proxy_t *p);
-void lp__fronts_stop(lp_proxy_t *p);
+/* The job's references to its batches' answers, dropped once its client is
+ * written: a batch's answer goes with the last job it serves. */
+void lp__job_drop_outputs(lp_job_t *job);
 
 /* Why a request was refused: status, code, message, more error members. */
 typedef struct lp_perr_s {
@@ -600,11 +634,11 @@ int lp__model_admit(lp_model_t *m, lp_job_t *job);
 void lp__model_schedule(lp_model_t *m);
 /* Drains the core's actions (SEND, OUTPUT, ANSWER, HEALTH) and arms its wake. */
 void lp__model_pump(lp_model_t *m);
-/* The proxy's clock for the core (uv_hrtime, read here only). */
-uint64_t lp__now(void);
+/* The proxy's clock for the core. */
+static inline uint64_t lp__now(void) { return uv_hrtime(); }
 void lp__model_fail_all(lp_model_t *m, lp_disp_status_t status);
 int lp__model_ready(const lp_model_t *m);
-/* A backend's shape states or the shape set changed: recompute the model's and
+/* sched/shapes.c: a backend's shape states or the shape set changed: recompute the model's and
  * tell the core each backend's (it fails what no shape holds any more). */
 void lp__model_shapes_changed(lp_model_t *m);
 /* Removes shape k (not configured, held by no batch in flight) and what is
@@ -653,7 +687,8 @@ void lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp
 /* The open v2 answer's output tensor moves into a, the batch's kept answer. */
 void lp__v2_adopt(lp_model_t *m, lp_answer_t *a);
 void lp__v2_close(lp_model_t *m);
-/* Asks the backend whether each shape's model is ready; answers set its states. */
+/* sched/v2probe.c: asks the backend whether each shape's model is ready;
+ * answers set its states. */
 void lp__v2_probe_shapes(lp_backend_t *b);
 
 /* v2front.c: Open Inference Protocol clients */
@@ -663,6 +698,11 @@ void lp__v2_reject(lp_front_t *f, lp_http_req_t *req, int status, const char *co
 void lp__v2_reject_job(lp_front_t *f, lp_http_req_t *req, int status, const char *code, const char *msg,
                        const lp_job_t *job);
 /* The v2 pages that read the scheduler's state (readiness, model metadata). */
+/* sched/v2pages.c: the model a v2 path names (n bytes; NULL: none), and the
+ * name of a model's output tensor. */
+lp_model_t *lp__v2_find_model(lp_proxy_t *p, const lp_config_t *c, const char *name, size_t n);
+const char *lp__v2_output_name_of(const lp_model_config_t *c);
+const char *lp__v2_output_name(const lp_model_t *m);
 void lp__v2_render_page(lp_proxy_t *p, int v2r, const char *url, size_t path_len, lp_buf_t *body,
                         lp_page_t *pg);
 /* A v2 job's answer body (its sequences' outputs as one tensor), its content
@@ -688,6 +728,8 @@ void lp__batches_free(lp_model_t *m);
 void lp__backends_start(lp_proxy_t *p);
 /* The core's verdict on b from its batches (a HEALTH action). */
 void lp__backend_health_changed(lp_backend_t *b, int up);
+/* The shell's record of a health change, whoever decided it (logged). */
+void lp__backend_note_health(lp_backend_t *b, int healthy);
 /* Shape k was found missing on b (mismatch, 404, not ready): asked about again
  * after a backoff. The caller sets its state. */
 void lp__backend_shape_missing(lp_backend_t *b, int k);
@@ -713,8 +755,6 @@ void lp__render_metrics(lp_proxy_t *p, lp_buf_t *out);
 void lp__render_models(lp_proxy_t *p, lp_buf_t *out);
 int lp__render_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, lp_buf_t *out, char *err,
                       size_t errlen);
-/* A query parameter as a non-negative integer: def when absent, -1 malformed. */
-long lp__query_uint(const char *url, size_t path_len, const char *name, long def);
 
 /* advice.c (the scheduler's thread): /v1/buckets/advice for a page job. The
  * padding answer at once; with ?p99_ms= the shapes the simulator finds best

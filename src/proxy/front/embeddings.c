@@ -11,21 +11,6 @@
 #include "lanepack/tokenizer.h"
 #include "proxy.h"
 
-void lp__openai_reject(lp_front_t *f, lp_http_req_t *req, int status, const char *hdr, const char *code,
-                       const char *msg, const char *param, const lp_job_t *job) {
-  lp_buf_t *b = &f->scratch;
-  lp_buf_reset(b);
-  /* OpenAI answers an input over the model's length 400 (its "maximum context
-   * length"), as every other invalid request: its clients expect that */
-  if (status == 413 && strcmp(code, "sequence_too_long") == 0) status = 400;
-  lp_openai_error(b, status, code, msg, param);
-  lp_proxy_count(f, LP_ROUTE_EMBEDDINGS, status);
-  lp__count_rejection(f, code);
-  lp__access_log(f, req, status, job);
-  if (!hdr && (status == 429 || status == 503)) hdr = "Retry-After: 1\r\n";
-  lp_http_respond(req, status, hdr, "application/json", b->data, b->len);
-}
-
 /* The request's sequences into f->enc (lens[i] each): token-id inputs
  * copied, texts tokenized here by the model's tokenizer (t; NULL: none, and a
  * text is refused naming the key). 0, or -EINVAL / -ENOMEM. */

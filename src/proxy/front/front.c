@@ -19,71 +19,6 @@
 #include "proxy.h"
 
 
-/* ---- the front's side ---- */
-
-static void on_front_flush_soon(uv_idle_t *h);
-
-void lp__front_submit(lp_front_t *f, lp_http_req_t *req, lp_job_t *job) {
-  req->app = job;
-  if (!f->remote) {
-    lp__model_admit(job->model, job);
-    return;
-  }
-  job->req = NULL; /* the scheduler's view: it never sees the request */
-  job->front_req = req;
-  job->refs = 1;
-  job->waited = 1;
-  /* with the others of this loop turn, after its reads (on_front_flush) */
-  job->mq_next = NULL;
-  if (f->to_sched) {
-    f->to_sched_last->mq_next = job;
-  } else {
-    f->to_sched = job;
-    /* a job queued after this turn's check (a close callback) must not wait
-     * for the next wake-up: the idle handle keeps the next poll from sleeping */
-    uv_idle_start(&f->flush_soon, on_front_flush_soon);
-  }
-  f->to_sched_last = job;
-}
-
-void lp__front_flush(lp_front_t *f) {
-  if (!f->to_sched) return;
-  uv_idle_stop(&f->flush_soon);
-  lp__mbox_push_jobs(&f->proxy->inbox, f->to_sched, f->to_sched_last);
-  f->to_sched = f->to_sched_last = NULL;
-}
-
-static void on_front_flush(uv_check_t *h) { lp__front_flush(container_of(h, lp_front_t, flush)); }
-static void on_front_flush_soon(uv_idle_t *h) { lp__front_flush(container_of(h, lp_front_t, flush_soon)); }
-
-static void front_publish(lp_front_t *f);
-
-void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
-  front_publish(f); /* the asking front's count is current (the others' as of their last tick) */
-  lp_job_t *job = calloc(1, sizeof(*job));
-  char *url = job ? malloc(req->url_len + 1) : NULL;
-  if (!url) {
-    free(job);
-    lp_proxy_reject(f, req, route == LP_ROUTE_V2 ? LP_ROUTE_V2 : route, 503, "Retry-After: 1\r\n",
-                    "out_of_memory", "proxy out of memory", NULL);
-    return;
-  }
-  memcpy(url, req->url, req->url_len + 1);
-  job->proxy = f->proxy;
-  job->front = f;
-  job->admin_route = route;
-  job->admin_v2 = v2r;
-  job->admin_url = url;
-  job->nseq = 0;
-  job->admin_path_len = req->path_len;
-  job->front_req = req;
-  job->refs = 1;
-  job->waited = 1;
-  req->app = job;
-  if (f->remote) lp__mbox_push_job(&f->proxy->inbox, job);
-  else lp__sched_page(f->proxy, job); /* one loop: the scheduler's own */
-}
-
 /* A job (or page) back from the scheduler: its client answered if still there. */
 static void front_job_back(lp_front_t *f, lp_job_t *job) {
   lp_http_req_t *req = job->front_req;
@@ -102,18 +37,21 @@ static void front_job_back(lp_front_t *f, lp_job_t *job) {
   lp__job_release(job); /* without a cancel sent, the only reference: freed at once */
 }
 
+/* One loop: the scheduler's answer for a job goes to its client at once. */
+static void answer_now(lp_job_t *job) {
+  lp_http_req_t *req = job->req;
+  req->app = NULL; /* before answering: a failed write frees req at once */
+  job->req = NULL;
+  lp__job_deliver(job->front, job, req);
+}
+
 /* One loop: a page the scheduler answered is the front's at once. */
 static void page_back_here(lp_job_t *job) { front_job_back(job->front, job); }
-
-static void front_publish(lp_front_t *f) {
-  size_t n = (f->httpd ? lp_httpd_connections(f->httpd) : 0) + (f->admin ? lp_httpd_connections(f->admin) : 0);
-  LP_RELAXED_STORE(f->conns, (uint64_t)n);
-}
 
 static void on_front_tick(uv_timer_t *t) {
   lp_front_t *f = container_of(t, lp_front_t, tick);
   lp__alog_flush(&f->alog);
-  front_publish(f);
+  lp__front_publish(f);
 }
 
 /* One of the front's servers is closed and freed: its pointer goes at once,
@@ -125,7 +63,7 @@ static void front_servers_closed(lp_front_t *f);
 static void server_gone(lp_front_t *f) {
   if (--f->open_servers > 0) return;
   if (!f->remote) {
-    lp__proxy_drained(f->proxy);
+    f->proxy->drained(f->proxy);
     return;
   }
   front_servers_closed(f);
@@ -144,7 +82,7 @@ static void on_admin_closed(void *arg) {
 }
 
 static void front_servers_closed(lp_front_t *f) {
-  front_publish(f);
+  lp__front_publish(f);
   lp__alog_flush(&f->alog);
   lp_ctl_t *c = calloc(1, sizeof(*c));
   if (!c) {
@@ -226,102 +164,6 @@ static void front_main(void *arg) {
   snprintf(name, sizeof(name), "lp-front-%u", f->index);
   prctl(PR_SET_NAME, name, 0, 0, 0); /* top -H and /proc/PID/task/TID/comm show it */
   uv_run(f->loop, UV_RUN_DEFAULT);
-}
-
-/* ---- the scheduler's side ---- */
-
-static void on_sched_flush_soon(uv_idle_t *h);
-
-void lp__job_hand_back(lp_job_t *job) {
-  lp_front_t *f = job->front;
-  job->handed_back = 1;
-  /* with the others of this loop turn (on_sched_flush) */
-  job->mq_next = NULL;
-  if (f->back) f->back_last->mq_next = job;
-  else f->back = job;
-  f->back_last = job;
-  if (!f->proxy->back_pending) {
-    f->proxy->back_pending = 1;
-    /* as the front's: no sleep before the flush, wherever this was called from */
-    uv_idle_start(&f->proxy->flush_soon, on_sched_flush_soon);
-  }
-}
-
-void lp__fronts_flush(lp_proxy_t *p) {
-  if (!p->back_pending) return;
-  p->back_pending = 0;
-  uv_idle_stop(&p->flush_soon);
-  for (unsigned i = 0; i < p->nfronts; i++) {
-    lp_front_t *f = &p->fronts[i];
-    if (!f->back) continue;
-    lp__mbox_push_jobs(&f->inbox, f->back, f->back_last);
-    f->back = f->back_last = NULL;
-  }
-}
-
-static void on_sched_flush(uv_check_t *h) { lp__fronts_flush(container_of(h, lp_proxy_t, flush)); }
-static void on_sched_flush_soon(uv_idle_t *h) { lp__fronts_flush(container_of(h, lp_proxy_t, flush_soon)); }
-
-void lp__sched_page(lp_proxy_t *p, lp_job_t *job) {
-  if (job->admin_route == LP_ROUTE_ADVICE) { /* may wait for its worker */
-    lp__advice_page(p, job);
-    return;
-  }
-  lp_page_t pg;
-  lp__render_page(p, job->admin_route, job->admin_v2, job->admin_url, job->admin_path_len, &job->res_body, &pg);
-  job->res_status = pg.status;
-  job->res_ctype = pg.ctype;
-  snprintf(job->res_hdr, sizeof(job->res_hdr), "%s", pg.hdr ? pg.hdr : "");
-  if (pg.code) snprintf(job->res_code, sizeof(job->res_code), "%s", pg.code);
-  snprintf(job->res_msg, sizeof(job->res_msg), "%s", pg.msg);
-  p->page_done(job);
-}
-
-static void sched_admit(lp_proxy_t *p, lp_job_t *job) {
-  (void)p;
-  lp_perr_t e = {0};
-  /* the shapes are the scheduler's: checked here, answered as the front would */
-  if (lp__job_check_shapes(job, job->v2 ? "input_ids" : job->multi ? "inputs" : "input_ids", &e)) {
-    job->answered = 1;
-    job->res_status = e.status;
-    snprintf(job->res_code, sizeof(job->res_code), "%s", e.code);
-    snprintf(job->res_msg, sizeof(job->res_msg), "%s", e.msg);
-    snprintf(job->res_extra, sizeof(job->res_extra), "%s", e.extra);
-    lp__job_hand_back(job);
-    return;
-  }
-  lp__model_admit(job->model, job);
-}
-
-static void on_sched_inbox(uv_async_t *a) {
-  lp_proxy_t *p = a->data;
-  lp_job_t *jobs, *cancels;
-  lp_ctl_t *ctls;
-  lp__mbox_take(&p->inbox, &jobs, &cancels, &ctls);
-  /* admissions first: a cancel taken with them always finds its job admitted */
-  while (jobs) {
-    lp_job_t *job = jobs;
-    jobs = job->mq_next;
-    if (job->admin_route) lp__sched_page(p, job);
-    else sched_admit(p, job);
-  }
-  while (cancels) {
-    lp_job_t *job = cancels;
-    cancels = job->cq_next;
-    /* the core still has it: it hears the client left (a page waiting for
-     * the advisor goes back when computed, and its front drops it) */
-    if (!job->handed_back && !job->admin_route) {
-      job->waited = 0;
-      lp__job_cancel(job);
-    }
-    lp__job_release(job); /* the cancel's reference */
-  }
-  while (ctls) {
-    lp_ctl_t *c = ctls;
-    ctls = c->next;
-    if (c->kind == LP_CTL_CLOSED && --p->fronts_open == 0) lp__proxy_drained(p);
-    free(c);
-  }
 }
 
 static lp_ctl_t *reconf_msg(lp_proxy_t *p) {
@@ -484,15 +326,16 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
   }
   uint64_t id_base = (uv_hrtime() * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)uv_os_getpid() << 32);
   p->page_done = p->remote ? lp__job_hand_back : page_back_here;
+  p->answer_now = answer_now;
   if (!p->remote) {
     lp_front_t *f = &p->fronts[0];
     f->loop = p->loop;
     lp__alog_set_fd(&f->alog, afd);
     return front_listen(f, 1, 0, port);
   }
-  if ((rc = lp__mbox_init(&p->inbox, p->loop, on_sched_inbox, p)) != 0) return rc;
+  if ((rc = lp__mbox_init(&p->inbox, p->loop, lp__sched_on_inbox, p)) != 0) return rc;
   uv_check_init(p->loop, &p->flush);
-  uv_check_start(&p->flush, on_sched_flush);
+  uv_check_start(&p->flush, lp__sched_on_flush);
   uv_unref((uv_handle_t *)&p->flush);
   uv_idle_init(p->loop, &p->flush_soon);
   int bound = 0;
@@ -513,7 +356,7 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
     uv_timer_init(f->loop, &f->tick);
     uv_timer_start(&f->tick, on_front_tick, 250, 250);
     uv_check_init(f->loop, &f->flush);
-    uv_check_start(&f->flush, on_front_flush);
+    uv_check_start(&f->flush, lp__front_on_flush);
     uv_idle_init(f->loop, &f->flush_soon);
     if ((rc = front_listen(f, n, id_base, &bound)) != 0) return rc;
   }
@@ -573,4 +416,28 @@ void lp__fronts_stop(lp_proxy_t *p) {
   for (unsigned i = 0; i < p->nfronts; i++) front_free(&p->fronts[i]);
   free(p->fronts);
   p->fronts = NULL;
+}
+
+/* fine around typical batch times (a few ms to tens of ms), coarse past */
+static const double latency_bounds[] = {0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008,
+                                        0.01, 0.012, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
+                                        0.1, 0.15, 0.2, 0.3, 0.5, 1, 2, 5, 10, 30};
+
+void lp__httpd_limits(const lp_config_t *cfg, lp_httpd_config_t *hc) {
+  lp_httpd_config_default(hc);
+  hc->max_header_bytes = cfg->max_header_bytes;
+  hc->max_body_bytes = cfg->max_body_bytes;
+  hc->max_connections = cfg->max_connections;
+  hc->max_pipeline = cfg->max_pipeline;
+  hc->max_unsent_bytes = cfg->max_unsent_bytes;
+  hc->max_body_bytes_in_flight = lp_config_body_budget(cfg);
+  hc->idle_timeout_ms = cfg->idle_timeout_ms;
+  hc->max_requests_per_connection = cfg->max_requests_per_connection;
+  hc->request_timeout_ms = cfg->request_timeout_ms;
+}
+
+/* The latency histograms' bounds, for the fronts. */
+const double *lp__latency_bounds(size_t *n) {
+  *n = sizeof(latency_bounds) / sizeof(latency_bounds[0]);
+  return latency_bounds;
 }

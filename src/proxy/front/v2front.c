@@ -14,93 +14,6 @@
 #include "lanepack/v2.h"
 #include "proxy.h"
 
-/* An error in the v2 form, with our status. */
-void lp__v2_reject(lp_front_t *p, lp_http_req_t *req, int status, const char *code, const char *msg) {
-  lp__v2_reject_job(p, req, status, code, msg, NULL);
-}
-
-void lp__v2_reject_job(lp_front_t *p, lp_http_req_t *req, int status, const char *code, const char *msg,
-                       const lp_job_t *job) {
-  lp_buf_t b;
-  lp_buf_init(&b);
-  char text[400];
-  snprintf(text, sizeof(text), "%s: %s", code, msg);
-  lp_buf_puts(&b, "{\"error\":");
-  lp_buf_json_str(&b, text, strlen(text));
-  lp_buf_puts(&b, "}\n");
-  lp_proxy_count(p, LP_ROUTE_V2_INFER, status);
-  lp__count_rejection(p, code);
-  lp__access_log(p, req, status, job);
-  const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
-  lp_http_respond(req, status, hdr, "application/json", b.data, b.len);
-  lp_buf_free(&b);
-}
-
-/* Model i of a configuration is the proxy's model i. */
-static lp_model_t *find_model(lp_proxy_t *p, const lp_config_t *c, const char *name, size_t n) {
-  for (size_t i = 0; i < c->nmodels; i++)
-    if (strlen(c->models[i].name) == n && memcmp(c->models[i].name, name, n) == 0) return &p->models[i];
-  return NULL;
-}
-
-/* The output's name as clients see it: the backend's. */
-static const char *output_name_of(const lp_model_config_t *c) {
-  return c->protocol == LP_PROTO_V2 && c->v2.output[0] ? c->v2.output : "output";
-}
-static const char *output_name(const lp_model_t *m) { return output_name_of(m->cfg); }
-
-/* The datatype answers carry: a v2 backend's own (from its model metadata,
- * then from each answer; FP32 until one of them has been seen); FP64 for a
- * lanepack-JSON backend, whose outputs are JSON numbers (never chosen per value). */
-static lp_dtype_t v2_out_dtype(const lp_model_t *m) {
-  if (m->cfg->protocol != LP_PROTO_V2) return LP_DT_FP64;
-  return m->v2_out_dtype != LP_DT_INVALID ? m->v2_out_dtype : LP_DT_FP32;
-}
-
-static void metadata(lp_buf_t *bp, lp_model_t *m) {
-#define b (*bp)
-  lp_buf_puts(&b, "{\"name\":");
-  lp_buf_json_str(&b, m->cfg->name, strlen(m->cfg->name));
-  lp_buf_puts(&b, ",\"versions\":[\"1\"],\"platform\":\"lanepack\",\"inputs\":[{\"name\":\"input_ids\","
-                  "\"datatype\":\"INT64\",\"shape\":[-1,-1]}],\"outputs\":[{\"name\":");
-  const char *on = output_name(m);
-  lp_buf_json_str(&b, on, strlen(on));
-  lp_buf_puts(&b, ",\"datatype\":\"");
-  lp_buf_puts(&b, lp_dtype_name(v2_out_dtype(m)));
-  lp_buf_puts(&b, "\",\"shape\":[-1,-1,-1]}],\"parameters\":{\"max_sequence_length\":");
-  lp_buf_u64(&b, lp_bucket_set_max_len(&m->shapes));
-  lp_buf_puts(&b, "}}\n");
-#undef b
-}
-
-static void status_only(lp_buf_t *b, lp_page_t *pg, int ok) {
-  pg->status = ok ? 200 : 503;
-  lp_buf_puts(b, ok ? "{}\n" : "{\"error\":\"not ready\"}\n");
-}
-
-void lp__v2_render_page(lp_proxy_t *p, int v2r, const char *url, size_t path_len, lp_buf_t *body,
-                        lp_page_t *pg) {
-  const char *name;
-  size_t nlen;
-  lp_v2_route(url, path_len, &name, &nlen);
-  if (v2r == LP_V2_READY) {
-    int ready = !p->unready;
-    for (size_t i = 0; i < p->nmodels && ready; i++) ready = lp__model_ready(&p->models[i]);
-    status_only(body, pg, ready);
-    return;
-  }
-  lp_model_t *m = find_model(p, &p->cfg, name, nlen);
-  if (!m) {
-    pg->status = 404;
-    pg->code = "unknown_model";
-    snprintf(pg->msg, sizeof(pg->msg), "no model named '%.*s'", (int)(nlen > 64 ? 64 : nlen), name);
-  } else if (v2r == LP_V2_MODEL) {
-    metadata(body, m);
-  } else {
-    status_only(body, pg, !p->unready && lp__model_ready(m));
-  }
-}
-
 static void infer(lp_front_t *f, lp_http_req_t *req, lp_model_t *m) {
   lp_front_t *p = f;
   const lp_model_config_t *mc = &f->cfg->models[m - f->proxy->models];
@@ -127,7 +40,7 @@ static void infer(lp_front_t *f, lp_http_req_t *req, lp_model_t *m) {
   else if (t->ndim < 1 || t->ndim > 2) bad = "'input_ids' must have shape [n], [1, n] or [k, n]";
   else if (msg.n > 1) bad = "'input_ids' is the only input";
   for (int k = 0; !bad && k < msg.nwant; k++)
-    if (strcmp(msg.want[k], output_name_of(mc)) != 0) bad = "unknown output requested";
+    if (strcmp(msg.want[k], lp__v2_output_name_of(mc)) != 0) bad = "unknown output requested";
   size_t k = !t || t->ndim == 1 ? 1 : (size_t)t->shape[0];
   size_t n = !t ? 0 : t->ndim == 1 ? (size_t)t->shape[0] : (size_t)t->shape[1];
   if (!bad && k > f->cfg->max_sequences_per_request) {
@@ -297,7 +210,7 @@ static int text_output(lp_job_t *job, int per_segment, lp_v2_out_t *o, void **da
 int lp__v2_answer(lp_job_t *job, int per_segment, lp_buf_t *out_body, const char **ctype,
                   char *hdr, size_t hdrlen) {
   lp_model_t *m = job->model;
-  lp_v2_out_t o = {.name = output_name(m), .ndim = 0};
+  lp_v2_out_t o = {.name = lp__v2_output_name(m), .ndim = 0};
   o.shape[o.ndim++] = (int64_t)job->v2_rows;
   if (!per_segment) o.shape[o.ndim++] = (int64_t)job->seqs[0].len;
   void *data = NULL;
@@ -348,7 +261,7 @@ int lp__v2_route(lp_front_t *f, lp_http_req_t *req) {
     lp__v2_reject(f, req, 404, "not_found", "no such route");
     return 1;
   }
-  lp_model_t *m = find_model(f->proxy, f->cfg, name, nlen);
+  lp_model_t *m = lp__v2_find_model(f->proxy, f->cfg, name, nlen);
   if (!m) {
     char msg[200];
     snprintf(msg, sizeof(msg), "no model named '%.*s'", (int)(nlen > 64 ? 64 : nlen), name);

@@ -41,3 +41,10 @@ void lp__answer_unref(lp_answer_t *a) {
   lp_buf_free(&a->body);
   free(a);
 }
+
+void lp__put_output(lp_buf_t *b, const lp_seq_t *s) {
+  if (s->out_wrap) lp_buf_puts(b, "[");
+  if (s->out) lp_buf_append(b, s->out, s->out_len);
+  else lp_tensor_write_json(b, &s->ans->out, s->out_first, s->out_n, s->out_inner);
+  if (s->out_wrap) lp_buf_puts(b, "]");
+}

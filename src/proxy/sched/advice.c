@@ -370,9 +370,26 @@ static int shape_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, double p99_ms,
   return 0;
 }
 
+/* A query parameter as a non-negative integer: def when absent, -1 malformed. */
+static long query_uint(const char *url, size_t path_len, const char *name, long def) {
+  const char *q = url + path_len;
+  size_t n = strlen(name);
+  while (*q) {
+    q++; /* '?' or '&' */
+    if (strncmp(q, name, n) == 0 && q[n] == '=') {
+      char *end;
+      long v = strtol(q + n + 1, &end, 10);
+      if (end == q + n + 1 || (*end && *end != '&') || v < 0) return -1;
+      return v;
+    }
+    q += strcspn(q, "&");
+  }
+  return def;
+}
+
 void lp__advice_page(lp_proxy_t *p, lp_job_t *job) {
   const char *url = job->admin_url, *query = url + job->admin_path_len;
-  long k = lp__query_uint(url, job->admin_path_len, "k", 3);
+  long k = query_uint(url, job->admin_path_len, "k", 3);
   double p99_ms = 0, rate = 0;
   int lat = query_double(query, "p99_ms", &p99_ms);
   int rated = query_double(query, "rate", &rate);
@@ -419,3 +436,5 @@ void lp__advice_free(lp_proxy_t *p) {
   q->tail = NULL;
   q->queued = 0;
 }
+
+/* Query parameter value as an unsigned integer; def when absent. -1 if bad. */

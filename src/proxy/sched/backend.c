@@ -10,37 +10,6 @@
 #include "lanepack/log.h"
 #include "proxy.h"
 
-/* A shape found missing on a backend (a shape mismatch, a v2 404 or "not
- * ready") may be back soon: Triton answers 404 while it reloads a model. The
- * backend is asked again after a backoff that doubles from LP_RECHECK_FIRST_MS
- * up to LP_RECHECK_MAX_MS, and starts afresh after a quiet spell. */
-#define LP_RECHECK_FIRST_MS 500
-#define LP_RECHECK_MAX_MS 16000
-
-void lp__backend_shape_missing(lp_backend_t *b, int k) {
-  uint64_t now = lp__now();
-  b->missing |= 1u << k;
-  if (!b->recheck_ms || now - b->missing_ns > 2ull * LP_RECHECK_MAX_MS * 1000000)
-    b->recheck_ms = LP_RECHECK_FIRST_MS;
-  b->missing_ns = now;
-  if (!b->recheck_at) b->recheck_at = now + (uint64_t)b->recheck_ms * 1000000;
-}
-
-void lp__backend_shape_found(lp_backend_t *b, int k) {
-  b->missing &= ~(1u << k);
-  if (!b->missing) b->recheck_at = 0;
-}
-
-/* The shell's record of a health change, whoever decided it. */
-static void note_health(lp_backend_t *b, int healthy) {
-  if (b->healthy == healthy) return;
-  b->healthy = healthy;
-  if (healthy && b->missing) b->recheck_at = lp__now(); /* back: ask at once */
-  lp_log(healthy ? LP_LOG_INFO : LP_LOG_WARN, healthy ? "backend up" : "backend down",
-         "\"model\": \"%s\", \"backend\": \"%s\"", b->model->cfg->name, b->url);
-}
-
-void lp__backend_health_changed(lp_backend_t *b, int up) { note_health(b, up && !b->retired); }
 
 /* A probe's verdict: up at once, down after unhealthy_after failures in a row.
  * The core hears every verdict (it ends its own probing of a backend it marked
@@ -49,7 +18,7 @@ static void probe_result(lp_backend_t *b, int ok) {
   if (b->retired) return;
   if (ok) b->probe_fails = 0;
   else if (++b->probe_fails < b->model->proxy->cfg.unhealthy_after) return;
-  note_health(b, ok);
+  lp__backend_note_health(b, ok);
   lp__model_backend_health(b->model, b, ok);
 }
 

@@ -460,7 +460,7 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
   if (m->answer && m->cfg->protocol == LP_PROTO_V2) lp__v2_adopt(m, m->answer);
   m->result_http = x->result == LP_XFER_OK && x->status != 200 ? (int)x->status : 0;
   lp_disp_result(m->disp, bt->id, &r, now);
-  lp__model_pump(m);
+  m->pump(m);
   m->delivering = NULL;
   m->result_http = 0;
   lp__answer_unref(m->answer); /* the jobs hold their own references */

@@ -1,5 +1,6 @@
-/* A request's life after admission: its answer, built once every sequence has
- * its output, or its failure. When it ends is the dispatch core's to say (its
+/* Runs on the scheduler thread: a request's life after admission: each
+ * sequence's span of its batch's answer kept, then the job handed back to its
+ * front to be answered (front/deliver.c), or its failure written down. When it ends is the dispatch core's to say (its
  * ANSWER action, within the request's bound); a client gone is told to it. */
 #include <errno.h>
 #include <stdio.h>
@@ -13,7 +14,7 @@
 
 /* The job's references to its batches' answers, dropped once its client is
  * written: a batch's answer goes with the last job it serves. */
-static void drop_outputs(lp_job_t *job) {
+void lp__job_drop_outputs(lp_job_t *job) {
   for (uint32_t i = 0; i < job->nseq; i++) {
     lp__answer_unref(job->seqs[i].ans);
     job->seqs[i].ans = NULL;
@@ -37,7 +38,7 @@ void lp__job_free(lp_job_t *job) {
     lp__job_hand_back(job); /* the last touch: it is the front's now */
     return;
   }
-  drop_outputs(job);
+  lp__job_drop_outputs(job);
   free(job->tracestate);
   free(job); /* one block with its sequences, tokens and id */
 }
@@ -55,21 +56,13 @@ int lp__job_waiting(const lp_job_t *job) {
 void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg) {
   if (job->answered) return;
   job->answered = 1;
-  if (job->front->remote) { /* written down: the front answers when the job is back */
-    if (!job->waited) return;
-    job->res_status = status;
-    snprintf(job->res_code, sizeof(job->res_code), "%s", code);
-    snprintf(job->res_msg, sizeof(job->res_msg), "%s", msg);
-    return;
-  }
-  if (!job->req) return;
-  const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
-  lp_http_req_t *req = job->req;
-  req->app = NULL; /* before answering: a failed write frees req at once */
-  job->req = NULL;
-  if (job->v2) lp__v2_reject_job(job->front, req, status, code, msg, job);
-  else if (job->openai) lp__openai_reject(job->front, req, status, hdr, code, msg, NULL, job);
-  else lp__reject_job(job->front, req, LP_ROUTE_INFER, status, hdr, code, msg, NULL, job);
+  /* written down: a remote front answers when the job is back; one loop's
+   * front answers now */
+  if (job->front->remote ? !job->waited : !job->req) return;
+  job->res_status = status;
+  snprintf(job->res_code, sizeof(job->res_code), "%s", code);
+  snprintf(job->res_msg, sizeof(job->res_msg), "%s", msg);
+  if (!job->front->remote) job->proxy->answer_now(job);
 }
 
 void lp__job_cancel(lp_job_t *job) {
@@ -90,7 +83,7 @@ void lp__job_cancel(lp_job_t *job) {
   job->in_core = 0;
   lp_disp_cancel(m->disp, (uint64_t)(uintptr_t)job, lp__now());
   lp__job_free(job);
-  lp__model_pump(m);
+  m->pump(m);
 }
 
 /* ---- answering ---- */
@@ -116,21 +109,6 @@ void lp__put_ms(lp_buf_t *b, uint64_t ns) {
   lp_buf_puts(b, frac);
 }
 
-static void put_batch(lp_buf_t *b, const lp_seq_t *s) {
-  lp_buf_puts(b, "{\"id\": ");
-  lp_buf_u64(b, s->batch_id);
-  lp_buf_puts(b, ", \"shape\": [");
-  lp_buf_u64(b, s->lanes);
-  lp_buf_puts(b, ", ");
-  lp_buf_u64(b, s->bucket);
-  lp_buf_puts(b, "], \"lane\": ");
-  lp_buf_u64(b, s->lane);
-  lp_buf_puts(b, ", \"offset\": ");
-  lp_buf_u64(b, s->offset);
-  lp_buf_puts(b, "}");
-}
-
-#define HEAD_ROOM LP_HEAD_ROOM
 
 /* wrap: a per-token slice of JSON text, to be wrapped in [ ] when written; bt
  * and g: the batch and segment that answered (the answer reports that batch
@@ -174,10 +152,7 @@ static void seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, l
   job->res_per_segment = per_segment;
   job->answered = 1;
   if (job->front->remote) return; /* written when the job is handed back */
-  lp_http_req_t *req = job->req;
-  req->app = NULL; /* before answering: a failed write frees req at once */
-  job->req = NULL;
-  lp__job_deliver(job->front, job, req);
+  job->proxy->answer_now(job);
 }
 
 void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_answer_t *ans,
@@ -209,133 +184,13 @@ void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *
   seq_done(s, bt, g, ans, NULL, n * lp_dtype_size(dtype), per_segment, !job->v2);
 }
 
-/* ---- the front's side: the answer written where the connection lives ---- */
-
-void lp__put_output(lp_buf_t *b, const lp_seq_t *s) {
-  if (s->out_wrap) lp_buf_puts(b, "[");
-  if (s->out) lp_buf_append(b, s->out, s->out_len);
-  else lp_tensor_write_json(b, &s->ans->out, s->out_first, s->out_n, s->out_inner);
-  if (s->out_wrap) lp_buf_puts(b, "]");
-}
-
-/* A /v1/infer answer's body, from the sequences' spans. */
-static void v1_body(lp_buf_t *body, const lp_job_t *job, uint64_t queue_ns, uint64_t backend_ns, uint64_t now) {
-  lp_buf_puts(body, "{");
-  if (job->id_json) {
-    lp_buf_puts(body, "\"id\": ");
-    lp_buf_puts(body, job->id_json);
-    lp_buf_puts(body, ", ");
-  }
-  if (!job->multi) {
-    lp_buf_puts(body, "\"output\": ");
-    lp__put_output(body, &job->seqs[0]);
-    lp_buf_puts(body, ", \"batch\": ");
-    put_batch(body, &job->seqs[0]);
-  } else {
-    lp_buf_puts(body, "\"outputs\": [");
-    for (uint32_t i = 0; i < job->nseq; i++) {
-      if (i) lp_buf_puts(body, ", ");
-      lp__put_output(body, &job->seqs[i]);
-    }
-    lp_buf_puts(body, "], \"batches\": [");
-    for (uint32_t i = 0; i < job->nseq; i++) {
-      if (i) lp_buf_puts(body, ", ");
-      put_batch(body, &job->seqs[i]);
-    }
-    lp_buf_puts(body, "]");
-  }
-  lp_buf_puts(body, ", \"timing_ms\": {\"queue\": ");
-  lp__put_ms(body, queue_ns);
-  lp_buf_puts(body, ", \"backend\": ");
-  lp__put_ms(body, backend_ns);
-  lp_buf_puts(body, ", \"total\": ");
-  lp__put_ms(body, now - job->arrive_ns);
-  lp_buf_puts(body, "}}\n");
-}
-
-/* A success written to req: 0, or -ENOMEM (nothing sent), -EPROTO / -EDOM (a
- * v2 client's answer cannot be made of its parts: nothing sent). */
-static int write_success(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
-  lp_buf_t out;
-  lp_buf_init(&out);
-  lp_http_take_buf(req, &out); /* a pooled request's buffer */
-  uint64_t now = lp__now(), queue_ns, backend_ns;
-  lp__job_times(job, &queue_ns, &backend_ns);
-  const char *ctype = "application/json";
-  char extra[96] = "";
-  /* the head's room: a client's tracestate comes back in it */
-  const size_t room = HEAD_ROOM + (req->tracestate[0] ? strlen(req->tracestate) + sizeof("tracestate: \r\n") : 0);
-  size_t need = room + 256 + (job->id_json ? strlen(job->id_json) : 0);
-  for (uint32_t i = 0; i < job->nseq; i++) need += job->seqs[i].out_len + 160;
-  if (lp_buf_reserve(&out, need)) {
-    lp_buf_free(&out);
-    return -ENOMEM;
-  }
-  out.len = room;
-  if (job->v2) {
-    lp_buf_t v2body;
-    lp_buf_init(&v2body);
-    int rc = lp__v2_answer(job, job->res_per_segment, &v2body, &ctype, extra, sizeof(extra));
-    if (!rc) lp_buf_append(&out, v2body.data, v2body.len);
-    lp_buf_free(&v2body);
-    if (rc) {
-      lp_buf_free(&out);
-      return rc;
-    }
-  } else if (job->openai) {
-    int rc = lp__openai_body(f, &out, job);
-    if (rc) {
-      lp_buf_free(&out);
-      return rc;
-    }
-  } else {
-    v1_body(&out, job, queue_ns, backend_ns, now);
-  }
-  lp_buf_t *head = &f->scratch;
-  lp_buf_reset(head);
-  lp_http_head(req, head, 200, extra[0] ? extra : NULL, ctype, out.len - room);
-  if (out.oom || head->oom || head->len > room) {
-    lp_buf_free(&out);
-    return -ENOMEM;
-  }
-  lp_hist_observe(&f->t_queue, (double)queue_ns / 1e9);
-  lp_hist_observe(&f->t_backend, (double)backend_ns / 1e9);
-  lp_hist_observe(&f->t_total, (double)(now - job->arrive_ns) / 1e9);
-  memcpy(out.data + room - head->len, head->data, head->len);
-  lp_proxy_count(f, job->v2 ? LP_ROUTE_V2_INFER : job->openai ? LP_ROUTE_EMBEDDINGS : LP_ROUTE_INFER, 200);
-  lp__access_log(f, req, 200, job);
-  lp_http_respond_raw_at(req, &out, room - head->len);
-  lp_buf_free(&out);
-  return 0;
-}
-
-void lp__job_deliver(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
-  int status = job->res_status ? job->res_status : 503;
-  const char *code = job->res_status ? job->res_code : "out_of_memory";
-  const char *msg = job->res_status ? job->res_msg : "proxy out of memory";
-  if (job->res_status == 200) {
-    int rc = write_success(f, job, req);
-    drop_outputs(job);
-    if (!rc) return;
-    status = rc == -ENOMEM ? 503 : 502;
-    code = rc == -ENOMEM ? "out_of_memory" : "bad_backend_answer";
-    msg = rc == -ENOMEM ? "proxy out of memory"
-          : rc == -EPROTO && job->openai ? "the backend's outputs are not vectors of numbers: use /v1/infer for this model"
-          : rc == -EPROTO ? "the backend's outputs are not numbers: use /v1/infer for this model"
-                          : "the backends answered this request's sequences in different datatypes or shapes";
-  }
-  const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
-  if (job->v2) lp__v2_reject_job(f, req, status, code, msg, job);
-  else if (job->openai) lp__openai_reject(f, req, status, hdr, code, msg, NULL, job);
-  else lp__reject_job(f, req, LP_ROUTE_INFER, status, hdr, code, msg, job->res_extra[0] ? job->res_extra : NULL, job);
-}
 
 void lp__job_release(lp_job_t *job) {
   /* the only holder (refs 1, read by the holder) skips the locked decrement */
   if (__atomic_load_n(&job->refs, __ATOMIC_ACQUIRE) != 1 &&
       __atomic_sub_fetch(&job->refs, 1, __ATOMIC_ACQ_REL) != 0)
     return;
-  drop_outputs(job);
+  lp__job_drop_outputs(job);
   lp_buf_free(&job->res_body);
   free(job->admin_url);
   free(job->tracestate);

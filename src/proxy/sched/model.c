@@ -1,7 +1,8 @@
-/* A model: its dispatch core (the whole policy, lp_disp_t) and the shell around
- * it: admission handed to the core, shape states and health mirrored into it,
+/* Runs on the scheduler thread. A model: its dispatch core (the whole policy,
+ * lp_disp_t) and the shell around it: admission handed to the core (shapes
+ * and health are mirrored into it by shapes.c),
  * its actions drained after every event (SEND, OUTPUT, ANSWER, HEALTH) and one
- * timer armed at its wake time. The clock the core sees is read here only. */
+ * timer armed at its wake time. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +22,6 @@ static const double time_bounds[] = {0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.
                                      0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2, 5, 10};
 static const double error_bounds[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5};
 
-
-uint64_t lp__now(void) { return uv_hrtime(); }
 
 void lp__disp_config(const lp_config_t *pc, const lp_model_config_t *cfg, const lp_bucket_set_t *shapes,
                      lp_disp_config_t *c) {
@@ -213,6 +212,7 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   memset(m, 0, sizeof(*m));
   m->wake_fd = -1;
   m->proxy = p;
+  m->pump = lp__model_pump;
   /* batch span ids should be random (W3C): a seed from the kernel, else the clock */
   if (getrandom(&m->trace_rng, sizeof(m->trace_rng), GRND_NONBLOCK) != sizeof(m->trace_rng))
     m->trace_rng = uv_hrtime() ^ (uint64_t)(uintptr_t)m;
@@ -304,58 +304,6 @@ int lp__model_ready(const lp_model_t *m) {
 }
 
 /* ---- shapes and health, mirrored into the core ---- */
-
-void lp__model_remove_shape(lp_model_t *m, size_t k) {
-  if (lp_bucket_set_remove(&m->shapes, k)) return;
-  lp_disp_set_shape(m->disp, k, 0, 0);
-  m->batches_by_shape[k] = 0;
-  lp_hist_init(&m->fill_by_shape[k], fill_bounds, sizeof(fill_bounds) / sizeof(fill_bounds[0]));
-  for (size_t i = 0; i < m->nbackends; i++) {
-    lp_backend_t *b = &m->backends[i];
-    b->shape_state[k] = LP_SHAPE_UNAVAILABLE;
-    lp__backend_shape_found(b, (int)k);
-  }
-}
-
-void lp__model_shape_added(lp_model_t *m, size_t k) {
-  lp_disp_set_shape(m->disp, k, m->shapes.shapes[k].lanes, m->shapes.shapes[k].bucket);
-}
-
-void lp__model_shapes_changed(lp_model_t *m) {
-  for (size_t k = 0; k < m->shapes.count; k++) {
-    lp_shape_state_t best = LP_SHAPE_UNAVAILABLE;
-    for (size_t i = 0; i < m->nbackends; i++) {
-      if (m->backends[i].retired) continue; /* it gets no batch again: its shapes admit nothing */
-      lp_shape_state_t s = m->backends[i].shape_state[k];
-      if (s == LP_SHAPE_COMPILED || (s == LP_SHAPE_COMPILING && best == LP_SHAPE_UNAVAILABLE))
-        best = s;
-    }
-    m->shapes.shapes[k].state = best;
-  }
-  /* the core fails at once what no shape anywhere holds now */
-  uint64_t now = lp__now();
-  lp_shape_state_t none[LP_BUCKET_MAX_SHAPES];
-  for (size_t k = 0; k < LP_BUCKET_MAX_SHAPES; k++) none[k] = LP_SHAPE_UNAVAILABLE;
-  /* the backends in service first: a shape moving from one backend to another
-   * (a reload swapping them) is never held by none in between */
-  for (int pass = 0; pass < 2; pass++)
-    for (size_t i = 0; i < m->nbackends; i++) {
-      const lp_backend_t *b = &m->backends[i];
-      int live = !b->retired;
-      if (live == (pass == 0))
-        lp_disp_backend_shapes(m->disp, (uint32_t)i, live ? b->shape_state : none, m->shapes.count, now);
-    }
-  lp__model_pump(m);
-}
-
-void lp__model_backend_health(lp_model_t *m, lp_backend_t *b, int up) {
-  lp_disp_backend_health(m->disp, (uint32_t)(b - m->backends), up, lp__now());
-  lp__model_pump(m);
-}
-
-void lp__model_backend_devices(lp_model_t *m, lp_backend_t *b, uint32_t devices) {
-  lp_disp_backend_devices(m->disp, (uint32_t)(b - m->backends), devices, lp__now());
-}
 
 void lp__model_fail_all(lp_model_t *m, lp_disp_status_t status) {
   lp_disp_fail_all(m->disp, status, lp__now());

@@ -19,7 +19,6 @@
 
 static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", "readyz",
                                                   "metrics", "advice", "other", "v2_infer", "v2", "embeddings"};
-extern const int lp__status_codes[LP_STATUS_SLOTS];
 
 /* One sample per model, or per backend, of a value read by a small function. */
 typedef uint64_t (*model_value_fn)(const lp_model_t *m);
@@ -432,4 +431,23 @@ int lp__render_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, lp_buf_t *b, cha
   }
   lp_buf_printf(b, "], \"rejected\": %llu}\n", (unsigned long long)a[0].rejected);
   return 0;
+}
+
+void lp__render_page(lp_proxy_t *p, int route, int v2r, const char *url, size_t path_len, lp_buf_t *b,
+                     lp_page_t *pg) {
+  *pg = (lp_page_t){.status = 200, .ctype = "application/json"};
+  if (route == LP_ROUTE_V2) {
+    lp__v2_render_page(p, v2r, url, path_len, b, pg);
+  } else if (route == LP_ROUTE_READYZ) {
+    int ready = !p->unready;
+    for (size_t i = 0; i < p->nmodels && ready; i++) ready = lp__model_ready(&p->models[i]);
+    lp_buf_printf(b, "{\"ready\": %s%s}\n", ready ? "true" : "false",
+                  p->unready ? ", \"reason\": \"shutting down\"" : "");
+    pg->status = ready ? 200 : 503;
+  } else if (route == LP_ROUTE_METRICS) {
+    lp__render_metrics(p, b);
+    pg->ctype = "text/plain; version=0.0.4; charset=utf-8";
+  } else if (route == LP_ROUTE_MODELS) {
+    lp__render_models(p, b);
+  }
 }

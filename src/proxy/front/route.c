@@ -1,0 +1,164 @@
+/* Runs on a front thread: each parsed request to its route (inference, the
+ * OpenAI and v2 routes, probes, pages), with the token and admin-listener
+ * rules; and a client's leaving, told to whoever holds its job. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "proxy.h"
+
+static int path_is(const lp_http_req_t *r, const char *path) {
+  return r->path_len == strlen(path) && memcmp(r->url, path, r->path_len) == 0;
+}
+
+static void respond_json(lp_front_t *f, lp_http_req_t *req, int route, int status, lp_buf_t *b) {
+  lp_proxy_count(f, route, status);
+  lp_http_respond(req, status, NULL, "application/json", b->data, b->len);
+}
+
+static int method_ok(lp_front_t *f, lp_http_req_t *req, int route, int want) {
+  if (req->method == want || (want == LP_HTTP_GET && req->method == LP_HTTP_HEAD)) return 1;
+  lp_proxy_reject(f, req, route, 405, want == LP_HTTP_GET ? "Allow: GET\r\n" : "Allow: POST\r\n",
+                  "method_not_allowed", want == LP_HTTP_GET ? "use GET" : "use POST", NULL);
+  return 0;
+}
+
+static void handle_infer(lp_front_t *f, lp_http_req_t *req, const char *model, size_t mlen) {
+  if (!method_ok(f, req, LP_ROUTE_INFER, LP_HTTP_POST)) return;
+  lp_job_t *job = lp__infer_parse(f, req, model, mlen);
+  if (!job) return;
+  lp__front_submit(f, req, job);
+}
+
+/* Whole tokens compared in time that depends on the lengths only, not on
+ * where they differ. */
+static int token_eq(const char *a, size_t alen, const char *b) {
+  size_t blen = strlen(b);
+  unsigned char d = alen != blen;
+  for (size_t i = 0; i < alen && i < blen; i++) d |= (unsigned char)(a[i] ^ b[i]);
+  return d == 0;
+}
+
+/* "Bearer TOKEN" (RFC 6750: the scheme in any case, then spaces) with TOKEN
+ * one of the configured ones, whole: the header reaches here uncut (one
+ * header only: a repeat is refused by the server) and every token is read
+ * whole from its file. The front's own copy of the tokens (remote) or the
+ * proxy's. */
+static int authorized(lp_front_t *f, const lp_http_req_t *req) {
+  char **tokens = f->remote ? f->tokens : f->proxy->tokens;
+  size_t ntokens = f->remote ? f->ntokens : f->proxy->ntokens;
+  if (!ntokens) return 1;
+  const char *h = req->authorization;
+  size_t n = req->authorization_len;
+  if (!h || n < 7 || strncasecmp(h, "Bearer ", 7) != 0) return 0;
+  const char *t = h + 7;
+  n -= 7;
+  while (n && *t == ' ') t++, n--;
+  while (n && (t[n - 1] == ' ' || t[n - 1] == '\t')) n--;
+  int ok = 0;
+  for (size_t i = 0; i < ntokens; i++) ok |= token_eq(t, n, tokens[i]);
+  return ok;
+}
+
+static int is_admin_route(const lp_http_req_t *req) {
+  return path_is(req, "/metrics") || path_is(req, "/v1/models") || path_is(req, "/v1/buckets/advice");
+}
+
+/* The server refused a request itself (a limit, bad framing, a repeated
+ * header, a timeout): counted and logged like any other error. */
+void lp__on_reject(lp_http_req_t *req, int status, const char *code, void *ud) {
+  lp_front_t *f = ud;
+  lp_proxy_count(f, LP_ROUTE_OTHER, status);
+  lp__count_rejection(f, code);
+  lp__access_log(f, req, status, NULL);
+}
+
+static void route(lp_front_t *f, lp_http_req_t *req, int on_admin);
+
+void lp__on_request(lp_http_req_t *req, void *ud) {
+  lp_front_t *f = ud;
+  LP_RELAXED_INC(f->served);
+  route(f, req, 0);
+}
+
+void lp__on_admin_request(lp_http_req_t *req, void *ud) { route(ud, req, 1); }
+
+/* Routes: with an admin listener, its routes live there only and inference
+ * never does; probes answer on both. Client routes under /v1/ and /v2/models
+ * need a bearer token when tokens are configured, and so do the admin routes
+ * when they share the client port (/metrics shows backend URLs and load); the
+ * admin listener (loopback by default) and the probes do not. */
+static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
+  lp_buf_t *b = &f->scratch;
+  lp_buf_reset(b);
+  static const char prefix[] = "/v1/models/";
+  int probe = path_is(req, "/healthz") || path_is(req, "/readyz");
+  int has_admin = f->cfg->admin_listen[0] != 0;
+  if (!probe && has_admin && on_admin != is_admin_route(req)) {
+    lp_proxy_reject(f, req, LP_ROUTE_OTHER, 404, NULL, "not_found",
+                    on_admin ? "not on the admin listener" : "no such route", NULL);
+    return;
+  }
+  int client_route = strncmp(req->url, "/v1/", 4) == 0 || strncmp(req->url, "/v2/models", 10) == 0 ||
+                     path_is(req, "/v2") || is_admin_route(req);
+  if (!on_admin && !probe && client_route && !authorized(f, req)) {
+    lp_proxy_reject(f, req, LP_ROUTE_OTHER, 401, "WWW-Authenticate: Bearer\r\n", "unauthorized",
+                    "a valid 'Authorization: Bearer TOKEN' header is required", NULL);
+    return;
+  }
+  if (!on_admin && lp__v2_route(f, req)) {
+    /* the Open Inference Protocol: its own routes and error form */
+  } else if (path_is(req, "/v1/infer")) {
+    handle_infer(f, req, NULL, 0);
+  } else if (path_is(req, "/v1/embeddings")) {
+    lp__embeddings_request(f, req);
+  } else if (req->path_len > sizeof(prefix) - 1 && strncmp(req->url, prefix, sizeof(prefix) - 1) == 0) {
+    const char *name = req->url + sizeof(prefix) - 1;
+    size_t rest = req->path_len - (sizeof(prefix) - 1);
+    const char *slash = memchr(name, '/', rest);
+    if (slash && (size_t)(req->url + req->path_len - slash) == strlen("/infer") &&
+        strncmp(slash, "/infer", 6) == 0 && slash > name)
+      handle_infer(f, req, name, (size_t)(slash - name));
+    else
+      lp_proxy_reject(f, req, LP_ROUTE_OTHER, 404, NULL, "not_found", "no such route", NULL);
+  } else if (path_is(req, "/healthz")) {
+    if (!method_ok(f, req, LP_ROUTE_HEALTHZ, LP_HTTP_GET)) return;
+    lp_buf_puts(b, "{\"status\": \"ok\"}\n");
+    respond_json(f, req, LP_ROUTE_HEALTHZ, 200, b);
+  } else if (path_is(req, "/readyz")) {
+    if (!method_ok(f, req, LP_ROUTE_READYZ, LP_HTTP_GET)) return;
+    lp__front_page(f, req, LP_ROUTE_READYZ, 0);
+  } else if (path_is(req, "/metrics")) {
+    if (!method_ok(f, req, LP_ROUTE_METRICS, LP_HTTP_GET)) return;
+    lp_proxy_count(f, LP_ROUTE_METRICS, 200);
+    lp__front_page(f, req, LP_ROUTE_METRICS, 0);
+  } else if (path_is(req, "/v1/models")) {
+    if (!method_ok(f, req, LP_ROUTE_MODELS, LP_HTTP_GET)) return;
+    lp__front_page(f, req, LP_ROUTE_MODELS, 0);
+  } else if (path_is(req, "/v1/buckets/advice")) {
+    if (!method_ok(f, req, LP_ROUTE_ADVICE, LP_HTTP_GET)) return;
+    lp__front_page(f, req, LP_ROUTE_ADVICE, 0);
+  } else {
+    lp_proxy_reject(f, req, LP_ROUTE_OTHER, 404, NULL, "not_found", "no such route", NULL);
+  }
+}
+
+void lp__on_cancel(lp_http_req_t *req, void *ud) {
+  lp_front_t *f = ud;
+  lp_job_t *job = req->app;
+  if (!job) return;
+  req->app = NULL;
+  if (!f->remote) {
+    if (job->admin_route) job->front_req = NULL; /* its page is dropped when it comes */
+    else lp__job_cancel(job);
+    return;
+  }
+  /* the scheduler hears it (after the job itself, if that still waits here);
+   * the job is freed once every reference is dropped */
+  lp__front_flush(f);
+  job->front_req = NULL;
+  __atomic_fetch_add(&job->refs, 1, __ATOMIC_RELAXED);
+  lp__mbox_push_cancel(&f->proxy->inbox, job);
+}

@@ -1,0 +1,100 @@
+/* Runs on a front thread: jobs and page requests handed to the scheduler
+ * (directly with one loop, through its mailbox once per loop turn with
+ * several), and a page's answer written. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxy.h"
+
+/* A page of the scheduler's state: rendered here with one loop, by the
+ * scheduler (a message there and back) with several. */
+void lp__front_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
+  if (f->remote || route == LP_ROUTE_ADVICE) { /* the advice may wait for its worker */
+    lp__front_ask_page(f, req, route, v2r);
+    return;
+  }
+  lp_page_t pg;
+  lp_buf_reset(&f->scratch);
+  lp__render_page(f->proxy, route, v2r, req->url, req->path_len, &f->scratch, &pg);
+  lp__front_answer_page(f, req, route, v2r, &f->scratch, &pg);
+}
+
+void lp__front_answer_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r, const lp_buf_t *body,
+                           const lp_page_t *pg) {
+  (void)v2r;
+  if (pg->code) {
+    if (route == LP_ROUTE_V2) lp__v2_reject(f, req, pg->status, pg->code, pg->msg);
+    else lp_proxy_reject(f, req, route, pg->status, pg->hdr, pg->code, pg->msg, NULL);
+    return;
+  }
+  if (route != LP_ROUTE_METRICS) lp_proxy_count(f, route, pg->status); /* /metrics counts itself first */
+  lp_http_respond(req, pg->status, pg->hdr, pg->ctype, body->data, body->len);
+}
+
+static void on_front_flush_soon(uv_idle_t *h);
+
+void lp__front_submit(lp_front_t *f, lp_http_req_t *req, lp_job_t *job) {
+  req->app = job;
+  if (!f->remote) {
+    lp__model_admit(job->model, job);
+    return;
+  }
+  job->req = NULL; /* the scheduler's view: it never sees the request */
+  job->front_req = req;
+  job->refs = 1;
+  job->waited = 1;
+  /* with the others of this loop turn, after its reads (on_front_flush) */
+  job->mq_next = NULL;
+  if (f->to_sched) {
+    f->to_sched_last->mq_next = job;
+  } else {
+    f->to_sched = job;
+    /* a job queued after this turn's check (a close callback) must not wait
+     * for the next wake-up: the idle handle keeps the next poll from sleeping */
+    uv_idle_start(&f->flush_soon, on_front_flush_soon);
+  }
+  f->to_sched_last = job;
+}
+
+void lp__front_flush(lp_front_t *f) {
+  if (!f->to_sched) return;
+  uv_idle_stop(&f->flush_soon);
+  lp__mbox_push_jobs(&f->proxy->inbox, f->to_sched, f->to_sched_last);
+  f->to_sched = f->to_sched_last = NULL;
+}
+
+void lp__front_on_flush(uv_check_t *h) { lp__front_flush(container_of(h, lp_front_t, flush)); }
+
+static void on_front_flush_soon(uv_idle_t *h) { lp__front_flush(container_of(h, lp_front_t, flush_soon)); }
+
+void lp__front_publish(lp_front_t *f) {
+  size_t n = (f->httpd ? lp_httpd_connections(f->httpd) : 0) + (f->admin ? lp_httpd_connections(f->admin) : 0);
+  LP_RELAXED_STORE(f->conns, (uint64_t)n);
+}
+
+void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
+  lp__front_publish(f); /* the asking front's count is current (the others' as of their last tick) */
+  lp_job_t *job = calloc(1, sizeof(*job));
+  char *url = job ? malloc(req->url_len + 1) : NULL;
+  if (!url) {
+    free(job);
+    lp_proxy_reject(f, req, route == LP_ROUTE_V2 ? LP_ROUTE_V2 : route, 503, "Retry-After: 1\r\n",
+                    "out_of_memory", "proxy out of memory", NULL);
+    return;
+  }
+  memcpy(url, req->url, req->url_len + 1);
+  job->proxy = f->proxy;
+  job->front = f;
+  job->admin_route = route;
+  job->admin_v2 = v2r;
+  job->admin_url = url;
+  job->nseq = 0;
+  job->admin_path_len = req->path_len;
+  job->front_req = req;
+  job->refs = 1;
+  job->waited = 1;
+  req->app = job;
+  if (f->remote) lp__mbox_push_job(&f->proxy->inbox, job);
+  else lp__sched_page(f->proxy, job); /* one loop: the scheduler's own */
+}
