@@ -115,7 +115,7 @@ def documented(source, pattern, page, what):
 
 # Keys the loader accepts: those it compares with strcmp(key, "...") (the refused
 # ones it compares through its list of reasons, and documents as refused).
-documented("src/proxy/process/config.c", r'strcmp\(key, "([a-z0-9_]+)"\)', "doc/configuration.md", "keys")
+documented("src/proxy/common/config.c", r'strcmp\(key, "([a-z0-9_]+)"\)', "doc/configuration.md", "keys")
 # Metrics the status page exports.
 documented("src/proxy/sched/status.c", r'"(lanepack_[a-z0-9_]+)"', "doc/metrics.md", "metrics")
 finish()

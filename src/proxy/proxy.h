@@ -105,7 +105,7 @@ typedef struct lp_alog_s {
  * up to LP_RECHECK_MAX_MS, and starts afresh after a quiet spell. */
 #define LP_RECHECK_FIRST_MS 500
 #define LP_RECHECK_MAX_MS 16000
-/* The statuses counted per route, 0-terminated (front/reject.c). */
+/* The statuses counted per route, 0-terminated (sched/status.c). */
 extern const int lp__status_codes[LP_STATUS_SLOTS];
 
 /* A backend's answer (or one v2 sequence's values), shared by the sequences
@@ -622,7 +622,8 @@ lp_job_t *lp__job_new_text(lp_front_t *f, lp_model_t *m, const int32_t *tokens, 
  * trace context is advice) go with it into batches. */
 void lp__job_bind(lp_job_t *job, lp_http_req_t *req);
 
-/* Whether each sequence fits a shape the model can run now: 0, or -1 with e. */
+/* sched/job.c: whether each sequence fits a shape the model can run now: 0,
+ * or -1 with e. */
 int lp__job_check_shapes(lp_job_t *job, const char *field, lp_perr_t *e);
 
 /* model.c: admission, shape states, the core's events and actions */

@@ -10,7 +10,7 @@
 #include "lanepack/dispatch.h"
 #include "lanepack/sim.h"
 
-/* The proxy's defaults (src/proxy/process/config.c) where the core leaves them open. */
+/* The proxy's defaults (src/proxy/common/config.c) where the core leaves them open. */
 #define BACKEND_TIMEOUT_NS 30000000000ull
 /* health_interval_ms: a backend the core marked down is probed this often; the
  * modelled backends are alive, so the next probe brings it back */

@@ -304,35 +304,6 @@ int lp__clamp_priority(int64_t priority) {
   return (int)(priority > 1000 ? 1000 : priority < -1000 ? -1000 : priority);
 }
 
-int lp__job_check_shapes(lp_job_t *job, const char *field, lp_perr_t *e) {
-  lp_model_t *m = job->model;
-  int multi = job->multi;
-  for (uint32_t i = 0; i < job->nseq; i++) {
-    uint32_t maxlen, len = job->seqs[i].len;
-    int v = lp_bucket_set_admit(&m->shapes, len, &maxlen);
-    if (v == LP_ADMIT_EMPTY) {
-      if (multi) fail(e, 400, "empty_sequence", "%s[%u] is empty", field, i);
-      else fail(e, 400, "empty_sequence", "'%s' is empty", field);
-      return -1;
-    }
-    if (v == LP_ADMIT_TOO_LONG) {
-      if (multi)
-        fail(e, 413, "sequence_too_long", "%s[%u] has %u tokens, the largest bucket holds %u",
-             field, i, len, maxlen);
-      else
-        fail(e, 413, "sequence_too_long", "'%s' has %u tokens, the largest bucket holds %u",
-             field, len, maxlen);
-      snprintf(e->extra, sizeof(e->extra), ", \"max_len\": %u", maxlen);
-      return -1;
-    }
-    if (v == LP_ADMIT_NO_SHAPE) {
-      fail(e, 503, "no_shape_available", "no shape of model '%s' is available", m->cfg->name);
-      return -1;
-    }
-  }
-  return 0;
-}
-
 void lp__job_bind(lp_job_t *job, lp_http_req_t *req) {
   job->req = req;
   memcpy(job->request_id, req->request_id, sizeof(job->request_id));

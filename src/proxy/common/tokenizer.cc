@@ -1,5 +1,6 @@
 // The C interface of lanepack/tokenizer.h over SentencePiece's C++ processor:
-// the one C++ file of the proxy; nothing here allocates per call but the
+// the one C++ file of the proxy (loaded with the configuration, called by the
+// fronts as they parse text); nothing here allocates per call but the
 // library's own id vector.
 #include "lanepack/tokenizer.h"
 
