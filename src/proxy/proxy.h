@@ -6,6 +6,7 @@
 #ifndef LANEPACK_PROXY_H
 #define LANEPACK_PROXY_H
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <uv.h>
@@ -589,6 +590,11 @@ typedef struct lp_perr_s {
   char msg[256];
   char extra[96];
 } lp_perr_t;
+/* common/perr.c: e set to status, code and the formatted message. */
+void lp__perr_set(lp_perr_t *e, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void lp__perr_vset(lp_perr_t *e, int status, const char *code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 
 /* infer.c: the bounds both routes put on a request's time fields. A deadline
  * (deadline_ms, or v2's timeout) past an hour counts as an hour, the longest

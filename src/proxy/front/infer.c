@@ -15,15 +15,14 @@
 
 typedef lp_perr_t perr_t;
 
+/* The refusal written down; NULL, what a parser returns on refusal. */
 static lp_job_t *fail(perr_t *e, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static lp_job_t *fail(perr_t *e, int status, const char *code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+  lp__perr_vset(e, status, code, fmt, ap);
   va_end(ap);
-  e->status = status;
-  e->code = code;
   return NULL;
 }
 

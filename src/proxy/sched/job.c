@@ -3,7 +3,6 @@
  * front to be answered (front/deliver.c), or its failure written down. When it ends is the dispatch core's to say (its
  * ANSWER action, within the request's bound); a client gone is told to it. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,17 +11,6 @@
 #include "proxy.h"
 
 /* ---- admission ---- */
-
-static void perr(lp_perr_t *e, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void perr(lp_perr_t *e, int status, const char *code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-  va_end(ap);
-  e->status = status;
-  e->code = code;
-}
 
 /* Runs where the model's shapes live: the scheduler, or the one loop with
  * threads: 1 (then the front calls it as it parses). */
@@ -33,22 +21,22 @@ int lp__job_check_shapes(lp_job_t *job, const char *field, lp_perr_t *e) {
     uint32_t maxlen, len = job->seqs[i].len;
     int v = lp_bucket_set_admit(&m->shapes, len, &maxlen);
     if (v == LP_ADMIT_EMPTY) {
-      if (multi) perr(e, 400, "empty_sequence", "%s[%u] is empty", field, i);
-      else perr(e, 400, "empty_sequence", "'%s' is empty", field);
+      if (multi) lp__perr_set(e, 400, "empty_sequence", "%s[%u] is empty", field, i);
+      else lp__perr_set(e, 400, "empty_sequence", "'%s' is empty", field);
       return -1;
     }
     if (v == LP_ADMIT_TOO_LONG) {
       if (multi)
-        perr(e, 413, "sequence_too_long", "%s[%u] has %u tokens, the largest bucket holds %u",
+        lp__perr_set(e, 413, "sequence_too_long", "%s[%u] has %u tokens, the largest bucket holds %u",
              field, i, len, maxlen);
       else
-        perr(e, 413, "sequence_too_long", "'%s' has %u tokens, the largest bucket holds %u",
+        lp__perr_set(e, 413, "sequence_too_long", "'%s' has %u tokens, the largest bucket holds %u",
              field, len, maxlen);
       snprintf(e->extra, sizeof(e->extra), ", \"max_len\": %u", maxlen);
       return -1;
     }
     if (v == LP_ADMIT_NO_SHAPE) {
-      perr(e, 503, "no_shape_available", "no shape of model '%s' is available", m->cfg->name);
+      lp__perr_set(e, 503, "no_shape_available", "no shape of model '%s' is available", m->cfg->name);
       return -1;
     }
   }
