@@ -9,7 +9,7 @@
 #include "proxy.h"
 
 const int lp__status_codes[LP_STATUS_SLOTS] = {200, 400, 401, 404, 405, 408, 409, 411, 413, 415,
-                                               417, 429, 431, 500, 502, 503, 504, 505, 0};
+                                               417, 422, 424, 429, 431, 500, 502, 503, 504, 505, 0};
 
 void lp_proxy_count(lp_front_t *f, int route, int status) {
   int s = 0;

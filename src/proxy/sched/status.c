@@ -18,7 +18,8 @@
 #include "proxy.h"
 
 static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", "readyz",
-                                                  "metrics", "advice", "other", "v2_infer", "v2", "embeddings"};
+                                                  "metrics", "advice", "other", "v2_infer", "v2", "embeddings",
+                                                  "embed", "rerank", "tokenize"};
 
 /* One sample per model, or per backend, of a value read by a small function. */
 typedef uint64_t (*model_value_fn)(const lp_model_t *m);
