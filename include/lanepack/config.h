@@ -65,6 +65,7 @@ typedef struct lp_model_config_s {
   /* "tokenizer": text inputs become token ids on the front that read them */
   char sentencepiece[LP_URL_MAX]; /* a SentencePiece model file; "" = token ids only */
   char sentencepiece_options[64]; /* its encode options, e.g. "bos:eos"; "" = none */
+  char pair_template[256];        /* /rerank's (query, text) layout, e.g. "<s> $A </s></s> $B </s>"; "" = none */
 } lp_model_config_t;
 
 typedef struct lp_config_s {
@@ -124,6 +125,10 @@ int lp_config_validate(const lp_config_t *c, char *err, size_t errlen);
 
 /* The effective configuration as JSON text (malloc'd, caller frees). */
 char *lp_config_dump(const lp_config_t *c);
+
+/* A piece's id in a tokenizer (ud: its lp_tok_t), or -1: the lookup
+ * lp_tei_template_load is given. */
+int32_t lp_config_piece_id(const void *ud, const char *piece);
 
 const lp_model_config_t *lp_config_model(const lp_config_t *c, const char *name);
 

@@ -27,6 +27,39 @@ lp_tok_t *lp_tok_load(const char *path, const char *extra_options, char *err, si
  * (the library refused the text). */
 long lp_tok_encode(const lp_tok_t *t, const char *text, size_t len, int32_t *ids, size_t cap);
 
+/* The same without the encode options (no "bos"/"eos" pieces added): a part
+ * of a pair, which a template joins. */
+long lp_tok_encode_plain(const lp_tok_t *t, const char *text, size_t len, int32_t *ids, size_t cap);
+
+/* The ids of text cut to at most max with the encode options applied after the
+ * cut, so the pieces they add stay (an "eos" is not cut off): the text's own
+ * pieces lose their end (or their start when left). Returns the count, or
+ * -E2BIG when the options' pieces alone fill max, -ENOMEM / -EINVAL. */
+long lp_tok_encode_fit(const lp_tok_t *t, const char *text, size_t len, size_t max, int left, int32_t *ids,
+                       size_t cap);
+
+/* The id of a piece of the vocabulary (e.g. "</s>"), or -1 when it has none. */
+int32_t lp_tok_piece_id(const lp_tok_t *t, const char *piece);
+
+/* One piece of an encoded text: its id, where its surface lies in the text
+ * (bytes [begin, end)), and whether it is a control piece the options add
+ * ("<s>", "</s>": no surface). */
+typedef struct lp_tok_piece_s {
+  int32_t id;
+  uint32_t begin, end;
+  int special;
+} lp_tok_piece_t;
+
+/* The pieces of text (with the encode options when special), at most cap
+ * into out: the count (more than cap: call again with room), or -ENOMEM /
+ * -EINVAL. */
+long lp_tok_pieces(const lp_tok_t *t, const char *text, size_t len, int special, lp_tok_piece_t *out,
+                   size_t cap);
+
+/* A piece's name in the vocabulary (e.g. "</s>"), NUL-terminated; valid while
+ * t is; "" for an id out of range. */
+const char *lp_tok_piece_name(const lp_tok_t *t, int32_t id);
+
 /* The model's vocabulary size: every id is below it. */
 int32_t lp_tok_vocab(const lp_tok_t *t);
 

@@ -16,6 +16,7 @@
 #include "lanepack/bucket.h"
 #include "lanepack/buf.h"
 #include "lanepack/config.h"
+#include "lanepack/tei.h"
 #include "lanepack/tokenizer.h"
 #include "lanepack/trace.h"
 #include "lanepack/devclock.h"
@@ -98,8 +99,8 @@ typedef struct lp_alog_s {
   lp_buf_t buf;           /* whole lines not yet written */
 } lp_alog_t;
 
-#define LP_ROUTE_COUNT 10
-#define LP_STATUS_SLOTS 20
+#define LP_ROUTE_COUNT 13
+#define LP_STATUS_SLOTS 22
 /* A shape found missing on a backend (a shape mismatch, a v2 404 or "not
  * ready") may be back soon: Triton answers 404 while it reloads a model. The
  * backend is asked again after a backoff that doubles from LP_RECHECK_FIRST_MS
@@ -208,6 +209,10 @@ struct lp_job_s {
   int openai_base64;      /* ... its vectors as base64 float32 */
   size_t openai_tokens;   /* ... its tokens, for "usage" */
   char openai_model[LP_NAME_MAX]; /* ... the model it named, echoed */
+  int tei;                /* a TEI client (its LP_ROUTE_TEI_*, else 0): answered in its shapes */
+  int tei_normalize;      /* ... /embed: unit-length vectors */
+  int tei_raw_scores;     /* ... /rerank: scores without the sigmoid */
+  char *tei_texts;        /* ... /rerank with return_text: the texts, NUL-separated; owned */
   int v2_binary;          /* ... in binary */
   size_t v2_rows;         /* k of its [k, n] input_ids */
   /* its outputs as a v2 backend answered them: each sequence's out holds raw
@@ -446,6 +451,9 @@ struct lp_proxy_s {
   /* each model's tokenizer, or NULL: loaded at start, read by every front
    * (encoding only reads it), kept until the end (a reload may not change it) */
   lp_tok_t *tok[LP_MAX_MODELS];
+  /* each model's /rerank pair template with its pieces' ids (nparts 0: none);
+   * set at start, read by every front */
+  lp_tei_template_t pair[LP_MAX_MODELS];
   char **tokens;           /* bearer tokens clients must show; owned; NULL: none */
   size_t ntokens;
   lp_upstream_t *up;
@@ -743,6 +751,20 @@ void lp__backend_shape_missing(lp_backend_t *b, int k);
 /* Shape k is there after all: nothing to ask about it. */
 void lp__backend_shape_found(lp_backend_t *b, int k);
 
+/* front/tei.c: text-embeddings-inference's routes, POST /embed, /rerank and
+ * /tokenize (route: LP_ROUTE_TEI_*). */
+void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route);
+/* An error in TEI's shape, counted under route and logged as every refusal. */
+void lp__tei_reject(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *type,
+                    const char *code, const char *msg, const lp_job_t *job);
+/* A finished TEI job's error: lanepack's status and code as TEI's (queue full
+ * 429 overloaded, too long 422 tokenizer, a backend's failure 424 backend). */
+void lp__tei_reject_job(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *code,
+                        const char *msg, const lp_job_t *job);
+/* The answer's body: /embed's vectors, /rerank's ranks by score. -EPROTO when
+ * an output is not a vector of numbers, -ENOMEM. */
+int lp__tei_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
+
 /* embeddings.c (a front's): POST /v1/embeddings, OpenAI's embeddings API. */
 void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req);
 /* An error in OpenAI's shape (param: the request field at fault, or NULL),
@@ -752,6 +774,10 @@ void lp__openai_reject(lp_front_t *f, lp_http_req_t *req, int status, const char
 /* The answer's body: every sequence's vector in input order, the model, the
  * usage. -EPROTO when an output is not a vector of numbers, -ENOMEM. */
 int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
+/* A finished sequence's output read as a vector into f->vec: the count, or
+ * -EPROTO when it is not an array of numbers (a lone number is a vector of
+ * one when scalar_ok), -ENOMEM. */
+long lp__seq_vector(lp_front_t *f, const lp_seq_t *s, int scalar_ok);
 /* f->vec holds at least n floats: 0 or -ENOMEM. */
 int lp__grow_floats(lp_front_t *f, size_t n);
 /* job.c: a finished sequence's output as JSON text (its span of the answer). */
@@ -774,6 +800,7 @@ void lp__advice_page(lp_proxy_t *p, lp_job_t *job);
 void lp__advice_free(lp_proxy_t *p);
 
 enum { LP_ROUTE_INFER = 0, LP_ROUTE_MODELS, LP_ROUTE_HEALTHZ, LP_ROUTE_READYZ, LP_ROUTE_METRICS,
-       LP_ROUTE_ADVICE, LP_ROUTE_OTHER, LP_ROUTE_V2_INFER, LP_ROUTE_V2, LP_ROUTE_EMBEDDINGS };
+       LP_ROUTE_ADVICE, LP_ROUTE_OTHER, LP_ROUTE_V2_INFER, LP_ROUTE_V2, LP_ROUTE_EMBEDDINGS,
+       LP_ROUTE_TEI_EMBED, LP_ROUTE_TEI_RERANK, LP_ROUTE_TEI_TOKENIZE };
 
 #endif

@@ -1,5 +1,6 @@
 /* Configuration: JSON file + flags, every key checked, errors naming the key. */
 #include "lanepack/config.h"
+#include "lanepack/tei.h"
 #include "lanepack/tokenizer.h"
 
 #include <errno.h>
@@ -100,7 +101,7 @@ static int get_str(ctx_t *x, json_t *v, const char *path, char *out, size_t cap)
 }
 
 /* The "tokenizer" object of a model: {"sentencepiece": PATH, "extra_options":
- * "bos:eos"} (the library's own encode options). */
+ * "bos:eos"} (the library's own encode options), "pair_template" (/rerank's). */
 static int load_tokenizer(ctx_t *x, lp_model_config_t *m, json_t *o, const char *tpath) {
   char path[300];
   const char *key;
@@ -114,8 +115,12 @@ static int load_tokenizer(ctx_t *x, lp_model_config_t *m, json_t *o, const char 
       if (!json_is_string(v) || json_string_length(v) >= sizeof(m->sentencepiece_options))
         return fail(x, path, "must be a string such as \"bos:eos\"");
       memcpy(m->sentencepiece_options, json_string_value(v), json_string_length(v) + 1);
+    } else if (strcmp(key, "pair_template") == 0) {
+      if (!json_is_string(v) || json_string_length(v) >= sizeof(m->pair_template))
+        return fail(x, path, "must be a string such as \"<s> $A </s></s> $B </s>\"");
+      memcpy(m->pair_template, json_string_value(v), json_string_length(v) + 1);
     } else {
-      return fail(x, path, "unknown key (sentencepiece, extra_options)");
+      return fail(x, path, "unknown key (sentencepiece, extra_options, pair_template)");
     }
   }
   if (!m->sentencepiece[0]) return fail(x, tpath, "needs \"sentencepiece\": the model file's path");
@@ -462,6 +467,8 @@ int lp_config_load_file(lp_config_t *c, const char *path, char *err, size_t errl
   return rc;
 }
 
+int32_t lp_config_piece_id(const void *ud, const char *piece) { return lp_tok_piece_id(ud, piece); }
+
 const lp_model_config_t *lp_config_model(const lp_config_t *c, const char *name) {
   for (size_t i = 0; i < c->nmodels; i++)
     if (strcmp(c->models[i].name, name) == 0) return &c->models[i];
@@ -516,7 +523,13 @@ int lp_config_validate(const lp_config_t *c, char *err, size_t errlen) {
         snprintf(tpath, sizeof(tpath), "%s.tokenizer", path);
         return fail(&x, tpath, "cannot load the SentencePiece model '%s': %s", m->sentencepiece, terr);
       }
+      lp_tei_template_t tpl;
+      char tpath[160];
+      snprintf(tpath, sizeof(tpath), "%s.tokenizer.pair_template", path);
+      int bad_tpl = m->pair_template[0] && lp_tei_template_load(m->pair_template, lp_config_piece_id, t, &tpl,
+                                                                 terr, sizeof(terr));
       lp_tok_free(t);
+      if (bad_tpl) return fail(&x, tpath, "%s", terr);
     }
   }
   if (c->auth_tokens_file[0]) {
@@ -615,6 +628,7 @@ char *lp_config_dump(const lp_config_t *c) {
       json_t *tk = json_object();
       json_object_set_new(tk, "sentencepiece", json_string(m->sentencepiece));
       json_object_set_new(tk, "extra_options", json_string(m->sentencepiece_options));
+      if (m->pair_template[0]) json_object_set_new(tk, "pair_template", json_string(m->pair_template));
       json_object_set_new(o, "tokenizer", tk);
     }
     json_object_set_new(o, "ragged", json_boolean(m->ragged));

@@ -1,11 +1,13 @@
 // The C interface of lanepack/tokenizer.h over SentencePiece's C++ processor:
 // the one C++ file of the proxy (loaded with the configuration, called by the
 // fronts as they parse text); nothing here allocates per call but the
-// library's own id vector.
+// library's own id vector and piece list.
 #include "lanepack/tokenizer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <new>
 #include <string>
 #include <string_view>
@@ -14,7 +16,11 @@
 #include <sentencepiece_processor.h>
 
 struct lp_tok_s {
-  sentencepiece::SentencePieceProcessor sp;
+  sentencepiece::SentencePieceProcessor sp;    // with the encode options
+  sentencepiece::SentencePieceProcessor plain; // without them (loaded only when there are some)
+  bool has_options = false;
+  std::string options;                         // "bos:eos", applied by hand after a cut
+  const sentencepiece::SentencePieceProcessor &raw() const { return has_options ? plain : sp; }
 };
 
 extern "C" lp_tok_t *lp_tok_load(const char *path, const char *extra_options, char *err, size_t errlen) {
@@ -25,7 +31,12 @@ extern "C" lp_tok_t *lp_tok_load(const char *path, const char *extra_options, ch
   }
   try {
     auto st = t->sp.Load(std::string_view(path));
-    if (st.ok() && extra_options && *extra_options) st = t->sp.SetEncodeExtraOptions(std::string_view(extra_options));
+    if (st.ok() && extra_options && *extra_options) {
+      st = t->sp.SetEncodeExtraOptions(std::string_view(extra_options));
+      if (st.ok()) st = t->plain.Load(std::string_view(path));
+      t->has_options = true;
+      t->options = extra_options;
+    }
     if (!st.ok()) {
       std::snprintf(err, errlen, "%s", st.ToString().c_str());
       delete t;
@@ -39,10 +50,11 @@ extern "C" lp_tok_t *lp_tok_load(const char *path, const char *extra_options, ch
   return t;
 }
 
-extern "C" long lp_tok_encode(const lp_tok_t *t, const char *text, size_t len, int32_t *ids, size_t cap) {
+static long encode_with(const sentencepiece::SentencePieceProcessor &sp, const char *text, size_t len,
+                        int32_t *ids, size_t cap) {
   try {
     std::vector<int> v;
-    auto st = t->sp.Encode(std::string_view(text, len), &v);
+    auto st = sp.Encode(std::string_view(text, len), &v);
     if (!st.ok()) return -EINVAL;
     for (size_t i = 0; i < v.size() && i < cap; i++) ids[i] = v[i];
     return static_cast<long>(v.size());
@@ -51,6 +63,83 @@ extern "C" long lp_tok_encode(const lp_tok_t *t, const char *text, size_t len, i
   } catch (const std::exception &) {
     return -EINVAL;
   }
+}
+
+extern "C" long lp_tok_encode(const lp_tok_t *t, const char *text, size_t len, int32_t *ids, size_t cap) {
+  return encode_with(t->sp, text, len, ids, cap);
+}
+
+extern "C" long lp_tok_encode_plain(const lp_tok_t *t, const char *text, size_t len, int32_t *ids, size_t cap) {
+  return encode_with(t->raw(), text, len, ids, cap);
+}
+
+extern "C" long lp_tok_encode_fit(const lp_tok_t *t, const char *text, size_t len, size_t max, int left,
+                                  int32_t *ids, size_t cap) {
+  try {
+    std::vector<int> v;
+    auto st = t->raw().Encode(std::string_view(text, len), &v);
+    if (!st.ok()) return -EINVAL;
+    // the options, split at ':', in the library's order (it applies them so)
+    std::vector<std::string> opts;
+    size_t added = 0;
+    for (size_t at = 0; at <= t->options.size() && t->has_options;) {
+      size_t end = t->options.find(':', at);
+      if (end == std::string::npos) end = t->options.size();
+      opts.emplace_back(t->options.substr(at, end - at));
+      added += opts.back() == "bos" || opts.back() == "eos";
+      at = end + 1;
+    }
+    if (added >= max) return -E2BIG;
+    if (v.size() + added > max) {
+      size_t keep = max - added;
+      if (left) v.erase(v.begin(), v.end() - static_cast<long>(keep));
+      else v.resize(keep);
+    }
+    for (const auto &o : opts) {
+      if (o == "reverse") std::reverse(v.begin(), v.end());
+      else if (o == "bos") v.insert(v.begin(), t->sp.bos_id());
+      else if (o == "eos") v.push_back(t->sp.eos_id());
+    }
+    for (size_t i = 0; i < v.size() && i < cap; i++) ids[i] = v[i];
+    return static_cast<long>(v.size());
+  } catch (const std::bad_alloc &) {
+    return -ENOMEM;
+  } catch (const std::exception &) {
+    return -EINVAL;
+  }
+}
+
+extern "C" int32_t lp_tok_piece_id(const lp_tok_t *t, const char *piece) {
+  int id = t->sp.PieceToId(std::string_view(piece));
+  // an unknown piece comes back as the unknown piece's id: only a match counts
+  if (id < 0 || t->sp.IdToPiece(id) != piece) return -1;
+  return id;
+}
+
+extern "C" long lp_tok_pieces(const lp_tok_t *t, const char *text, size_t len, int special, lp_tok_piece_t *out,
+                              size_t cap) {
+  try {
+    sentencepiece::ImmutableSentencePieceText spt;
+    const auto &sp = special ? t->sp : t->raw();
+    auto st = sp.Encode(std::string_view(text, len), spt.mutable_proto());
+    if (!st.ok()) return -EINVAL;
+    size_t n = spt.pieces_size();
+    for (size_t i = 0; i < n && i < cap; i++) {
+      auto p = spt.pieces(static_cast<int>(i));
+      int id = static_cast<int>(p.id());
+      out[i] = lp_tok_piece_t{id, p.begin(), p.end(), sp.IsControl(id) ? 1 : 0};
+    }
+    return static_cast<long>(n);
+  } catch (const std::bad_alloc &) {
+    return -ENOMEM;
+  } catch (const std::exception &) {
+    return -EINVAL;
+  }
+}
+
+extern "C" const char *lp_tok_piece_name(const lp_tok_t *t, int32_t id) {
+  if (id < 0 || id >= t->sp.GetPieceSize()) return "";
+  return t->sp.IdToPiece(id).c_str();
 }
 
 extern "C" int32_t lp_tok_vocab(const lp_tok_t *t) { return t->sp.GetPieceSize(); }

@@ -88,8 +88,8 @@ static int write_success(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
       lp_buf_free(&out);
       return rc;
     }
-  } else if (job->openai) {
-    int rc = lp__openai_body(f, &out, job);
+  } else if (job->openai || job->tei) {
+    int rc = job->tei ? lp__tei_body(f, &out, job) : lp__openai_body(f, &out, job);
     if (rc) {
       lp_buf_free(&out);
       return rc;
@@ -108,7 +108,8 @@ static int write_success(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
   lp_hist_observe(&f->t_backend, (double)backend_ns / 1e9);
   lp_hist_observe(&f->t_total, (double)(now - job->arrive_ns) / 1e9);
   memcpy(out.data + room - head->len, head->data, head->len);
-  lp_proxy_count(f, job->v2 ? LP_ROUTE_V2_INFER : job->openai ? LP_ROUTE_EMBEDDINGS : LP_ROUTE_INFER, 200);
+  lp_proxy_count(f, job->v2 ? LP_ROUTE_V2_INFER : job->openai ? LP_ROUTE_EMBEDDINGS : job->tei ? job->tei : LP_ROUTE_INFER,
+                 200);
   lp__access_log(f, req, 200, job);
   lp_http_respond_raw_at(req, &out, room - head->len);
   lp_buf_free(&out);
@@ -126,12 +127,13 @@ void lp__job_deliver(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
     status = rc == -ENOMEM ? 503 : 502;
     code = rc == -ENOMEM ? "out_of_memory" : "bad_backend_answer";
     msg = rc == -ENOMEM ? "proxy out of memory"
-          : rc == -EPROTO && job->openai ? "the backend's outputs are not vectors of numbers: use /v1/infer for this model"
+          : rc == -EPROTO && (job->openai || job->tei) ? "the backend's outputs are not vectors of numbers: use /v1/infer for this model"
           : rc == -EPROTO ? "the backend's outputs are not numbers: use /v1/infer for this model"
                           : "the backends answered this request's sequences in different datatypes or shapes";
   }
   const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
   if (job->v2) lp__v2_reject_job(f, req, status, code, msg, job);
   else if (job->openai) lp__openai_reject(f, req, status, hdr, code, msg, NULL, job);
+  else if (job->tei) lp__tei_reject_job(f, req, job->tei, status, code, msg, job);
   else lp__reject_job(f, req, LP_ROUTE_INFER, status, hdr, code, msg, job->res_extra[0] ? job->res_extra : NULL, job);
 }

@@ -109,16 +109,10 @@ void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req) {
 }
 
 int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
-  lp_buf_t *text = &f->vec_text;
   lp_buf_puts(out, "{\"object\": \"list\", \"data\": [");
   for (uint32_t i = 0; i < job->nseq; i++) {
-    lp_buf_reset(text);
-    lp__put_output(text, &job->seqs[i]);
-    /* at most one value per two bytes of "[1,2]" text: room for them all */
-    size_t most = text->len / 2 + 1;
-    if (text->oom || lp__grow_floats(f, most)) return -ENOMEM;
-    long n = lp_openai_floats(text->data, text->len, f->vec, most);
-    if (n < 0) return n == -ENOMEM ? -ENOMEM : -EPROTO;
+    long n = lp__seq_vector(f, &job->seqs[i], 0);
+    if (n < 0) return (int)n;
     if (i) lp_buf_puts(out, ", ");
     lp_openai_embedding(out, i, f->vec, (size_t)n, job->openai_base64);
   }
@@ -127,6 +121,24 @@ int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
   lp_buf_printf(out, ", \"usage\": {\"prompt_tokens\": %zu, \"total_tokens\": %zu}}\n", job->openai_tokens,
                 job->openai_tokens);
   return out->oom ? -ENOMEM : 0;
+}
+
+long lp__seq_vector(lp_front_t *f, const lp_seq_t *s, int scalar_ok) {
+  lp_buf_t *text = &f->vec_text;
+  lp_buf_reset(text);
+  lp__put_output(text, s);
+  if (scalar_ok && text->len && text->data[0] != '[') { /* one number per segment */
+    lp_buf_puts(text, "]");
+    if (!text->oom) {
+      memmove(text->data + 1, text->data, text->len - 1);
+      text->data[0] = '[';
+    }
+  }
+  /* at most one value per two bytes of "[1,2]" text: room for them all */
+  size_t most = text->len / 2 + 1;
+  if (text->oom || lp__grow_floats(f, most)) return -ENOMEM;
+  long n = lp_openai_floats(text->data, text->len, f->vec, most);
+  return n >= 0 ? n : n == -ENOMEM ? -ENOMEM : -EPROTO;
 }
 
 int lp__grow_floats(lp_front_t *f, size_t n) {

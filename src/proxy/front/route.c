@@ -87,7 +87,7 @@ void lp__on_admin_request(lp_http_req_t *req, void *ud) { route(ud, req, 1); }
 
 /* Routes: with an admin listener, its routes live there only and inference
  * never does; probes answer on both. Client routes under /v1/ and /v2/models
- * need a bearer token when tokens are configured, and so do the admin routes
+ * and TEI's (/embed, /rerank, /tokenize) need a bearer token when tokens are configured, and so do the admin routes
  * when they share the client port (/metrics shows backend URLs and load); the
  * admin listener (loopback by default) and the probes do not. */
 static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
@@ -101,8 +101,11 @@ static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
                     on_admin ? "not on the admin listener" : "no such route", NULL);
     return;
   }
+  int tei = path_is(req, "/embed") ? LP_ROUTE_TEI_EMBED
+            : path_is(req, "/rerank") ? LP_ROUTE_TEI_RERANK
+            : path_is(req, "/tokenize") ? LP_ROUTE_TEI_TOKENIZE : 0;
   int client_route = strncmp(req->url, "/v1/", 4) == 0 || strncmp(req->url, "/v2/models", 10) == 0 ||
-                     path_is(req, "/v2") || is_admin_route(req);
+                     path_is(req, "/v2") || is_admin_route(req) || tei;
   if (!on_admin && !probe && client_route && !authorized(f, req)) {
     lp_proxy_reject(f, req, LP_ROUTE_OTHER, 401, "WWW-Authenticate: Bearer\r\n", "unauthorized",
                     "a valid 'Authorization: Bearer TOKEN' header is required", NULL);
@@ -114,6 +117,8 @@ static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
     handle_infer(f, req, NULL, 0);
   } else if (path_is(req, "/v1/embeddings")) {
     lp__embeddings_request(f, req);
+  } else if (tei) {
+    lp__tei_request(f, req, tei);
   } else if (req->path_len > sizeof(prefix) - 1 && strncmp(req->url, prefix, sizeof(prefix) - 1) == 0) {
     const char *name = req->url + sizeof(prefix) - 1;
     size_t rest = req->path_len - (sizeof(prefix) - 1);

@@ -135,6 +135,12 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
                mc->sentencepiece, err);
         return -EINVAL;
       }
+      /* checked by the configuration's validation: it loads here too */
+      if (mc->pair_template[0] &&
+          lp_tei_template_load(mc->pair_template, lp_config_piece_id, p->tok[i], &p->pair[i], err, sizeof(err))) {
+        lp_log(LP_LOG_ERROR, "tokenizer", "\"model\": \"%s\", \"pair_template\": \"%s\"", mc->name, err);
+        return -EINVAL;
+      }
     }
   }
   uv_idle_init(loop, &p->kick);

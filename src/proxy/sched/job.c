@@ -73,6 +73,7 @@ void lp__job_free(lp_job_t *job) {
   }
   lp__job_drop_outputs(job);
   free(job->tracestate);
+  free(job->tei_texts);
   free(job); /* one block with its sequences, tokens and id */
 }
 
@@ -227,5 +228,6 @@ void lp__job_release(lp_job_t *job) {
   lp_buf_free(&job->res_body);
   free(job->admin_url);
   free(job->tracestate);
+  free(job->tei_texts);
   free(job);
 }

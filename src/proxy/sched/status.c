@@ -18,13 +18,14 @@
 #include "proxy.h"
 
 static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", "readyz",
-                                                  "metrics", "advice", "other", "v2_infer", "v2", "embeddings"};
+                                                  "metrics", "advice", "other", "v2_infer", "v2", "embeddings",
+                                                  "embed", "rerank", "tokenize"};
 
 /* One sample per model, or per backend, of a value read by a small function. */
 /* The statuses the fronts count answers by (lp_proxy_count), each a slot of
  * their counters, named here where the counters are rendered. */
 const int lp__status_codes[LP_STATUS_SLOTS] = {200, 400, 401, 404, 405, 408, 409, 411, 413, 415,
-                                               417, 429, 431, 500, 502, 503, 504, 505, 0};
+                                               417, 422, 424, 429, 431, 500, 502, 503, 504, 505, 0};
 
 typedef uint64_t (*model_value_fn)(const lp_model_t *m);
 typedef uint64_t (*backend_value_fn)(const lp_backend_t *b);

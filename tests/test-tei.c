@@ -1,0 +1,155 @@
+/* The TEI routes' codec: the three requests with TEI's defaults, each bad one
+ * answered with TEI's status and type naming the field, the pair template
+ * parsed and laid out (cut from either end), the rank order, and the answers'
+ * and error's shapes. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lanepack/tei.h"
+#include "testutil.h"
+
+static int parse(int route, const char *body, lp_tei_req_t *r, int *status, const char **type, char *err) {
+  return lp_tei_parse(route, body, strlen(body), 3, r, status, type, err, 200);
+}
+
+START_TEST(requests_and_defaults) {
+  lp_tei_req_t r;
+  int st = 0;
+  const char *ty = NULL;
+  char err[200];
+  ck_assert_int_eq(parse(LP_TEI_EMBED, "{\"inputs\": \"hello\"}", &r, &st, &ty, err), 0);
+  ck_assert_uint_eq(r.ntexts, 1);
+  ck_assert_uint_eq(r.texts[0].len, 5);
+  ck_assert_int_eq(r.normalize, 1);
+  ck_assert_int_eq(r.truncate, 0);
+  ck_assert_int_eq(r.left, 0);
+  ck_assert_str_eq(r.model, "");
+  lp_tei_req_free(&r);
+  ck_assert_int_eq(parse(LP_TEI_EMBED, "{\"inputs\": [\"a\", \"bc\"], \"normalize\": false, \"truncate\": true, "
+                                       "\"truncation_direction\": \"Left\", \"model\": \"m\", \"prompt_name\": null}",
+                         &r, &st, &ty, err), 0);
+  ck_assert_uint_eq(r.ntexts, 2);
+  ck_assert_int_eq(r.normalize, 0);
+  ck_assert_int_eq(r.truncate, 1);
+  ck_assert_int_eq(r.left, 1);
+  ck_assert_str_eq(r.model, "m");
+  lp_tei_req_free(&r);
+  ck_assert_int_eq(parse(LP_TEI_RERANK, "{\"query\": \"q\", \"texts\": [\"a\", \"b\", \"c\"], \"raw_scores\": true, "
+                                        "\"return_text\": true, \"truncate\": null}", &r, &st, &ty, err), 0);
+  ck_assert_uint_eq(r.query.len, 1);
+  ck_assert_uint_eq(r.ntexts, 3);
+  ck_assert_int_eq(r.raw_scores, 1);
+  ck_assert_int_eq(r.return_text, 1);
+  ck_assert_int_eq(r.truncate, 0);
+  lp_tei_req_free(&r);
+  ck_assert_int_eq(parse(LP_TEI_TOKENIZE, "{\"inputs\": [\"x\"], \"add_special_tokens\": false}", &r, &st, &ty, err), 0);
+  ck_assert_int_eq(r.add_special_tokens, 0);
+  lp_tei_req_free(&r);
+}
+END_TEST
+
+START_TEST(bad_requests) {
+  static const struct {
+    int route;
+    const char *body;
+    int status;
+    const char *type, *word;
+  } bad[] = {
+      {LP_TEI_EMBED, "{\"inputs\": ", 400, LP_TEI_VALIDATION, "JSON"},
+      {LP_TEI_EMBED, "[1]", 422, LP_TEI_VALIDATION, "object"},
+      {LP_TEI_EMBED, "{}", 422, LP_TEI_VALIDATION, "`inputs`"},
+      {LP_TEI_EMBED, "{\"inputs\": 5}", 422, LP_TEI_VALIDATION, "`inputs`"},
+      {LP_TEI_EMBED, "{\"inputs\": [\"a\", 1]}", 422, LP_TEI_VALIDATION, "`inputs`"},
+      {LP_TEI_EMBED, "{\"inputs\": []}", 400, LP_TEI_EMPTY, "`inputs`"},
+      {LP_TEI_EMBED, "{\"inputs\": [\"a\", \"b\", \"c\", \"d\"]}", 413, LP_TEI_VALIDATION, "4 > maximum allowed batch size 3"},
+      {LP_TEI_EMBED, "{\"inputs\": \"a\", \"normalize\": 1}", 422, LP_TEI_VALIDATION, "`normalize`"},
+      {LP_TEI_EMBED, "{\"inputs\": \"a\", \"truncation_direction\": \"Up\"}", 422, LP_TEI_VALIDATION, "`truncation_direction`"},
+      {LP_TEI_EMBED, "{\"inputs\": \"a\", \"raw_scores\": true}", 422, LP_TEI_VALIDATION, "`raw_scores`"},
+      {LP_TEI_EMBED, "{\"inputs\": \"a\", \"prompt_name\": \"query\"}", 422, LP_TEI_VALIDATION, "`prompt_name`"},
+      {LP_TEI_EMBED, "{\"inputs\": \"a\", \"inputs\": \"b\"}", 400, LP_TEI_VALIDATION, "JSON"},
+      {LP_TEI_EMBED, "{\"inputs\": \"a\", \"model\": 3}", 422, LP_TEI_VALIDATION, "`model`"},
+      {LP_TEI_RERANK, "{\"texts\": [\"a\"]}", 422, LP_TEI_VALIDATION, "`query`"},
+      {LP_TEI_RERANK, "{\"query\": \"q\"}", 422, LP_TEI_VALIDATION, "`texts`"},
+      {LP_TEI_RERANK, "{\"query\": \"q\", \"texts\": \"a\"}", 422, LP_TEI_VALIDATION, "`texts`"},
+      {LP_TEI_RERANK, "{\"query\": \"q\", \"texts\": []}", 400, LP_TEI_EMPTY, "`texts`"},
+      {LP_TEI_RERANK, "{\"query\": 1, \"texts\": [\"a\"]}", 422, LP_TEI_VALIDATION, "`query`"},
+      {LP_TEI_TOKENIZE, "{\"inputs\": \"a\", \"truncate\": true}", 422, LP_TEI_VALIDATION, "`truncate`"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    lp_tei_req_t r;
+    int st = 0;
+    const char *ty = NULL;
+    char err[200] = "";
+    int rc = parse(bad[i].route, bad[i].body, &r, &st, &ty, err);
+    ck_assert_msg(rc == -EPROTO, "%s: %d", bad[i].body, rc);
+    ck_assert_msg(st == bad[i].status, "%s: status %d", bad[i].body, st);
+    ck_assert_str_eq(ty, bad[i].type);
+    ck_assert_msg(strstr(err, bad[i].word) != NULL, "%s: '%s' lacks '%s'", bad[i].body, err, bad[i].word);
+    lp_tei_req_free(&r);
+  }
+}
+END_TEST
+
+static int32_t lookup(const void *ud, const char *piece) {
+  (void)ud;
+  return strcmp(piece, "<s>") == 0 ? 0 : strcmp(piece, "</s>") == 0 ? 2 : strcmp(piece, "[SEP]") == 0 ? 102 : -1;
+}
+
+START_TEST(pair_template) {
+  lp_tei_template_t t;
+  char err[200];
+  ck_assert_int_eq(lp_tei_template_load("<s> $A </s></s> $B </s>", lookup, NULL, &t, err, sizeof(err)), 0);
+  ck_assert_uint_eq(t.nparts, 6);
+  ck_assert_int_eq(t.part[1].slot, 1);
+  ck_assert_str_eq(t.part[3].piece, "</s>");
+  ck_assert_int_eq(t.part[4].slot, 2);
+  int32_t a[] = {10, 11}, b[] = {20, 21, 22, 23}, out[32];
+  int32_t whole[] = {0, 10, 11, 2, 2, 20, 21, 22, 23, 2};
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 0, 0, out, 32), 10);
+  ck_assert_mem_eq(out, whole, sizeof(whole));
+  int32_t right[] = {0, 10, 11, 2, 2, 20, 21, 2}, left[] = {0, 10, 11, 2, 2, 22, 23, 2};
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 8, 0, out, 32), 8);
+  ck_assert_mem_eq(out, right, sizeof(right));
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 8, 1, out, 32), 8);
+  ck_assert_mem_eq(out, left, sizeof(left));
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 6, 0, out, 32), -E2BIG); /* the query and 4 pieces fill 6 */
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 0, 0, out, 9), -ENOSPC);
+  /* BERT's form with type ids */
+  ck_assert_int_eq(lp_tei_template_load("[SEP]:0 $A:0 [SEP]:0 $B:1 [SEP]:1", lookup, NULL, &t, err, sizeof(err)), 0);
+  ck_assert_uint_eq(t.nparts, 5);
+  ck_assert_int_eq(t.part[2].id, 102);
+  ck_assert_int_eq(lp_tei_template_load("<s> $A <zz> $B", lookup, NULL, &t, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "'<zz>'"));
+  ck_assert_int_eq(lp_tei_template_parse("<s> $A </s>", &t, err, sizeof(err)), -EINVAL);
+  ck_assert_int_eq(lp_tei_template_parse("$A $B $B", &t, err, sizeof(err)), -EINVAL);
+  ck_assert_int_eq(lp_tei_template_parse("$A : $B", &t, err, sizeof(err)), -EINVAL);
+}
+END_TEST
+
+START_TEST(ranks_and_shapes) {
+  lp_tei_rank_t r[] = {{0.5f, 0}, {2.0f, 1}, {0.5f, 2}, {-1.0f, 3}, {2.0f, 4}};
+  lp_tei_rank(r, 5);
+  size_t want[] = {1, 4, 0, 2, 3};
+  for (size_t i = 0; i < 5; i++) ck_assert_uint_eq(r[i].index, want[i]);
+  ck_assert_float_eq(lp_tei_sigmoid(0.0f), 0.5f);
+  ck_assert_float_eq_tol(lp_tei_sigmoid(2.0f), 0.880797f, 1e-6f);
+  lp_buf_t b;
+  lp_buf_init(&b);
+  float v[] = {1.5f, -0.25f};
+  lp_tei_vector(&b, v, 2);
+  lp_tei_rank_item(&b, 3, 0.5f, "t\"x", 3);
+  lp_tei_rank_item(&b, 4, 1.0f, NULL, 0);
+  lp_tei_token(&b, 7, "ab", 2, 0, 1, 3);
+  lp_tei_token(&b, 2, "</s>", 4, 1, 0, 0);
+  lp_tei_error(&b, "too \"long\"", LP_TEI_TOKENIZER);
+  ck_assert_str_eq(lp_buf_cstr(&b), "[1.5,-0.25]{\"index\":3,\"text\":\"t\\\"x\",\"score\":0.5}{\"index\":4,\"score\":1}"
+                                    "{\"id\":7,\"text\":\"ab\",\"special\":false,\"start\":1,\"stop\":3}"
+                                    "{\"id\":2,\"text\":\"</s>\",\"special\":true,\"start\":null,\"stop\":null}"
+                                    "{\"error\":\"too \\\"long\\\"\",\"error_type\":\"tokenizer\"}\n");
+  lp_buf_free(&b);
+}
+END_TEST
+
+LP_TEST_MAIN("tei", requests_and_defaults, bad_requests, pair_template, ranks_and_shapes)
