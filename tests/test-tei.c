@@ -147,7 +147,7 @@ START_TEST(ranks_and_shapes) {
   ck_assert_str_eq(lp_buf_cstr(&b), "[1.5,-0.25]{\"index\":3,\"text\":\"t\\\"x\",\"score\":0.5}{\"index\":4,\"score\":1}"
                                     "{\"id\":7,\"text\":\"ab\",\"special\":false,\"start\":1,\"stop\":3}"
                                     "{\"id\":2,\"text\":\"</s>\",\"special\":true,\"start\":null,\"stop\":null}"
-                                    "{\"error\":\"too \\\"long\\\"\",\"error_type\":\"tokenizer\"}\n");
+                                    "{\"error\":\"too \\\"long\\\"\",\"error_type\":\"Tokenizer\"}\n");
   lp_buf_free(&b);
 }
 END_TEST

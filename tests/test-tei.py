@@ -169,7 +169,7 @@ def run_checks(pl, model, tmp, lanepack, p1, pe):
     check("the long text is longer than the model's %d tokens" % LIMIT, len(plain) > 2 * LIMIT, len(plain))
     st, js = post(pl, "/embed", {"model": "emb", "inputs": [long_text], "normalize": False})
     check("/embed too long without truncate: 422 tokenizer naming the limit and the count",
-          tei_error(st, js, 422, "tokenizer", "at most %d tokens" % LIMIT, "Given: %d" % (len(plain) + 2)), (st, js))
+          tei_error(st, js, 422, "Tokenizer", "at most %d tokens" % LIMIT, "Given: %d" % (len(plain) + 2)), (st, js))
     for direction, cut in (("Right", [1] + plain[:LIMIT - 2] + [2]), ("Left", [1] + plain[-(LIMIT - 2):] + [2]),
                            ("left", [1] + plain[-(LIMIT - 2):] + [2])):
         st, js = post(pl, "/embed", {"model": "emb", "inputs": [long_text], "normalize": False, "truncate": True,
@@ -213,10 +213,10 @@ def run_checks(pl, model, tmp, lanepack, p1, pe):
               st == 200 and js == [{"index": 0, "score": f32(emu_h(ids) % 1000)}], (st, js))
     st, js = post(pl, "/rerank", {"model": "emb", "query": query, "texts": [long_text]})
     check("/rerank too long without truncate: 422 tokenizer naming the limit",
-          tei_error(st, js, 422, "tokenizer", "at most %d tokens" % LIMIT), (st, js))
+          tei_error(st, js, 422, "Tokenizer", "at most %d tokens" % LIMIT), (st, js))
     st, js = post(pl, "/rerank", {"model": "emb", "query": long_text, "texts": ["a"], "truncate": True})
     check("/rerank whose query alone is too long, truncate: 422 saying there is no room",
-          tei_error(st, js, 422, "tokenizer", "no room"), (st, js))
+          tei_error(st, js, 422, "Tokenizer", "no room"), (st, js))
 
     # /tokenize: spm_encode's ids, offsets into the input, special pieces marked
     sample = "Everyone is permitted to copy 日本語"
@@ -240,36 +240,36 @@ def run_checks(pl, model, tmp, lanepack, p1, pe):
     # errors, each in TEI's shape
     st, js = post(pl, "/embed", {"model": "emb", "inputs": ["x"] * 101})
     check("/embed of 101 inputs: 413 validation naming the limit 100",
-          tei_error(st, js, 413, "validation", "101", "100"), (st, js))
+          tei_error(st, js, 413, "Validation", "101", "100"), (st, js))
     st, js = post(pl, "/rerank", {"model": "emb", "query": "q", "texts": ["x"] * 101})
-    check("/rerank of 101 texts: 413 validation", tei_error(st, js, 413, "validation", "100"), (st, js))
+    check("/rerank of 101 texts: 413 validation", tei_error(st, js, 413, "Validation", "100"), (st, js))
     st, js = post(pl, "/embed", None, raw=b'{"inputs": ')
-    check("malformed JSON: 400 naming it", tei_error(st, js, 400, "validation", "not valid JSON"), (st, js))
+    check("malformed JSON: 400 naming it", tei_error(st, js, 400, "Validation", "not valid JSON"), (st, js))
     for body, word in (({"model": "emb", "inputs": 5}, "inputs"), ({"model": "emb", "inputs": "a", "normalize": 1},
                        "normalize"), ({"model": "emb", "input": "a"}, "input"),
                        ({"model": "emb", "inputs": "a", "truncation_direction": "up"}, "truncation_direction")):
         st, js = post(pl, "/embed", body)
         check("/embed %s: 422 naming `%s`" % (json.dumps(body), word),
-              tei_error(st, js, 422, "validation", "`%s`" % word), (st, js))
+              tei_error(st, js, 422, "Validation", "`%s`" % word), (st, js))
     st, js = post(pl, "/rerank", {"model": "emb", "query": "q"})
-    check("/rerank without texts: 422 missing field", tei_error(st, js, 422, "validation", "`texts`"), (st, js))
+    check("/rerank without texts: 422 missing field", tei_error(st, js, 422, "Validation", "`texts`"), (st, js))
     st, js = post(pl, "/rerank", {"model": "emb", "query": "q", "texts": []})
-    check("/rerank with no texts: 400 empty", tei_error(st, js, 400, "empty", "`texts`"), (st, js))
+    check("/rerank with no texts: 400 empty", tei_error(st, js, 400, "Empty", "`texts`"), (st, js))
     st, js = post(pl, "/embed", {"model": "ids", "inputs": "hello"})
     check("a model without a tokenizer: 400 naming the key",
-          tei_error(st, js, 400, "validation", "models.ids.tokenizer"), (st, js))
+          tei_error(st, js, 400, "Validation", "models.ids.tokenizer"), (st, js))
     st, js = post(pl, "/rerank", {"model": "plain", "query": "q", "texts": ["a"]})
     check("/rerank on a model without a pair template: 400 naming the key",
-          tei_error(st, js, 400, "validation", "models.plain.tokenizer.pair_template"), (st, js))
+          tei_error(st, js, 400, "Validation", "models.plain.tokenizer.pair_template"), (st, js))
     st, js = post(pl, "/embed", {"inputs": "hello"})
     check("no model named with several served: 400 listing them",
-          tei_error(st, js, 400, "validation", "\"model\"", "emb", "slow"), (st, js))
+          tei_error(st, js, 400, "Validation", "\"model\"", "emb", "slow"), (st, js))
     st, js = post(pl, "/embed", {"model": "nope", "inputs": "hello"})
-    check("an unknown model: 404 naming it", tei_error(st, js, 404, "validation", "nope"), (st, js))
+    check("an unknown model: 404 naming it", tei_error(st, js, 404, "Validation", "nope"), (st, js))
     st, js = post(pl, "/embed", {"model": "fail", "inputs": "hello"})
-    check("a backend that fails the batch: 424 backend", tei_error(st, js, 424, "backend"), (st, js))
+    check("a backend that fails the batch: 424 backend", tei_error(st, js, 424, "Backend"), (st, js))
     st, js = post(pl, "/rerank", {"model": "fail", "query": "q", "texts": ["a", "b"]})
-    check("/rerank on a failing backend: 424 backend", tei_error(st, js, 424, "backend"), (st, js))
+    check("/rerank on a failing backend: 424 backend", tei_error(st, js, 424, "Backend"), (st, js))
 
     # 429: a slow backend holding one batch, a queue of one
     results = []
@@ -284,7 +284,7 @@ def run_checks(pl, model, tmp, lanepack, p1, pe):
         t.join(timeout=20)
     over = [r for r in results if r[0] == 429]
     check("a full queue: 429 overloaded (others answered 200)",
-          over and all(tei_error(s, j, 429, "overloaded") for s, j in over) and any(s == 200 for s, _ in results),
+          over and all(tei_error(s, j, 429, "Overloaded") for s, j in over) and any(s == 200 for s, _ in results),
           results)
 
     # metrics: each route its own label

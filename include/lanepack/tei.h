@@ -12,15 +12,17 @@
 
 enum { LP_TEI_EMBED = 1, LP_TEI_RERANK, LP_TEI_TOKENIZE };
 
-/* TEI's error types (its "error_type" member), each with its status: 413
+/* TEI's error types (its "error_type" member), spelt as TEI's server writes
+ * them (serde's names of its ErrorType variants, capitalised; the lowercase
+ * ones in its OpenAPI examples are not what it sends), each with its status: 413
  * validation (too many inputs), 422 tokenizer (too long), 424 backend, 429
  * overloaded, 400 empty, 503 unhealthy. */
-#define LP_TEI_VALIDATION "validation"
-#define LP_TEI_TOKENIZER "tokenizer"
-#define LP_TEI_BACKEND "backend"
-#define LP_TEI_OVERLOADED "overloaded"
-#define LP_TEI_EMPTY "empty"
-#define LP_TEI_UNHEALTHY "unhealthy"
+#define LP_TEI_VALIDATION "Validation"
+#define LP_TEI_TOKENIZER "Tokenizer"
+#define LP_TEI_BACKEND "Backend"
+#define LP_TEI_OVERLOADED "Overloaded"
+#define LP_TEI_EMPTY "Empty"
+#define LP_TEI_UNHEALTHY "Unhealthy"
 
 typedef struct lp_tei_text_s {
   const char *s;          /* borrowed from the request's decoded JSON */
