@@ -4,7 +4,8 @@
 // (trained here with spm_train on a text Debian ships), the SDK's default
 // base64 and float, every vector checked against the emulator's formula, and
 // the errors the SDK raises (unknown model 404, too long 400, text to a model
-// without a tokenizer 400).
+// without a tokenizer 400); a model's "embedding" object: unit-length vectors
+// and dimensions (the first values, made unit length again) where it allows.
 // Usage: node test-openai-sdk.mjs LANEPACK EMULATOR
 import { spawn, execFileSync } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
@@ -30,6 +31,14 @@ function expected(ids) {
   return Array.from({ length: DIMS }, (_, k) => Math.fround((last % 1000) + 0.25 * k));
 }
 const same = (a, b) => a.length === b.length && a.every((x, i) => Math.fround(x) === b[i]);
+// The first n values scaled to unit length, as float32 (the proxy computes in
+// double and rounds once): equal within float32's rounding.
+function unit(v, n = v.length) {
+  const c = v.slice(0, n);
+  const norm = Math.sqrt(c.reduce((s, x) => s + x * x, 0));
+  return c.map((x) => x / norm);
+}
+const near = (a, b) => a.length === b.length && a.every((x, i) => Math.abs(x - b[i]) <= 1e-6);
 
 function freePort() {
   return new Promise((resolve) => {
@@ -62,6 +71,9 @@ writeFileSync(cfg, JSON.stringify({
     emb: { shapes: "4x64", max_wait_ms: 1, backends: [`http://127.0.0.1:${pe}`],
            tokenizer: { sentencepiece: join(tmp, "spm.model"), extra_options: "bos:eos" } },
     ids: { shapes: "4x64", max_wait_ms: 1, backends: [`http://127.0.0.1:${pe}`] },
+    // vectors of unit length, which may be cut to their first values (Matryoshka)
+    cut: { shapes: "4x64", max_wait_ms: 1, backends: [`http://127.0.0.1:${pe}`],
+           embedding: { normalize: true, dimensions: DIMS } },
   },
 }));
 const lp = spawn(lanepack, ["--config", cfg], { stdio: ["ignore", "ignore", "inherit"] });
@@ -115,6 +127,18 @@ try {
   e = await apiError({ model: "ids", input: [[1]], dimensions: 4 });
   check("dimensions on a model that may not cut its vectors: 400 naming it", e instanceof OpenAI.BadRequestError &&
     e.param === "dimensions", e && { s: e.status, m: e.message });
+
+  // a model that says its vectors may be cut: dimensions honoured, unit length
+  const n = await client.embeddings.create({ model: "cut", input: [[5, 6, 7], [42]], encoding_format: "float" });
+  check("embedding.normalize: unit-length vectors, the emulator's scaled",
+    n.data.length === 2 && near(n.data[0].embedding, unit(expected([5, 6, 7]))) &&
+      near(n.data[1].embedding, unit(expected([42]))), n.data);
+  const d = await client.embeddings.create({ model: "cut", input: [[5, 6, 7]], dimensions: 3 });
+  check("dimensions 3 on a model that may cut: its first 3 values, made unit length again (base64)",
+    d.data.length === 1 && near(d.data[0].embedding, unit(expected([5, 6, 7]), 3)), d.data);
+  e = await apiError({ model: "cut", input: [[1]], dimensions: DIMS + 1 });
+  check("dimensions over the model's: 400 naming it and the limit", e instanceof OpenAI.BadRequestError &&
+    e.param === "dimensions" && new RegExp(`${DIMS}`).test(e.message), e && { s: e.status, m: e.message });
 } finally {
   lp.kill("SIGTERM");
   emu.kill("SIGTERM");

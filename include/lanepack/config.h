@@ -66,6 +66,9 @@ typedef struct lp_model_config_s {
   char sentencepiece[LP_URL_MAX]; /* a SentencePiece model file; "" = token ids only */
   char sentencepiece_options[64]; /* its encode options, e.g. "bos:eos"; "" = none */
   char pair_template[256];        /* /rerank's (query, text) layout, e.g. "<s> $A </s></s> $B </s>"; "" = none */
+  /* "embedding": what /v1/embeddings does with the backend's vectors */
+  int embed_normalize;            /* scaled to unit length (L2) */
+  uint32_t embed_dimensions;      /* their length, which clients may cut them to (Matryoshka); 0 = not cut */
 } lp_model_config_t;
 
 typedef struct lp_config_s {

@@ -207,6 +207,8 @@ struct lp_job_s {
   int v2;                 /* an Open Inference Protocol client: answered as a tensor */
   int openai;             /* an OpenAI embeddings client: answered in its shapes */
   int openai_base64;      /* ... its vectors as base64 float32 */
+  int openai_normalize;   /* ... scaled to unit length (its model's embedding.normalize) */
+  uint32_t openai_dims;   /* ... cut to their first values (its "dimensions"); 0 = whole */
   size_t openai_tokens;   /* ... its tokens, for "usage" */
   char openai_model[LP_NAME_MAX]; /* ... the model it named, echoed */
   int tei;                /* a TEI client (its LP_ROUTE_TEI_*, else 0): answered in its shapes */

@@ -1,5 +1,6 @@
 /* Configuration: JSON file + flags, every key checked, errors naming the key. */
 #include "lanepack/config.h"
+#include "lanepack/openai.h"
 #include "lanepack/tei.h"
 #include "lanepack/tokenizer.h"
 
@@ -124,6 +125,29 @@ static int load_tokenizer(ctx_t *x, lp_model_config_t *m, json_t *o, const char 
     }
   }
   if (!m->sentencepiece[0]) return fail(x, tpath, "needs \"sentencepiece\": the model file's path");
+  return 0;
+}
+
+/* The "embedding" object of a model: {"normalize": true} gives /v1/embeddings
+ * unit-length vectors (as OpenAI's are); {"dimensions": N} says the model's
+ * vectors have N values and stay meaningful cut to their first ones (a
+ * Matryoshka-trained model), so a request's "dimensions" may ask for fewer. */
+static int load_embedding(ctx_t *x, lp_model_config_t *m, json_t *o, const char *epath) {
+  char path[300];
+  const char *key;
+  json_t *v;
+  if (!json_is_object(o)) return fail(x, epath, "must be an object: {\"normalize\": true, \"dimensions\": N}");
+  json_object_foreach(o, key, v) {
+    snprintf(path, sizeof(path), "%s.%s", epath, key);
+    if (strcmp(key, "normalize") == 0) {
+      if (!json_is_boolean(v)) return fail(x, path, "must be true or false");
+      m->embed_normalize = json_is_true(v);
+    } else if (strcmp(key, "dimensions") == 0) {
+      U64_FIELD(x, v, path, 1, LP_OPENAI_MAX_DIMS, m->embed_dimensions);
+    } else {
+      return fail(x, path, "unknown key (normalize, dimensions)");
+    }
+  }
   return 0;
 }
 
@@ -337,6 +361,8 @@ static int load_model(ctx_t *x, lp_model_config_t *m, json_t *o, const char *mpa
       if (load_v2(x, &m->v2, v, path)) return -EINVAL;
     } else if (strcmp(key, "tokenizer") == 0) {
       if (load_tokenizer(x, m, v, path)) return -EINVAL;
+    } else if (strcmp(key, "embedding") == 0) {
+      if (load_embedding(x, m, v, path)) return -EINVAL;
     } else if ((why = dead_key(key)) != NULL) {
       return fail(x, path, "is no longer used: %s", why);
     } else {
@@ -630,6 +656,12 @@ char *lp_config_dump(const lp_config_t *c) {
       json_object_set_new(tk, "extra_options", json_string(m->sentencepiece_options));
       if (m->pair_template[0]) json_object_set_new(tk, "pair_template", json_string(m->pair_template));
       json_object_set_new(o, "tokenizer", tk);
+    }
+    if (m->embed_normalize || m->embed_dimensions) {
+      json_t *em = json_object();
+      json_object_set_new(em, "normalize", json_boolean(m->embed_normalize));
+      if (m->embed_dimensions) json_object_set_new(em, "dimensions", json_integer(m->embed_dimensions));
+      json_object_set_new(o, "embedding", em);
     }
     json_object_set_new(o, "ragged", json_boolean(m->ragged));
     json_object_set_new(o, "ragged_max_tokens", json_integer(m->ragged_max_tokens));

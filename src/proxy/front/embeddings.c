@@ -70,11 +70,15 @@ void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req) {
   if (!m) {
     snprintf(err, sizeof(err), "The model '%.100s' does not exist", r.model);
     lp__openai_reject(f, req, 404, NULL, "model_not_found", err, "model", NULL);
-  } else if (r.dimensions) {
+  } else if (r.dimensions && !f->cfg->models[m - f->proxy->models].embed_dimensions) {
     /* a vector cut short is only right for a model trained for it
-     * (Matryoshka); no model here says so */
-    snprintf(err, sizeof(err), "the model '%.100s' does not allow its vectors to be cut: leave out 'dimensions'",
-             r.model);
+     * (Matryoshka), which its configuration says */
+    snprintf(err, sizeof(err), "the model '%.40s' does not allow its vectors to be cut: leave out 'dimensions' "
+             "(or configure models.%.40s.embedding.dimensions)", r.model, r.model);
+    lp__openai_reject(f, req, 400, NULL, "invalid_request", err, "dimensions", NULL);
+  } else if (r.dimensions > f->cfg->models[m - f->proxy->models].embed_dimensions) {
+    snprintf(err, sizeof(err), "'dimensions' is %u: the model '%.100s' gives vectors of %u values", r.dimensions,
+             r.model, f->cfg->models[m - f->proxy->models].embed_dimensions);
     lp__openai_reject(f, req, 400, NULL, "invalid_request", err, "dimensions", NULL);
   } else {
     uint32_t *lens = malloc(r.ninputs * sizeof(*lens));
@@ -98,6 +102,8 @@ void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req) {
     } else {
       job->openai = 1;
       job->openai_base64 = r.base64;
+      job->openai_normalize = f->cfg->models[m - f->proxy->models].embed_normalize;
+      job->openai_dims = r.dimensions;
       job->openai_tokens = ntok;
       snprintf(job->openai_model, sizeof(job->openai_model), "%.*s", LP_NAME_MAX - 1, r.model); /* a model's name fits */
       lp__job_bind(job, req);
@@ -113,6 +119,11 @@ int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
   for (uint32_t i = 0; i < job->nseq; i++) {
     long n = lp__seq_vector(f, &job->seqs[i], 0);
     if (n < 0) return (int)n;
+    if (job->openai_dims) {
+      if ((size_t)n < job->openai_dims) return -EPROTO; /* shorter than its model says */
+      n = (long)job->openai_dims;
+    }
+    if (job->openai_normalize) lp_openai_normalize(f->vec, (size_t)n);
     if (i) lp_buf_puts(out, ", ");
     lp_openai_embedding(out, i, f->vec, (size_t)n, job->openai_base64);
   }
