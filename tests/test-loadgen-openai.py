@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, run_loadgen, wait_http  # noqa: E402
 
 lanepack, emulator, loadgen = sys.argv[1], sys.argv[2], sys.argv[3]
 TEXT = "/usr/share/common-licenses/GPL-3"
@@ -31,12 +31,7 @@ def load(port, tmp, name, args):
     cmd = [loadgen, "--url", "http://127.0.0.1:%d" % port, "--protocol", "openai", "--concurrency", "8",
            "--max-requests", str(REQUESTS), "--duration", "30s", "--timeout", "10s", "--verify",
            "--dims", str(DIMS), "--json", out] + args
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
-    try:
-        with open(out) as f:
-            return r.returncode, json.load(f), r.stderr
-    except (OSError, ValueError):
-        return r.returncode, {}, r.stdout + r.stderr
+    return run_loadgen(cmd, out, 90)
 
 
 def main():
