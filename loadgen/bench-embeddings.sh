@@ -24,12 +24,7 @@ text=${5:-/usr/share/common-licenses/GPL-3}
 # client thread is not what limits them on a small machine
 conc=32
 dims=16
-tmp=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+. loadgen/bench-common.sh
 hz=$(getconf CLK_TCK)
 
 # the model, the lines the load generator sends (blank lines and lines without
