@@ -8,8 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A vector's length at most: the proxy's own bound (LP_OPENAI_MAX_DIMS). */
-#define LP_EMBCHECK_MAX_DIMS 65536
+#include "lanepack/openai.h"
+
+/* A vector's length at most: the proxy's own bound. */
+#define LP_EMBCHECK_MAX_DIMS LP_OPENAI_MAX_DIMS
 
 /* What a request sent and so what its answer must be. */
 typedef struct lp_embcheck_want_s {

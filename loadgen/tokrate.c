@@ -60,42 +60,46 @@ static void *encode_loop(void *arg) {
 }
 
 /* The file's lines (newlines cut) into *lines, pointing into *text (both
- * owned by the caller). The count, or -1. */
+ * owned by the caller). The count, or -errno (-ENOMEM). */
 static long read_lines(const char *path, char **text, char ***lines) {
   FILE *f = fopen(path, "rb");
-  if (!f) return -1;
+  if (!f) return -errno;
   size_t len = 0, cap = 1 << 16, n = 0, lcap = 1024;
   char *t = malloc(cap + 1);
   char **l = malloc(lcap * sizeof(*l));
   size_t got;
-  while (t && (got = fread(t + len, 1, cap - len, f)) > 0) {
+  int rc = t && l ? 0 : -ENOMEM;
+  while (!rc && (got = fread(t + len, 1, cap - len, f)) > 0) {
     len += got;
     if (len == cap) {
       char *more = realloc(t, 2 * cap + 1);
-      if (!more) break;
-      t = more;
-      cap *= 2;
+      if (!more) rc = -ENOMEM;
+      else t = more, cap *= 2;
     }
   }
+  if (!rc && ferror(f)) rc = -EIO;
   fclose(f);
-  if (!t || !l) {
-    free(t);
-    free(l);
-    return -1;
-  }
-  t[len] = 0;
-  for (char *p = t; p < t + len;) {
+  if (!rc) t[len] = 0;
+  for (char *p = t; !rc && p < t + len;) {
     char *nl = memchr(p, '\n', (size_t)(t + len - p));
     if (!nl) nl = t + len;
     *nl = 0;
     if (n == lcap) {
       char **more = realloc(l, 2 * lcap * sizeof(*l));
-      if (!more) break;
+      if (!more) {
+        rc = -ENOMEM;
+        break;
+      }
       l = more;
       lcap *= 2;
     }
     l[n++] = p;
     p = nl + 1;
+  }
+  if (rc) {
+    free(t);
+    free(l);
+    return rc;
   }
   *text = t;
   *lines = l;
@@ -122,7 +126,8 @@ int main(int argc, char **argv) {
   char *text = NULL, **lines = NULL;
   long nlines = read_lines(argv[2], &text, &lines);
   if (nlines <= 0) {
-    fprintf(stderr, "lanepack-tokrate: cannot read lines from '%s': %s\n", argv[2], strerror(errno));
+    fprintf(stderr, "lanepack-tokrate: cannot read lines from '%s': %s\n", argv[2],
+            nlines ? strerror((int)-nlines) : "empty file");
     lp_tok_free(tok);
     return 1;
   }
