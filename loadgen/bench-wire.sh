@@ -12,12 +12,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 duration=${2:-10s}
 conc=${3:-256}
-tmp=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+. loadgen/bench-common.sh
 metric() { # port prefix: sum of the samples
   curl -s "http://127.0.0.1:$1/metrics" | awk -v p="$2" 'index($0, p) == 1 {s += $NF} END {print s + 0}'
 }

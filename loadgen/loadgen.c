@@ -1,7 +1,8 @@
 /* lanepack-loadgen: an open-loop (Poisson, latency from the intended send time)
  * or closed-loop HTTP load generator for lanepack, on libuv with its own
- * keep-alive client. It checks answers against the emulator's formula, reads the
- * proxy's fill from /metrics, and reports like wrk2 and vegeta do. */
+ * keep-alive client, on lanepack's JSON route, v2 or OpenAI's /v1/embeddings.
+ * It checks answers against the emulator's formula, reads the proxy's fill from
+ * /metrics, and reports like wrk2 and vegeta do. */
 #include <errno.h>
 
 #ifndef LP_VERSION
@@ -22,6 +23,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "embcheck.h"
 #include "lanepack/arrivals.h"
 #include "lanepack/buf.h"
 #include "lanepack/emu.h"
@@ -29,17 +31,22 @@
 #include "lanepack/jscan.h"
 #include "lanepack/lengths.h"
 #include "lanepack/rng.h"
+#include "lanepack/tokenizer.h"
 #include "lanepack/v2.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 #define MAX_STATUS 600
+/* Sequences one request carries at most (--sequences-per-request, --batch). */
+#define MAX_SEQS 64
 
 typedef struct lg_s lg_t;
 
 /* A request's content: its sequences and the JSON body that carries them. */
 typedef struct body_s {
-  int32_t *tokens;        /* owned */
-  uint32_t lens[64];
+  int32_t *tokens;        /* owned; NULL for text whose ids are not known here */
+  uint32_t lens[MAX_SEQS];
+  uint32_t lines[MAX_SEQS]; /* --text: the line each input is */
+  int text;               /* --text: the inputs are strings */
   uint32_t nseq;
   uint64_t ntokens;
   lp_buf_t json;          /* owned: the body (a v2 binary body is JSON header + tensor) */
@@ -108,6 +115,13 @@ struct lg_s {
   char path[256];
   char model[64];
   int v2, v2_binary;      /* --protocol v2 [--binary] */
+  int openai, base64;     /* --protocol openai [--encoding base64] */
+  unsigned dims;          /* --dims: floats per vector the emulator answers (openai --verify) */
+  char *text;             /* --text: the file, each line ended by a NUL (template's, owned) */
+  char **lines;           /* --text: the inputs, one per line, into text (template's, owned) */
+  size_t nlines, next_line;
+  lp_tok_t *tok;          /* --tokenizer: the ids of each line, as the proxy makes them (template's) */
+  int32_t *seen;          /* --text without ids: each line's first vector's key, -1 none (the worker's) */
   lp_lengths_t lengths;
   lp_rng_t rng;
   body_t **pool;          /* prebuilt bodies, cycled, so the client stays cheap */
@@ -144,23 +158,78 @@ static void free_body(body_t *b) {
   free(b);
 }
 
+/* --text: the request's inputs are the next lines (cycled), with their ids
+ * when the load generator has the proxy's tokenizer. 0 or -ENOMEM. */
+static int text_inputs(lg_t *lg, body_t *r) {
+  size_t cap = 0;
+  r->text = 1;
+  for (uint32_t i = 0; i < r->nseq; i++) {
+    r->lines[i] = (uint32_t)(lg->next_line++ % lg->nlines);
+    if (!lg->tok) continue;
+    const char *l = lg->lines[r->lines[i]];
+    long k = lp_tok_encode(lg->tok, l, strlen(l), r->tokens ? r->tokens + r->ntokens : NULL,
+                           cap - (size_t)r->ntokens);
+    if (k > (long)(cap - r->ntokens)) { /* room, and again */
+      size_t c = cap ? cap : 256;
+      while (c - r->ntokens < (size_t)k) c *= 2;
+      int32_t *t = realloc(r->tokens, c * sizeof(int32_t));
+      if (!t) return -ENOMEM;
+      r->tokens = t;
+      cap = c;
+      k = lp_tok_encode(lg->tok, l, strlen(l), r->tokens + r->ntokens, cap - (size_t)r->ntokens);
+    }
+    if (k < 0) return (int)k;
+    r->lens[i] = (uint32_t)k;
+    r->ntokens += (uint64_t)k;
+  }
+  return 0;
+}
+
+/* OpenAI's input: a string or strings (--text), else an array of ids or an
+ * array of such arrays; then the encoding asked for. */
+static void put_openai_input(const lg_t *lg, const body_t *r, lp_buf_t *j) {
+  lp_buf_puts(j, "\"input\": ");
+  if (r->nseq > 1) lp_buf_puts(j, "[");
+  uint64_t off = 0;
+  for (uint32_t i = 0; i < r->nseq; i++) {
+    if (i) lp_buf_puts(j, ",");
+    if (r->text) {
+      const char *l = lg->lines[r->lines[i]];
+      lp_buf_json_str(j, l, strlen(l));
+    } else {
+      lp_buf_i32_array(j, r->tokens + off, r->lens[i]);
+      off += r->lens[i];
+    }
+  }
+  if (r->nseq > 1) lp_buf_puts(j, "]");
+  lp_buf_printf(j, ", \"encoding_format\": \"%s\"", lg->base64 ? "base64" : "float");
+}
+
 static body_t *make_body(lg_t *lg) {
   body_t *r = calloc(1, sizeof(*r));
   if (!r) return NULL;
   r->nseq = lg->seqs_per_req;
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < r->nseq; i++) {
-    /* v2: one tensor [k, n], every row as long as the first */
-    r->lens[i] = lg->v2 && i ? r->lens[0] : lp_lengths_next(&lg->lengths, &lg->rng);
-    total += r->lens[i];
+  if (lg->lines) {
+    if (text_inputs(lg, r)) {
+      free(r->tokens);
+      free(r);
+      return NULL;
+    }
+  } else {
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < r->nseq; i++) {
+      /* v2: one tensor [k, n], every row as long as the first */
+      r->lens[i] = lg->v2 && i ? r->lens[0] : lp_lengths_next(&lg->lengths, &lg->rng);
+      total += r->lens[i];
+    }
+    r->ntokens = total;
+    r->tokens = malloc((total + 1) * sizeof(int32_t));
+    if (!r->tokens) {
+      free(r);
+      return NULL;
+    }
+    for (uint64_t k = 0; k < total; k++) r->tokens[k] = (int32_t)lp_rng_below(&lg->rng, lg->vocab);
   }
-  r->ntokens = total;
-  r->tokens = malloc((total + 1) * sizeof(int32_t));
-  if (!r->tokens) {
-    free(r);
-    return NULL;
-  }
-  for (uint64_t k = 0; k < total; k++) r->tokens[k] = (int32_t)lp_rng_below(&lg->rng, lg->vocab);
   lp_buf_t *j = &r->json;
   lp_buf_init(j);
   if (lg->v2) {
@@ -180,7 +249,9 @@ static body_t *make_body(lg_t *lg) {
     lp_buf_json_str(j, lg->model, strlen(lg->model));
     lp_buf_puts(j, ", ");
   }
-  if (lg->seqs_per_req == 1) {
+  if (lg->openai) {
+    put_openai_input(lg, r, j);
+  } else if (lg->seqs_per_req == 1) {
     lp_buf_puts(j, "\"input_ids\": ");
     lp_buf_i32_array(j, r->tokens, r->lens[0]);
   } else {
@@ -313,7 +384,30 @@ static int verify_v2(const body_t *r, const char *body, size_t len, int32_t *wan
   return ok;
 }
 
+/* An OpenAI answer: every vector the emulator's for its ids (token arrays,
+ * or text with --tokenizer); text without ids: each vector of the formula's
+ * form, and a line's vector the same every time it is sent. */
+static int verify_openai(lg_t *lg, const body_t *r, const char *body, size_t len) {
+  lp_embcheck_want_t w = {.model = lg->model, .ninputs = r->nseq, .tokens = r->tokens, .lens = r->lens,
+                          .ntokens = r->ntokens, .dims = lg->dims, .base64 = lg->base64};
+  int32_t keys[MAX_SEQS];
+  char err[256];
+  int rc = lp_embcheck_answer(body, len, &w, keys, err, sizeof(err));
+  for (uint32_t i = 0; rc == 0 && r->text && !r->tokens && i < r->nseq; i++) {
+    int32_t *seen = &lg->seen[r->lines[i]];
+    if (*seen < 0) *seen = keys[i];
+    else if (*seen != keys[i]) {
+      snprintf(err, sizeof(err), "data[%u] (line %u) starts %d, the same line got %d before", i,
+               r->lines[i] + 1, keys[i], *seen);
+      rc = -EPROTO;
+    }
+  }
+  if (rc && lg->printed_mismatch < 3) fprintf(stderr, "lanepack-loadgen: mismatch: %s\n", err);
+  return rc == 0;
+}
+
 static int verify(lg_t *lg, const body_t *r, const char *body, size_t len) {
+  if (lg->openai) return verify_openai(lg, r, body, len);
   const char *end = body + len;
   /* two reused arrays per worker: the answer's values and the expected ones */
   if (r->ntokens + 2 > lg->vcap) {
@@ -997,20 +1091,82 @@ static int parse_url(lg_t *lg, const char *url) {
   return 0;
 }
 
+/* --text FILE: its lines, each one input, into lg->text and lg->lines. Blank
+ * lines are left out (the proxy refuses an input without tokens), and so, with
+ * a tokenizer, are lines it gives no ids. 0, or -1 with err. */
+static int load_lines(lg_t *lg, const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  lp_buf_t b;
+  lp_buf_init(&b);
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) lp_buf_append(&b, chunk, n);
+  int rerr = ferror(f);
+  fclose(f);
+  lp_buf_append(&b, "\n", 2); /* a last line without its newline, and a NUL after all */
+  if (rerr || b.oom) {
+    snprintf(err, errlen, "cannot read '%s'", path);
+    lp_buf_free(&b);
+    return -1;
+  }
+  size_t cap = 0;
+  for (char *p = b.data, *end = b.data + b.len - 1; p < end;) {
+    char *nl = memchr(p, '\n', (size_t)(end - p));
+    *nl = 0;
+    if (nl > p && nl[-1] == '\r') nl[-1] = 0;
+    int blank = 1;
+    for (const char *q = p; *q && blank; q++) blank = strchr(" \t\v\f\r", *q) != NULL;
+    if (!blank && lg->tok) blank = lp_tok_encode(lg->tok, p, strlen(p), NULL, 0) <= 0;
+    if (!blank) {
+      if (lg->nlines == cap) {
+        cap = cap ? cap * 2 : 1024;
+        char **l = realloc(lg->lines, cap * sizeof(char *));
+        if (!l) {
+          snprintf(err, errlen, "out of memory for '%s'", path);
+          lp_buf_free(&b);
+          return -1;
+        }
+        lg->lines = l;
+      }
+      lg->lines[lg->nlines++] = p;
+    }
+    p = nl + 1;
+  }
+  if (!lg->nlines) {
+    snprintf(err, errlen, "'%s' has no line with text", path);
+    lp_buf_free(&b);
+    return -1;
+  }
+  lg->text = b.data; /* the lines point into it */
+  return 0;
+}
+
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: lanepack-loadgen --url http://HOST:PORT[/PATH] --lengths FILE|MIX\n"
+          "usage: lanepack-loadgen --url http://HOST:PORT[/PATH] (--lengths FILE|MIX | --text FILE)\n"
           "         (--rate R | --concurrency C | --sweep R1,R2,...) [--duration 30s]\n"
           "         [--warmup 0s] [--connections N] [--model M] [--vocab V]\n"
           "         [--sequences-per-request K] [--max-requests N] [--timeout 30s]\n"
           "         [--seed S] [--verify] [--json FILE] [--plot FILE.svg] [--pool N]\n"
           "         [--threads N] [--pipeline N] [--protocol v1|v2 [--binary]] [--trace FILE]\n"
-          "         [--shuffle]\n"
+          "         [--shuffle] [--protocol openai [--encoding float|base64] [--batch N]\n"
+          "         [--dims K] [--tokenizer MODEL [--tokenizer-options OPTS]]]\n"
           "--pool N: bodies built before the run and cycled (default 4096, and at least\n"
           "          a length file's lines); 0 builds a fresh body for every request\n"
           "--protocol v2: Open Inference Protocol requests to /v2/models/MODEL/infer (MODEL\n"
           "          from --model, else 'default'), input_ids [k, n] with the k rows of a\n"
           "          request as long as its first; --binary sends and asks for binary tensors\n"
+          "--protocol openai: OpenAI's POST /v1/embeddings (model from --model, else\n"
+          "          'default'): input as token ids (lengths from --lengths) or, with --text\n"
+          "          FILE, the file's lines as strings (blank lines left out); --batch N\n"
+          "          inputs per request (as --sequences-per-request); --verify needs --dims K\n"
+          "          (the emulator's) and checks every vector, index, model and usage; text\n"
+          "          vectors exactly with --tokenizer (the proxy's SentencePiece model and\n"
+          "          options), else their form and that a line always gets the same vector\n"
           "--trace FILE: a line per request counted: its intended send time (ns, uv_hrtime),\n"
           "          tokens, sequences, HTTP status (-1 connection error, -2 timeout) and\n"
           "          latency from the intended time (us); for replaying the same arrivals\n"
@@ -1028,6 +1184,7 @@ static int die(const char *fmt, const char *a) {
 int main(int argc, char **argv) {
   static lg_t lg;
   const char *url = NULL, *lengths = NULL, *json = NULL, *plot = NULL, *sweep = NULL, *trace = NULL;
+  const char *text = NULL, *tokenizer = NULL, *tok_options = NULL;
   int shuffle = 0;
   double rate = 0;
   unsigned long conc = 0, conns = 0, seed = 1, pool = 4096, threads = 1, depth = 1;
@@ -1048,6 +1205,9 @@ int main(int argc, char **argv) {
       {"threads", required_argument, 0, 'T'},      {"pipeline", required_argument, 0, 'Q'},
       {"protocol", required_argument, 0, 'X'},    {"binary", no_argument, 0, 'B'},
       {"trace", required_argument, 0, 'A'},      {"shuffle", no_argument, 0, 'U'},
+      {"text", required_argument, 0, 'x'},       {"encoding", required_argument, 0, 'e'},
+      {"batch", required_argument, 0, 'k'},      {"dims", required_argument, 0, 'D'},
+      {"tokenizer", required_argument, 0, 'z'},  {"tokenizer-options", required_argument, 0, 'o'},
       {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'Z'},
       {0, 0, 0, 0}};
   int c, idx = 0;
@@ -1064,7 +1224,16 @@ int main(int argc, char **argv) {
       case 't': if (parse_duration(optarg, &lg.timeout_ns) || !lg.timeout_ns) return die("bad --timeout '%s'", optarg); break;
       case 'm': snprintf(lg.model, sizeof(lg.model), "%s", optarg); break;
       case 'v': lg.vocab = (uint32_t)strtoul(optarg, &end, 10); if (*end || lg.vocab == 0) return die("--vocab must be > 0, got '%s'", optarg); break;
-      case 'k': lg.seqs_per_req = (uint32_t)strtoul(optarg, &end, 10); if (*end || lg.seqs_per_req == 0 || lg.seqs_per_req > 64) return die("--sequences-per-request must be 1..64, got '%s'", optarg); break;
+      case 'k': lg.seqs_per_req = (uint32_t)strtoul(optarg, &end, 10); if (*end || lg.seqs_per_req == 0 || lg.seqs_per_req > MAX_SEQS) return die("--sequences-per-request (--batch) must be 1..64, got '%s'", optarg); break;
+      case 'D': lg.dims = (unsigned)strtoul(optarg, &end, 10); if (*end || lg.dims == 0 || lg.dims > LP_EMBCHECK_MAX_DIMS) return die("--dims must be 1..65536, got '%s'", optarg); break;
+      case 'x': text = optarg; break;
+      case 'z': tokenizer = optarg; break;
+      case 'o': tok_options = optarg; break;
+      case 'e':
+        if (strcmp(optarg, "float") == 0) lg.base64 = 0;
+        else if (strcmp(optarg, "base64") == 0) lg.base64 = 1;
+        else return die("--encoding must be float or base64, got '%s'", optarg);
+        break;
       case 'M': lg.max_requests = strtoull(optarg, &end, 10); if (*end) return die("bad --max-requests '%s'", optarg); break;
       case 's': seed = strtoul(optarg, &end, 10); if (*end) return die("bad --seed '%s'", optarg); break;
       case 'V': lg.verify = 1; break;
@@ -1075,9 +1244,10 @@ int main(int argc, char **argv) {
       case 'T': threads = strtoul(optarg, &end, 10); if (*end || threads == 0 || threads > 64) return die("--threads must be 1..64, got '%s'", optarg); break;
       case 'P': pool = strtoul(optarg, &end, 10); if (*end || pool > 1000000) return die("--pool must be 0..1000000, got '%s'", optarg); break;
       case 'X':
-        if (strcmp(optarg, "v1") == 0 || strcmp(optarg, "lanepack") == 0) lg.v2 = 0;
-        else if (strcmp(optarg, "v2") == 0) lg.v2 = 1;
-        else return die("--protocol must be v1 or v2, got '%s'", optarg);
+        lg.v2 = strcmp(optarg, "v2") == 0;
+        lg.openai = strcmp(optarg, "openai") == 0;
+        if (!lg.v2 && !lg.openai && strcmp(optarg, "v1") && strcmp(optarg, "lanepack"))
+          return die("--protocol must be v1, v2 or openai, got '%s'", optarg);
         break;
       case 'B': lg.v2_binary = 1; break;
       case 'A': trace = optarg; break;
@@ -1089,15 +1259,33 @@ int main(int argc, char **argv) {
   }
   if (optind < argc) return die("unexpected argument '%s'", argv[optind]);
   if (!url) return die("%s", "--url is required");
-  if (!lengths) return die("%s", "--lengths is required");
+  if (!lengths == !text) return die("%s", "give one of --lengths or --text");
+  if (text && !lg.openai) return die("%s", "--text goes with --protocol openai");
+  if ((tokenizer || tok_options) && !text) return die("%s", "--tokenizer goes with --text");
+  if (lg.openai && lg.verify && !lg.dims) return die("%s", "--verify with --protocol openai needs --dims K (the emulator's)");
+  if (lg.openai && !lg.model[0]) snprintf(lg.model, sizeof(lg.model), "default");
   if (!!rate + !!conc + !!sweep != 1) return die("%s", "give one of --rate, --concurrency or --sweep");
   if (warmup >= duration) return die("%s", "--warmup must be shorter than --duration");
   if (parse_url(&lg, url)) return die("bad --url '%s': want http://HOST:PORT[/PATH]", url);
   if (lg.v2_binary && !lg.v2) return die("%s", "--binary goes with --protocol v2");
   if (lg.v2 && strcmp(lg.path, "/v1/infer") == 0) /* no path given: the model's v2 route */
     snprintf(lg.path, sizeof(lg.path), "/v2/models/%s/infer", lg.model[0] ? lg.model : "default");
+  if (lg.openai && strcmp(lg.path, "/v1/infer") == 0) snprintf(lg.path, sizeof(lg.path), "/v1/embeddings");
   char err[256];
-  if (lp_lengths_load(&lg.lengths, lengths, err, sizeof(err))) return die("--lengths: %s", err);
+  if (tokenizer && !(lg.tok = lp_tok_load(tokenizer, tok_options, err, sizeof(err))))
+    return die("--tokenizer: %s", err);
+  if (text && load_lines(&lg, text, err, sizeof(err))) return die("--text: %s", err);
+  if (lengths && lp_lengths_load(&lg.lengths, lengths, err, sizeof(err))) return die("--lengths: %s", err);
+  if (shuffle && lg.nlines > 1) { /* the same for a text file's lines */
+    lp_rng_t srng;
+    lp_rng_seed(&srng, seed * 2654435761ull + 17);
+    for (size_t i = lg.nlines - 1; i > 0; i--) {
+      size_t k = (size_t)lp_rng_below(&srng, i + 1);
+      char *t = lg.lines[i];
+      lg.lines[i] = lg.lines[k];
+      lg.lines[k] = t;
+    }
+  }
   if (shuffle && lg.lengths.count > 1) {
     /* a file in some order (by package, by size) sends its runs of long
      * sequences together, cycle after cycle: shuffled once, by the seed */
@@ -1139,6 +1327,7 @@ int main(int argc, char **argv) {
   lp_rng_seed(&lg.rng, seed);
   /* a file's lengths are cycled whole: the pool is at least the file */
   if (pool && lg.lengths.count > pool) pool = lg.lengths.count < 1000000 ? lg.lengths.count : 1000000;
+  if (pool && lg.nlines > pool) pool = lg.nlines < 1000000 ? lg.nlines : 1000000;
   if (pool) {
     lg.pool = calloc(pool, sizeof(body_t *));
     if (!lg.pool) return die("%s", "out of memory for --pool");
@@ -1181,6 +1370,8 @@ int main(int argc, char **argv) {
     uv_timer_init(w[i].loop, &w[i].arrivals);
     uv_timer_init(w[i].loop, &w[i].ticker);
     w[i].arrivals.data = w[i].ticker.data = &w[i];
+    if (lg.nlines && !(w[i].seen = malloc(lg.nlines * sizeof(int32_t)))) return die("%s", "out of memory");
+    for (size_t k = 0; k < lg.nlines; k++) w[i].seen[k] = -1;
   }
   FILE *jf = NULL;
   if (json && !(jf = fopen(json, "w"))) return die("cannot write --json '%s'", json);
@@ -1191,9 +1382,9 @@ int main(int argc, char **argv) {
     run_phase(w, threads, &ph, &results[i]);
   }
   if (nrates == 1) {
-    printf("lanepack-loadgen %s, %s, %s %g, %.1fs, lengths %s\n", url,
+    printf("lanepack-loadgen %s, %s, %s %g, %.1fs, %s %s\n", url,
            conc ? "closed loop" : "open loop (Poisson)", conc ? "concurrency" : "rate",
-           conc ? (double)conc : rate, (duration - warmup) / 1e9, lengths);
+           conc ? (double)conc : rate, (duration - warmup) / 1e9, text ? "text" : "lengths", text ? text : lengths);
     print_report(&lg, &results[0], stdout);
     if (threads > 1) printf("client        %lu threads\n", threads);
   } else {
@@ -1229,9 +1420,13 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < lg.npool; i++) free_body(lg.pool[i]);
   free(lg.pool);
   lp_lengths_free(&lg.lengths);
+  free(lg.lines);
+  free(lg.text);
+  if (lg.tok) lp_tok_free(lg.tok);
   for (size_t i = 0; i < threads; i++) {
     free(w[i].vgot);
     free(w[i].vwant);
+    free(w[i].seen);
     uv_close((uv_handle_t *)&w[i].arrivals, NULL);
     uv_close((uv_handle_t *)&w[i].ticker, NULL);
     uv_run(w[i].loop, UV_RUN_DEFAULT);

@@ -1,7 +1,10 @@
 """Shared by the Python tests: a free loopback port, waiting until an HTTP
-route answers 200, and TAP-like checks with a closing count."""
+route answers 200, a lanepack-loadgen run read back from its --json report,
+and TAP-like checks with a closing count."""
 import http.client
+import json
 import socket
+import subprocess
 import time
 
 
@@ -26,6 +29,17 @@ def wait_http(port, path, timeout=8.0):
             pass
         time.sleep(0.05)
     raise SystemExit("nothing answered on port %d%s" % (port, path))
+
+
+def run_loadgen(cmd, out, timeout):
+    """Runs the load generator command cmd (which writes its report to out with
+    --json): (exit code, the report or {} when none, stderr or all output)."""
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    try:
+        with open(out) as f:
+            return r.returncode, json.load(f), r.stderr
+    except (OSError, ValueError):
+        return r.returncode, {}, r.stdout + r.stderr
 
 
 _results = []

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Packing changes nothing: the reference PyTorch backend behind lanepack, a few
 hundred sequences of mixed lengths sent at once (so they share lanes), each
-answer compared with the same model run on that sequence alone. Then the
-control: with the segment mask off, the same comparison must find mismatches.
+answer compared with the same model run on that sequence alone: per-token
+outputs, per-segment embeddings (pooled vectors) and a reranker's scores (the
+score head, per segment and per token). Then the controls: with the segment
+mask off, the same comparison must find mismatches, for vectors and scores.
 
 Usage: test-reference-model.py LANEPACK SERVER_PY"""
 import concurrent.futures
@@ -54,12 +56,12 @@ def post(url, body):
         return json.loads(r.read())
 
 
-def run(mask, outputs, segment_mask=True, protocol="lanepack"):
+def run(mask, outputs, segment_mask=True, protocol="lanepack", head="vector"):
     """Returns (sequences compared, packed with others, largest difference)."""
     bport, pport = free_port(), free_port()
     tmp = tempfile.mkdtemp()
     args = [sys.executable, server_py, "--listen", "127.0.0.1:%d" % bport, "--shapes", SHAPES,
-            "--mask", mask, "--outputs", outputs, "--vocab", "1000"]
+            "--mask", mask, "--outputs", outputs, "--head", head, "--vocab", "1000"]
     if not segment_mask:
         args.append("--no-segment-mask")
     backend = subprocess.Popen(args, stderr=open(os.path.join(tmp, "backend.log"), "w"))
@@ -89,12 +91,11 @@ def run(mask, outputs, segment_mask=True, protocol="lanepack"):
         worst, packed = 0.0, 0
         for s, a in zip(seqs, answers):
             hidden, out = server.run_alone(model, s, causal=(mask == "causal"))
-            if outputs == "per-token":
-                got = torch.tensor(a["output"])
-                want = out
-            else:
-                got = torch.tensor(a["output"])
-                want = hidden.mean(dim=0)
+            got = torch.tensor(a["output"])
+            want = out if outputs == "per-token" else hidden.mean(dim=0)
+            if head == "score":  # the score of each token's state, or of the pooled one
+                with torch.no_grad():
+                    want = model.score(hidden if outputs == "per-token" else hidden.mean(dim=0))
             if got.shape != want.shape:
                 raise AssertionError("shape %s vs %s" % (tuple(got.shape), tuple(want.shape)))
             worst = max(worst, float((got - want).abs().max()))
@@ -108,21 +109,25 @@ def run(mask, outputs, segment_mask=True, protocol="lanepack"):
 
 
 passed = failed = 0
-cases = [(m, o, "lanepack") for m in ("bidirectional", "causal") for o in ("per-token", "per-segment")]
-cases += [("bidirectional", o, "v2") for o in ("per-token", "per-segment")]
-for mask, outputs, protocol in cases:
-    n, packed, worst = run(mask, outputs, protocol=protocol)
+cases = [(m, o, "lanepack", "vector") for m in ("bidirectional", "causal") for o in ("per-token", "per-segment")]
+cases += [("bidirectional", o, "v2", "vector") for o in ("per-token", "per-segment")]
+cases += [("bidirectional", "per-segment", p, "score") for p in ("lanepack", "v2")]
+cases += [("causal", "per-token", "lanepack", "score")]
+for mask, outputs, protocol, head in cases:
+    n, packed, worst = run(mask, outputs, protocol=protocol, head=head)
     ok = worst <= TOL and packed > n // 4
-    print("%-8s %-13s %-11s %d sequences, %d packed behind another in a lane, largest difference %.3g: %s"
-          % (protocol, mask, outputs, n, packed, worst, "ok" if ok else "FAIL"), flush=True)
+    print("%-8s %-13s %-11s %-6s %d sequences, %d packed behind another in a lane, largest difference %.3g: %s"
+          % (protocol, mask, outputs, head, n, packed, worst, "ok" if ok else "FAIL"), flush=True)
     passed += ok
     failed += not ok
-# the control: without the segment mask, packing must show
-n, packed, worst = run("bidirectional", "per-token", segment_mask=False)
-ok = worst > 1e-2
-print("control (segment mask off): %d sequences, largest difference %.3g: %s"
-      % (n, worst, "ok, mismatches found" if ok else "FAIL, the comparison cannot fail"), flush=True)
-passed += ok
-failed += not ok
+# the controls: without the segment mask, packing must show
+for outputs, head in (("per-token", "vector"), ("per-segment", "score")):
+    n, packed, worst = run("bidirectional", outputs, segment_mask=False, head=head)
+    ok = worst > 1e-2
+    print("control (segment mask off, %s %s): %d sequences, largest difference %.3g: %s"
+          % (outputs, head, n, worst, "ok, mismatches found" if ok else "FAIL, the comparison cannot fail"),
+          flush=True)
+    passed += ok
+    failed += not ok
 print("%d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)

@@ -19,7 +19,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, run_loadgen, wait_http  # noqa: E402
 
 lanepack, emulator, loadgen = sys.argv[1], sys.argv[2], sys.argv[3]
 # sanitized builds are 5-15x slower: keep the load bounded in time, not count
@@ -32,12 +32,7 @@ def load(port, tmp, name, extra):
     cmd = [loadgen, "--url", "http://127.0.0.1:%d" % port, "--lengths", "uniform:1,400",
            "--concurrency", "48", "--connections", "48", "--max-requests", str(REQUESTS),
            "--duration", "60s", "--timeout", "30s", "--verify", "--seed", "7", "--json", out] + extra
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    try:
-        with open(out) as f:
-            return r.returncode, json.load(f), r.stderr
-    except (OSError, ValueError):
-        return r.returncode, {}, r.stdout + r.stderr
+    return run_loadgen(cmd, out, 120)
 
 
 def leavers(port, n=40):

@@ -4,7 +4,9 @@ implements the backend contract (GET /v1/shapes, GET /healthz, POST /v1/batch)
 and the Open Inference Protocol (KServe v2, binary tensors decoded with numpy:
 GET /v2/health/ready, /v2/models/NAME[/ready], POST /v2/models/NAME/infer, one
 model per compiled shape) like a static-shape device. Attention is block-diagonal
-by segment, so a packed sequence computes exactly what it computes alone.
+by segment, so a packed sequence computes exactly what it computes alone. Heads:
+vectors (per token, or a pooled embedding per segment) or a score (a reranker's
+one float per segment, or per token).
 
 Port to an accelerator: build the model on the device (see DEVICE below) and keep
 the shapes fixed; nothing else changes.
@@ -50,8 +52,8 @@ class Layer(nn.Module):
 
 
 class Encoder(nn.Module):
-    """Embedding + position embedding, a few attention/MLP layers, a small head:
-    float32, weights from a fixed seed."""
+    """Embedding + position embedding, a few attention/MLP layers, a small head
+    and a score head: float32, weights from a fixed seed."""
 
     def __init__(self, vocab, max_len, d=32, heads=4, layers=2, outputs=4, seed=0):
         super().__init__()
@@ -61,6 +63,13 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(Layer(d, heads) for _ in range(layers))
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, outputs)
+        # made last, so the seed gives the other weights what it gave before
+        self.score_head = nn.Linear(d, 1)
+
+    def score(self, states):
+        """A cross-encoder reranker's score: one float per state [..., d] -> [...]
+        (a segment's pooled state is its query and text read together)."""
+        return self.score_head(states)[..., 0]
 
     def forward(self, ids, pos, seg, causal=False, segment_mask=True):
         """ids, pos, seg: [lanes, bucket] long tensors. Returns the hidden states
@@ -142,6 +151,7 @@ class Device:
         self.shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
         self.causal = args.mask == "causal"
         self.per_segment = args.outputs == "per-segment"
+        self.scores = args.head == "score"
         self.segment_mask = not args.no_segment_mask
         # DEVICE: torch.device("cpu") here. On a TPU host: import torch_xla.core.xla_model
         # as xm; device = xm.xla_device(). On Trainium: torch_neuronx.trace() the model
@@ -153,20 +163,28 @@ class Device:
 
     def compute(self, ids, pos, seg):
         """[lanes, bucket] long tensors in; per-token outputs [lanes, bucket, 4]
-        (padding zeros) or per-segment pooled states [lanes, max_segments, d]."""
+        (padding zeros) or per-segment pooled states [lanes, max_segments, d];
+        with the score head, one score per token [lanes, bucket] or per segment
+        [lanes, max_segments] (padding and absent segments zeros)."""
         with self.lock, torch.no_grad():
             hidden, out = self.model(ids.to(self.device), pos.to(self.device), seg.to(self.device),
                                      causal=self.causal, segment_mask=self.segment_mask)
-        hidden, out = hidden.cpu(), out.cpu()
-        if not self.per_segment:
-            return out * (seg != 0)[:, :, None]
-        lanes = seg.shape[0]
-        nseg = max(int(seg.max()), 1)
-        pooled = torch.zeros(lanes, nseg, hidden.shape[-1])
-        for lane in range(lanes):
-            for s in range(1, int(seg[lane].max()) + 1):
-                pooled[lane, s - 1] = hidden[lane][seg[lane] == s].mean(dim=0)
-        return pooled
+            if not self.per_segment:
+                if self.scores:
+                    return self.model.score(hidden).cpu() * (seg != 0)
+                return out.cpu() * (seg != 0)[:, :, None]
+            hidden = hidden.cpu()
+            lanes = seg.shape[0]
+            nseg = max(int(seg.max()), 1)
+            pooled = torch.zeros(lanes, nseg, hidden.shape[-1])
+            present = torch.zeros(lanes, nseg, dtype=torch.bool)
+            for lane in range(lanes):
+                for s in range(1, int(seg[lane].max()) + 1):
+                    pooled[lane, s - 1] = hidden[lane][seg[lane] == s].mean(dim=0)
+                    present[lane, s - 1] = True
+            if self.scores:
+                return self.model.score(pooled.to(self.device)).cpu() * present
+            return pooled
 
     def batch(self, req):
         shape = tuple(req.get("shape") or ())
@@ -278,7 +296,8 @@ def make_handler(device):
                                     "inputs": [{"name": n, "datatype": "INT64", "shape": list(shape)}
                                                for n in ("input_ids", "segment_ids", "position_ids")],
                                     "outputs": [{"name": device.v2_output, "datatype": "FP32",
-                                                 "shape": [shape[0], -1, -1]}]})
+                                                 "shape": [shape[0], -1] if device.scores
+                                                 else [shape[0], -1, -1]}]})
                 else:
                     self.send(404, {"error": "no such route"})
             else:
@@ -311,6 +330,9 @@ def main(argv=None):
     p.add_argument("--shapes", default="4x512,16x128")
     p.add_argument("--mask", choices=["bidirectional", "causal"], default="bidirectional")
     p.add_argument("--outputs", choices=["per-token", "per-segment"], default="per-token")
+    p.add_argument("--head", choices=["vector", "score"], default="vector",
+                   help="vector: 4 floats per token or the pooled state per segment; "
+                        "score: one float per token or per segment (a reranker's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--device", default="cpu")
@@ -329,7 +351,8 @@ def main(argv=None):
     torch.set_num_threads(1)
     server = ThreadingHTTPServer((host, int(port)), make_handler(Device(args)))
     print(json.dumps({"msg": "reference backend listening", "port": server.server_address[1],
-                      "shapes": args.shapes, "mask": args.mask, "outputs": args.outputs}),
+                      "shapes": args.shapes, "mask": args.mask, "outputs": args.outputs,
+                      "head": args.head}),
           file=sys.stderr, flush=True)
     try:
         server.serve_forever()

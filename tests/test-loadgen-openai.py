@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+"""lanepack-loadgen --protocol openai --verify against lanepack and the emulator
+(issue 26): token-id arrays in float and base64, one and several inputs per
+request, over the lanepack JSON wire and v2 binary tensors, and text (a model
+trained here with spm_train on a text Debian ships) checked exactly with the
+proxy's tokenizer and by form without it: every vector right, nothing failed.
+Then the verify path must fail: an emulator answering 8 floats where 16 are
+expected, and text tokenized with other options than the proxy's.
+
+Usage: test-loadgen-openai.py LANEPACK EMULATOR LOADGEN"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lphelp import check, finish, free_port, run_loadgen, wait_http  # noqa: E402
+
+lanepack, emulator, loadgen = sys.argv[1], sys.argv[2], sys.argv[3]
+TEXT = "/usr/share/common-licenses/GPL-3"
+DIMS = 16
+SHAPES = "4x64,8x128"
+# few enough to take a second or two, enough to fill many batches
+REQUESTS = 400
+
+
+def load(port, tmp, name, args):
+    """One bounded closed-loop run; (exit code, its --json report, stderr)."""
+    out = os.path.join(tmp, name + ".json")
+    cmd = [loadgen, "--url", "http://127.0.0.1:%d" % port, "--protocol", "openai", "--concurrency", "8",
+           "--max-requests", str(REQUESTS), "--duration", "30s", "--timeout", "10s", "--verify",
+           "--dims", str(DIMS), "--json", out] + args
+    return run_loadgen(cmd, out, 90)
+
+
+def main():
+    procs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        prefix = os.path.join(tmp, "spm")
+        r = subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=400",
+                            "--character_coverage=1.0"], capture_output=True)
+        check("spm_train trained a model on %s" % TEXT, r.returncode == 0, r.stderr[-300:])
+        ports = {k: free_port() for k in ("emu", "wrong", "proxy")}
+        try:
+            # one emulator on both wires, 16 floats per segment; another with 8
+            procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % ports["emu"], "--shapes", SHAPES,
+                                           "--per-segment", "--dims", str(DIMS), "--cost-ms", "0",
+                                           "--protocol", "both"], stderr=subprocess.DEVNULL))
+            procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % ports["wrong"], "--shapes", SHAPES,
+                                           "--per-segment", "--dims", "8", "--cost-ms", "0"],
+                                          stderr=subprocess.DEVNULL))
+            emu, wrong = ("http://127.0.0.1:%d" % ports[k] for k in ("emu", "wrong"))
+            tok = {"sentencepiece": prefix + ".model"}
+            cfg = os.path.join(tmp, "lanepack.json")
+            with open(cfg, "w") as f:
+                json.dump({"listen": "127.0.0.1:%d" % ports["proxy"], "log_level": "warn", "models": {
+                    "emb": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [emu], "tokenizer": tok},
+                    "emb2": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [emu], "tokenizer": tok,
+                             "protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}",
+                                                      "output_kind": "per_segment"}},
+                    "wrong": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [wrong], "tokenizer": tok}}}, f)
+            procs.append(subprocess.Popen([lanepack, "--config", cfg]))
+            wait_http(ports["emu"], "/healthz")
+            wait_http(ports["wrong"], "/healthz")
+            wait_http(ports["proxy"], "/readyz")
+            port = ports["proxy"]
+            ids = ["--lengths", "uniform:1,120", "--vocab", "1000"]
+            text = ["--text", TEXT]
+            exact = text + ["--tokenizer", prefix + ".model"]
+            good = [
+                ("token ids, float, one input per request", "emb", ids + ["--encoding", "float"]),
+                ("token ids, base64, 4 inputs per request", "emb", ids + ["--encoding", "base64", "--batch", "4"]),
+                ("token ids over v2 binary tensors, float", "emb2", ids + ["--encoding", "float"]),
+                ("token ids over v2 binary tensors, base64, 3 per request", "emb2",
+                 ids + ["--encoding", "base64", "--batch", "3"]),
+                ("text, exact with the proxy's tokenizer, base64, 5 per request", "emb",
+                 exact + ["--encoding", "base64", "--batch", "5"]),
+                ("text by form (no tokenizer here), float, 2 per request", "emb", text + ["--batch", "2"]),
+            ]
+            for i, (name, model, args) in enumerate(good):
+                rc, rep, err = load(port, tmp, "good%d" % i, ["--model", model] + args)
+                check("%s: %d answered, every vector verified" % (name, REQUESTS),
+                      rc == 0 and rep.get("ok") == REQUESTS and rep.get("mismatches") == 0 and rep.get("failed") == 0,
+                      (rc, {k: rep.get(k) for k in ("ok", "failed", "mismatches", "by_status")}, err[-300:]))
+            bad = [
+                ("an emulator answering 8 floats, 16 expected", "wrong", ids),
+                ("the same, by form (text)", "wrong", text),
+                ("text tokenized with bos:eos, the proxy without", "emb", exact + ["--tokenizer-options", "bos:eos", "--batch", "5"]),
+            ]
+            for i, (name, model, args) in enumerate(bad):
+                rc, rep, err = load(port, tmp, "bad%d" % i, ["--model", model] + args)
+                check("%s: every answer a mismatch, exit 3, the reason printed" % name,
+                      rc == 3 and rep.get("mismatches") == REQUESTS and rep.get("ok") == 0
+                      and "mismatch: data[0]" in err,
+                      (rc, {k: rep.get(k) for k in ("ok", "mismatches", "by_status")}, err[-300:]))
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(10)
+    finish()
+
+
+main()
