@@ -179,7 +179,8 @@ struct lp_job_s {
   lp_http_req_t *front_req; /* FRONT: the client's request, NULL once it left (remote front) */
   lp_job_t *mq_next;      /* in a mailbox: to the scheduler, then back to its front */
   lp_job_t *cq_next;      /* its cancel, in the scheduler's mailbox */
-  int refs;               /* remote: atomic; 1 for the job, 1 per cancel in flight */
+  int refs;               /* atomic; 1 for the job, 1 per cancel in flight (remote),
+                             1 per item of a batch sending its text (batch.c) */
   int waited;             /* remote: a client waits for its answer (the scheduler's view) */
   int handed_back;        /* remote: the scheduler is done with it (written by the scheduler) */
   int admin_route;        /* remote: not an inference but a page the scheduler renders (LP_ROUTE_*, or
@@ -275,7 +276,12 @@ struct lp_batch_s {
   size_t cursor;          /* next item expected in OUTPUT order */
   lp_batch_t *next_spare; /* model's pool of finished batches */
   lp_layout_t layout;     /* owned */
-  lp_buf_t body;          /* the request sent upstream; owned */
+  lp_buf_t body;          /* the request sent upstream (v2); owned */
+  /* the JSON request as a gather list: the members' token text and the
+   * writer's runs borrowed, read out by curl, never assembled; owned */
+  lp_gather_t gather;
+  int pinned;             /* each item's job holds a reference of the batch's
+                             (its text is in the gather list) until it is freed */
   uint64_t dispatch_ns;
   lp_xfer_t *xfer;
   /* v2 backends: where it goes and the header lines it needs */
@@ -576,7 +582,7 @@ void lp__job_hand_back(lp_job_t *job);
 void lp__fronts_flush(lp_proxy_t *p);
 void lp__sched_on_flush(uv_check_t *h);
 
-/* A reference to a job dropped: the last frees it (remote). */
+/* A reference to a job dropped: the last frees it. */
 void lp__job_release(lp_job_t *job);
 /* The job's references to its batches' answers, dropped once its client is
  * written: a batch's answer goes with the last job it serves. */
