@@ -11,7 +11,9 @@
 #include "lanepack/batchjson.h"
 #include "lanepack/gather.h"
 #include "lanepack/packer.h"
+#include "lanepack/rectbin.h"
 #include "lanepack/rng.h"
+#include "lanepack/v2.h"
 
 #define MAXN 48
 #define MAXLEN 300
@@ -135,4 +137,79 @@ START_TEST(separator_taken_back_across_pieces) {
 }
 END_TEST
 
-LP_TEST_MAIN("gather", gathered_body_is_the_written_body, separator_taken_back_across_pieces)
+/* v2 binary: header written, tensors borrowed from the sequences and the
+ * runs (lanes of more than LP_RECTBIN_RUNS segments, buckets past the runs),
+ * against lp_v2_write over the arrays lp_layout_build fills. */
+START_TEST(v2_gathered_body_is_the_written_body) {
+  lp_packer_t *p = lp_packer_new();
+  lp_layout_t l, only;
+  lp_layout_init(&l);
+  lp_layout_init(&only);
+  only.segs_only = 1;
+  lp_buf_t want;
+  lp_buf_init(&want);
+  lp_gather_t g;
+  lp_gather_init(&g);
+  lp_rng_t r;
+  static int32_t toks[MAXN][MAXLEN];
+  char *got = NULL;
+  for (uint64_t seed = 1; seed <= 300; seed++) {
+    lp_rng_seed(&r, seed);
+    uint32_t lanes = 1 + (uint32_t)lp_rng_below(&r, 6), bucket = 1 + (uint32_t)lp_rng_below(&r, MAXLEN);
+    size_t n = (size_t)lp_rng_below(&r, MAXN);
+    int32_t pad = seed % 3 == 0 ? 0 : seed % 3 == 1 ? 7 : -3;
+    lp_rectbin_t rb;
+    ck_assert_int_eq(lp_rectbin_init(&rb, 1 + (uint32_t)lp_rng_below(&r, MAXLEN), pad), 0);
+    uint32_t lens[MAXN];
+    lp_seq_ref_t seqs[MAXN];
+    lp_place_t place[MAXN];
+    for (size_t i = 0; i < n; i++) {
+      lens[i] = 1 + (uint32_t)lp_rng_below(&r, seed % 4 ? 3 : bucket);
+      for (uint32_t k = 0; k < lens[i]; k++) toks[i][k] = (int32_t)lp_rng_below(&r, 200000) - 50;
+      seqs[i] = (lp_seq_ref_t){toks[i], lens[i]};
+    }
+    lp_pack_params_t prm = {.capacity = bucket, .max_bins = lanes};
+    lp_packer_pack(p, LP_ALGO_FFD, &prm, lens, n, place, NULL);
+    ck_assert_int_eq(lp_layout_build(&l, lanes, bucket, pad, place, seqs, n), 0);
+    ck_assert_int_eq(lp_layout_build(&only, lanes, bucket, pad, place, seqs, n), 0);
+    ck_assert_uint_eq(only.nsegs, l.nsegs);
+    ck_assert_uint_eq(only.real_tokens, l.real_tokens);
+    const int32_t *data[3] = {l.input_ids, l.segment_ids, l.position_ids};
+    static const char *const names[3] = {"input_ids", "segment_ids", "position_ids"};
+    int skip = (int)(seed % 4); /* 3: a model without segment ids */
+    lp_v2_out_t in[3], head[3];
+    int nt = 0;
+    for (int k = 0; k < 3; k++) {
+      if (k == 1 && skip == 3) continue;
+      in[nt] = (lp_v2_out_t){.name = names[k], .dtype = LP_DT_INT32, .ndim = 2, .shape = {lanes, bucket},
+                             .data = data[k], .count = (size_t)lanes * bucket};
+      head[nt] = in[nt];
+      head[nt++].data = NULL;
+    }
+    size_t hl1, hl2;
+    lp_buf_reset(&want);
+    ck_assert_int_eq(lp_v2_write(&want, "\"id\":\"1\"", "inputs", in, nt, 1, &hl1), 0);
+    lp_gather_reset(&g);
+    ck_assert_int_eq(lp_v2_write(lp_gather_buf(&g), "\"id\":\"1\"", "inputs", head, nt, 1, &hl2), 0);
+    ck_assert_uint_eq(hl1, hl2);
+    for (int k = 0; k < 3; k++)
+      if (!(k == 1 && skip == 3)) lp_rectbin_gather(&rb, &g, &only, seqs, k);
+    size_t len = lp_gather_len(&g);
+    ck_assert_uint_eq(len, want.len);
+    got = realloc(got, len + 1);
+    ck_assert_ptr_nonnull(got);
+    ck_assert_uint_eq(read_all(&g, &r, got, len, 1 + seed * 53 % 3000), len);
+    ck_assert_msg(memcmp(got, want.data, len) == 0, "seed %llu: bodies differ", (unsigned long long)seed);
+    lp_rectbin_free(&rb);
+  }
+  free(got);
+  lp_gather_free(&g);
+  lp_buf_free(&want);
+  lp_layout_free(&l);
+  lp_layout_free(&only);
+  lp_packer_free(p);
+}
+END_TEST
+
+LP_TEST_MAIN("gather", gathered_body_is_the_written_body, separator_taken_back_across_pieces,
+             v2_gathered_body_is_the_written_body)

@@ -12,6 +12,7 @@
 
 #include "lanepack/advisor.h"
 #include "lanepack/batchjson.h"
+#include "lanepack/rectbin.h"
 #include "lanepack/bucket.h"
 #include "lanepack/buf.h"
 #include "lanepack/config.h"
@@ -328,6 +329,7 @@ struct lp_model_s {
   uint32_t inflight;
   lp_lenhist_t lengths;    /* observed lengths, for the bucket advisor */
   lp_batchjson_t writer;   /* prebuilt id runs for batch bodies */
+  lp_rectbin_t rect;       /* prebuilt binary runs for v2 bodies (lp__v2_gathered) */
   /* reused so a steady stream of batches allocates nothing: a layout and a body
    * are hundreds of KB, which malloc serves with mmap and page faults */
   lp_batch_t *spare;       /* finished batches with their buffers; owned */
@@ -684,6 +686,9 @@ void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *
 int lp__v2_model_name(const lp_model_t *m, int shape, char *out, size_t cap);
 /* The batch as a v2 request: bt->body, bt->url, bt->headers. 0 or -errno. */
 int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids, const char *const *item_traces);
+/* Whether m's v2 bodies are gather lists (binary INT32 rectangles: the
+ * sequences' tokens borrowed, ids from m->rect) rather than bt->body. */
+int lp__v2_gathered(const lp_model_t *m);
 /* A 200 answer decoded and checked against the batch (kept in m->v2msg until
  * lp__v2_close); -EPROTO with err when it is malformed. */
 int lp__v2_open(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen);

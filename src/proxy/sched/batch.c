@@ -278,6 +278,8 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
    * writer derives them from the segments */
   bt->layout.skip_ids = !(m->cfg->protocol == LP_PROTO_V2 &&
                           (m->cfg->v2.inputs[1][0] || m->cfg->v2.inputs[2][0]));
+  /* a gathered v2 body borrows the tokens and runs: no arrays to fill */
+  bt->layout.segs_only = lp__v2_gathered(m);
   int rc = m->cfg->ragged ? lp_layout_build_ragged(&bt->layout, NULL, m->refs, n)
                           : lp_layout_build(&bt->layout, a->send.lanes, a->send.bucket, m->cfg->pad_id,
                                             m->place, m->refs, n);
@@ -302,13 +304,17 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   const char *const *ids = batch_request_ids(m, bt);
   const char *const *traces = ids ? m->item_traces : NULL;
   batch_trace(m, bt);
+  int gathered = m->cfg->protocol != LP_PROTO_V2 || bt->layout.segs_only;
+  if (gathered) {
+    /* the members' text or tokens are borrowed until the batch is freed:
+     * their jobs are pinned, so a client leaving meanwhile frees its job
+     * only then */
+    for (size_t i = 0; i < n; i++) __atomic_add_fetch(&job_of(bt->items[i].job_id)->refs, 1, __ATOMIC_RELAXED);
+    bt->pinned = 1;
+  }
   if (m->cfg->protocol == LP_PROTO_V2) {
     if (lp__v2_encode(m, bt, ids, traces)) bt->body.oom = 1;
   } else {
-    /* the members' text is borrowed until the batch is freed: their jobs are
-     * pinned, so a client leaving meanwhile frees its job only then */
-    for (size_t i = 0; i < n; i++) __atomic_add_fetch(&job_of(bt->items[i].job_id)->refs, 1, __ATOMIC_RELAXED);
-    bt->pinned = 1;
     lp_batchjson_gather(&m->writer, &bt->gather, &bt->layout, bt->id, m->cfg->name, ids, traces);
     if (bt->gather.oom) bt->body.oom = 1;
     bt->headers[0] = "Content-Type: application/json";
@@ -328,7 +334,10 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
          (unsigned long long)bt->id, bt->layout.lanes, bt->layout.bucket, bt->layout.nsegs,
          (double)bt->layout.real_tokens / ((double)bt->layout.lanes * bt->layout.bucket), a->send.reason,
          be->url, a->send.device, a->send.copies);
-  if (m->cfg->protocol == LP_PROTO_V2)
+  if (bt->layout.segs_only)
+    bt->xfer = lp_upstream_request_g(p->up, bt->url, &bt->gather, bt->headers, m->cfg->backend_timeout_ms,
+                                     answer_bound(m, bt), on_batch_done, bt);
+  else if (m->cfg->protocol == LP_PROTO_V2)
     bt->xfer = lp_upstream_request_h(p->up, bt->url, bt->body.data, bt->body.len, bt->headers,
                                      m->cfg->backend_timeout_ms, answer_bound(m, bt), on_batch_done, bt);
   else
