@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "lanepack/buf.h"
+#include "lanepack/gather.h"
 #include "lanepack/layout.h"
 
 typedef struct lp_batchjson_s {
@@ -29,5 +30,11 @@ void lp_batchjson_free(lp_batchjson_t *w);
 void lp_batchjson_write(const lp_batchjson_t *w, lp_buf_t *out, const lp_layout_t *l,
                         uint64_t id, const char *model, const char *const *item_ids,
                         const char *const *item_traces);
+/* The same body as a gather list appended to g (the same bytes, in order):
+ * the clients' token text (l->texts) and w's runs are borrowed, not copied,
+ * so they must live, unchanged, until g is read; the rest is written into g. */
+void lp_batchjson_gather(const lp_batchjson_t *w, lp_gather_t *g, const lp_layout_t *l, uint64_t id,
+                         const char *model, const char *const *item_ids,
+                         const char *const *item_traces);
 
 #endif

@@ -33,6 +33,9 @@ typedef struct lp_layout_s {
   int ragged;              /* 1: flat form, one "lane" of `bucket` = total tokens */
   int skip_ids;            /* set by the owner: segment_ids and position_ids are not
                               filled (a writer that derives them from segs) */
+  int segs_only;           /* set by the owner: only the segments are built (a
+                              writer that borrows each sequence's tokens and
+                              writes the rest from runs); the arrays untouched */
   uint32_t lanes;
   uint32_t bucket;
   uint64_t real_tokens;

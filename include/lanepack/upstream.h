@@ -9,6 +9,7 @@
 #include <uv.h>
 
 #include "lanepack/buf.h"
+#include "lanepack/gather.h"
 
 typedef struct lp_upstream_s lp_upstream_t;
 typedef struct lp_xfer_s lp_xfer_t;
@@ -36,6 +37,7 @@ struct lp_xfer_s {
   int64_t inference_header_len; /* the answer's Inference-Header-Content-Length; -1: none */
   uint64_t device_ns;           /* the answer's X-Device-Time-Us, in ns; 0: none */
   /* private */
+  lp_gather_t *_gather;         /* the body being read out, or NULL; borrowed */
   struct curl_slist *_headers;  /* this request's own header lines; owned */
   lp_upstream_t *_up;
   void *_easy;
@@ -70,6 +72,14 @@ lp_xfer_t *lp_upstream_request(lp_upstream_t *up, const char *url, const char *b
 /* The same, with this request's own header lines (each "Name: value", the list
  * NULL-terminated; copied), which replace the default Content-Type. */
 lp_xfer_t *lp_upstream_request_h(lp_upstream_t *up, const char *url, const char *body, size_t len,
+                                 const char *const *headers, uint64_t timeout_ms, size_t max_answer,
+                                 lp_xfer_cb cb, void *ud);
+
+/* The same with the body a gather list (borrowed: it and every piece it
+ * borrows must live until the callback; its cursor is the transfer's), read
+ * out straight into curl's upload buffer, never assembled. Returns NULL when
+ * the list is incomplete (out of memory) or empty. */
+lp_xfer_t *lp_upstream_request_g(lp_upstream_t *up, const char *url, lp_gather_t *body,
                                  const char *const *headers, uint64_t timeout_ms, size_t max_answer,
                                  lp_xfer_cb cb, void *ud);
 

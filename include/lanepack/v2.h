@@ -62,7 +62,8 @@ typedef enum {
 lp_v2_route_t lp_v2_route(const char *path, size_t n, const char **name, size_t *name_len);
 
 /* One tensor to write: count elements of dtype at data in host order; with
- * widen_i32, data holds int32 values written as INT64. */
+ * widen_i32, data holds int32 values written as INT64. With binary, data NULL
+ * writes the tensor's header only: its bytes are the caller's to append. */
 typedef struct lp_v2_out_s {
   const char *name;
   lp_dtype_t dtype;

@@ -1,6 +1,8 @@
 /* The backend request writer (see batchjson.h). */
 #include "lanepack/batchjson.h"
 
+#include "lanepack/gather.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,11 +47,12 @@ void lp_batchjson_free(lp_batchjson_t *w) {
 }
 
 /* Appends n copies of value v, each followed by a comma. */
-static void put_run(const lp_batchjson_t *w, lp_buf_t *b, int32_t v, uint32_t n) {
+static void put_run(const lp_batchjson_t *w, lp_gather_t *g, int32_t v, uint32_t n) {
+  lp_buf_t *b = lp_gather_buf(g);
   if (v >= 0 && v <= 9) {
     while (n > 0) {
       uint32_t k = n < w->max_len ? n : w->max_len;
-      lp_buf_append(b, w->runs[v], 2 * (size_t)k);
+      lp_gather_ref(g, w->runs[v], 2 * (size_t)k);
       n -= k;
     }
     return;
@@ -61,9 +64,10 @@ static void put_run(const lp_batchjson_t *w, lp_buf_t *b, int32_t v, uint32_t n)
 }
 
 /* Appends positions 0..n-1, each followed by a comma. */
-static void put_positions(const lp_batchjson_t *w, lp_buf_t *b, uint32_t n) {
+static void put_positions(const lp_batchjson_t *w, lp_gather_t *g, uint32_t n) {
+  lp_buf_t *b = lp_gather_buf(g);
   if (n <= w->max_len) {
-    lp_buf_append(b, w->positions, w->pos_end[n]);
+    lp_gather_ref(g, w->positions, w->pos_end[n]);
     return;
   }
   for (uint32_t i = 0; i < n; i++) {
@@ -74,19 +78,20 @@ static void put_positions(const lp_batchjson_t *w, lp_buf_t *b, uint32_t n) {
 
 /* A lane's segment or position ids: runs over its segments and padding. The
  * trailing comma of the last run is taken back. */
-static void put_lane(const lp_batchjson_t *w, lp_buf_t *b, const lp_layout_t *l, size_t *s,
+static void put_lane(const lp_batchjson_t *w, lp_gather_t *g, const lp_layout_t *l, size_t *s,
                      uint32_t lane, int positions) {
+  lp_buf_t *b = lp_gather_buf(g);
   uint32_t at = 0;
   lp_buf_puts(b, "[");
   for (; *s < l->nsegs && l->segs[*s].lane == lane; (*s)++) {
-    const lp_segment_t *g = &l->segs[*s];
-    if (g->offset > at) put_run(w, b, 0, g->offset - at);
-    if (positions) put_positions(w, b, g->length);
-    else put_run(w, b, (int32_t)g->segment, g->length);
-    at = g->offset + g->length;
+    const lp_segment_t *sg = &l->segs[*s];
+    if (sg->offset > at) put_run(w, g, 0, sg->offset - at);
+    if (positions) put_positions(w, g, sg->length);
+    else put_run(w, g, (int32_t)sg->segment, sg->length);
+    at = sg->offset + sg->length;
   }
-  if (l->bucket > at) put_run(w, b, 0, l->bucket - at);
-  if (!b->oom && b->len && b->data[b->len - 1] == ',') b->len--;
+  if (l->bucket > at) put_run(w, g, 0, l->bucket - at);
+  lp_gather_unput(g, ',');
   lp_buf_puts(b, "]");
 }
 
@@ -94,34 +99,36 @@ static void put_lane(const lp_batchjson_t *w, lp_buf_t *b, const lp_layout_t *l,
  * client's own, already in the form lp_buf_i32_list writes) is that text
  * copied, the rest written from the rectangle; the bytes are the same either
  * way, the copy is several times cheaper than writing 600 numbers. */
-static void put_input_lane(const lp_batchjson_t *w, lp_buf_t *b, const lp_layout_t *l, size_t *s,
+static void put_input_lane(const lp_batchjson_t *w, lp_gather_t *g, const lp_layout_t *l, size_t *s,
                            uint32_t lane) {
+  lp_buf_t *b = lp_gather_buf(g);
   const int32_t *ids = l->input_ids + (size_t)lane * l->bucket;
   uint32_t at = 0;
   lp_buf_puts(b, "[");
   for (; *s < l->nsegs && l->segs[*s].lane == lane; (*s)++) {
-    const lp_segment_t *g = &l->segs[*s];
-    if (g->offset > at) put_run(w, b, ids[at], g->offset - at); /* padding: one id */
-    const lp_seq_text_t *t = &l->texts[g->item];
+    const lp_segment_t *sg = &l->segs[*s];
+    if (sg->offset > at) put_run(w, g, ids[at], sg->offset - at); /* padding: one id */
+    const lp_seq_text_t *t = &l->texts[sg->item];
     if (t->text) {
-      lp_buf_append(b, t->text, t->len);
+      lp_gather_ref(g, t->text, t->len);
     } else {
-      lp_buf_i32_list(b, ids + g->offset, g->length);
+      lp_buf_i32_list(b, ids + sg->offset, sg->length);
     }
     lp_buf_puts(b, ",");
-    at = g->offset + g->length;
+    at = sg->offset + sg->length;
   }
-  if (l->bucket > at) put_run(w, b, ids[at], l->bucket - at);
-  if (!b->oom && b->len && b->data[b->len - 1] == ',') b->len--;
+  if (l->bucket > at) put_run(w, g, ids[at], l->bucket - at);
+  lp_gather_unput(g, ',');
   lp_buf_puts(b, "]");
 }
 
-static void put_ids(const lp_batchjson_t *w, lp_buf_t *b, const lp_layout_t *l, int positions) {
+static void put_ids(const lp_batchjson_t *w, lp_gather_t *g, const lp_layout_t *l, int positions) {
+  lp_buf_t *b = lp_gather_buf(g);
   lp_buf_puts(b, "[");
   size_t s = 0;
   for (uint32_t lane = 0; lane < l->lanes; lane++) {
     if (lane) lp_buf_puts(b, ",");
-    put_lane(w, b, l, &s, lane, positions);
+    put_lane(w, g, l, &s, lane, positions);
   }
   lp_buf_puts(b, "]");
 }
@@ -140,10 +147,22 @@ static void put_request_ids(lp_buf_t *b, const lp_layout_t *l, const char *const
   lp_buf_puts(b, "]");
 }
 
-void lp_batchjson_write(const lp_batchjson_t *w, lp_buf_t *b, const lp_layout_t *l, uint64_t id,
+void lp_batchjson_write(const lp_batchjson_t *w, lp_buf_t *out, const lp_layout_t *l, uint64_t id,
                         const char *model, const char *const *item_ids, const char *const *item_traces) {
-  size_t slots = (size_t)l->lanes * l->bucket;
-  lp_buf_reserve(b, slots * 12 + l->nsegs * 72 + 256);
+  lp_gather_t g;
+  lp_gather_init(&g);
+  lp_batchjson_gather(w, &g, l, id, model, item_ids, item_traces);
+  lp_gather_flatten(&g, out);
+  lp_gather_free(&g);
+}
+
+void lp_batchjson_gather(const lp_batchjson_t *w, lp_gather_t *g, const lp_layout_t *l, uint64_t id,
+                         const char *model, const char *const *item_ids, const char *const *item_traces) {
+  lp_buf_t *b = lp_gather_buf(g);
+  /* the owned part: everything but the clients' text and the prebuilt runs
+   * (all of it when no text came: the numbers written here) */
+  size_t slots = l->texts ? 0 : (size_t)l->lanes * l->bucket;
+  lp_buf_reserve(b, slots * 12 + (size_t)l->lanes * 64 + l->nsegs * 72 + 256);
   lp_buf_puts(b, "{\"batch_id\": ");
   lp_buf_u64(b, id);
   lp_buf_puts(b, ", \"model\": ");
@@ -163,13 +182,13 @@ void lp_batchjson_write(const lp_batchjson_t *w, lp_buf_t *b, const lp_layout_t 
   size_t seg = 0;
   for (uint32_t lane = 0; lane < l->lanes; lane++) {
     if (lane) lp_buf_puts(b, ",");
-    if (l->texts) put_input_lane(w, b, l, &seg, lane);
+    if (l->texts) put_input_lane(w, g, l, &seg, lane);
     else lp_buf_i32_array(b, l->input_ids + (size_t)lane * l->bucket, l->bucket);
   }
   lp_buf_puts(b, "], \"segment_ids\": ");
-  put_ids(w, b, l, 0);
+  put_ids(w, g, l, 0);
   lp_buf_puts(b, ", \"position_ids\": ");
-  put_ids(w, b, l, 1);
+  put_ids(w, g, l, 1);
   lp_buf_puts(b, ", \"segments\": [");
   for (size_t i = 0; i < l->nsegs; i++) {
     const lp_segment_t *s = &l->segs[i];

@@ -50,7 +50,8 @@ int lp_layout_build(lp_layout_t *l, uint32_t lanes, uint32_t bucket, int32_t pad
                     const lp_place_t *place, const lp_seq_ref_t *seqs, size_t n) {
   if (lanes == 0 || bucket == 0) return -EINVAL;
   size_t slots = (size_t)lanes * bucket;
-  if (reserve_slots(l, slots) || lp__grow((void **)&l->segs, &l->segs_cap, n + 1, sizeof(lp_segment_t)))
+  int arrays = !l->segs_only;
+  if ((arrays && reserve_slots(l, slots)) || lp__grow((void **)&l->segs, &l->segs_cap, n + 1, sizeof(lp_segment_t)))
     return -ENOMEM;
   l->ragged = 0;
   l->texts = NULL;
@@ -70,27 +71,28 @@ int lp_layout_build(lp_layout_t *l, uint32_t lanes, uint32_t bucket, int32_t pad
   /* Walk each lane left to right, writing segments and the padding between. */
   size_t s = 0;
   for (uint32_t lane = 0; lane < lanes; lane++) {
-    int32_t *ids = l->input_ids + (size_t)lane * bucket;
-    int32_t *sid = l->segment_ids + (size_t)lane * bucket;
-    int32_t *pos = l->position_ids + (size_t)lane * bucket;
+    size_t row = arrays ? (size_t)lane * bucket : 0; /* no arrays: nothing is written */
+    int32_t *ids = l->input_ids + row, *sid = l->segment_ids + row, *pos = l->position_ids + row;
     int with_ids = !l->skip_ids;
     uint32_t at = 0, segno = 0;
     for (; s < l->nsegs && l->segs[s].lane == lane; s++) {
       lp_segment_t *g = &l->segs[s];
       if (g->offset < at) return -EINVAL; /* overlaps the previous segment */
-      fill_pad(ids, sid, pos, at, g->offset, pad_id, with_ids);
       g->segment = ++segno;
+      uint32_t prev = at;
+      at = g->offset + g->length;
+      l->real_tokens += g->length;
+      if (g->length > l->max_seqlen) l->max_seqlen = g->length;
+      if (!arrays) continue;
+      fill_pad(ids, sid, pos, prev, g->offset, pad_id, with_ids);
       memcpy(ids + g->offset, seqs[g->item].tokens, (size_t)g->length * sizeof(int32_t));
       if (with_ids)
         for (uint32_t k = 0; k < g->length; k++) {
           sid[g->offset + k] = (int32_t)segno;
           pos[g->offset + k] = (int32_t)k;
         }
-      at = g->offset + g->length;
-      l->real_tokens += g->length;
-      if (g->length > l->max_seqlen) l->max_seqlen = g->length;
     }
-    fill_pad(ids, sid, pos, at, bucket, pad_id, with_ids);
+    if (arrays) fill_pad(ids, sid, pos, at, bucket, pad_id, with_ids);
   }
   return 0;
 }

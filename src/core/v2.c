@@ -383,6 +383,7 @@ int lp_v2_write(lp_buf_t *out, const char *members, const char *list_key, const 
   if (header_len) *header_len = out->len - start;
   if (binary) {
     for (int i = 0; i < n; i++) {
+      if (!t[i].data) continue; /* the caller's to append (a gather list) */
       if (!t[i].widen_i32) {
         lp_buf_append(out, t[i].data, t[i].count * lp_dtype_size(t[i].dtype));
         continue;

@@ -302,9 +302,23 @@ lp_xfer_t *lp_upstream_request(lp_upstream_t *up, const char *url, const char *b
   return lp_upstream_request_h(up, url, body, len, NULL, timeout_ms, max_answer, cb, ud);
 }
 
-lp_xfer_t *lp_upstream_request_h(lp_upstream_t *up, const char *url, const char *body, size_t len,
-                                 const char *const *headers, uint64_t timeout_ms, size_t max_answer,
-                                 lp_xfer_cb cb, void *ud) {
+/* The body read from a gather list, in the upload buffer's steps. */
+static size_t on_read(char *dst, size_t size, size_t n, void *userp) {
+  lp_xfer_t *x = userp;
+  return lp_gather_read(x->_gather, dst, size * n);
+}
+
+/* curl rewinds a body it must send again (a reused connection the backend
+ * had closed): the gather list's cursor goes back. */
+static int on_seek(void *userp, curl_off_t offset, int origin) {
+  lp_xfer_t *x = userp;
+  if (origin != SEEK_SET || offset < 0) return CURL_SEEKFUNC_CANTSEEK;
+  return lp_gather_seek(x->_gather, (size_t)offset) ? CURL_SEEKFUNC_FAIL : CURL_SEEKFUNC_OK;
+}
+
+static lp_xfer_t *start(lp_upstream_t *up, const char *url, const char *body, size_t len, lp_gather_t *g,
+                        const char *const *headers, uint64_t timeout_ms, size_t max_answer, lp_xfer_cb cb,
+                        void *ud) {
   if (up->closing) return NULL;
   lp_xfer_t *x = up->free_list;
   if (x) {
@@ -338,6 +352,10 @@ lp_xfer_t *lp_upstream_request_h(lp_upstream_t *up, const char *url, const char 
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
+    curl_easy_setopt(e, CURLOPT_READDATA, x);
+    curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, on_seek);
+    curl_easy_setopt(e, CURLOPT_SEEKDATA, x);
   }
   CURL *e = x->_easy;
   x->result = LP_XFER_OK;
@@ -374,7 +392,15 @@ lp_xfer_t *lp_upstream_request_h(lp_upstream_t *up, const char *url, const char 
   curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
   /* an answer announcing more than the limit is refused before it is read */
   curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->_max);
-  if (body) {
+  x->_gather = g;
+  if (g) {
+    /* no POSTFIELDS: curl pulls the body through on_read, its length known
+     * up front (Content-Length, no chunking) */
+    (void)lp_gather_seek(g, 0);
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, NULL);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+  } else if (body) {
     curl_easy_setopt(e, CURLOPT_POST, 1L);
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
@@ -397,6 +423,20 @@ lp_xfer_t *lp_upstream_request_h(lp_upstream_t *up, const char *url, const char 
   if (up->active) up->active->_prev = x;
   up->active = x;
   return x;
+}
+
+lp_xfer_t *lp_upstream_request_h(lp_upstream_t *up, const char *url, const char *body, size_t len,
+                                 const char *const *headers, uint64_t timeout_ms, size_t max_answer,
+                                 lp_xfer_cb cb, void *ud) {
+  return start(up, url, body, len, NULL, headers, timeout_ms, max_answer, cb, ud);
+}
+
+lp_xfer_t *lp_upstream_request_g(lp_upstream_t *up, const char *url, lp_gather_t *body,
+                                 const char *const *headers, uint64_t timeout_ms, size_t max_answer,
+                                 lp_xfer_cb cb, void *ud) {
+  size_t len = lp_gather_len(body);
+  if (!len) return NULL; /* incomplete (no memory) or empty: not a body to send */
+  return start(up, url, NULL, len, body, headers, timeout_ms, max_answer, cb, ud);
 }
 
 void lp_upstream_cancel(lp_xfer_t *x) {

@@ -13,6 +13,7 @@
 
 #include "lanepack/advisor.h"
 #include "lanepack/batchjson.h"
+#include "lanepack/rectbin.h"
 #include "lanepack/bucket.h"
 #include "lanepack/buf.h"
 #include "lanepack/config.h"
@@ -181,7 +182,8 @@ struct lp_job_s {
   lp_http_req_t *front_req; /* FRONT: the client's request, NULL once it left (remote front) */
   lp_job_t *mq_next;      /* in a mailbox: to the scheduler, then back to its front */
   lp_job_t *cq_next;      /* its cancel, in the scheduler's mailbox */
-  int refs;               /* remote: atomic; 1 for the job, 1 per cancel in flight */
+  int refs;               /* atomic; 1 for the job, 1 per cancel in flight (remote),
+                             1 per item of a batch sending its text (batch.c) */
   int waited;             /* remote: a client waits for its answer (the scheduler's view) */
   int handed_back;        /* remote: the scheduler is done with it (written by the scheduler) */
   int admin_route;        /* remote: not an inference but a page the scheduler renders (LP_ROUTE_*, or
@@ -283,7 +285,12 @@ struct lp_batch_s {
   size_t cursor;          /* next item expected in OUTPUT order */
   lp_batch_t *next_spare; /* model's pool of finished batches */
   lp_layout_t layout;     /* owned */
-  lp_buf_t body;          /* the request sent upstream; owned */
+  lp_buf_t body;          /* the request sent upstream (v2); owned */
+  /* the JSON request as a gather list: the members' token text and the
+   * writer's runs borrowed, read out by curl, never assembled; owned */
+  lp_gather_t gather;
+  int pinned;             /* each item's job holds a reference of the batch's
+                             (its text is in the gather list) until it is freed */
   uint64_t dispatch_ns;
   lp_xfer_t *xfer;
   /* v2 backends: where it goes and the header lines it needs */
@@ -330,6 +337,7 @@ struct lp_model_s {
   uint32_t inflight;
   lp_lenhist_t lengths;    /* observed lengths, for the bucket advisor */
   lp_batchjson_t writer;   /* prebuilt id runs for batch bodies */
+  lp_rectbin_t rect;       /* prebuilt binary runs for v2 bodies (lp__v2_gathered) */
   /* reused so a steady stream of batches allocates nothing: a layout and a body
    * are hundreds of KB, which malloc serves with mmap and page faults */
   lp_batch_t *spare;       /* finished batches with their buffers; owned */
@@ -587,7 +595,7 @@ void lp__job_hand_back(lp_job_t *job);
 void lp__fronts_flush(lp_proxy_t *p);
 void lp__sched_on_flush(uv_check_t *h);
 
-/* A reference to a job dropped: the last frees it (remote). */
+/* A reference to a job dropped: the last frees it. */
 void lp__job_release(lp_job_t *job);
 /* The job's references to its batches' answers, dropped once its client is
  * written: a batch's answer goes with the last job it serves. */
@@ -695,6 +703,9 @@ void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *
 int lp__v2_model_name(const lp_model_t *m, int shape, char *out, size_t cap);
 /* The batch as a v2 request: bt->body, bt->url, bt->headers. 0 or -errno. */
 int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids, const char *const *item_traces);
+/* Whether m's v2 bodies are gather lists (binary INT32 rectangles: the
+ * sequences' tokens borrowed, ids from m->rect) rather than bt->body. */
+int lp__v2_gathered(const lp_model_t *m);
 /* A 200 answer decoded and checked against the batch (kept in m->v2msg until
  * lp__v2_close); -EPROTO with err when it is malformed. */
 int lp__v2_open(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen);

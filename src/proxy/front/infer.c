@@ -350,6 +350,7 @@ lp_job_t *lp__job_new_text(lp_front_t *f, lp_model_t *m, const int32_t *tokens, 
   lp_job_t *job = malloc(total);
   if (!job) return fail(e, 503, "out_of_memory", "proxy out of memory");
   memset(job, 0, head);
+  job->refs = 1; /* the job's own */
   job->seqs = (lp_seq_t *)(job + 1);
   job->nseq = (uint32_t)nseq;
   job->multi = multi;

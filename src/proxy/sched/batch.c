@@ -17,9 +17,18 @@ static void on_batch_done(lp_xfer_t *x, void *ud);
 
 static lp_job_t *job_of(uint64_t id) { return (lp_job_t *)(uintptr_t)id; }
 
+/* The batch's references on its items' jobs go: a job whose client left
+ * while the batch was out is freed here, once nothing reads its text. */
+static void batch_unpin(lp_batch_t *b) {
+  if (!b->pinned) return;
+  b->pinned = 0;
+  for (size_t i = 0; i < b->nitems; i++) lp__job_release(job_of(b->items[i].job_id));
+}
+
 static void batch_destroy(lp_batch_t *b) {
   lp_layout_free(&b->layout);
   lp_buf_free(&b->body);
+  lp_gather_free(&b->gather);
   free(b->items);
   free(b->seg_of);
   free(b);
@@ -28,6 +37,7 @@ static void batch_destroy(lp_batch_t *b) {
 /* A finished batch goes back to its model's pool, buffers and all. */
 static void batch_free(lp_batch_t *b) {
   lp_model_t *m = b->model;
+  batch_unpin(b);
   if (m->nspare >= LP_SPARE_BATCHES) {
     batch_destroy(b);
     return;
@@ -47,6 +57,7 @@ static lp_batch_t *batch_get(lp_model_t *m, size_t n) {
     if (!b) return NULL;
     lp_layout_init(&b->layout);
     lp_buf_init(&b->body);
+    lp_gather_init(&b->gather);
   }
   if (n > b->items_cap) {
     lp_disp_item_t *it = realloc(b->items, n * sizeof(*it));
@@ -60,6 +71,8 @@ static lp_batch_t *batch_get(lp_model_t *m, size_t n) {
     b->items_cap = n;
   }
   lp_buf_reset(&b->body);
+  lp_gather_reset(&b->gather);
+  b->pinned = 0;
   b->model = m;
   b->nitems = 0;
   b->cursor = 0;
@@ -265,6 +278,8 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
    * writer derives them from the segments */
   bt->layout.skip_ids = !(m->cfg->protocol == LP_PROTO_V2 &&
                           (m->cfg->v2.inputs[1][0] || m->cfg->v2.inputs[2][0]));
+  /* a gathered v2 body borrows the tokens and runs: no arrays to fill */
+  bt->layout.segs_only = lp__v2_gathered(m);
   int rc = m->cfg->ragged ? lp_layout_build_ragged(&bt->layout, NULL, m->refs, n)
                           : lp_layout_build(&bt->layout, a->send.lanes, a->send.bucket, m->cfg->pad_id,
                                             m->place, m->refs, n);
@@ -289,10 +304,19 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   const char *const *ids = batch_request_ids(m, bt);
   const char *const *traces = ids ? m->item_traces : NULL;
   batch_trace(m, bt);
+  int gathered = m->cfg->protocol != LP_PROTO_V2 || bt->layout.segs_only;
+  if (gathered) {
+    /* the members' text or tokens are borrowed until the batch is freed:
+     * their jobs are pinned, so a client leaving meanwhile frees its job
+     * only then */
+    for (size_t i = 0; i < n; i++) __atomic_add_fetch(&job_of(bt->items[i].job_id)->refs, 1, __ATOMIC_RELAXED);
+    bt->pinned = 1;
+  }
   if (m->cfg->protocol == LP_PROTO_V2) {
     if (lp__v2_encode(m, bt, ids, traces)) bt->body.oom = 1;
   } else {
-    lp_batchjson_write(&m->writer, &bt->body, &bt->layout, bt->id, m->cfg->name, ids, traces);
+    lp_batchjson_gather(&m->writer, &bt->gather, &bt->layout, bt->id, m->cfg->name, ids, traces);
+    if (bt->gather.oom) bt->body.oom = 1;
     bt->headers[0] = "Content-Type: application/json";
     size_t k = 1;
     if (bt->trace_header[0]) bt->headers[k++] = bt->trace_header;
@@ -310,11 +334,14 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
          (unsigned long long)bt->id, bt->layout.lanes, bt->layout.bucket, bt->layout.nsegs,
          (double)bt->layout.real_tokens / ((double)bt->layout.lanes * bt->layout.bucket), a->send.reason,
          be->url, a->send.device, a->send.copies);
-  if (m->cfg->protocol == LP_PROTO_V2)
+  if (bt->layout.segs_only)
+    bt->xfer = lp_upstream_request_g(p->up, bt->url, &bt->gather, bt->headers, m->cfg->backend_timeout_ms,
+                                     answer_bound(m, bt), on_batch_done, bt);
+  else if (m->cfg->protocol == LP_PROTO_V2)
     bt->xfer = lp_upstream_request_h(p->up, bt->url, bt->body.data, bt->body.len, bt->headers,
                                      m->cfg->backend_timeout_ms, answer_bound(m, bt), on_batch_done, bt);
   else
-    bt->xfer = lp_upstream_request_h(p->up, be->batch_url, bt->body.data, bt->body.len, bt->headers,
+    bt->xfer = lp_upstream_request_g(p->up, be->batch_url, &bt->gather, bt->headers,
                                      m->cfg->backend_timeout_ms, answer_bound(m, bt), on_batch_done, bt);
   if (!bt->xfer) {
     start_failed(m, bt, "could not start the upstream request", 0);

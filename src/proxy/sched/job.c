@@ -71,10 +71,7 @@ void lp__job_free(lp_job_t *job) {
     lp__job_hand_back(job); /* the last touch: it is the front's now */
     return;
   }
-  lp__job_drop_outputs(job);
-  free(job->tracestate);
-  free(job->tei_texts);
-  free(job); /* one block with its sequences, tokens and id */
+  lp__job_release(job); /* freed now, or by the last batch still sending its text */
 }
 
 /* A client waits for job's answer: its request (one loop) or, for a remote

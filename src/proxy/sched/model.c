@@ -234,6 +234,7 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
     if (m->shapes.shapes[i].bucket > maxb) maxb = m->shapes.shapes[i].bucket;
   if (lp_lenhist_init(&m->lengths, maxb ? maxb : 1)) return -ENOMEM;
   if (lp_batchjson_init(&m->writer, maxb ? maxb : 1)) return -ENOMEM;
+  if (lp__v2_gathered(m) && lp_rectbin_init(&m->rect, maxb, cfg->pad_id)) return -ENOMEM;
   lp_hist_init(&m->fill, fill_bounds, sizeof(fill_bounds) / sizeof(fill_bounds[0]));
   for (size_t s = 0; s < LP_BUCKET_MAX_SHAPES; s++)
     lp_hist_init(&m->fill_by_shape[s], fill_bounds, sizeof(fill_bounds) / sizeof(fill_bounds[0]));
@@ -282,6 +283,7 @@ void lp__model_close(lp_model_t *m) {
   lp__v2_close(m);
   lp_lenhist_free(&m->lengths);
   lp_batchjson_free(&m->writer);
+  lp_rectbin_free(&m->rect);
   lp_scatter_free(&m->scatter);
   lp_buf_free(&m->v2_members);
   free(m->item_ids);

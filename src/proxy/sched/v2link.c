@@ -63,6 +63,11 @@ static void put_id_in_string(lp_buf_t *b, const char *id) {
   lp_buf_puts(b, "\\\"");
 }
 
+int lp__v2_gathered(const lp_model_t *m) {
+  const lp_v2_config_t *c = &m->cfg->v2;
+  return m->cfg->protocol == LP_PROTO_V2 && c->binary && !c->int64 && !m->cfg->ragged;
+}
+
 int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids, const char *const *item_traces) {
   const lp_v2_config_t *c = &m->cfg->v2;
   const lp_layout_t *l = &bt->layout;
@@ -84,7 +89,7 @@ int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids, co
     for (int k = 0; k < 3; k++) {
       if (!c->inputs[k][0]) continue;
       in[n++] = (lp_v2_out_t){.name = c->inputs[k], .dtype = it, .ndim = 2,
-                              .shape = {l->lanes, l->bucket}, .data = data[k],
+                              .shape = {l->lanes, l->bucket}, .data = l->segs_only ? NULL : data[k],
                               .count = (size_t)l->lanes * l->bucket, .widen_i32 = c->int64};
     }
   }
@@ -114,7 +119,15 @@ int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids, co
   const char *members = mb->data;
   size_t hl;
   lp_buf_reset(&bt->body);
-  if (lp_v2_write(&bt->body, members, "inputs", in, n, c->binary, &hl)) return -ENOMEM;
+  if (l->segs_only) {
+    /* the header written, each tensor's bytes borrowed (lp__v2_gathered) */
+    if (lp_v2_write(lp_gather_buf(&bt->gather), members, "inputs", in, n, 1, &hl)) return -ENOMEM;
+    for (int k = 0; k < 3; k++)
+      if (c->inputs[k][0]) lp_rectbin_gather(&m->rect, &bt->gather, l, m->refs, k);
+    if (bt->gather.oom || bt->gather.own.oom) return -ENOMEM;
+  } else if (lp_v2_write(&bt->body, members, "inputs", in, n, c->binary, &hl)) {
+    return -ENOMEM;
+  }
   char name[160];
   if (lp__v2_model_name(m, bt->shape, name, sizeof(name))) return -ENAMETOOLONG;
   snprintf(bt->url, sizeof(bt->url), "%s/v2/models/%s/infer", bt->backend->url, name);
