@@ -15,6 +15,7 @@ careless backend (found attacking them):
   (/v1/embeddings) or 424 Backend (/embed), never a 200 with ragged vectors.
 - A rerank pair with no tokens (empty query and text, a template without
   pieces) is 400 Empty, as an /embed input without tokens.
+- 424 has its reason phrase, Failed Dependency (was "Unknown").
 
 Arguments: the lanepack binary."""
 import http.client
@@ -73,6 +74,9 @@ class Fake(BaseHTTPRequestHandler):
         self.send({"batch_id": req["batch_id"], "segment_outputs": outs})
 
 
+REASONS = {}  # status: the reason phrases seen
+
+
 def post(port, path, body, raw=None, timeout=30):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     c.request("POST", path, raw if raw is not None else json.dumps(body).encode(),
@@ -80,6 +84,7 @@ def post(port, path, body, raw=None, timeout=30):
     r = c.getresponse()
     data = r.read()
     c.close()
+    REASONS.setdefault(r.status, set()).add(r.reason)
     try:
         return r.status, json.loads(data)
     except ValueError:
@@ -169,6 +174,7 @@ def run_checks(port, proc):
               oa_error(st, js, 502, "bad_backend_answer"), (st, str(js)[:200]))
         st, js = post(port, "/embed", {"model": model, "inputs": ["a b", "c d", "e"]})
         check("%s vectors on /embed: 424 Backend" % model, tei_error(st, js, 424, "Backend"), (st, str(js)[:200]))
+    check("424 with its reason phrase, Failed Dependency", REASONS.get(424) == {"Failed Dependency"}, REASONS)
     st, js = post(port, "/v1/embeddings", {"model": "ok", "input": ["a b", "c d", "e"], "encoding_format": "float"})
     check("the model's own vectors: 200", st == 200 and all(len(d["embedding"]) == DIMS for d in js["data"]),
           (st, str(js)[:200]))
