@@ -15,6 +15,8 @@ careless backend (found attacking them):
   (/v1/embeddings) or 424 Backend (/embed), never a 200 with ragged vectors.
 - A rerank pair with no tokens (empty query and text, a template without
   pieces) is 400 Empty, as an /embed input without tokens.
+- A model with a tokenizer and no vocab_size takes token ids below its
+  tokenizer's vocabulary only (any 31-bit id reached the backend before).
 - 424 has its reason phrase, Failed Dependency (was "Unknown").
 
 Arguments: the lanepack binary."""
@@ -161,6 +163,15 @@ def run_checks(port, proc):
     st, js = post(port, "/tokenize", {"model": "ok", "inputs": ["a", long_text]})
     check("/tokenize of a text over the largest bucket: 422 Tokenizer naming inputs[1] and the limit",
           tei_error(st, js, 422, "Tokenizer", "`inputs[1]`", "at most 16 tokens"), (st, str(js)[:200]))
+
+    # token ids within the tokenizer's 400 pieces (no vocab_size configured)
+    st, js = post(port, "/v1/embeddings", {"model": "ok", "input": [[1, 399], [2, 400]], "encoding_format": "float"})
+    check("/v1/embeddings of an id past the tokenizer's vocabulary: 400 token_out_of_range naming input[1]",
+          oa_error(st, js, 400, "token_out_of_range") and "input[1]" in js["error"]["message"], (st, js))
+    st, js = post(port, "/v1/embeddings", {"model": "ok", "input": [2147483647], "encoding_format": "float"})
+    check("... and of id 2147483647: 400 token_out_of_range", oa_error(st, js, 400, "token_out_of_range"), (st, js))
+    st, js = post(port, "/v1/embeddings", {"model": "ok", "input": [[1, 399]], "encoding_format": "float"})
+    check("... the last id of it: 200", st == 200, (st, str(js)[:200]))
 
     # a rerank pair with no tokens at all
     st, js = post(port, "/rerank", {"model": "ok", "query": "", "texts": ["a", ""]})
