@@ -76,6 +76,24 @@ START_TEST(bad_requests_named) {
     else ck_assert_ptr_null(r.param);
     lp_openai_req_free(&r);
   }
+  /* what is wrong, said: a real is no token id, true is no input at all */
+  static const struct {
+    const char *body, *words;
+  } said[] = {
+      {"{\"model\": \"m\", \"input\": [1.0]}", "integers"},
+      {"{\"model\": \"m\", \"input\": [[1], [2.5]]}", "integers"},
+      {"{\"model\": \"m\", \"input\": [true]}", "must be a string, strings"},
+      {"{\"model\": \"m\", \"input\": [null, \"a\"]}", "must be a string, strings"},
+      {"{\"model\": \"m\", \"input\": [\"a\", {}]}", "must be a string, strings"},
+      {"{\"model\": \"m\", \"input\": [\"a\", [1]]}", "mixes forms"},
+  };
+  for (size_t i = 0; i < sizeof(said) / sizeof(said[0]); i++) {
+    lp_openai_req_t r;
+    char err[160] = "";
+    ck_assert_msg(parse(said[i].body, &r, err) == -EPROTO, "%s accepted", said[i].body);
+    ck_assert_msg(strstr(err, said[i].words), "%s: '%s' does not say '%s'", said[i].body, err, said[i].words);
+    lp_openai_req_free(&r);
+  }
   /* more than 2048 inputs */
   lp_buf_t b;
   lp_buf_init(&b);

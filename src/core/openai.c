@@ -102,6 +102,10 @@ int lp_openai_parse(const char *body, size_t len, lp_openai_req_t *r, char *err,
     int rc;
     if (nested && json_is_array(e)) rc = add_ids(r, &cap, e, i, err, errlen);
     else if (!nested && json_is_string(e)) rc = add_text(r, e, i, err, errlen);
+    else if (json_is_number(e)) /* 1.0 is no token id */
+      rc = bad(r, "input", err, errlen, "'input' token ids must be integers in [0, 2147483647]");
+    else if (!json_is_string(e) && !json_is_array(e))
+      rc = bad(r, "input", err, errlen, "'input' must be a string, strings, token ids or arrays of token ids");
     else rc = bad(r, "input", err, errlen, "'input' mixes forms: strings, or arrays of token ids, not both");
     if (rc) return rc;
   }

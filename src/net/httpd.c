@@ -240,6 +240,7 @@ const char *lp_http_reason(int status) {
     case 415: return "Unsupported Media Type";
     case 417: return "Expectation Failed";
     case 422: return "Unprocessable Content";
+    case 424: return "Failed Dependency"; /* TEI: a failed batch */
     case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";

@@ -211,6 +211,8 @@ struct lp_job_s {
   int openai_base64;      /* ... its vectors as base64 float32 */
   int openai_normalize;   /* ... scaled to unit length (its model's embedding.normalize) */
   uint32_t openai_dims;   /* ... cut to their first values (its "dimensions"); 0 = whole */
+  uint32_t embed_dims;    /* /v1/embeddings, /embed: the model's embedding.dimensions (0: none),
+                             the least a backend's vector may hold */
   size_t openai_tokens;   /* ... its tokens, for "usage" */
   char openai_model[LP_NAME_MAX]; /* ... the model it named, echoed */
   int tei;                /* a TEI client (its LP_ROUTE_TEI_*, else 0): answered in its shapes */
@@ -793,6 +795,10 @@ int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
 long lp__seq_vector(lp_front_t *f, const lp_seq_t *s, int scalar_ok);
 /* f->vec holds at least n floats: 0 or -ENOMEM. */
 int lp__grow_floats(lp_front_t *f, size_t n);
+/* A backend's vector of n values for one of job's embeddings: n, or -EPROTO when it is empty, shorter than the model's
+ * embedding.dimensions (job->embed_dims) or not as long as the request's
+ * first (*first, 0 before it). */
+long lp__check_vector(const lp_job_t *job, long n, long *first);
 /* job.c: a finished sequence's output as JSON text (its span of the answer). */
 void lp__put_output(lp_buf_t *b, const lp_seq_t *s);
 

@@ -106,6 +106,11 @@ void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req) {
       job->openai_dims = r.dimensions;
       job->openai_tokens = ntok;
       snprintf(job->openai_model, sizeof(job->openai_model), "%.*s", LP_NAME_MAX - 1, r.model); /* a model's name fits */
+      job->embed_dims = f->cfg->models[m - f->proxy->models].embed_dimensions;
+      /* the tokens were copied out: a queued request holds no body (which
+       * max_queue_bytes does not count) */
+      free(req->body);
+      req->body = NULL;
       lp__job_bind(job, req);
       lp__front_submit(f, req, job);
     }
@@ -116,9 +121,11 @@ void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req) {
 
 int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
   lp_buf_puts(out, "{\"object\": \"list\", \"data\": [");
+  long first = 0; /* the first vector's length */
   for (uint32_t i = 0; i < job->nseq; i++) {
     long n = lp__seq_vector(f, &job->seqs[i], 0);
     if (n < 0) return (int)n;
+    if ((n = lp__check_vector(job, n, &first)) < 0) return (int)n;
     if (job->openai_dims) {
       if ((size_t)n < job->openai_dims) return -EPROTO; /* shorter than its model says */
       n = (long)job->openai_dims;
@@ -150,6 +157,12 @@ long lp__seq_vector(lp_front_t *f, const lp_seq_t *s, int scalar_ok) {
   if (text->oom || lp__grow_floats(f, most)) return -ENOMEM;
   long n = lp_openai_floats(text->data, text->len, f->vec, most);
   return n >= 0 ? n : n == -ENOMEM ? -ENOMEM : -EPROTO;
+}
+
+long lp__check_vector(const lp_job_t *job, long n, long *first) {
+  if (n <= 0 || (job->embed_dims && (size_t)n < job->embed_dims)) return -EPROTO;
+  if (!*first) *first = n;
+  return n == *first ? n : -EPROTO; /* every vector of a request as long as the first */
 }
 
 int lp__grow_floats(lp_front_t *f, size_t n) {

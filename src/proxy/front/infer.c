@@ -325,8 +325,10 @@ lp_job_t *lp__job_new_text(lp_front_t *f, lp_model_t *m, const int32_t *tokens, 
   /* the front's copy of the model's configuration (the scheduler's may be
    * rewritten by a reload meanwhile) */
   const lp_model_config_t *mc = &f->cfg->models[m - p->models];
-  /* the vocabulary, now that the model is known */
+  /* the vocabulary, now that the model is known: its vocab_size, else its
+   * tokenizer's (an id past it would index past the model's embeddings) */
   int64_t vocab = mc->vocab_size;
+  if (!vocab && p->tok[m - p->models]) vocab = lp_tok_vocab(p->tok[m - p->models]);
   if (vocab) {
     size_t off = 0;
     for (size_t si = 0; si < nseq; si++) {

@@ -67,13 +67,17 @@ static lp_model_t *pick_model(lp_front_t *f, lp_http_req_t *req, int route, cons
   return NULL;
 }
 
-/* /tokenize: each input's pieces with their ids and where they lie in it. */
-static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tok_t *t, const lp_tei_req_t *r) {
+/* /tokenize: each input's pieces with their ids and where they lie in it,
+ * each input at most limit pieces, as /embed's without truncate (an answer
+ * takes some 60 bytes a piece: the bound keeps it near its model's sizes). */
+static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tok_t *t, const lp_tei_req_t *r,
+                     uint32_t limit) {
   lp_buf_t out;
   lp_buf_init(&out);
   lp_tok_piece_t *pc = NULL; /* owned here */
   size_t cap = 0;
   int rc = 0;
+  char msg[256];
   lp_buf_puts(&out, "[");
   for (size_t i = 0; i < r->ntexts && !rc; i++) {
     const lp_tei_text_t *in = &r->texts[i];
@@ -92,6 +96,12 @@ static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tok_t *t, const
       rc = n == -ENOMEM ? -ENOMEM : -EINVAL;
       break;
     }
+    if ((size_t)n > limit) {
+      snprintf(msg, sizeof(msg), "Input validation error: `inputs[%zu]` must have at most %u tokens. Given: %ld", i,
+               limit, n);
+      rc = -E2BIG;
+      break;
+    }
     lp_buf_puts(&out, i ? ",[" : "[");
     for (long k = 0; k < n; k++) {
       if (k) lp_buf_puts(&out, ",");
@@ -105,7 +115,9 @@ static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tok_t *t, const
   }
   lp_buf_puts(&out, "]\n");
   free(pc);
-  if (rc == -EINVAL) {
+  if (rc == -E2BIG) {
+    lp__tei_reject(f, req, LP_ROUTE_TEI_TOKENIZE, 422, LP_TEI_TOKENIZER, "sequence_too_long", msg, NULL);
+  } else if (rc == -EINVAL) {
     lp__tei_reject(f, req, LP_ROUTE_TEI_TOKENIZE, 422, LP_TEI_TOKENIZER, "tokenizer_refused",
                    "the tokenizer refused a text", NULL);
   } else if (rc || out.oom) {
@@ -224,6 +236,9 @@ static int rerank_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_template_t 
       rc = seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
     } else if (k < 0) {
       nq = k;
+    } else if (k == 0) { /* an empty query and text, a template of no pieces */
+      snprintf(e->msg, sizeof(e->msg), "the query with `texts[%zu]` has no tokens once tokenized", i);
+      rc = seq_fail(e, -ENODATA, 400, LP_TEI_EMPTY, "empty_sequence");
     } else {
       lens[i] = (uint32_t)k;
       n += (size_t)k;
@@ -242,11 +257,12 @@ static int rerank_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_template_t 
 }
 
 /* The texts a /rerank with return_text answers with, in one block: n + 1
- * offsets, then the bytes. NULL without memory. */
-static char *keep_texts(const lp_tei_req_t *r) {
+ * offsets, then the bytes (the block's size in *size). NULL without memory. */
+static char *keep_texts(const lp_tei_req_t *r, size_t *size) {
   size_t bytes = 0;
   for (size_t i = 0; i < r->ntexts; i++) bytes += r->texts[i].len;
-  size_t *off = malloc((r->ntexts + 1) * sizeof(size_t) + bytes);
+  *size = (r->ntexts + 1) * sizeof(size_t) + bytes;
+  size_t *off = malloc(*size);
   if (!off) return NULL;
   char *s = (char *)(off + r->ntexts + 1);
   off[0] = 0;
@@ -285,24 +301,25 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
   const lp_model_config_t *mc = &f->cfg->models[mi];
   const lp_tok_t *t = f->proxy->tok[mi];
   const lp_tei_template_t *tpl = &f->proxy->pair[mi];
+  /* the longest sequence its configured shapes hold (the scheduler checks
+   * the shapes in force again) */
+  uint32_t limit = lp_bucket_set_max_len(&mc->shapes);
+  if (!limit) limit = UINT32_MAX; /* shapes only backends report: the scheduler alone judges */
   if (!t || (kind == LP_TEI_RERANK && !tpl->nparts)) {
     snprintf(err, sizeof(err), t ? "the model '%s' has no pair template for /rerank (configure "
              "models.%s.tokenizer.pair_template)" : "the model '%s' takes token ids: it has no tokenizer for text "
              "(configure models.%s.tokenizer)", mc->name, mc->name);
     lp__tei_reject(f, req, route, 400, LP_TEI_VALIDATION, "no_tokenizer", err, NULL);
   } else if (kind == LP_TEI_TOKENIZE) {
-    tokenize(f, req, t, &r);
+    tokenize(f, req, t, &r, limit);
   } else {
-    /* the longest sequence its configured shapes hold (the scheduler checks
-     * the shapes in force again) */
-    uint32_t limit = lp_bucket_set_max_len(&mc->shapes);
-    if (!limit) limit = UINT32_MAX; /* shapes only backends report: the scheduler alone judges */
     uint32_t *lens = malloc(r.ntexts * sizeof(*lens)); /* owned here */
     seq_err_t se = {.status = 503, .type = LP_TEI_UNHEALTHY, .code = "out_of_memory", .msg = "proxy out of memory"};
     size_t ntok = 0;
     lp_perr_t e = {0};
     lp_job_t *job = NULL;
-    char *texts = r.return_text && kind == LP_TEI_RERANK ? keep_texts(&r) : NULL;
+    size_t texts_bytes = 0;
+    char *texts = r.return_text && kind == LP_TEI_RERANK ? keep_texts(&r, &texts_bytes) : NULL;
     int grc = !lens || (r.return_text && kind == LP_TEI_RERANK && !texts) ? -ENOMEM
               : kind == LP_TEI_EMBED                                 ? embed_ids(f, t, &r, limit, lens, &ntok, &se)
                                               : rerank_ids(f, t, tpl, &r, limit, lens, &ntok, &se);
@@ -316,7 +333,12 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
       job->tei_normalize = r.normalize;
       job->tei_raw_scores = r.raw_scores;
       job->tei_texts = texts;
+      job->bytes += texts_bytes; /* held while queued: max_queue_bytes counts them */
+      job->embed_dims = kind == LP_TEI_EMBED ? mc->embed_dimensions : 0;
       texts = NULL;
+      /* the ids and texts were copied out: a queued request holds no body */
+      free(req->body);
+      req->body = NULL;
       lp__job_bind(job, req);
       lp__front_submit(f, req, job);
     }
@@ -331,6 +353,7 @@ int lp__tei_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
   lp_tei_rank_t *ranks = rerank ? malloc(job->nseq * sizeof(*ranks)) : NULL; /* owned here */
   if (rerank && !ranks) return -ENOMEM;
   lp_buf_puts(out, "[");
+  long first = 0; /* /embed: the first vector's length */
   for (uint32_t i = 0; i < job->nseq; i++) {
     /* a reranker's score is the first value of its segment's output */
     long n = lp__seq_vector(f, &job->seqs[i], rerank);
@@ -342,6 +365,7 @@ int lp__tei_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
       ranks[i] = (lp_tei_rank_t){job->tei_raw_scores ? f->vec[0] : lp_tei_sigmoid(f->vec[0]), i};
       continue;
     }
+    if ((n = lp__check_vector(job, n, &first)) < 0) return (int)n;
     if (job->tei_normalize) lp_openai_normalize(f->vec, (size_t)n);
     if (i) lp_buf_puts(out, ",");
     lp_tei_vector(out, f->vec, (size_t)n);
