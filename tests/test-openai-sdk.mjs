@@ -139,6 +139,9 @@ try {
   e = await apiError({ model: "cut", input: [[1]], dimensions: DIMS + 1 });
   check("dimensions over the model's: 400 naming it and the limit", e instanceof OpenAI.BadRequestError &&
     e.param === "dimensions" && new RegExp(`${DIMS}`).test(e.message), e && { s: e.status, m: e.message });
+  e = await apiError({ model: "ids", input: Array.from({ length: 1025 }, () => [1]) });
+  check("more inputs than max_sequences_per_request (1024): 400 naming it", e instanceof OpenAI.BadRequestError &&
+    e.code === "too_many_sequences" && e.param === "input" && /1024/.test(e.message), e && { s: e.status, m: e.message });
 } finally {
   lp.kill("SIGTERM");
   emu.kill("SIGTERM");

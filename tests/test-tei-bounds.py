@@ -6,7 +6,7 @@ careless backend (found attacking them):
   short text) waiting on a slow backend leave the proxy's RSS near where it
   was (each held its whole body, uncounted by max_queue_bytes, before).
 - /rerank's return_text keeps the texts with the job: they count against
-  max_queue_bytes (a rerank whose texts alone pass it is 429, was 200).
+  max_queue_bytes (a rerank whose texts alone pass it is 413 naming it, was 200).
 - /tokenize answers an input of at most the model's largest bucket, as /embed
   does without truncate: 422 Tokenizer naming the limit (before, any input: an
   8 MB body made a 350 MB answer on the front's thread).
@@ -194,8 +194,9 @@ def run_checks(port, proc):
     texts = ["x" * 1500] * 1000
     st, js = post(port, "/rerank", {"model": "slow", "query": "q", "texts": texts, "truncate": True,
                                     "return_text": True})
-    check("/rerank keeping 1.5 MB of texts on a model of max_queue_bytes 1 MiB: 429 Overloaded",
-          tei_error(st, js, 429, "Overloaded"), (st, str(js)[:200]))
+    check("/rerank keeping 1.5 MB of texts on a model of max_queue_bytes 1 MiB: 413 Validation naming the "
+          "limit (it can never fit: not a 429 to retry)",
+          tei_error(st, js, 413, "Validation", "max_queue_bytes"), (st, str(js)[:200]))
 
     # queued requests hold no body: 40 of 2 MB waiting on a slow backend
     time.sleep(0.5)

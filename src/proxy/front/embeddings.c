@@ -70,6 +70,12 @@ void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req) {
   if (!m) {
     snprintf(err, sizeof(err), "The model '%.100s' does not exist", r.model);
     lp__openai_reject(f, req, 404, NULL, "model_not_found", err, "model", NULL);
+  } else if (r.ninputs > f->cfg->max_sequences_per_request) {
+    /* each input is one sequence: the proxy's bound on a request's, in
+     * OpenAI's dialect (its own over-the-limit answer is a 400) */
+    snprintf(err, sizeof(err), "'input' has %zu inputs, more than this proxy's max_sequences_per_request (%u)",
+             r.ninputs, f->cfg->max_sequences_per_request);
+    lp__openai_reject(f, req, 400, NULL, "too_many_sequences", err, "input", NULL);
   } else if (r.dimensions && !f->cfg->models[m - f->proxy->models].embed_dimensions) {
     /* a vector cut short is only right for a model trained for it
      * (Matryoshka), which its configuration says */

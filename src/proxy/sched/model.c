@@ -328,6 +328,14 @@ int lp__model_admit(lp_model_t *m, lp_job_t *job) {
    * served (the connection closes after it); only past the drain timeout is
    * it refused */
   if (p->hard_stop) return refuse(job, 503, "shutting_down", "the proxy is shutting down");
+  if (job->bytes > m->cfg->max_queue_bytes) {
+    /* larger than the whole queue may hold: a retry can never succeed, so
+     * not 429 with Retry-After but the limit named */
+    char msg[160];
+    snprintf(msg, sizeof(msg), "the request needs %llu bytes queued, more than the model's max_queue_bytes (%llu)",
+             (unsigned long long)job->bytes, (unsigned long long)m->cfg->max_queue_bytes);
+    return refuse(job, 413, "request_too_large", msg);
+  }
   if (m->live_bytes + job->bytes > m->cfg->max_queue_bytes)
     return refuse(job, 429, "queue_full", "the queue is full; retry later");
   uint32_t stack_lens[64], *lens = stack_lens;
