@@ -18,7 +18,8 @@
 #include "proxy.h"
 
 static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", "readyz",
-                                                  "metrics", "advice", "other", "v2_infer", "v2", "embeddings"};
+                                                  "metrics", "advice", "other", "v2_infer", "v2", "embeddings",
+                                                  "batches", "view"};
 
 /* One sample per model, or per backend, of a value read by a small function. */
 typedef uint64_t (*model_value_fn)(const lp_model_t *m);
@@ -449,5 +450,7 @@ void lp__render_page(lp_proxy_t *p, int route, int v2r, const char *url, size_t 
     pg->ctype = "text/plain; version=0.0.4; charset=utf-8";
   } else if (route == LP_ROUTE_MODELS) {
     lp__render_models(p, b);
+  } else if (route == LP_ROUTE_BATCHES) {
+    lp__batchview_render(p, url, path_len, b, pg);
   }
 }
