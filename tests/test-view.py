@@ -217,7 +217,8 @@ def main():
               and "input_ids" not in text, text[:200])
         st, _, body = get(padm, "/v1/batches/recent?n=2")
         two = json.loads(body)["batches"] if st == 200 else []
-        check("recent: ?n=2 gives the newest two", [b["id"] for b in two] == [b["id"] for b in doc["batches"][:2]],
+        newest = [b["id"] for b in doc.get("batches", [])[:2]]
+        check("recent: ?n=2 gives the newest two", len(two) == 2 and [b["id"] for b in two] == newest,
               (st, body[:200]))
         for bad in ("n=0", "n=65", "n=x", "n=1&n=2"):
             st, _, body = get(padm, "/v1/batches/recent?" + bad)
@@ -252,9 +253,9 @@ def main():
                   w == 1200 and len(strong) >= 4, bins)
         p, err = chromium(["--dump-dom", "http://127.0.0.1:%d/" % padm], tmp)
         dom = p.stdout.decode(errors="replace") if p is not None else ""
-        shapes = {"%dx%d" % tuple(b["shape"]) for b in doc["batches"]}
+        shapes = {"%dx%d" % tuple(b["shape"]) for b in doc.get("batches", [])}
         check("browser: the rendered DOM names every shape drawn",
-              all('class="shape">%s<' % s in dom for s in shapes) and dom.count("<canvas") >= 1, err or dom[:300])
+              shapes and all('class="shape">%s<' % s in dom for s in shapes) and dom.count("<canvas") >= 1, err or dom[:300])
 
         # B: tokens, the page on the client port
         st, hd, page_b = get(pb, "/")
