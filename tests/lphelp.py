@@ -2,6 +2,7 @@
 route answers 200, and TAP-like checks with a closing count."""
 import http.client
 import socket
+import subprocess
 import time
 
 
@@ -26,6 +27,19 @@ def wait_http(port, path, timeout=8.0):
             pass
         time.sleep(0.05)
     raise SystemExit("nothing answered on port %d%s" % (port, path))
+
+
+def stop_all(procs, grace=10.0):
+    """Stops the servers a test started, by their Popen objects: SIGTERM to
+    each, then SIGKILL to any still running after grace seconds."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 _results = []

@@ -20,7 +20,7 @@ import threading
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, stop_all, wait_http  # noqa: E402
 
 SHAPES = {(4, 64), (8, 32)}
 # a token id no length, offset or time in the JSON would be: seen there, it leaked
@@ -274,13 +274,7 @@ def main():
               '<form id="auth">' in dom and "token is required" in dom and "<canvas" not in dom,
               err or dom[:600])
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
         shutil.rmtree(tmp, ignore_errors=True)
     finish()
 
