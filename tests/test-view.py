@@ -104,13 +104,23 @@ def png_pixels(path):
     return w, h, rows
 
 
+# A pixel of strong colour: its channels differ by this much (grey, white and
+# the page's text have none; anti-aliased edges little) and it is not dark.
+MIN_CHROMA = 90
+MIN_BRIGHT = 80
+# Hue bins over the circle: 30 degrees each, so the page's hues (spread by the
+# golden angle) fall into several.
+HUE_BINS = 12
+
+
 def saturated_hues(rows):
-    """Pixels of strong colour (not grey, white or black) counted by hue, 12 bins."""
-    bins = [0] * 12
+    """Pixels of strong colour (not grey, white or black) counted by hue bin,
+    every other row and column."""
+    bins = [0] * HUE_BINS
     for row in rows[::2]:
         for r, g, b in row[::2]:
             mx, mn = max(r, g, b), min(r, g, b)
-            if mx - mn < 90 or mx < 80:
+            if mx - mn < MIN_CHROMA or mx < MIN_BRIGHT:
                 continue
             d = float(mx - mn)
             if mx == r:
@@ -119,7 +129,7 @@ def saturated_hues(rows):
                 hue = (b - r) / d + 2
             else:
                 hue = (r - g) / d + 4
-            bins[int(hue * 2) % 12] += 1
+            bins[int(hue * HUE_BINS / 6) % HUE_BINS] += 1
     return bins
 
 
@@ -248,6 +258,7 @@ def main():
         if p is not None and os.path.exists(shot):
             w, h, rows = png_pixels(shot)
             bins = saturated_hues(rows)
+            # 100 sampled pixels: a block of 20x20 on screen, not an edge or a glyph
             strong = [n for n in bins if n >= 100]
             check("browser: the screenshot shows coloured blocks (4+ hues of 100+ sampled pixels)",
                   w == 1200 and len(strong) >= 4, bins)
