@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       size_t nl = size - i < sizeof(name) - 1 ? size - i : sizeof(name) - 1;
       memcpy(name, p, nl);
       name[nl] = '\0';
-      uint64_t busy[2] = {now + p[2], 0};
+      uint64_t busy[4] = {now + p[2], 0, now, now + p[3]};
       lp_recent_sent_t s = {.id = i, .model = name, .backend = name, .lanes = p[0], .bucket = p[1],
                             .segs = segs, .nsegs = k, .reason = name, .sent_ns = now, .expect_ns = now + p[3],
                             .cost_ns = p[2], .device_free_ns = busy, .ndevice_free = p[3] % 4};
