@@ -287,6 +287,9 @@ def main():
     finally:
         stop_all(procs)
         shutil.rmtree(tmp, ignore_errors=True)
+    # a sanitizer's finding (a leak of the ring, say) shows as the exit status
+    check("both proxies exit cleanly on SIGTERM", [p.returncode for p in procs[1:]] == [0, 0],
+          [p.returncode for p in procs])
     finish()
 
 
