@@ -15,6 +15,8 @@ PKGS=(build-essential meson ninja-build pkg-config libuv1-dev node-llhttp libjan
 # which the v2 client test uses too). LP_SETUP_TORCH=0 leaves out torch alone.
 if [ "${LP_SETUP_TESTS:-0}" = 1 ] || [ "${LP_SETUP_ASAN:-0}" = 1 ] || [ "${LP_SETUP_TSAN:-0}" = 1 ]; then
   PKGS+=(check clang libclang-rt-14-dev python3-yaml prometheus sentencepiece)
+  # a real browser for the live view's test (view): chromium headless draws GET /
+  PKGS+=(chromium)
   if [ "${LP_SETUP_TORCH:-1}" = 1 ]; then PKGS+=(python3-torch python3-numpy); fi
 fi
 

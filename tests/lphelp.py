@@ -42,6 +42,19 @@ def run_loadgen(cmd, out, timeout):
         return r.returncode, {}, r.stdout + r.stderr
 
 
+def stop_all(procs, grace=10.0):
+    """Stops the servers a test started, by their Popen objects: SIGTERM to
+    each, then SIGKILL to any still running after grace seconds."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 _results = []
 
 

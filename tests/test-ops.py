@@ -18,7 +18,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, stop_all, wait_http  # noqa: E402
 
 lanepack, emulator = sys.argv[1], sys.argv[2]
 
@@ -259,12 +259,6 @@ try:
     check("the backend received the request id in the batch (v2 wire, request parameter)",
           st == 200 and h.get("x-request-id") == "v2-req-1" and got, (st, h, read_lines(emu_logs[1], "batch")[-2:]))
 finally:
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    stop_all(procs)
 
 finish()

@@ -25,6 +25,7 @@
 #include "lanepack/httpd.h"
 #include "lanepack/layout.h"
 #include "lanepack/metrics.h"
+#include "lanepack/recent.h"
 #include "lanepack/saturation.h"
 #include "lanepack/scatter.h"
 #include "lanepack/tensor.h"
@@ -100,7 +101,7 @@ typedef struct lp_alog_s {
   lp_buf_t buf;           /* whole lines not yet written */
 } lp_alog_t;
 
-#define LP_ROUTE_COUNT 13
+#define LP_ROUTE_COUNT 15
 #define LP_STATUS_SLOTS 22
 /* A shape found missing on a backend (a shape mismatch, a v2 404 or "not
  * ready") may be back soon: Triton answers 404 while it reloads a model. The
@@ -308,6 +309,7 @@ struct lp_batch_s {
   uint64_t expect_ns;     /* when the core expects it back; 0 = unknown */
   int in_flight;          /* its transfer is running */
   lp_batch_t *next_failed;/* in the model's list of batches whose start failed */
+  uint64_t view_ticket;   /* its entry in the recent-batches ring; 0: none */
 };
 
 struct lp_model_s {
@@ -484,6 +486,7 @@ struct lp_proxy_s {
   int draining;            /* the listener is closed: every queued sequence is due now */
   int hard_stop;           /* past the drain timeout: fail instead of retrying */
   uint64_t next_batch_id;
+  lp_recent_t *recent;     /* the last batches, for the live view; owned; the scheduler's */
   size_t jobs;             /* jobs alive */
   size_t batches;          /* batches in flight */
   lp_buf_t scratch;        /* the scheduler's: v2 answers are built here */
@@ -802,6 +805,17 @@ long lp__check_vector(const lp_job_t *job, long n, long *first);
 /* job.c: a finished sequence's output as JSON text (its span of the answer). */
 void lp__put_output(lp_buf_t *b, const lp_seq_t *s);
 
+/* batchview.c: the recent-batches ring fed as each batch leaves (after its
+ * transfer started) and ends, and GET /v1/batches/recent rendered from it. */
+void lp__batchview_sent(lp_model_t *m, lp_batch_t *bt, const lp_disp_action_t *a);
+void lp__batchview_answered(lp_model_t *m, const lp_batch_t *bt, lp_disp_outcome_t outcome, int http_status,
+                            uint64_t device_ns, uint64_t now);
+void lp__batchview_render(lp_proxy_t *p, const char *url, size_t path_len, lp_buf_t *b, lp_page_t *pg);
+
+/* front/view.c: GET / where /metrics is served, the live view's static page
+ * (embedded at build time; it holds no data and fetches /v1/batches/recent). */
+void lp__view_page(lp_front_t *f, lp_http_req_t *req);
+
 /* status.c: /metrics, /v1/models, /v1/buckets/advice */
 void lp__render_metrics(lp_proxy_t *p, lp_buf_t *out);
 void lp__render_models(lp_proxy_t *p, lp_buf_t *out);
@@ -820,6 +834,6 @@ void lp__advice_free(lp_proxy_t *p);
 
 enum { LP_ROUTE_INFER = 0, LP_ROUTE_MODELS, LP_ROUTE_HEALTHZ, LP_ROUTE_READYZ, LP_ROUTE_METRICS,
        LP_ROUTE_ADVICE, LP_ROUTE_OTHER, LP_ROUTE_V2_INFER, LP_ROUTE_V2, LP_ROUTE_EMBEDDINGS,
-       LP_ROUTE_TEI_EMBED, LP_ROUTE_TEI_RERANK, LP_ROUTE_TEI_TOKENIZE };
+       LP_ROUTE_TEI_EMBED, LP_ROUTE_TEI_RERANK, LP_ROUTE_TEI_TOKENIZE, LP_ROUTE_BATCHES, LP_ROUTE_VIEW };
 
 #endif

@@ -63,7 +63,8 @@ static int authorized(lp_front_t *f, const lp_http_req_t *req) {
 }
 
 static int is_admin_route(const lp_http_req_t *req) {
-  return path_is(req, "/metrics") || path_is(req, "/v1/models") || path_is(req, "/v1/buckets/advice");
+  return path_is(req, "/metrics") || path_is(req, "/v1/models") || path_is(req, "/v1/buckets/advice") ||
+         path_is(req, "/v1/batches/recent") || path_is(req, "/");
 }
 
 /* The server refused a request itself (a limit, bad framing, a repeated
@@ -89,7 +90,9 @@ void lp__on_admin_request(lp_http_req_t *req, void *ud) { route(ud, req, 1); }
  * never does; probes answer on both. Client routes under /v1/ and /v2/models
  * and TEI's (/embed, /rerank, /tokenize) need a bearer token when tokens are configured, and so do the admin routes
  * when they share the client port (/metrics shows backend URLs and load); the
- * admin listener (loopback by default) and the probes do not. */
+ * admin listener (loopback by default) and the probes do not. The live view's
+ * page (GET /) lives where /metrics does but holds no data: it is served
+ * without a token, and its script sends one to /v1/batches/recent. */
 static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
   lp_buf_t *b = &f->scratch;
   lp_buf_reset(b);
@@ -105,7 +108,7 @@ static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
             : path_is(req, "/rerank") ? LP_ROUTE_TEI_RERANK
             : path_is(req, "/tokenize") ? LP_ROUTE_TEI_TOKENIZE : 0;
   int client_route = strncmp(req->url, "/v1/", 4) == 0 || strncmp(req->url, "/v2/models", 10) == 0 ||
-                     path_is(req, "/v2") || is_admin_route(req) || tei;
+                     path_is(req, "/v2") || (is_admin_route(req) && !path_is(req, "/")) || tei;
   if (!on_admin && !probe && client_route && !authorized(f, req)) {
     lp_proxy_reject(f, req, LP_ROUTE_OTHER, 401, "WWW-Authenticate: Bearer\r\n", "unauthorized",
                     "a valid 'Authorization: Bearer TOKEN' header is required", NULL);
@@ -145,6 +148,12 @@ static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
   } else if (path_is(req, "/v1/buckets/advice")) {
     if (!method_ok(f, req, LP_ROUTE_ADVICE, LP_HTTP_GET)) return;
     lp__front_page(f, req, LP_ROUTE_ADVICE, 0);
+  } else if (path_is(req, "/v1/batches/recent")) {
+    if (!method_ok(f, req, LP_ROUTE_BATCHES, LP_HTTP_GET)) return;
+    lp__front_page(f, req, LP_ROUTE_BATCHES, 0);
+  } else if (path_is(req, "/")) {
+    if (!method_ok(f, req, LP_ROUTE_VIEW, LP_HTTP_GET)) return;
+    lp__view_page(f, req);
   } else {
     lp_proxy_reject(f, req, LP_ROUTE_OTHER, 404, NULL, "not_found", "no such route", NULL);
   }

@@ -123,6 +123,8 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
   lp_buf_init(&p->scratch);
   p->up = lp_upstream_new(loop, 1ull << 30);
   if (!p->up) return -ENOMEM;
+  p->recent = lp_recent_new();
+  if (!p->recent) return -ENOMEM;
   for (size_t i = 0; i < p->cfg.nmodels; i++) {
     int rc = lp__model_init(&p->models[i], p, &p->cfg.models[i]);
     if (rc) return rc;
@@ -179,4 +181,6 @@ void lp_proxy_free(lp_proxy_t *p) {
   lp__advice_free(p);
   for (size_t i = 0; i < LP_MAX_MODELS; i++) lp_tok_free(p->tok[i]);
   lp__fronts_stop(p); /* joins the threads and frees what the fronts own */
+  lp_recent_free(p->recent);
+  p->recent = NULL;
 }

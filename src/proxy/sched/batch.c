@@ -348,6 +348,7 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
     return;
   }
   bt->in_flight = 1;
+  lp__batchview_sent(m, bt, a);
   /* accounting: what the chip will compute */
   uint64_t slots = (uint64_t)bt->layout.lanes * bt->layout.bucket;
   lp_bucket_set_account(&m->shapes, (size_t)bt->shape, (uint32_t)bt->layout.nsegs, bt->layout.real_tokens);
@@ -472,6 +473,7 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
       lp_hist_observe(&m->service_error, ((double)took > want ? (double)took - want : want - (double)took) / want);
     }
   }
+  lp__batchview_answered(m, bt, r.outcome, (int)x->status, r.device_ns, now);
   lp_log(LP_LOG_DEBUG, "batch done", "\"batch\": %llu, \"outcome\": \"%s\", \"ms\": %.3f",
          (unsigned long long)bt->id, lp_disp_outcome_name(r.outcome), (double)(now - bt->dispatch_ns) / 1e6);
   /* the core says which sequences this answer serves (OUTPUT, sliced from it

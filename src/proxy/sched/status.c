@@ -19,7 +19,7 @@
 
 static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", "readyz",
                                                   "metrics", "advice", "other", "v2_infer", "v2", "embeddings",
-                                                  "embed", "rerank", "tokenize"};
+                                                  "embed", "rerank", "tokenize", "batches", "view"};
 
 /* One sample per model, or per backend, of a value read by a small function. */
 /* The statuses the fronts count answers by (lp_proxy_count), each a slot of
@@ -455,5 +455,7 @@ void lp__render_page(lp_proxy_t *p, int route, int v2r, const char *url, size_t 
     pg->ctype = "text/plain; version=0.0.4; charset=utf-8";
   } else if (route == LP_ROUTE_MODELS) {
     lp__render_models(p, b);
+  } else if (route == LP_ROUTE_BATCHES) {
+    lp__batchview_render(p, url, path_len, b, pg);
   }
 }
