@@ -162,7 +162,7 @@ check("the Service targets lanepack's client port only (not the model server, no
 
 # ---- manual pages: every key, metric, signal and emulator flag ----
 man = open(os.path.join(src, "doc", "lanepack.1")).read().replace("\\-", "-").replace("\\fB", "").replace("\\fR", "")
-cfg_src = open(os.path.join(src, "src", "proxy", "process", "config.c")).read()
+cfg_src = open(os.path.join(src, "src", "proxy", "common", "config.c")).read()
 keys = sorted(set(re.findall(r'strcmp\(key, "([a-z_0-9]+)"\)', cfg_src)))
 missing = [k for k in keys if k not in man]
 check("lanepack(1) documents every configuration key (%d)" % len(keys), keys and not missing, missing)

@@ -25,6 +25,10 @@ SHAPES = "4x64,8x128"
 REQUESTS = 400
 
 
+# The trained tokenizer's vocabulary: token ids sent to its models stay below
+# it (a model with a tokenizer and no vocab_size refuses ids past it).
+VOCAB = 400
+
 def load(port, tmp, name, args):
     """One bounded closed-loop run; (exit code, its --json report, stderr)."""
     out = os.path.join(tmp, name + ".json")
@@ -38,7 +42,7 @@ def main():
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
         prefix = os.path.join(tmp, "spm")
-        r = subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=400",
+        r = subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=%d" % VOCAB,
                             "--character_coverage=1.0"], capture_output=True)
         check("spm_train trained a model on %s" % TEXT, r.returncode == 0, r.stderr[-300:])
         ports = {k: free_port() for k in ("emu", "wrong", "proxy")}
@@ -65,7 +69,7 @@ def main():
             wait_http(ports["wrong"], "/healthz")
             wait_http(ports["proxy"], "/readyz")
             port = ports["proxy"]
-            ids = ["--lengths", "uniform:1,120", "--vocab", "1000"]
+            ids = ["--lengths", "uniform:1,120", "--vocab", str(VOCAB)]
             text = ["--text", TEXT]
             exact = text + ["--tokenizer", prefix + ".model"]
             good = [

@@ -629,28 +629,52 @@ START_TEST(poison_sequence_isolated) {
 }
 END_TEST
 
-/* What queued requests hold is charged to max_queue_bytes: past it, 429. */
-START_TEST(queue_bytes_budget) {
-  one_t o = one_backend("--shapes 4x512 --cost-ms 2000", "",
-                        "\"shapes\": \"4x512\", \"max_wait_ms\": 0, \"max_inflight\": 1, "
-                        "\"max_queue_bytes\": 1048576");
-  /* 1,024 sequences of 300 tokens hold 1.2 MB of tokens: more than the budget */
+/* What queued requests hold is charged to max_queue_bytes: a request past the
+ * room left gets 429 (it may fit later); one past the whole budget 413 naming
+ * it (it never can: a 429 would have it retried forever). */
+static char *seqs_body(int nseq) {
   lp_buf_t b;
   lp_buf_init(&b);
   int32_t t[300];
   for (int k = 0; k < 300; k++) t[k] = k + 1;
   lp_buf_puts(&b, "{\"inputs\": [");
-  for (int i = 0; i < 1024; i++) {
+  for (int i = 0; i < nseq; i++) {
     if (i) lp_buf_puts(&b, ",");
     lp_buf_i32_array(&b, t, 300);
   }
   lp_buf_puts(&b, "]}");
+  char *s = strdup(lp_buf_cstr(&b));
+  lp_buf_free(&b);
+  return s;
+}
+
+START_TEST(queue_bytes_budget) {
+  one_t o = one_backend("--shapes 4x512 --cost-ms 2000", "",
+                        "\"shapes\": \"4x512\", \"max_wait_ms\": 0, \"max_inflight\": 1, "
+                        "\"max_queue_bytes\": 1048576");
+  /* 1,024 sequences of 300 tokens hold 1.2 MB of tokens: more than the budget */
+  char *whole = seqs_body(1024);
   h_resp_t r;
-  ck_assert_int_eq(h_call(o.port, "POST", "/v1/infer", "", lp_buf_cstr(&b), &r), 0);
+  ck_assert_int_eq(h_call(o.port, "POST", "/v1/infer", "", whole, &r), 0);
+  ck_assert_msg(r.status == 413 && strstr(r.body, "request_too_large") && strstr(r.body, "max_queue_bytes") &&
+                    !strstr(r.headers, "Retry-After"),
+                "%d %s", r.status, r.body);
+  h_resp_free(&r);
+  free(whole);
+  /* two of 600 KB: the first is queued (2 s a batch), the second finds no room */
+  char *half = seqs_body(512);
+  char head[128];
+  snprintf(head, sizeof(head), "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", strlen(half));
+  int fd = h_connect(o.port);
+  h_send_all(fd, head, strlen(head));
+  h_send_all(fd, half, strlen(half));
+  usleep(300000);
+  ck_assert_int_eq(h_call(o.port, "POST", "/v1/infer", "", half, &r), 0);
   ck_assert_msg(r.status == 429 && strstr(r.body, "queue_full") && strstr(r.headers, "Retry-After"), "%d %s",
                 r.status, r.body);
   h_resp_free(&r);
-  lp_buf_free(&b);
+  close(fd);
+  free(half);
   pid_t all[] = {o.proxy, o.emu};
   stop_all(all, 2);
 }

@@ -71,8 +71,11 @@ int lp_layout_build(lp_layout_t *l, uint32_t lanes, uint32_t bucket, int32_t pad
   /* Walk each lane left to right, writing segments and the padding between. */
   size_t s = 0;
   for (uint32_t lane = 0; lane < lanes; lane++) {
-    size_t row = arrays ? (size_t)lane * bucket : 0; /* no arrays: nothing is written */
-    int32_t *ids = l->input_ids + row, *sid = l->segment_ids + row, *pos = l->position_ids + row;
+    /* no arrays (segments only): nothing is written, and no offset is taken
+     * from their NULL pointers (undefined even when unused) */
+    size_t row = (size_t)lane * bucket;
+    int32_t *ids = arrays ? l->input_ids + row : NULL, *sid = arrays ? l->segment_ids + row : NULL,
+            *pos = arrays ? l->position_ids + row : NULL;
     int with_ids = !l->skip_ids;
     uint32_t at = 0, segno = 0;
     for (; s < l->nsegs && l->segs[s].lane == lane; s++) {
