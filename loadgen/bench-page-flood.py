@@ -20,12 +20,14 @@ import argparse
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from lphelp import free_port, stop_all, wait_http  # noqa: E402
 
 # Half the chip's capacity: where the issue measured the flood's effect.
 BUSY_TARGET = 0.5
@@ -35,26 +37,6 @@ CALIBRATE_RATE = 150
 CALIBRATE_STEPS = 2
 SHAPES = "4x8192,8x2048"
 COSTS = ["4x8192=20", "8x2048=8"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(port, path, limit_s=30):
-    end = time.time() + limit_s
-    while time.time() < end:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", path)
-            if c.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    sys.exit(f"bench: nothing answered {path} on port {port}")
 
 
 def loadgen(args, port, rate, duration, out):
@@ -97,8 +79,8 @@ def run_threads(args, nthreads, tmp):
     proxy = subprocess.Popen([os.path.join(args.build, "src", "lanepack"), "--config", cfg],
                              stderr=subprocess.DEVNULL)
     try:
-        wait_ready(emu_port, "/healthz")
-        wait_ready(port, "/readyz")
+        wait_http(emu_port, "/healthz")
+        wait_http(port, "/readyz", 30)
         # busy time is not linear in the rate (batches fill better as it
         # grows): two steps, each scaling the last rate to the target
         rate = CALIBRATE_RATE
@@ -137,12 +119,7 @@ def run_threads(args, nthreads, tmp):
               f"{'met' if f99 <= goal else 'MISSED'}")
         return f99 <= goal
     finally:
-        for p in (proxy, emu):
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all([proxy, emu])
 
 
 def main():

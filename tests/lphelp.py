@@ -58,6 +58,21 @@ def stop_all(procs, grace=10.0):
 _results = []
 
 
+def rss_kb(pid):
+    """The resident memory of process pid in KiB (-1 when it cannot be read)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return -1
+
+
+def tei_error(st, js, status, etype, *words):
+    """An error of TEI's shape, with the status and type, naming the words."""
+    return (st == status and isinstance(js, dict) and set(js) == {"error", "error_type"}
+            and js["error_type"] == etype and all(w in js["error"] for w in words))
+
+
 def check(name, cond, detail=""):
     """One named check: prints ok / not ok (with the detail) and records it."""
     _results.append(bool(cond))

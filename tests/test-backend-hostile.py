@@ -29,7 +29,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, rss_kb, wait_http  # noqa: E402
 
 lanepack = sys.argv[1]
 
@@ -212,14 +212,6 @@ def v2infer(port, model, ids, rid="c1"):
     body = {"id": rid, "inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [1, len(ids)],
                                    "data": ids}]}
     return post(port, "/v2/models/%s/infer" % model, body)
-
-
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return -1
 
 
 MODES = ["bigok", "quote422", "quote500", "close", "slow", "wrongid", "noid", "huge", "endless", "hugehealth",

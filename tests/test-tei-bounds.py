@@ -32,7 +32,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, rss_kb, tei_error, wait_http  # noqa: E402
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 DIMS = 8
@@ -91,19 +91,6 @@ def post(port, path, body, raw=None, timeout=30):
         return r.status, json.loads(data)
     except ValueError:
         return r.status, data
-
-
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return -1
-
-
-def tei_error(st, js, status, etype, *words):
-    return (st == status and isinstance(js, dict) and set(js) == {"error", "error_type"}
-            and js["error_type"] == etype and all(w in js["error"] for w in words))
 
 
 def oa_error(st, js, status, code):

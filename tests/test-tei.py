@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, tei_error, wait_http  # noqa: E402
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 DIMS = 8
@@ -81,12 +81,6 @@ def post(port, path, body, token=None, raw=None):
             return e.code, json.loads(text)
         except ValueError:
             return e.code, text
-
-
-def tei_error(st, js, status, etype, *words):
-    """An error of TEI's shape, with the status and type, naming the words."""
-    return (st == status and isinstance(js, dict) and set(js) == {"error", "error_type"}
-            and js["error_type"] == etype and all(w in js["error"] for w in words))
 
 
 def start(cmd, log):

@@ -25,12 +25,7 @@ static int gather_ids(lp_front_t *f, const lp_tok_t *t, const lp_openai_req_t *r
       if (k < 0) return (int)k;
     }
     if ((size_t)k > f->enc_cap - n) {
-      size_t c = f->enc_cap ? f->enc_cap : 4096;
-      while (c - n < (size_t)k) c *= 2;
-      int32_t *e = realloc(f->enc, c * sizeof(*e));
-      if (!e) return -ENOMEM;
-      f->enc = e;
-      f->enc_cap = c;
+      if (lp__grow_enc(f, n + (size_t)k)) return -ENOMEM;
       if (in->text && lp_tok_encode(t, in->text, in->text_len, f->enc + n, f->enc_cap - n) != k) return -EINVAL;
     }
     if (!in->text) memcpy(f->enc + n, r->tokens + in->off, (size_t)k * sizeof(int32_t));
@@ -132,10 +127,8 @@ int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
     long n = lp__seq_vector(f, &job->seqs[i], 0);
     if (n < 0) return (int)n;
     if ((n = lp__check_vector(job, n, &first)) < 0) return (int)n;
-    if (job->openai_dims) {
-      if ((size_t)n < job->openai_dims) return -EPROTO; /* shorter than its model says */
-      n = (long)job->openai_dims;
-    }
+    /* openai_dims <= embed_dims <= n: admission and lp__check_vector saw to it */
+    if (job->openai_dims) n = (long)job->openai_dims;
     if (job->openai_normalize) lp_openai_normalize(f->vec, (size_t)n);
     if (i) lp_buf_puts(out, ", ");
     lp_openai_embedding(out, i, f->vec, (size_t)n, job->openai_base64);
@@ -169,6 +162,17 @@ long lp__check_vector(const lp_job_t *job, long n, long *first) {
   if (n <= 0 || (job->embed_dims && (size_t)n < job->embed_dims)) return -EPROTO;
   if (!*first) *first = n;
   return n == *first ? n : -EPROTO; /* every vector of a request as long as the first */
+}
+
+int lp__grow_enc(lp_front_t *f, size_t n) {
+  if (n <= f->enc_cap) return 0;
+  size_t c = f->enc_cap ? f->enc_cap : 4096;
+  while (c < n) c *= 2;
+  int32_t *e = realloc(f->enc, c * sizeof(*e));
+  if (!e) return -ENOMEM;
+  f->enc = e;
+  f->enc_cap = c;
+  return 0;
 }
 
 int lp__grow_floats(lp_front_t *f, size_t n) {

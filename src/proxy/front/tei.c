@@ -12,18 +12,6 @@
 #include "lanepack/tokenizer.h"
 #include "proxy.h"
 
-/* f->enc holds at least n ids: 0 or -ENOMEM. */
-static int grow_enc(lp_front_t *f, size_t n) {
-  if (n <= f->enc_cap) return 0;
-  size_t c = f->enc_cap ? f->enc_cap : 4096;
-  while (c < n) c *= 2;
-  int32_t *e = realloc(f->enc, c * sizeof(*e));
-  if (!e) return -ENOMEM;
-  f->enc = e;
-  f->enc_cap = c;
-  return 0;
-}
-
 void lp__tei_reject(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *type,
                     const char *code, const char *msg, const lp_job_t *job) {
   lp_buf_t *b = &f->scratch;
@@ -150,7 +138,7 @@ static int seq_fail(seq_err_t *e, int rc, int status, const char *type, const ch
 static int embed_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_req_t *r, uint32_t limit, uint32_t *lens,
                      size_t *ntok, seq_err_t *e) {
   size_t n = 0;
-  if (grow_enc(f, 1)) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
+  if (lp__grow_enc(f, 1)) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
   for (size_t i = 0; i < r->ntexts; i++) {
     const lp_tei_text_t *in = &r->texts[i];
     long k = lp_tok_encode(t, in->s, in->len, f->enc + n, f->enc_cap - n);
@@ -177,7 +165,7 @@ static int embed_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_req_t *r, ui
       return seq_fail(e, -ENODATA, 400, LP_TEI_EMPTY, "empty_sequence");
     }
     if ((size_t)k > f->enc_cap - n) { /* more than there was room for: again with room */
-      if (grow_enc(f, n + (size_t)k)) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
+      if (lp__grow_enc(f, n + (size_t)k)) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
       i--;
       continue;
     }
@@ -219,7 +207,7 @@ static int rerank_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_template_t 
       break;
     }
     size_t whole = (size_t)nq + (size_t)nb + tpl->nparts - 2; /* every part but $A and $B is one piece */
-    if (grow_enc(f, n + whole)) {
+    if (lp__grow_enc(f, n + whole)) {
       nq = -ENOMEM;
       break;
     }
