@@ -509,11 +509,13 @@ def access_log():
         stop(emu)
 
 
-# ---- 8. access_log "-" on a pipe that fills (a log collector behind): whole lines ----
+# ---- 8. access_log "-" on a pipe that fills (a log collector behind): whole lines, none lost ----
 def access_log_pipe():
     """stderr a non-blocking pipe nobody reads for a while: a write stops in the
     middle of a line (EAGAIN), and no ftruncate can take that part back. The
-    rest of the line must follow, never the next line glued to its first half."""
+    rest of the line must follow, never the next line glued to its first half;
+    and a collector that is only behind (the pipe full for now) loses nothing:
+    once it reads again, slowly, every line arrives, in order."""
     port = free_port()
     rfd, wfd = os.pipe()
     fcntl.fcntl(wfd, fcntl.F_SETFL, fcntl.fcntl(wfd, fcntl.F_GETFL) | os.O_NONBLOCK)
@@ -523,27 +525,42 @@ def access_log_pipe():
     lp, _ = start_lanepack(cfg, "pipe", stderr=wfd)
     os.close(wfd)
     got = []
+    before, after = 60, 40  # about 15 KB, then 10 KB of lines: each more than the pipe holds
+
+    def slow_reader():  # a collector that reads again, a KiB at a time: the pipe fills between reads
+        while True:
+            b = os.read(rfd, 1024)
+            if not b:
+                return
+            got.append(b)
+            time.sleep(0.01)
+
+    def lines_now():
+        return b"".join(got).splitlines()
+
     try:
         wait_http(port, "/healthz")
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
-        for i in range(200):  # about 60 KB of lines: the pipe fills
+        for i in range(before):
             c.request("POST", "/v1/infer", json.dumps({"input_ids": "not tokens %d" % i}),
                       {"Content-Type": "application/json"})
             c.getresponse().read()
         time.sleep(1.3)  # a flush meets the full pipe
-        reader = threading.Thread(target=lambda: got.append(b"".join(iter(lambda: os.read(rfd, 65536), b""))))
+        reader = threading.Thread(target=slow_reader)
         reader.start()
-        for i in range(20):
+        for i in range(after):
             c.request("POST", "/v1/infer", json.dumps({"input_ids": "after %d" % i}),
                       {"Content-Type": "application/json", "X-Request-Id": "after-%d" % i})
             c.getresponse().read()
         c.close()
-        time.sleep(1.5)
+        deadline = time.time() + 20  # a page of the pipe a flush (a second): well inside
+        while time.time() < deadline and sum(b'"after-' in ln for ln in lines_now()) < after:
+            time.sleep(0.2)
     finally:
         stop(lp)
     reader.join(10)
     os.close(rfd)
-    lines = (got[0] if got else b"").splitlines()
+    lines = lines_now()
     bad = []
     for ln in lines:
         try:
@@ -552,8 +569,11 @@ def access_log_pipe():
             bad.append(ln[:120])
     check("access_log \"-\" on a full non-blocking pipe: every line that arrives is whole JSON (%d lines)" % len(lines),
           lines and not bad, bad[:3])
-    check("... and the lines after the pipe drained arrive", sum(b'"after-' in ln for ln in lines) == 20,
-          sum(b'"after-' in ln for ln in lines))
+    ids = [json.loads(ln).get("request_id") for ln in lines if not bad]
+    afters = [x for x in ids if str(x).startswith("after-")]
+    check("... a collector that was behind loses none: all %d lines from before it read again arrive" % before,
+          len(lines) - len(afters) == before, len(lines) - len(afters))
+    check("... and the %d after it, in order" % after, afters == ["after-%d" % i for i in range(after)], afters[:5])
 
 
 if __name__ == "__main__":

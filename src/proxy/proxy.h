@@ -509,7 +509,7 @@ int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errle
 int lp__alog_open_path(const char *path, int *fd, char *err, size_t errlen);
 void lp__alog_set_fd(lp_alog_t *a, int fd);
 void lp__alog_close(lp_alog_t *a);
-void lp__alog_flush(lp_alog_t *a);
+size_t lp__alog_flush(lp_alog_t *a); /* returns the bytes still owed to a full pipe */
 void lp__access_log(lp_front_t *f, const lp_http_req_t *req, int status, const lp_job_t *job);
 
 /* model.c: the dispatch core's settings from a model's and the proxy's. */

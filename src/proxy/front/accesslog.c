@@ -9,8 +9,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +20,11 @@
 #include "proxy.h"
 
 #define LP_ACCESS_BUF (64 * 1024)
+/* At exit or a change of file, lines still owed to a full pipe get this long
+ * (polled in these steps) for the reader to take them: long enough for a
+ * collector that is merely busy, short enough not to hold a drain up. */
+#define LP_ACCESS_LAST_WAIT_MS 1000
+#define LP_ACCESS_LAST_POLL_MS 50
 
 int lp__alog_open_path(const char *path, int *out, char *err, size_t errlen) {
   int fd = -1;
@@ -35,6 +42,15 @@ int lp__alog_open_path(const char *path, int *out, char *err, size_t errlen) {
 }
 
 void lp__alog_set_fd(lp_alog_t *a, int fd) {
+  struct stat was, now;
+  if (a->on && fd >= 0 && lp__alog_flush(a) && fstat(a->fd, &was) == 0 && fstat(fd, &now) == 0 &&
+      was.st_dev == now.st_dev && was.st_ino == now.st_ino) {
+    /* "-" again, on a pipe that is behind: what it is owed follows on the new
+     * descriptor, without a wait on the front's loop */
+    if (a->fd != fd && a->fd != STDERR_FILENO) close(a->fd);
+    a->fd = fd;
+    return;
+  }
   lp__alog_close(a); /* what the old file was owed goes there (before a rotation) */
   a->fd = fd;
   a->on = fd >= 0;
@@ -66,12 +82,14 @@ int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errle
   return 0;
 }
 
-/* Writes len bytes of whole lines. On a short write, the part of a line that
- * got out is taken back (the file is cut to the last whole line), and every
- * line not written is counted as dropped: a full disk loses lines, never
- * leaves half of one. Where nothing can be cut back (a pipe, a socket: a
- * non-blocking one that is full), the rest of that line must follow before
- * any other: returns its length, from *rest (0: nothing owed). */
+/* Writes len bytes of whole lines. A pipe or socket that is full for now
+ * (EAGAIN: a log collector behind) loses nothing: what did not go out, the
+ * rest of a line cut in the middle first, is returned as owed (its length,
+ * from *rest) and written next time. On any other failure the part of a line
+ * that got out is taken back (the file is cut to the last whole line), and
+ * every line not written is counted as dropped: a full disk loses lines,
+ * never leaves half of one. Where nothing can be cut back, the rest of that
+ * line is still owed, so that it is never glued to the next one. */
 static size_t write_lines(lp_alog_t *p, const char *data, size_t len, size_t *rest) {
   size_t off = 0, whole = 0, owed = 0;
   int e = 0;
@@ -89,6 +107,11 @@ static size_t write_lines(lp_alog_t *p, const char *data, size_t len, size_t *re
       e = n < 0 ? errno : EIO;
       break;
     }
+  }
+  if (off < len && (e == EAGAIN || e == EWOULDBLOCK)) {
+    lp_log_unlock();
+    *rest = off;
+    return len - off; /* the lines stay, in order, for the next write */
   }
   if (off < len) {
     whole = off;
@@ -120,18 +143,31 @@ static size_t write_lines(lp_alog_t *p, const char *data, size_t len, size_t *re
   return owed;
 }
 
-void lp__alog_flush(lp_alog_t *a) {
+size_t lp__alog_flush(lp_alog_t *a) {
   size_t rest = 0, owed = 0;
   if (a->on && a->buf.len) owed = write_lines(a, a->buf.data, a->buf.len, &rest);
   lp_buf_reset(&a->buf);
-  if (owed) { /* the rest of a cut line goes first next time */
+  if (owed) { /* what is owed goes first next time */
     memmove(a->buf.data, a->buf.data + rest, owed);
     a->buf.len = owed;
   }
+  return owed;
 }
 
 void lp__alog_close(lp_alog_t *a) {
-  lp__alog_flush(a);
+  /* the last lines to a collector that is behind: it is given a bounded while
+   * to take them (the process is ending or the file changing), no more */
+  for (int waited = 0; lp__alog_flush(a) && a->on && waited < LP_ACCESS_LAST_WAIT_MS;
+       waited += LP_ACCESS_LAST_POLL_MS) {
+    struct pollfd pfd = {.fd = a->fd, .events = POLLOUT};
+    if (poll(&pfd, 1, LP_ACCESS_LAST_POLL_MS) < 0 && errno != EINTR) break;
+  }
+  if (a->buf.len) { /* still owed: lost, and counted */
+    uint64_t lost = 0;
+    for (size_t i = 0; i < a->buf.len; i++) lost += a->buf.data[i] == '\n';
+    LP_RELAXED_ADD(a->dropped, lost);
+    lp_buf_reset(&a->buf);
+  }
   lp_buf_free(&a->line);
   lp_buf_free(&a->buf);
   if (a->on && a->fd != STDERR_FILENO) close(a->fd);
@@ -145,7 +181,10 @@ static void put_line(lp_alog_t *a, const lp_buf_t *line) {
     LP_RELAXED_INC(a->dropped);
     return;
   }
-  if (a->buf.len + line->len > LP_ACCESS_BUF) lp__alog_flush(a);
+  if (a->buf.len + line->len > LP_ACCESS_BUF && lp__alog_flush(a) + line->len > LP_ACCESS_BUF) {
+    LP_RELAXED_INC(a->dropped); /* the collector is a whole buffer behind: memory stays bounded */
+    return;
+  }
   lp_buf_append(&a->buf, line->data, line->len);
   if (a->buf.oom) { /* what was gathered cannot be trusted whole: it goes */
     uint64_t lost = 1;
