@@ -40,6 +40,7 @@ typedef struct lp_job_s lp_job_t;
 typedef struct lp_batch_s lp_batch_t;
 typedef struct lp_front_s lp_front_t;
 typedef struct lp_ctl_s lp_ctl_t;
+typedef struct lp_relays_s lp_relays_t;
 
 /* Counters one thread writes and another reads (a front's, read by the
  * scheduler rendering /metrics): relaxed loads and stores, no locked
@@ -295,8 +296,11 @@ struct lp_batch_s {
   int pinned;             /* each item's job holds a reference of the batch's
                              (its text is in the gather list) until it is freed */
   uint64_t dispatch_ns;
-  lp_xfer_t *xfer;
-  /* v2 backends: where it goes and the header lines it needs */
+  /* ---- the transfer's half: written by the scheduler before it starts, then
+   * the relay's (relay/) until it hands the batch back ---- */
+  lp_xfer_t *xfer;        /* in flight; the transfer's thread's */
+  /* where it goes, the header lines it needs, its bounds and how to read its
+   * answer: copied here, as a reload may change the model meanwhile */
   char url[LP_URL_MAX + 200];
   char v2_header[64];
   /* "traceparent: ..." of the batch's own span, under its first member's
@@ -307,6 +311,29 @@ struct lp_batch_s {
   int32_t v2_scalar;      /* max_seqlen of a ragged batch */
   int device;             /* the device the core sent it to */
   uint64_t expect_ns;     /* when the core expects it back; 0 = unknown */
+  uint64_t timeout_ms;
+  size_t max_answer;      /* the most answer bytes it can need (answer_bound) */
+  int v2;                 /* an Open Inference Protocol batch */
+  int v2_per_segment;     /* its output is one value per segment */
+  char v2_output[64];     /* the output to read; "": the answer's first */
+  /* how it ended (relay/transfer.c), read by the scheduler once handed back */
+  int unstarted;          /* the transfer could not start */
+  lp_xfer_result_t result;
+  long status;
+  char error[256];
+  uint64_t sent_ns, device_ns;
+  int64_t inference_header_len;
+  lp_buf_t answer;        /* the answer's body; moved on into the jobs' shared answer */
+  int opened;             /* a 200 answer indexed (JSON) or decoded (v2) for slicing */
+  char open_err[300];     /* why a 200 answer could not be */
+  lp_scatter_t scatter;   /* a JSON answer's index; owned, reused */
+  lp_v2_msg_t v2msg;      /* a v2 answer decoded, its output tensor v2out */
+  const lp_tensor_t *v2out;
+  int v2_open;            /* v2msg holds a decoded answer (freed by lp__v2_close) */
+  void (*on_done)(lp_batch_t *bt, void *ud); /* where the transfer's thread hands it */
+  void *on_done_ud;
+  lp_batch_t *relay_next; /* in a relay's queue, out or back */
+  struct lp_relay_s *relay; /* the relay it went to (the scheduler's count) */
   int in_flight;          /* its transfer is running */
   lp_batch_t *next_failed;/* in the model's list of batches whose start failed */
   uint64_t view_ticket;   /* its entry in the recent-batches ring; 0: none */
@@ -346,17 +373,13 @@ struct lp_model_s {
    * are hundreds of KB, which malloc serves with mmap and page faults */
   lp_batch_t *spare;       /* finished batches with their buffers; owned */
   size_t nspare;
-  lp_scatter_t scatter;    /* answer index, one answer at a time */
-  lp_answer_t *answer;     /* the JSON answer being sliced (its reference) while delivering */
+  lp_answer_t *answer;     /* the answer being sliced (its reference) while delivering */
   const char **item_ids;   /* per batch: its items' request ids; owned array, reused */
   const char **item_traces; /* ... and traceparents (item_ids_cap of each); owned, reused */
   uint64_t trace_rng;      /* splitmix64 state of its batches' span ids */
   lp_buf_t v2_members;     /* a v2 request's members (id, parameters, outputs); reused */
   size_t item_ids_cap;
   lp_dtype_t v2_out_dtype; /* the datatype v2 backends last answered in */
-  lp_v2_msg_t v2msg;       /* the v2 answer being sliced; its output tensor */
-  const lp_tensor_t *v2out;
-  int v2_open;             /* v2msg holds a decoded answer */
   lp_seq_ref_t *refs;      /* dispatch scratch; owned */
   lp_seq_text_t *texts;    /* dispatch scratch, beside refs; owned */
   lp_place_t *place;
@@ -470,7 +493,8 @@ struct lp_proxy_s {
   lp_tei_template_t pair[LP_MAX_MODELS];
   char **tokens;           /* bearer tokens clients must show; owned; NULL: none */
   size_t ntokens;
-  lp_upstream_t *up;
+  lp_upstream_t *up;        /* probes; batches too with one thread */
+  lp_relays_t *relays;      /* several threads: where batches' transfers run; owned */
   lp_model_t models[LP_MAX_MODELS];
   size_t nmodels;
   uv_idle_t kick;          /* run the schedulers once this loop turn */
@@ -711,15 +735,38 @@ int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids, co
 /* Whether m's v2 bodies are gather lists (binary INT32 rectangles: the
  * sequences' tokens borrowed, ids from m->rect) rather than bt->body. */
 int lp__v2_gathered(const lp_model_t *m);
-/* A 200 answer decoded and checked against the batch (kept in m->v2msg until
- * lp__v2_close); -EPROTO with err when it is malformed. */
-int lp__v2_open(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen);
-/* Segment g's part of the open answer, to sequence s as a span of the kept
- * answer (without one, for want of memory, its job fails). */
+/* Segment g's part of the batch's open answer, to sequence s as a span of the
+ * kept answer (without one, for want of memory, its job fails). */
 void lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp_seq_t *s);
-/* The open v2 answer's output tensor moves into a, the batch's kept answer. */
-void lp__v2_adopt(lp_model_t *m, lp_answer_t *a);
-void lp__v2_close(lp_model_t *m);
+/* The batch's open v2 answer's output tensor moves into a, its kept answer. */
+void lp__v2_adopt(lp_batch_t *bt, lp_answer_t *a);
+/* Frees the batch's decoded v2 answer, if any. */
+void lp__v2_close(lp_batch_t *bt);
+
+/* ---- relay/: where a batch's transfer runs (relay threads, or the one loop
+ * with threads 1); the scheduler calls down, answers come up through the
+ * on_done it sets in the batch ---- */
+/* transfer.c: starts bt's transfer on up (its url, headers, gather list or
+ * body, bounds, set); when it ends, its outcome is in bt (a 200 answer opened
+ * for slicing: lp__answer_open) and bt->on_done runs on up's loop. 0, or
+ * -ENOMEM when it could not start. */
+int lp__transfer_start(lp_upstream_t *up, lp_batch_t *bt);
+/* open.c: a 200 answer indexed (JSON: bt->scatter) or decoded and checked
+ * (v2: bt->v2msg) against the batch it answers: 0, or -EPROTO/-ENOMEM with
+ * bt->open_err. Reads only the batch. */
+int lp__answer_open(lp_batch_t *bt);
+/* relay.c: n relay threads, each with its own loop and upstream connections.
+ * Every batch sent (lp__relay_send) comes back once, its outcome written, to
+ * finish on loop (the scheduler's). NULL when they could not start. */
+lp_relays_t *lp__relays_start(uv_loop_t *loop, unsigned n, size_t max_answer_bytes,
+                              void (*finish)(lp_batch_t *bt));
+/* Hands bt to the least busy relay. */
+void lp__relay_send(lp_relays_t *r, lp_batch_t *bt);
+/* Every transfer in flight ends LP_XFER_CANCELLED (the drain's last step). */
+void lp__relays_cancel_all(lp_relays_t *r);
+/* Stops and joins the threads (transfers in flight cancelled); batches not
+ * yet handed back go to drop, on the caller's thread; frees r. */
+void lp__relays_stop(lp_relays_t *r, void (*drop)(lp_batch_t *bt));
 /* sched/v2probe.c: asks the backend whether each shape's model is ready;
  * answers set its states. */
 void lp__v2_probe_shapes(lp_backend_t *b);
@@ -751,6 +798,10 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a);
 void lp__batch_output(lp_model_t *m, const lp_disp_action_t *a);
 /* Batches whose transfer could not start, reported to the core as resets. */
 void lp__batches_failed(lp_model_t *m);
+/* A batch back from its relay, its outcome written: the core hears it. */
+void lp__batch_finish(lp_batch_t *bt);
+/* A batch back from a relay after the scheduler stopped: freed unheard. */
+void lp__batch_drop(lp_batch_t *bt);
 void lp__batches_free(lp_model_t *m);
 
 /* backend.c */

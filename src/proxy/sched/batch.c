@@ -13,7 +13,7 @@
 
 #define LP_SPARE_BATCHES 4
 
-static void on_batch_done(lp_xfer_t *x, void *ud);
+static void on_batch_done(lp_batch_t *bt, void *ud);
 
 static lp_job_t *job_of(uint64_t id) { return (lp_job_t *)(uintptr_t)id; }
 
@@ -26,6 +26,9 @@ static void batch_unpin(lp_batch_t *b) {
 }
 
 static void batch_destroy(lp_batch_t *b) {
+  lp__v2_close(b);
+  lp_scatter_free(&b->scatter);
+  lp_buf_free(&b->answer);
   lp_layout_free(&b->layout);
   lp_buf_free(&b->body);
   lp_gather_free(&b->gather);
@@ -38,6 +41,10 @@ static void batch_destroy(lp_batch_t *b) {
 static void batch_free(lp_batch_t *b) {
   lp_model_t *m = b->model;
   batch_unpin(b);
+  lp__v2_close(b);
+  /* an error's body is not kept; an answer's moved on to its jobs */
+  if (b->answer.cap > LP_XFER_KEEP_BYTES) lp_buf_free(&b->answer);
+  lp_buf_reset(&b->answer);
   if (m->nspare >= LP_SPARE_BATCHES) {
     batch_destroy(b);
     return;
@@ -56,6 +63,8 @@ static lp_batch_t *batch_get(lp_model_t *m, size_t n) {
     b = calloc(1, sizeof(*b));
     if (!b) return NULL;
     lp_layout_init(&b->layout);
+    lp_scatter_init(&b->scatter);
+    lp_buf_init(&b->answer);
     lp_buf_init(&b->body);
     lp_gather_init(&b->gather);
   }
@@ -139,15 +148,14 @@ static void log_excerpt(char *out, size_t cap, const char *s, size_t n) {
  * backend's own words (escaped, bounded); a client only ever sees code and
  * the generic message (another client's tokens may be quoted in the backend's
  * body, and the backend's address is the operator's business). */
-static void log_refusal(const lp_batch_t *bt, const lp_xfer_t *x, const char *what, const char *detail,
-                        size_t detail_len) {
+static void log_refusal(const lp_batch_t *bt, const char *what, const char *detail, size_t detail_len) {
   char esc[700];
   log_excerpt(esc, sizeof(esc), detail ? detail : "", detail ? detail_len : 0);
   lp_log(LP_LOG_WARN, what,
          "\"batch\": %llu, \"model\": \"%s\", \"backend\": \"%s\", \"kind\": \"%s\", \"status\": %ld, "
          "\"bytes\": %zu, \"detail\": \"%s\"",
          (unsigned long long)bt->id, bt->model->cfg->name, bt->backend->url,
-         lp_xfer_result_name(x->result), x->status, x->body.len, esc);
+         lp_xfer_result_name(bt->result), bt->status, bt->answer.len, esc);
 }
 
 /* The most bytes a batch's answer may take: max_output_value_bytes per token
@@ -245,6 +253,9 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   bt->shape = a->send.shape;
   bt->device = (int)a->send.device;
   bt->expect_ns = a->send.expect_ns;
+  bt->v2 = m->cfg->protocol == LP_PROTO_V2;
+  bt->v2_per_segment = m->cfg->v2.per_segment;
+  snprintf(bt->v2_output, sizeof(bt->v2_output), "%s", m->cfg->v2.output);
   bt->backend = &m->backends[a->send.backend < m->nbackends ? a->send.backend : 0];
   memcpy(bt->items, a->send.items, n * sizeof(*bt->items));
   bt->nitems = n;
@@ -334,16 +345,12 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
          (unsigned long long)bt->id, bt->layout.lanes, bt->layout.bucket, bt->layout.nsegs,
          (double)bt->layout.real_tokens / ((double)bt->layout.lanes * bt->layout.bucket), a->send.reason,
          be->url, a->send.device, a->send.copies);
-  if (bt->layout.segs_only)
-    bt->xfer = lp_upstream_request_g(p->up, bt->url, &bt->gather, bt->headers, m->cfg->backend_timeout_ms,
-                                     answer_bound(m, bt), on_batch_done, bt);
-  else if (m->cfg->protocol == LP_PROTO_V2)
-    bt->xfer = lp_upstream_request_h(p->up, bt->url, bt->body.data, bt->body.len, bt->headers,
-                                     m->cfg->backend_timeout_ms, answer_bound(m, bt), on_batch_done, bt);
-  else
-    bt->xfer = lp_upstream_request_g(p->up, be->batch_url, &bt->gather, bt->headers,
-                                     m->cfg->backend_timeout_ms, answer_bound(m, bt), on_batch_done, bt);
-  if (!bt->xfer) {
+  if (!bt->v2) snprintf(bt->url, sizeof(bt->url), "%s", be->batch_url);
+  bt->timeout_ms = m->cfg->backend_timeout_ms;
+  bt->max_answer = answer_bound(m, bt);
+  bt->on_done = on_batch_done;
+  bt->on_done_ud = NULL;
+  if (!p->relays && lp__transfer_start(p->up, bt)) {
     start_failed(m, bt, "could not start the upstream request", 0);
     return;
   }
@@ -361,6 +368,9 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   m->inflight++;
   m->shape_inflight[bt->shape]++;
   p->batches++;
+  /* last: from here until it comes back the batch is its relay's, whose
+   * thread sends its bytes and reads its answer */
+  if (p->relays) lp__relay_send(p->relays, bt);
 }
 
 /* ---- answers ---- */
@@ -382,54 +392,31 @@ void lp__batch_output(lp_model_t *m, const lp_disp_action_t *a) {
   }
   const char *start;
   size_t len;
-  lp_scatter_slice(&m->scatter, g, &start, &len);
-  lp__seq_done(s, bt, g, m->answer, start, len, m->scatter.per_segment);
-}
-
-/* A 200 answer indexed for slicing (JSON: the scatter index; v2: the decoded
- * message): 0, or -EPROTO with err. */
-static int open_answer(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen) {
-  if (m->cfg->protocol == LP_PROTO_V2) return lp__v2_open(m, bt, x, err, errlen);
-  lp_scatter_t *sc = &m->scatter;
-  int rc = lp_scatter_index(sc, x->body.data ? x->body.data : "", x->body.len, &bt->layout, err, errlen);
-  /* an answer naming another batch is another batch's answer (a backend, or
-   * a proxy between, that mixed two up): it is never sliced. One naming none
-   * is taken (the field is the backend's to echo, as v2's id is optional). */
-  if (!rc && sc->id_state != LP_SCATTER_ID_NONE && (sc->id_state == LP_SCATTER_ID_BAD || sc->batch_id != bt->id)) {
-    if (sc->id_state == LP_SCATTER_ID_BAD)
-      snprintf(err, errlen, "the answer's batch_id is not an unsigned integer (batch %llu)",
-               (unsigned long long)bt->id);
-    else
-      snprintf(err, errlen, "the answer's batch_id %llu is not this batch's %llu",
-               (unsigned long long)sc->batch_id, (unsigned long long)bt->id);
-    rc = -EPROTO;
-  }
-  return rc;
+  lp_scatter_slice(&bt->scatter, g, &start, &len);
+  lp__seq_done(s, bt, g, m->answer, start, len, bt->scatter.per_segment);
 }
 
 /* How the answer ended, for the core; what it says is logged. */
-static lp_disp_outcome_t classify(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, int *opened) {
+static lp_disp_outcome_t classify(lp_batch_t *bt) {
   lp_backend_t *be = bt->backend;
-  *opened = 0;
-  if (x->result == LP_XFER_CANCELLED) return LP_DISP_ABANDONED;
-  if (x->result == LP_XFER_TOO_LARGE) { /* past what the batch can hold: malformed, whatever else it is */
+  if (bt->result == LP_XFER_CANCELLED) return LP_DISP_ABANDONED;
+  if (bt->result == LP_XFER_TOO_LARGE) { /* past what the batch can hold: malformed, whatever else it is */
     be->failures++;
-    log_refusal(bt, x, "backend answer too large", x->error, strlen(x->error));
+    log_refusal(bt, "backend answer too large", bt->error, strlen(bt->error));
     return LP_DISP_GARBLED;
   }
-  if (x->result != LP_XFER_OK) {
+  if (bt->result != LP_XFER_OK) {
     be->failures++;
-    log_refusal(bt, x, "batch failed", x->error, strlen(x->error));
-    return x->result == LP_XFER_TIMEOUT ? LP_DISP_TIMEOUT : x->result == LP_XFER_CONNECT ? LP_DISP_UNSENT : LP_DISP_RESET;
+    log_refusal(bt, "batch failed", bt->error, strlen(bt->error));
+    return bt->result == LP_XFER_TIMEOUT ? LP_DISP_TIMEOUT : bt->result == LP_XFER_CONNECT ? LP_DISP_UNSENT : LP_DISP_RESET;
   }
-  if (x->status != 200) {
-    int v2 = m->cfg->protocol == LP_PROTO_V2;
+  if (bt->status != 200) {
     be->failures++;
-    log_refusal(bt, x, "batch refused", x->body.data, x->body.len);
+    log_refusal(bt, "batch refused", bt->answer.data, bt->answer.len);
     /* a v2 server without the shape's model says 404 (or "unavailable") */
-    int mismatch = (x->status == 500 && (contains(&x->body, "shape mismatch") ||
-                                         contains(&x->body, "shape_mismatch"))) ||
-                   (v2 && (x->status == 404 || (x->status == 503 && contains(&x->body, "unavailable"))));
+    int mismatch = (bt->status == 500 && (contains(&bt->answer, "shape mismatch") ||
+                                          contains(&bt->answer, "shape_mismatch"))) ||
+                   (bt->v2 && (bt->status == 404 || (bt->status == 503 && contains(&bt->answer, "unavailable"))));
     if (mismatch) {
       /* the shape is not there: barred on this backend (the core re-packs at
        * once), asked about again later */
@@ -437,22 +424,19 @@ static lp_disp_outcome_t classify(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t
       lp__backend_shape_missing(be, bt->shape);
       return LP_DISP_ERR_SHAPE;
     }
-    return x->status >= 500 ? LP_DISP_ERR_5XX : LP_DISP_ERR_4XX;
+    return bt->status >= 500 ? LP_DISP_ERR_5XX : LP_DISP_ERR_4XX;
   }
-  char err[300];
-  if (open_answer(m, bt, x, err, sizeof(err))) {
+  if (!bt->opened) { /* where it arrived, it could not be indexed or decoded */
     be->failures++;
-    log_refusal(bt, x, "bad backend answer", err, strlen(err));
-    lp__v2_close(m);
+    log_refusal(bt, "bad backend answer", bt->open_err, strlen(bt->open_err));
     return LP_DISP_GARBLED;
   }
-  *opened = 1;
   be->batches++;
   return LP_DISP_OK;
 }
 
-static void on_batch_done(lp_xfer_t *x, void *ud) {
-  lp_batch_t *bt = ud;
+static void on_batch_done(lp_batch_t *bt, void *ud) {
+  (void)ud;
   lp_model_t *m = bt->model;
   lp_proxy_t *p = m->proxy;
   bt->backend->inflight--;
@@ -461,19 +445,26 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
   p->batches--;
   bt->in_flight = 0;
   uint64_t now = lp__now();
-  int opened;
-  lp_disp_result_t r = {.outcome = classify(m, bt, x, &opened), .http_status = (int)x->status,
-                        .sent_ns = x->start_ns && x->start_ns <= now ? x->start_ns : bt->dispatch_ns,
-                        .device_ns = x->result == LP_XFER_OK ? x->device_ns : 0};
+  if (bt->unstarted) {
+    start_failed(m, bt, "could not start the upstream request", 0);
+    m->pump(m); /* the core hears the reset */
+    return;
+  }
+  lp_disp_result_t r = {.outcome = classify(bt), .http_status = (int)bt->status,
+                        .sent_ns = bt->sent_ns && bt->sent_ns <= now ? bt->sent_ns : bt->dispatch_ns,
+                        .device_ns = bt->device_ns};
+  int opened = r.outcome == LP_DISP_OK;
+  if (opened && bt->v2out && bt->v2out->dtype != LP_DT_BYTES)
+    m->v2_out_dtype = bt->v2out->dtype; /* what the model's metadata names: only from an answer that is sliced */
   if (r.outcome == LP_DISP_OK) {
     uint64_t took = now - bt->dispatch_ns;
-    lp_hist_observe(&m->service, (double)(x->device_ns ? x->device_ns : took) / 1e9);
+    lp_hist_observe(&m->service, (double)(bt->device_ns ? bt->device_ns : took) / 1e9);
     if (bt->expect_ns > bt->dispatch_ns) { /* how good the clock's prediction was */
       double want = (double)(bt->expect_ns - bt->dispatch_ns);
       lp_hist_observe(&m->service_error, ((double)took > want ? (double)took - want : want - (double)took) / want);
     }
   }
-  lp__batchview_answered(m, bt, r.outcome, (int)x->status, r.device_ns, now);
+  lp__batchview_answered(m, bt, r.outcome, (int)bt->status, r.device_ns, now);
   lp_log(LP_LOG_DEBUG, "batch done", "\"batch\": %llu, \"outcome\": \"%s\", \"ms\": %.3f",
          (unsigned long long)bt->id, lp_disp_outcome_name(r.outcome), (double)(now - bt->dispatch_ns) / 1e6);
   /* the core says which sequences this answer serves (OUTPUT, sliced from it
@@ -482,19 +473,16 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
   /* a JSON answer is kept, not copied: each sequence it serves holds a span
    * of it (a v2 answer: of its output tensor), and the front of each job
    * formats its own (NULL without memory: those jobs fail with a 503) */
-  if (opened) m->answer = lp__answer_take(&x->body);
-  /* the transfer's next answer gets the room this one needed at once, not by
-   * doubling from empty (each doubling a copy of what came so far) */
-  if (m->answer && m->answer->body.len <= LP_XFER_KEEP_BYTES) (void)lp_buf_reserve(&x->body, m->answer->body.len);
-  if (m->answer && m->cfg->protocol == LP_PROTO_V2) lp__v2_adopt(m, m->answer);
-  m->result_http = x->result == LP_XFER_OK && x->status != 200 ? (int)x->status : 0;
+  if (opened) m->answer = lp__answer_take(&bt->answer);
+  if (m->answer && bt->v2) lp__v2_adopt(bt, m->answer);
+  m->result_http = bt->result == LP_XFER_OK && bt->status != 200 ? (int)bt->status : 0;
   lp_disp_result(m->disp, bt->id, &r, now);
   m->pump(m);
   m->delivering = NULL;
   m->result_http = 0;
   lp__answer_unref(m->answer); /* the jobs hold their own references */
   m->answer = NULL;
-  if (opened) lp__v2_close(m);
+  lp__v2_close(bt);
   if (r.outcome == LP_DISP_ERR_SHAPE) {
     lp__model_shapes_changed(m);
     int anywhere = m->shapes.shapes[bt->shape].state != LP_SHAPE_UNAVAILABLE;
@@ -504,6 +492,10 @@ static void on_batch_done(lp_xfer_t *x, void *ud) {
   }
   batch_free(bt);
 }
+
+void lp__batch_finish(lp_batch_t *bt) { on_batch_done(bt, NULL); }
+
+void lp__batch_drop(lp_batch_t *bt) { batch_free(bt); }
 
 void lp__batches_free(lp_model_t *m) {
   while (m->spare) {

@@ -242,7 +242,6 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   lp_hist_init(&m->service, time_bounds, sizeof(time_bounds) / sizeof(time_bounds[0]));
   lp_hist_init(&m->queue_delay, time_bounds, sizeof(time_bounds) / sizeof(time_bounds[0]));
   lp_hist_init(&m->service_error, error_bounds, sizeof(error_bounds) / sizeof(error_bounds[0]));
-  lp_scatter_init(&m->scatter);
   lp_buf_init(&m->v2_members);
   m->wake_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (m->wake_fd < 0) return -errno;
@@ -280,11 +279,9 @@ void lp__model_close(lp_model_t *m) {
   }
   lp_disp_free(m->disp);
   m->disp = NULL;
-  lp__v2_close(m);
   lp_lenhist_free(&m->lengths);
   lp_batchjson_free(&m->writer);
   lp_rectbin_free(&m->rect);
-  lp_scatter_free(&m->scatter);
   lp_buf_free(&m->v2_members);
   free(m->item_ids);
   free(m->item_traces);

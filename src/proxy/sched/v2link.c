@@ -141,79 +141,18 @@ int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids, co
   return 0;
 }
 
-int lp__v2_open(lp_model_t *m, lp_batch_t *bt, const lp_xfer_t *x, char *err, size_t errlen) {
-  const lp_v2_config_t *c = &m->cfg->v2;
-  const lp_layout_t *l = &bt->layout;
-  lp__v2_close(m);
-  if (x->inference_header_len == -2) {
-    snprintf(err, errlen, "Inference-Header-Content-Length is not a size");
-    return -EPROTO;
-  }
-  lp_v2_msg_t *msg = &m->v2msg;
-  m->v2_open = 1; /* freed by lp__v2_close whatever happens below */
-  int rc = lp_v2_decode(msg, x->body.data ? x->body.data : "", x->body.len, x->inference_header_len,
-                        0, err, errlen);
-  if (rc) return rc;
-  /* an answer naming another request is another batch's answer (a backend,
-   * or a proxy between, that mixed two up): never sliced. The id is optional
-   * in the protocol (Triton echoes it when sent): an answer without one is
-   * taken. */
-  char want[24];
-  snprintf(want, sizeof(want), "%llu", (unsigned long long)bt->id);
-  if (msg->has_id && strcmp(msg->id, want) != 0) {
-    snprintf(err, errlen, "the answer's id is not this batch's %s", want);
-    return -EPROTO;
-  }
-  const lp_tensor_t *t = c->output[0] ? lp_v2_find(msg, c->output) : &msg->t[0];
-  if (!t) {
-    snprintf(err, errlen, "the answer has no output '%s'", c->output);
-    return -EPROTO;
-  }
-  /* the leading dimensions say where each sequence's part is */
-  int lead = l->ragged ? 1 : 2;
-  uint64_t rows = l->ragged ? (c->per_segment ? l->nsegs : l->bucket) : l->lanes;
-  uint64_t cols = 0;
-  if (!l->ragged) {
-    uint32_t maxseg = 0;
-    for (size_t i = 0; i < l->nsegs; i++)
-      if (l->segs[i].segment > maxseg) maxseg = l->segs[i].segment;
-    cols = c->per_segment ? maxseg : l->bucket;
-  }
-  int ok = t->ndim >= lead && (uint64_t)t->shape[0] == rows &&
-           (l->ragged || (c->per_segment ? (uint64_t)t->shape[1] >= cols : (uint64_t)t->shape[1] == cols));
-  size_t inner = 1;
-  for (int d = lead; ok && d < t->ndim; d++) inner *= (size_t)t->shape[d];
-  if (!ok || inner == 0) {
-    char got[96] = "";
-    for (int d = 0; d < t->ndim; d++)
-      snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-    if (l->ragged)
-      snprintf(err, errlen, "output '%s' has shape [%s], the batch needs [%llu, ...]", t->name, got,
-               (unsigned long long)rows);
-    else
-      snprintf(err, errlen, "output '%s' has shape [%s], the batch needs [%llu, %s%llu, ...]", t->name,
-               got, (unsigned long long)rows, c->per_segment ? ">= " : "", (unsigned long long)cols);
-    return -EPROTO;
-  }
-  /* what the model's metadata names: only from an answer that is sliced */
-  if (t->dtype != LP_DT_BYTES) m->v2_out_dtype = t->dtype;
-  m->v2out = t;
-  return 0;
-}
-
-void lp__v2_adopt(lp_model_t *m, lp_answer_t *a) {
-  if (!m->v2_open || !m->v2out) return;
-  lp__answer_adopt(a, &m->v2msg.t[m->v2out - m->v2msg.t]);
-  m->v2out = &a->out;
+void lp__v2_adopt(lp_batch_t *bt, lp_answer_t *a) {
+  if (!bt->v2_open || !bt->v2out) return;
+  lp__answer_adopt(a, &bt->v2msg.t[bt->v2out - bt->v2msg.t]);
+  bt->v2out = &a->out;
 }
 
 void lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp_seq_t *s) {
-  const lp_v2_config_t *c = &m->cfg->v2;
   const lp_layout_t *l = &bt->layout;
-  const lp_tensor_t *t = m->v2out;
-  if (!m->v2_open || !t || !m->answer || t != &m->answer->out) {
+  const lp_tensor_t *t = bt->v2out;
+  if (!bt->v2_open || !t || !m->answer || t != &m->answer->out) {
     /* the answer could not be kept (no memory): the sequence's job fails */
-    lp__seq_done(s, bt, g, NULL, NULL, 0, c->per_segment);
+    lp__seq_done(s, bt, g, NULL, NULL, 0, bt->v2_per_segment);
     return;
   }
   int lead = l->ragged ? 1 : 2;
@@ -222,7 +161,7 @@ void lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp
   size_t per_row = l->ragged ? inner : (size_t)t->shape[1] * inner;
   size_t i = (size_t)(g - l->segs);
   size_t first, n;
-  if (c->per_segment) {
+  if (bt->v2_per_segment) {
     first = l->ragged ? i * inner : g->lane * per_row + (g->segment - 1) * inner;
     n = inner;
   } else {
@@ -231,13 +170,7 @@ void lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp
   }
   /* a span of the tensor, not its values: the front writes them (raw for a
    * v2 client, JSON text for /v1) */
-  lp__seq_done_tensor(s, bt, g, m->answer, first, n, inner, t->ndim - lead, t->shape + lead, c->per_segment);
+  lp__seq_done_tensor(s, bt, g, m->answer, first, n, inner, t->ndim - lead, t->shape + lead, bt->v2_per_segment);
 }
 
-void lp__v2_close(lp_model_t *m) {
-  if (!m->v2_open) return;
-  lp_v2_msg_free(&m->v2msg);
-  m->v2_open = 0;
-  m->v2out = NULL;
-}
 

@@ -1,0 +1,103 @@
+/* Runs where a batch's transfer ended (a relay thread, or the one loop): its
+ * 200 answer indexed (JSON) or decoded (v2) and checked against the batch, so
+ * that the scheduler only hands out spans. Reads the batch alone, never its
+ * model (a reload may change that meanwhile). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "proxy.h"
+
+static int open_json(lp_batch_t *bt) {
+  lp_scatter_t *sc = &bt->scatter;
+  char *err = bt->open_err;
+  size_t errlen = sizeof(bt->open_err);
+  int rc = lp_scatter_index(sc, bt->answer.data ? bt->answer.data : "", bt->answer.len, &bt->layout, err, errlen);
+  /* an answer naming another batch is another batch's answer (a backend, or
+   * a proxy between, that mixed two up): it is never sliced. One naming none
+   * is taken (the field is the backend's to echo, as v2's id is optional). */
+  if (!rc && sc->id_state != LP_SCATTER_ID_NONE && (sc->id_state == LP_SCATTER_ID_BAD || sc->batch_id != bt->id)) {
+    if (sc->id_state == LP_SCATTER_ID_BAD)
+      snprintf(err, errlen, "the answer's batch_id is not an unsigned integer (batch %llu)",
+               (unsigned long long)bt->id);
+    else
+      snprintf(err, errlen, "the answer's batch_id %llu is not this batch's %llu",
+               (unsigned long long)sc->batch_id, (unsigned long long)bt->id);
+    rc = -EPROTO;
+  }
+  return rc;
+}
+
+static int open_v2(lp_batch_t *bt) {
+  const lp_layout_t *l = &bt->layout;
+  char *err = bt->open_err;
+  size_t errlen = sizeof(bt->open_err);
+  if (bt->inference_header_len == -2) {
+    snprintf(err, errlen, "Inference-Header-Content-Length is not a size");
+    return -EPROTO;
+  }
+  lp_v2_msg_t *msg = &bt->v2msg;
+  bt->v2_open = 1; /* freed by lp__v2_close whatever happens below */
+  int rc = lp_v2_decode(msg, bt->answer.data ? bt->answer.data : "", bt->answer.len, bt->inference_header_len, 0,
+                        err, errlen);
+  if (rc) return rc;
+  /* an answer naming another request is another batch's answer (a backend,
+   * or a proxy between, that mixed two up): never sliced. The id is optional
+   * in the protocol (Triton echoes it when sent): an answer without one is
+   * taken. */
+  char want[24];
+  snprintf(want, sizeof(want), "%llu", (unsigned long long)bt->id);
+  if (msg->has_id && strcmp(msg->id, want) != 0) {
+    snprintf(err, errlen, "the answer's id is not this batch's %s", want);
+    return -EPROTO;
+  }
+  const lp_tensor_t *t = bt->v2_output[0] ? lp_v2_find(msg, bt->v2_output) : &msg->t[0];
+  if (!t) {
+    snprintf(err, errlen, "the answer has no output '%s'", bt->v2_output);
+    return -EPROTO;
+  }
+  /* the leading dimensions say where each sequence's part is */
+  int per_segment = bt->v2_per_segment;
+  int lead = l->ragged ? 1 : 2;
+  uint64_t rows = l->ragged ? (per_segment ? l->nsegs : l->bucket) : l->lanes;
+  uint64_t cols = 0;
+  if (!l->ragged) {
+    uint32_t maxseg = 0;
+    for (size_t i = 0; i < l->nsegs; i++)
+      if (l->segs[i].segment > maxseg) maxseg = l->segs[i].segment;
+    cols = per_segment ? maxseg : l->bucket;
+  }
+  int ok = t->ndim >= lead && (uint64_t)t->shape[0] == rows &&
+           (l->ragged || (per_segment ? (uint64_t)t->shape[1] >= cols : (uint64_t)t->shape[1] == cols));
+  size_t inner = 1;
+  for (int d = lead; ok && d < t->ndim; d++) inner *= (size_t)t->shape[d];
+  if (!ok || inner == 0) {
+    char got[96] = "";
+    for (int d = 0; d < t->ndim; d++)
+      snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (l->ragged)
+      snprintf(err, errlen, "output '%s' has shape [%s], the batch needs [%llu, ...]", t->name, got,
+               (unsigned long long)rows);
+    else
+      snprintf(err, errlen, "output '%s' has shape [%s], the batch needs [%llu, %s%llu, ...]", t->name,
+               got, (unsigned long long)rows, per_segment ? ">= " : "", (unsigned long long)cols);
+    return -EPROTO;
+  }
+  bt->v2out = t;
+  return 0;
+}
+
+void lp__v2_close(lp_batch_t *bt) {
+  if (!bt->v2_open) return;
+  lp_v2_msg_free(&bt->v2msg);
+  bt->v2_open = 0;
+  bt->v2out = NULL;
+}
+
+int lp__answer_open(lp_batch_t *bt) {
+  bt->open_err[0] = '\0';
+  if (!bt->v2) return open_json(bt);
+  int rc = open_v2(bt);
+  if (rc) lp__v2_close(bt); /* what was decoded of a bad answer goes at once */
+  return rc;
+}

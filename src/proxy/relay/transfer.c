@@ -1,0 +1,39 @@
+/* Runs where a batch's transfer runs (a relay thread, or the one loop with
+ * threads 1): the request read out of the batch's gather list or body, the
+ * answer kept in the batch with how it ended, a 200 answer opened for slicing
+ * there, then the batch handed on (bt->on_done). */
+#include <errno.h>
+#include <string.h>
+
+#include "proxy.h"
+
+static void on_xfer_done(lp_xfer_t *x, void *ud) {
+  lp_batch_t *bt = ud;
+  bt->xfer = NULL;
+  bt->result = x->result;
+  bt->status = x->status;
+  memcpy(bt->error, x->error, sizeof(bt->error));
+  bt->sent_ns = x->start_ns;
+  bt->device_ns = x->result == LP_XFER_OK ? x->device_ns : 0;
+  bt->inference_header_len = x->inference_header_len;
+  lp_buf_free(&bt->answer);
+  bt->answer = x->body; /* moved: its bytes stay where they are for the spans */
+  lp_buf_init(&x->body);
+  /* the transfer's next answer gets the room this one needed at once, not by
+   * doubling from empty (each doubling a copy of what came so far) */
+  if (bt->answer.len <= LP_XFER_KEEP_BYTES) (void)lp_buf_reserve(&x->body, bt->answer.len);
+  bt->opened = x->result == LP_XFER_OK && x->status == 200 && lp__answer_open(bt) == 0;
+  bt->on_done(bt, bt->on_done_ud);
+}
+
+int lp__transfer_start(lp_upstream_t *up, lp_batch_t *bt) {
+  bt->unstarted = 0;
+  bt->opened = 0;
+  if (bt->layout.segs_only || !bt->v2)
+    bt->xfer = lp_upstream_request_g(up, bt->url, &bt->gather, bt->headers, bt->timeout_ms, bt->max_answer,
+                                     on_xfer_done, bt);
+  else
+    bt->xfer = lp_upstream_request_h(up, bt->url, bt->body.data, bt->body.len, bt->headers, bt->timeout_ms,
+                                     bt->max_answer, on_xfer_done, bt);
+  return bt->xfer ? 0 : -ENOMEM;
+}
