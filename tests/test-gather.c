@@ -34,8 +34,9 @@ START_TEST(gathered_body_is_the_written_body) {
   lp_batchjson_t w;
   ck_assert_int_eq(lp_batchjson_init(&w, 128), 0);
   lp_packer_t *p = lp_packer_new();
-  lp_layout_t l;
+  lp_layout_t l, only;
   lp_layout_init(&l);
+  lp_layout_init(&only);
   lp_buf_t want, text[MAXN];
   lp_buf_init(&want);
   for (int i = 0; i < MAXN; i++) lp_buf_init(&text[i]);
@@ -95,6 +96,22 @@ START_TEST(gathered_body_is_the_written_body) {
     ck_assert_uint_eq(read_all(&g, &r, got, len - from, 97), len - from);
     ck_assert(memcmp(got, want.data + from, len - from) == 0);
     ck_assert_int_eq(lp_gather_seek(&g, len + 1), -EINVAL);
+    /* a segments-only build (no rectangle: what the proxy sends JSON
+     * rectangles from) gives the same bytes, with its sequences' text, some
+     * of it or none */
+    if (!ragged) {
+      only.segs_only = 1;
+      ck_assert_int_eq(lp_layout_build(&only, lanes, bucket, pad, place, seqs, n), 0);
+      for (int with_text = 0; with_text < 2; with_text++) {
+        only.texts = with_text ? texts : NULL;
+        lp_gather_reset(&g);
+        lp_batchjson_gather(&w, &g, &only, seed, "m", seed % 2 ? ids : NULL, seed % 5 ? NULL : ids);
+        ck_assert_uint_eq(lp_gather_len(&g), want.len);
+        ck_assert_uint_eq(read_all(&g, &r, got, want.len, 211), want.len);
+        ck_assert_msg(memcmp(got, want.data, want.len) == 0, "seed %llu: a segments-only body differs (text %d)",
+                      (unsigned long long)seed, with_text);
+      }
+    }
   }
   ck_assert_uint_gt(borrowed, 300); /* text and runs were borrowed, not copied */
   free(got);
@@ -102,6 +119,7 @@ START_TEST(gathered_body_is_the_written_body) {
   for (int i = 0; i < MAXN; i++) lp_buf_free(&text[i]);
   lp_buf_free(&want);
   lp_layout_free(&l);
+  lp_layout_free(&only);
   lp_packer_free(p);
   lp_batchjson_free(&w);
 }

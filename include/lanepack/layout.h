@@ -56,6 +56,10 @@ typedef struct lp_layout_s {
    * text, set by the caller after the build for the writer right after it;
    * borrowed; each build sets it back to NULL */
   const lp_seq_text_t *texts;
+  /* the last build's sequences (segs[].item indexes them) and padding id, for
+   * a writer of a segments-only build; borrowed, like texts */
+  const lp_seq_ref_t *seqs;
+  int32_t pad_id;
 } lp_layout_t;
 
 void lp_layout_init(lp_layout_t *l);

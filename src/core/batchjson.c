@@ -97,27 +97,28 @@ static void put_lane(const lp_batchjson_t *w, lp_gather_t *g, const lp_layout_t 
 
 /* A lane's input ids: each segment whose sequence came with its text (the
  * client's own, already in the form lp_buf_i32_list writes) is that text
- * copied, the rest written from the rectangle; the bytes are the same either
- * way, the copy is several times cheaper than writing 600 numbers. */
+ * borrowed, the rest written from its tokens (the sequence's own in a
+ * segments-only build, else the rectangle's); the bytes are the same either
+ * way, the reference is several times cheaper than writing 600 numbers. */
 static void put_input_lane(const lp_batchjson_t *w, lp_gather_t *g, const lp_layout_t *l, size_t *s,
                            uint32_t lane) {
   lp_buf_t *b = lp_gather_buf(g);
-  const int32_t *ids = l->input_ids + (size_t)lane * l->bucket;
+  const int32_t *ids = l->segs_only ? NULL : l->input_ids + (size_t)lane * l->bucket;
   uint32_t at = 0;
   lp_buf_puts(b, "[");
   for (; *s < l->nsegs && l->segs[*s].lane == lane; (*s)++) {
     const lp_segment_t *sg = &l->segs[*s];
-    if (sg->offset > at) put_run(w, g, ids[at], sg->offset - at); /* padding: one id */
-    const lp_seq_text_t *t = &l->texts[sg->item];
-    if (t->text) {
+    if (sg->offset > at) put_run(w, g, ids ? ids[at] : l->pad_id, sg->offset - at); /* padding: one id */
+    const lp_seq_text_t *t = l->texts ? &l->texts[sg->item] : NULL;
+    if (t && t->text) {
       lp_gather_ref(g, t->text, t->len);
     } else {
-      lp_buf_i32_list(b, ids + sg->offset, sg->length);
+      lp_buf_i32_list(b, ids ? ids + sg->offset : l->seqs[sg->item].tokens, sg->length);
     }
     lp_buf_puts(b, ",");
     at = sg->offset + sg->length;
   }
-  if (l->bucket > at) put_run(w, g, ids[at], l->bucket - at);
+  if (l->bucket > at) put_run(w, g, ids ? ids[at] : l->pad_id, l->bucket - at);
   lp_gather_unput(g, ',');
   lp_buf_puts(b, "]");
 }
@@ -161,7 +162,7 @@ void lp_batchjson_gather(const lp_batchjson_t *w, lp_gather_t *g, const lp_layou
   lp_buf_t *b = lp_gather_buf(g);
   /* the owned part: everything but the clients' text and the prebuilt runs
    * (all of it when no text came: the numbers written here) */
-  size_t slots = l->texts ? 0 : (size_t)l->lanes * l->bucket;
+  size_t slots = l->texts || l->segs_only ? 0 : (size_t)l->lanes * l->bucket;
   lp_buf_reserve(b, slots * 12 + (size_t)l->lanes * 64 + l->nsegs * 72 + 256);
   lp_buf_puts(b, "{\"batch_id\": ");
   lp_buf_u64(b, id);
@@ -182,7 +183,7 @@ void lp_batchjson_gather(const lp_batchjson_t *w, lp_gather_t *g, const lp_layou
   size_t seg = 0;
   for (uint32_t lane = 0; lane < l->lanes; lane++) {
     if (lane) lp_buf_puts(b, ",");
-    if (l->texts) put_input_lane(w, g, l, &seg, lane);
+    if (l->texts || l->segs_only) put_input_lane(w, g, l, &seg, lane);
     else lp_buf_i32_array(b, l->input_ids + (size_t)lane * l->bucket, l->bucket);
   }
   lp_buf_puts(b, "], \"segment_ids\": ");

@@ -55,6 +55,8 @@ int lp_layout_build(lp_layout_t *l, uint32_t lanes, uint32_t bucket, int32_t pad
     return -ENOMEM;
   l->ragged = 0;
   l->texts = NULL;
+  l->seqs = seqs;
+  l->pad_id = pad_id;
   l->lanes = lanes;
   l->bucket = bucket;
   l->nsegs = 0;
@@ -117,6 +119,7 @@ int lp_layout_build_ragged(lp_layout_t *l, const lp_place_t *place, const lp_seq
     return -ENOMEM;
   l->ragged = 1;
   l->texts = NULL;
+  l->seqs = seqs;
   l->lanes = 1;
   l->bucket = (uint32_t)total;
   l->real_tokens = total;

@@ -289,8 +289,9 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
    * writer derives them from the segments */
   bt->layout.skip_ids = !(m->cfg->protocol == LP_PROTO_V2 &&
                           (m->cfg->v2.inputs[1][0] || m->cfg->v2.inputs[2][0]));
-  /* a gathered v2 body borrows the tokens and runs: no arrays to fill */
-  bt->layout.segs_only = lp__v2_gathered(m);
+  /* a gathered body (JSON rectangles; v2 binary INT32 ones) borrows the
+   * tokens and runs: no arrays to fill, no token copied on this thread */
+  bt->layout.segs_only = m->cfg->protocol == LP_PROTO_V2 ? lp__v2_gathered(m) : !m->cfg->ragged;
   int rc = m->cfg->ragged ? lp_layout_build_ragged(&bt->layout, NULL, m->refs, n)
                           : lp_layout_build(&bt->layout, a->send.lanes, a->send.bucket, m->cfg->pad_id,
                                             m->place, m->refs, n);

@@ -50,15 +50,19 @@ int lp__v2_model_name(const lp_model_t *m, int shape, char *out, size_t cap) {
 static void put_id_in_string(lp_buf_t *b, const char *id) {
   static const char hex[] = "0123456789abcdef";
   lp_buf_puts(b, "\\\"");
-  for (const unsigned char *c = (const unsigned char *)(id ? id : ""); *c; c++) {
+  const unsigned char *c = (const unsigned char *)(id ? id : "");
+  for (;;) {
+    const unsigned char *plain = c; /* a run that needs no escape goes in one copy */
+    while (*c && *c != '"' && *c != '\\' && *c >= 0x20) c++;
+    if (c > plain) lp_buf_append(b, (const char *)plain, (size_t)(c - plain));
+    if (!*c) break;
     if (*c == '"') lp_buf_puts(b, "\\\\\\\"");   /* \" inside, each escaped again */
     else if (*c == '\\') lp_buf_puts(b, "\\\\\\\\"); /* \\ inside */
-    else if (*c < 0x20) {
+    else {
       char u[8] = {'\\', '\\', 'u', '0', '0', hex[*c >> 4], hex[*c & 15], 0}; /* \u00XX inside */
       lp_buf_puts(b, u);
-    } else {
-      lp_buf_append(b, (const char *)c, 1);
     }
+    c++;
   }
   lp_buf_puts(b, "\\\"");
 }
