@@ -82,8 +82,9 @@ def main():
         wait_http(port, "/readyz", 30)
         task = "/proc/%d/task" % proxy.pid
         names = sorted(open(os.path.join(task, t, "comm")).read().strip() for t in os.listdir(task))
-        want = ["lp-front-%d" % i for i in range(FRONTS)] + ["lp-sched", "lanepack"]
-        check("threads named lp-sched and lp-front-N, the process still lanepack",
+        want = (["lp-front-%d" % i for i in range(FRONTS)] + ["lp-relay-%d" % i for i in range(FRONTS)] +
+                ["lp-sched", "lanepack"])
+        check("threads named lp-sched, lp-front-N and lp-relay-N, the process still lanepack",
               all(n in names for n in want), names)
         below = MAX_CONNS * 95 // 100
         socks, st = open_probed(port, below)

@@ -373,9 +373,14 @@ def is_asan():
 
 # ---- 5. a layout that cannot be built fails its own batch only ----
 def layout_failure():
-    # A has 1x32768 only, B 4096x16384 only: a 256 MiB rectangle, more than
-    # lanepack may allocate here (an address-space limit, or ASan's cap)
-    a, b = Fake([[1, 32768]]), Fake([[4096, 16384]])
+    # A v2 model with JSON tensors (its rectangles are filled as arrays, unlike
+    # the gathered JSON and binary INT32 bodies): 2048x32768 is three 256 MiB
+    # arrays, more than lanepack may allocate here (an address-space limit, or
+    # ASan's cap). 2x64 holds the short requests beside it.
+    ep = free_port()
+    emu = subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % ep, "--shapes", "2x64,2048x32768",
+                            "--protocol", "v2", "--cost-ms", "150"], stderr=subprocess.DEVNULL)
+    procs.append(emu)
     port = free_port()
     env = dict(os.environ)
     pre = None
@@ -383,30 +388,27 @@ def layout_failure():
         env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":allocator_may_return_null=1:max_allocation_size_mb=100"
     else:
         def pre():
-            resource.setrlimit(resource.RLIMIT_AS, (200 << 20, 200 << 20))
+            resource.setrlimit(resource.RLIMIT_AS, (400 << 20, 400 << 20))
     lp, _ = start_lanepack(base_cfg(port, models={"default": {
-        "shapes": "4096x16384,1x32768", "max_batch_tokens": 4096 * 16384, "max_wait_ms": 0, "max_inflight": 1,
-        "backends": [a.url, b.url]}}), "layout", env=env, preexec_fn=pre)
+        "shapes": "2x64,2048x32768", "max_batch_tokens": 2048 * 32768, "max_wait_ms": 0,
+        "protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}", "binary": False},
+        "backends": ["http://127.0.0.1:%d" % ep]}}), "layout", env=env, preexec_fn=pre)
     try:
+        wait_http(ep, "/v2/health/ready")
         wait_http(port, "/readyz")
-        time.sleep(0.3)  # both have reported their shapes
-        a.hold()
-        blocker = in_thread(infer, port, [3] * 20000)
-        check("layout: a long sequence is held at the backend with 1x32768", a.wait_held(1), a.batches)
-        longs = [in_thread(infer, port, [4] * 20000) for _ in range(3)]
-        time.sleep(0.3)  # queued: only A's shape holds them
-        st, ans = infer(port, [5] * 100)  # B's rectangle is tried for it, and cannot be built
+        time.sleep(0.3)  # the shapes are ready
+        short = [in_thread(infer, port, [4] * 10) for _ in range(3)]
+        time.sleep(0.05)  # the first short batch is at the backend: the rest wait beside the long one
+        st, ans = infer(port, [5] * 100)  # only 2048x32768 holds it, and it cannot be built
         check("layout: the request whose rectangle could not be built gets 503 out_of_memory",
               st == 503 and code_of(ans) == "out_of_memory", (st, ans))
-        a.release()
-        outs = [result(x)[0] for x in [blocker] + longs]
+        outs = [result(x)[0] for x in short]
         check("layout: the requests queued beside it are served (200), not failed with it",
-              [o[0] for o in outs] == [200] * 4, [(o[0], code_of(o[1])) for o in outs])
-        check("layout: lanepack runs on", lp.poll() is None)
+              [o[0] for o in outs] == [200] * 3, [(o[0], code_of(o[1])) for o in outs])
+        check("layout: lanepack runs on", lp.poll() is None and infer(port, [1, 2])[0] == 200)
     finally:
         stop(lp)
-        a.close()
-        b.close()
+        stop(emu)
 
 
 # ---- 6. SIGHUP applies devices ----

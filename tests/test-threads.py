@@ -275,24 +275,33 @@ def main():
             time.sleep(0.02)
         time.sleep(0.3)  # the new backend probed
         results = [None] * 6
+        sent = [False] * 6
         seqs = [[random.randrange(50000) for _ in range(60)] for _ in range(6)]
 
         def one(i):
             try:
                 c = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
-                st, body = post(c, {"input_ids": seqs[i]})
+                c.request("POST", "/v1/infer", body=json.dumps({"input_ids": seqs[i]}),
+                          headers={"Content-Type": "application/json"})
+                sent[i] = True
+                r = c.getresponse()
+                st, body = r.status, r.read()
                 results[i] = st == 200 and json.loads(body)["output"] == emu(seqs[i])
             except (OSError, http.client.HTTPException, ValueError) as e:
                 results[i] = repr(e)
         ts = [threading.Thread(target=one, args=(i,)) for i in range(6)]
         for t in ts:
             t.start()
-        deadline, waiting = time.time() + 5, None
+        # every request sent and taken in (a 4x64 batch holds four of the
+        # 60-token requests): the signal must not race a client still
+        # connecting, which a closed listener would reset (a slow build)
+        deadline, waiting = time.time() + 10, None
         while time.time() < deadline:
             text = metrics(port)
-            waiting = (metric(text, 'lanepack_queue_sequences', '{model="m"}') or 0) + \
-                (metric(text, "lanepack_inflight_batches") or 0)
-            if metric(text, "lanepack_inflight_batches") and waiting >= 2:
+            queued = metric(text, 'lanepack_queue_sequences', '{model="m"}') or 0
+            inflight = metric(text, "lanepack_inflight_batches") or 0
+            waiting = queued + inflight
+            if all(sent) and inflight and queued + 4 * inflight >= 6:
                 break
             time.sleep(0.02)
         check("requests queued and in flight at the slow backend (%s)" % waiting, waiting and waiting >= 2, waiting)
