@@ -503,6 +503,7 @@ struct lp_proxy_s {
   uv_timer_t drain;
   uv_timer_t trim;         /* hands freed memory back to the system when quiet */
   uint64_t trimmed_at;     /* `served` at the last trim */
+  int trims_left;          /* quiet ticks that still trim since traffic */
   uv_signal_t sigterm, sigint, sighup;
   /* SIGHUP: makes the configuration anew (file and flags); 0 or an error */
   int (*reload)(lp_config_t *out, char *err, size_t errlen);

@@ -108,7 +108,12 @@ static void on_trim(uv_timer_t *t) {
   if (!p->remote) lp__alog_flush(&p->fronts[0].alog); /* remote fronts flush their own */
   uint64_t served = 0;
   for (unsigned i = 0; i < p->nfronts; i++) served += LP_RELAXED_LOAD(p->fronts[i].served);
-  if (served == p->trimmed_at || p->jobs || p->batches) return;
+  if (p->jobs || p->batches) return;
+  /* twice, on two quiet ticks: an answer still being written when the first
+   * ran (its buffer freed just after) goes back at the second */
+  if (served != p->trimmed_at) p->trims_left = 2;
+  if (!p->trims_left) return;
+  p->trims_left--;
   p->trimmed_at = served;
   malloc_trim(0);
 }

@@ -96,6 +96,7 @@ void lp__v2_close(lp_batch_t *bt) {
 
 int lp__answer_open(lp_batch_t *bt) {
   bt->open_err[0] = '\0';
+  lp__v2_close(bt); /* a batch reused keeps nothing decoded of an earlier answer */
   if (!bt->v2) return open_json(bt);
   int rc = open_v2(bt);
   if (rc) lp__v2_close(bt); /* what was decoded of a bad answer goes at once */

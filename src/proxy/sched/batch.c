@@ -42,9 +42,13 @@ static void batch_free(lp_batch_t *b) {
   lp_model_t *m = b->model;
   batch_unpin(b);
   lp__v2_close(b);
-  /* an error's body is not kept; an answer's moved on to its jobs */
-  if (b->answer.cap > LP_XFER_KEEP_BYTES) lp_buf_free(&b->answer);
-  lp_buf_reset(&b->answer);
+  lp_buf_free(&b->answer); /* an error's body is not kept (an answer's moved on to its jobs) */
+  /* the index of a large rectangle is not kept by an idle batch: spare
+   * batches and batches in flight would each hold one */
+  if (b->scatter.span_cap * sizeof(uint32_t) > LP_XFER_KEEP_BYTES) {
+    lp_scatter_free(&b->scatter);
+    lp_scatter_init(&b->scatter);
+  }
   if (m->nspare >= LP_SPARE_BATCHES) {
     batch_destroy(b);
     return;
@@ -335,6 +339,10 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
     if (bt->state_header[0]) bt->headers[k++] = bt->state_header;
     bt->headers[k] = NULL;
   }
+  /* the scratch they point at is the next batch's: nothing after the body
+   * (a relay least of all) may read them */
+  bt->layout.texts = NULL;
+  bt->layout.seqs = NULL;
   if (bt->body.oom) {
     start_failed(m, bt, "out of memory for the body", 1);
     return;
@@ -447,6 +455,7 @@ static void on_batch_done(lp_batch_t *bt, void *ud) {
   bt->in_flight = 0;
   uint64_t now = lp__now();
   if (bt->unstarted) {
+    lp__batchview_answered(m, bt, LP_DISP_RESET, 0, 0, now); /* the view does not keep it in flight */
     start_failed(m, bt, "could not start the upstream request", 0);
     m->pump(m); /* the core hears the reset */
     return;
