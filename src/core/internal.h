@@ -1,4 +1,5 @@
-/* Helpers shared inside the packing core only. */
+/* Helpers shared inside the packing core, and by the shell's scratch
+ * buffers (header-only: no call crosses a layer). */
 #ifndef LANEPACK_CORE_INTERNAL_H
 #define LANEPACK_CORE_INTERNAL_H
 

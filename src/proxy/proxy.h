@@ -848,10 +848,6 @@ int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
  * -EPROTO when it is not an array of numbers (a lone number is a vector of
  * one when scalar_ok), -ENOMEM. */
 long lp__seq_vector(lp_front_t *f, const lp_seq_t *s, int scalar_ok);
-/* f->enc (the front's token ids scratch) holds at least n ids: 0 or -ENOMEM. */
-int lp__grow_enc(lp_front_t *f, size_t n);
-/* f->vec holds at least n floats: 0 or -ENOMEM. */
-int lp__grow_floats(lp_front_t *f, size_t n);
 /* A backend's vector of n values for one of job's embeddings: n, or -EPROTO when it is empty, shorter than the model's
  * embedding.dimensions (job->embed_dims) or not as long as the request's
  * first (*first, 0 before it). */

@@ -9,6 +9,7 @@
 
 #include "lanepack/openai.h"
 #include "lanepack/tokenizer.h"
+#include "core/internal.h" /* lp__grow */
 #include "proxy.h"
 
 /* The request's sequences into f->enc (lens[i] each): token-id inputs
@@ -25,7 +26,7 @@ static int gather_ids(lp_front_t *f, const lp_tok_t *t, const lp_openai_req_t *r
       if (k < 0) return (int)k;
     }
     if ((size_t)k > f->enc_cap - n) {
-      if (lp__grow_enc(f, n + (size_t)k)) return -ENOMEM;
+      if (lp__grow((void **)&f->enc, &f->enc_cap, n + (size_t)k, sizeof(*f->enc))) return -ENOMEM;
       if (in->text && lp_tok_encode(t, in->text, in->text_len, f->enc + n, f->enc_cap - n) != k) return -EINVAL;
     }
     if (!in->text) memcpy(f->enc + n, r->tokens + in->off, (size_t)k * sizeof(int32_t));
@@ -153,7 +154,7 @@ long lp__seq_vector(lp_front_t *f, const lp_seq_t *s, int scalar_ok) {
   }
   /* at most one value per two bytes of "[1,2]" text: room for them all */
   size_t most = text->len / 2 + 1;
-  if (text->oom || lp__grow_floats(f, most)) return -ENOMEM;
+  if (text->oom || lp__grow((void **)&f->vec, &f->vec_cap, most, sizeof(*f->vec))) return -ENOMEM;
   long n = lp_openai_floats(text->data, text->len, f->vec, most);
   return n >= 0 ? n : n == -ENOMEM ? -ENOMEM : -EPROTO;
 }
@@ -162,26 +163,4 @@ long lp__check_vector(const lp_job_t *job, long n, long *first) {
   if (n <= 0 || (job->embed_dims && (size_t)n < job->embed_dims)) return -EPROTO;
   if (!*first) *first = n;
   return n == *first ? n : -EPROTO; /* every vector of a request as long as the first */
-}
-
-int lp__grow_enc(lp_front_t *f, size_t n) {
-  if (n <= f->enc_cap) return 0;
-  size_t c = f->enc_cap ? f->enc_cap : 4096;
-  while (c < n) c *= 2;
-  int32_t *e = realloc(f->enc, c * sizeof(*e));
-  if (!e) return -ENOMEM;
-  f->enc = e;
-  f->enc_cap = c;
-  return 0;
-}
-
-int lp__grow_floats(lp_front_t *f, size_t n) {
-  if (n <= f->vec_cap) return 0;
-  size_t c = f->vec_cap ? f->vec_cap : 1024;
-  while (c < n) c *= 2;
-  float *v = realloc(f->vec, c * sizeof(*v));
-  if (!v) return -ENOMEM;
-  f->vec = v;
-  f->vec_cap = c;
-  return 0;
 }

@@ -10,6 +10,7 @@
 #include "lanepack/openai.h"
 #include "lanepack/tei.h"
 #include "lanepack/tokenizer.h"
+#include "core/internal.h" /* lp__grow */
 #include "proxy.h"
 
 void lp__tei_reject(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *type,
@@ -138,7 +139,7 @@ static int seq_fail(seq_err_t *e, int rc, int status, const char *type, const ch
 static int embed_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_req_t *r, uint32_t limit, uint32_t *lens,
                      size_t *ntok, seq_err_t *e) {
   size_t n = 0;
-  if (lp__grow_enc(f, 1)) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
+  if (lp__grow((void **)&f->enc, &f->enc_cap, 1, sizeof(*f->enc))) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
   for (size_t i = 0; i < r->ntexts; i++) {
     const lp_tei_text_t *in = &r->texts[i];
     long k = lp_tok_encode(t, in->s, in->len, f->enc + n, f->enc_cap - n);
@@ -165,7 +166,7 @@ static int embed_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_req_t *r, ui
       return seq_fail(e, -ENODATA, 400, LP_TEI_EMPTY, "empty_sequence");
     }
     if ((size_t)k > f->enc_cap - n) { /* more than there was room for: again with room */
-      if (lp__grow_enc(f, n + (size_t)k)) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
+      if (lp__grow((void **)&f->enc, &f->enc_cap, n + (size_t)k, sizeof(*f->enc))) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
       i--;
       continue;
     }
@@ -207,7 +208,7 @@ static int rerank_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_template_t 
       break;
     }
     size_t whole = (size_t)nq + (size_t)nb + tpl->nparts - 2; /* every part but $A and $B is one piece */
-    if (lp__grow_enc(f, n + whole)) {
+    if (lp__grow((void **)&f->enc, &f->enc_cap, n + whole, sizeof(*f->enc))) {
       nq = -ENOMEM;
       break;
     }

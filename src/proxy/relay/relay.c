@@ -36,34 +36,40 @@ struct lp_relays_s {
   void (*finish)(lp_batch_t *bt); /* the scheduler's, for each batch back */
 };
 
-/* Publish, then wake: only the push that finds the list empty sends (the
- * owner takes it whole under the lock). libuv 1.44 documents no ordering for
+/* Appends bt to a queue, then wakes its owner: only the push that finds it
+ * empty sends (the owner takes it whole under the lock). libuv 1.44 documents no ordering for
  * uv_async_send: a full fence after the unlock. */
-static void wake(uv_async_t *a, int was_empty) {
+static void push(uv_mutex_t *lock, lp_batch_t **head, lp_batch_t ***tail, lp_batch_t *bt, uv_async_t *a) {
+  bt->relay_next = NULL;
+  uv_mutex_lock(lock);
+  int was_empty = !*head;
+  **tail = bt;
+  *tail = &bt->relay_next;
+  uv_mutex_unlock(lock);
   if (!was_empty) return;
   atomic_thread_fence(memory_order_seq_cst);
   uv_async_send(a);
 }
 
+/* The whole list, in order, the queue left empty; the caller holds lock. */
+static lp_batch_t *take_locked(lp_batch_t **head, lp_batch_t ***tail) {
+  lp_batch_t *all = *head;
+  *head = NULL;
+  *tail = head;
+  return all;
+}
+
 /* relay thread: the transfer ended, its outcome is in bt */
 static void relay_done(lp_batch_t *bt, void *ud) {
   lp_relays_t *pool = ud;
-  bt->relay_next = NULL;
-  uv_mutex_lock(&pool->lock);
-  int was_empty = !pool->done;
-  *pool->done_tail = bt;
-  pool->done_tail = &bt->relay_next;
-  uv_mutex_unlock(&pool->lock);
-  wake(&pool->back, was_empty);
+  push(&pool->lock, &pool->done, &pool->done_tail, bt, &pool->back);
 }
 
 /* relay thread: what the scheduler queued */
 static void on_wake(uv_async_t *a) {
   lp_relay_t *r = a->data;
   uv_mutex_lock(&r->lock);
-  lp_batch_t *in = r->in;
-  r->in = NULL;
-  r->in_tail = &r->in;
+  lp_batch_t *in = take_locked(&r->in, &r->in_tail);
   int cancel = r->cancel, stop = r->stop;
   r->cancel = 0;
   uv_mutex_unlock(&r->lock);
@@ -97,9 +103,7 @@ static void relay_main(void *arg) {
 static void on_back(uv_async_t *a) {
   lp_relays_t *pool = a->data;
   uv_mutex_lock(&pool->lock);
-  lp_batch_t *done = pool->done;
-  pool->done = NULL;
-  pool->done_tail = &pool->done;
+  lp_batch_t *done = take_locked(&pool->done, &pool->done_tail);
   uv_mutex_unlock(&pool->lock);
   while (done) {
     lp_batch_t *bt = done;
@@ -118,13 +122,7 @@ void lp__relay_send(lp_relays_t *pool, lp_batch_t *bt) {
     if (pool->r[i].inflight < r->inflight) r = &pool->r[i];
   r->inflight++;
   bt->relay = r;
-  bt->relay_next = NULL;
-  uv_mutex_lock(&r->lock);
-  int was_empty = !r->in;
-  *r->in_tail = bt;
-  r->in_tail = &bt->relay_next;
-  uv_mutex_unlock(&r->lock);
-  wake(&r->wake, was_empty);
+  push(&r->lock, &r->in, &r->in_tail, bt, &r->wake);
 }
 
 static void tell(lp_relay_t *r, int stop) {
@@ -132,7 +130,8 @@ static void tell(lp_relay_t *r, int stop) {
   if (stop) r->stop = 1;
   else r->cancel = 1;
   uv_mutex_unlock(&r->lock);
-  wake(&r->wake, 1);
+  atomic_thread_fence(memory_order_seq_cst); /* as push's */
+  uv_async_send(&r->wake);
 }
 
 void lp__relays_cancel_all(lp_relays_t *pool) {
