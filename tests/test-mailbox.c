@@ -26,8 +26,8 @@ typedef struct {
   int id;
 } producer_t;
 
-static void on_inbox(uv_async_t *a) {
-  fixture_t *fx = a->data;
+static void on_inbox(lp_wake_t *w) {
+  fixture_t *fx = w->data;
   lp_job_t *jobs, *cancels;
   lp_ctl_t *ctls;
   lp__mbox_take(&fx->mb, &jobs, &cancels, &ctls);

@@ -50,20 +50,41 @@ typedef struct lp_relays_s lp_relays_t;
 #define LP_RELAXED_LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define LP_RELAXED_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
 
+/* wake.c: one thread waking another's loop: an eventfd the owner's loop polls
+ * (not uv_async_t: wake.c says why). Any thread may send; the callback runs on
+ * the owner's loop after the counter is read back to 0, so what it takes from
+ * its queue includes everything pushed before the send that woke it. */
+typedef struct lp_wake_s lp_wake_t;
+typedef void (*lp_wake_cb)(lp_wake_t *w);
+struct lp_wake_s {
+  uv_poll_t poll;         /* on the owner's loop */
+  int fd;                 /* the eventfd; owned, closed by lp__wake_destroy */
+  lp_wake_cb cb;
+  void *data;             /* the owner */
+};
+int lp__wake_init(lp_wake_t *w, uv_loop_t *loop, lp_wake_cb cb, void *data);
+void lp__wake_send(lp_wake_t *w);
+/* Stops polling (cb may be NULL; the owner's loop must run after). The eventfd
+ * stays open, so a late send from another thread writes to it, never to a
+ * descriptor reused for something else. */
+void lp__wake_close(lp_wake_t *w, uv_close_cb cb);
+/* Closes the eventfd once no thread can send any more. */
+void lp__wake_destroy(lp_wake_t *w);
+
 /* mailbox.c: a thread's inbox. Other threads push under the mutex; the owner's
- * loop takes everything at once on one uv_async wake-up per burst (a push
- * onto an empty inbox sends it; uv_async_send coalesces). Jobs and control
+ * loop takes everything at once on one wake-up per burst (a push onto an
+ * empty inbox sends it; wakes before the loop runs coalesce). Jobs and control
  * messages are linked through fields embedded in them: pushing allocates
  * nothing. Bounded by what feeds it: a front has at most max_connections x
  * max_pipeline requests unanswered, each at most one job and one cancel. */
 typedef struct lp_mbox_s {
   uv_mutex_t lock;
-  uv_async_t async;       /* on the owner's loop; data: the owner */
+  lp_wake_t wake;         /* on the owner's loop; data: the owner */
   lp_job_t *jobs, **jobs_tail;       /* jobs handed over (admit or done), by mq_next */
   lp_job_t *cancels, **cancels_tail; /* clients gone, by cq_next (to the scheduler) */
   lp_ctl_t *ctls, **ctls_tail;       /* control messages, by next */
 } lp_mbox_t;
-int lp__mbox_init(lp_mbox_t *mb, uv_loop_t *loop, uv_async_cb cb, void *owner);
+int lp__mbox_init(lp_mbox_t *mb, uv_loop_t *loop, lp_wake_cb cb, void *owner);
 void lp__mbox_push_job(lp_mbox_t *mb, lp_job_t *job);
 /* A list of jobs linked by mq_next, first to *last, at once. */
 void lp__mbox_push_jobs(lp_mbox_t *mb, lp_job_t *first, lp_job_t *last);
@@ -72,7 +93,7 @@ void lp__mbox_push_ctl(lp_mbox_t *mb, lp_ctl_t *c);
 /* Everything pushed so far, in order, each list NULL-terminated; the inbox is
  * left empty. */
 void lp__mbox_take(lp_mbox_t *mb, lp_job_t **jobs, lp_job_t **cancels, lp_ctl_t **ctls);
-/* Closes the async handle (cb may be NULL); the owner's loop must run after. */
+/* Stops the wake-up's polling (cb may be NULL); the owner's loop must run after. */
 void lp__mbox_close(lp_mbox_t *mb, uv_close_cb cb);
 void lp__mbox_destroy(lp_mbox_t *mb);
 
@@ -295,6 +316,14 @@ struct lp_batch_s {
   lp_gather_t gather;
   int pinned;             /* each item's job holds a reference of the batch's
                              (its text is in the gather list) until it is freed */
+  /* what its body is written from, item i's, borrowed from its job (pinned
+   * while the batch is in flight): per batch, not the model's scratch, so the
+   * thread that starts the transfer may write the body; owned arrays of
+   * items_cap, reused */
+  lp_seq_ref_t *refs;     /* tokens */
+  lp_seq_text_t *texts;   /* token text as the client sent it, or none */
+  const char **ids;       /* request ids */
+  const char **traces;    /* traceparents */
   uint64_t dispatch_ns;
   /* ---- the transfer's half: written by the scheduler before it starts, then
    * the relay's (relay/) until it hands the batch back ---- */
@@ -316,8 +345,15 @@ struct lp_batch_s {
   int v2;                 /* an Open Inference Protocol batch */
   int v2_per_segment;     /* its output is one value per segment */
   char v2_output[64];     /* the output to read; "": the answer's first */
+  /* a JSON batch's body is written by lp__transfer_start, on the relay's
+   * thread: the writer (the model's, immutable while the model lives) and
+   * its name are what it reads beside the fields above */
+  int body_pending;
+  const lp_batchjson_t *writer;
+  char model_name[LP_NAME_MAX];
   /* how it ended (relay/transfer.c), read by the scheduler once handed back */
   int unstarted;          /* the transfer could not start */
+  int unbuilt;            /* ... as its body could not be written (out of memory) */
   lp_xfer_result_t result;
   long status;
   char error[256];
@@ -374,15 +410,10 @@ struct lp_model_s {
   lp_batch_t *spare;       /* finished batches with their buffers; owned */
   size_t nspare;
   lp_answer_t *answer;     /* the answer being sliced (its reference) while delivering */
-  const char **item_ids;   /* per batch: its items' request ids; owned array, reused */
-  const char **item_traces; /* ... and traceparents (item_ids_cap of each); owned, reused */
   uint64_t trace_rng;      /* splitmix64 state of its batches' span ids */
   lp_buf_t v2_members;     /* a v2 request's members (id, parameters, outputs); reused */
-  size_t item_ids_cap;
   lp_dtype_t v2_out_dtype; /* the datatype v2 backends last answered in */
-  lp_seq_ref_t *refs;      /* dispatch scratch; owned */
-  lp_seq_text_t *texts;    /* dispatch scratch, beside refs; owned */
-  lp_place_t *place;
+  lp_place_t *place;       /* dispatch scratch (the layout's input); owned */
   size_t scratch_cap;
   /* metrics */
   uint64_t batches_by_shape[LP_BUCKET_MAX_SHAPES];
@@ -614,9 +645,9 @@ void lp__front_answer_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r
                            const lp_page_t *pg);
 
 /* sched/inbox.c: the scheduler's side. Renders a page job, answered through
- * p->page_done; takes what the fronts sent (the inbox's async callback). */
+ * p->page_done; takes what the fronts sent (the inbox's wake-up). */
 void lp__sched_page(lp_proxy_t *p, lp_job_t *job);
-void lp__sched_on_inbox(uv_async_t *a);
+void lp__sched_on_inbox(lp_wake_t *w);
 
 /* handoff/handback.c: the scheduler is done with a job of a remote front:
  * back to it (with the others of this loop turn, by lp__fronts_flush, which

@@ -126,8 +126,8 @@ static void front_reconf(lp_front_t *f, lp_ctl_t *c) {
   if (c->access_fd != -2) lp__alog_set_fd(&f->alog, c->access_fd);
 }
 
-static void on_front_inbox(uv_async_t *a) {
-  lp_front_t *f = a->data;
+static void on_front_inbox(lp_wake_t *w) {
+  lp_front_t *f = w->data;
   lp_job_t *jobs, *cancels;
   lp_ctl_t *ctls;
   lp__mbox_take(&f->inbox, &jobs, &cancels, &ctls);
@@ -404,6 +404,7 @@ void lp__fronts_stop(lp_proxy_t *p) {
       }
     }
     lp__mbox_close(&p->inbox, NULL);
+    lp__mbox_destroy(&p->inbox); /* the fronts, its only senders, are joined */
     /* the last resort left connections open on a front's loop, which lives in
      * the front: the process is ending, so the fronts stay (reachable, as one
      * thread's connections on the default loop are) rather than freed under

@@ -1,11 +1,9 @@
 /* A thread's inbox: other threads push jobs, cancels and control messages
  * under a mutex; the owner's loop takes them all at once, woken by one
- * uv_async per burst. The links are fields of what is pushed: no allocation. */
-#include <stdatomic.h>
-
+ * eventfd write per burst (wake.c). The links are fields of what is pushed: no allocation. */
 #include "proxy.h"
 
-int lp__mbox_init(lp_mbox_t *mb, uv_loop_t *loop, uv_async_cb cb, void *owner) {
+int lp__mbox_init(lp_mbox_t *mb, uv_loop_t *loop, lp_wake_cb cb, void *owner) {
   mb->jobs = NULL;
   mb->jobs_tail = &mb->jobs;
   mb->cancels = NULL;
@@ -14,24 +12,22 @@ int lp__mbox_init(lp_mbox_t *mb, uv_loop_t *loop, uv_async_cb cb, void *owner) {
   mb->ctls_tail = &mb->ctls;
   int rc = uv_mutex_init(&mb->lock);
   if (rc) return rc;
-  if ((rc = uv_async_init(loop, &mb->async, cb)) != 0) {
+  if ((rc = lp__wake_init(&mb->wake, loop, cb, owner)) != 0) {
     uv_mutex_destroy(&mb->lock);
     return rc;
   }
-  mb->async.data = owner;
   return 0;
 }
 
 static int empty(const lp_mbox_t *mb) { return !mb->jobs && !mb->cancels && !mb->ctls; }
 
 /* The owner wakes once per burst: only the push that finds the inbox empty
- * sends (the owner empties it whole under the lock, so a later push sends
- * again). libuv 1.44 documents no ordering for uv_async_send: a full fence
- * after publishing (the unlock) and before the send. */
+ * sends (the owner reads the wake-up back, then empties the inbox whole under
+ * the lock, so a later push sends again). A push onto a non-empty inbox is
+ * taken with the one that sent: that send comes after it, or the owner has
+ * not taken the inbox yet. */
 static void wake(lp_mbox_t *mb, int was_empty) {
-  if (!was_empty) return;
-  atomic_thread_fence(memory_order_seq_cst);
-  uv_async_send(&mb->async);
+  if (was_empty) lp__wake_send(&mb->wake);
 }
 
 void lp__mbox_push_job(lp_mbox_t *mb, lp_job_t *job) { lp__mbox_push_jobs(mb, job, job); }
@@ -80,6 +76,9 @@ void lp__mbox_take(lp_mbox_t *mb, lp_job_t **jobs, lp_job_t **cancels, lp_ctl_t 
   uv_mutex_unlock(&mb->lock);
 }
 
-void lp__mbox_close(lp_mbox_t *mb, uv_close_cb cb) { uv_close((uv_handle_t *)&mb->async, cb); }
+void lp__mbox_close(lp_mbox_t *mb, uv_close_cb cb) { lp__wake_close(&mb->wake, cb); }
 
-void lp__mbox_destroy(lp_mbox_t *mb) { uv_mutex_destroy(&mb->lock); }
+void lp__mbox_destroy(lp_mbox_t *mb) {
+  lp__wake_destroy(&mb->wake);
+  uv_mutex_destroy(&mb->lock);
+}

@@ -3,7 +3,6 @@
  * answers, so that the scheduler's thread touches no byte of either; a batch
  * comes back, its outcome written, by one queue the scheduler's loop drains
  * once per wake-up. */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +16,7 @@ typedef struct lp_relay_s {
   unsigned index;
   uv_thread_t thread;
   uv_loop_t loop;          /* the relay's own; its thread's only */
-  uv_async_t wake;         /* on loop: something was queued */
+  lp_wake_t wake;          /* on loop: something was queued */
   lp_upstream_t *up;       /* the relay's connections; its thread's only */
   uv_mutex_t lock;         /* guards what follows */
   lp_batch_t *in, **in_tail; /* handed over, by relay_next */
@@ -30,25 +29,23 @@ struct lp_relays_s {
   lp_relay_t *r;
   unsigned n;
   unsigned next;           /* where a tie between equally busy relays goes */
-  uv_async_t back;         /* on the scheduler's loop: batches came back */
+  lp_wake_t back;          /* on the scheduler's loop: batches came back */
   uv_mutex_t lock;         /* guards the list below */
   lp_batch_t *done, **done_tail;
   void (*finish)(lp_batch_t *bt); /* the scheduler's, for each batch back */
 };
 
 /* Appends bt to a queue, then wakes its owner: only the push that finds it
- * empty sends (the owner takes it whole under the lock). libuv 1.44 documents no ordering for
- * uv_async_send: a full fence after the unlock. */
-static void push(uv_mutex_t *lock, lp_batch_t **head, lp_batch_t ***tail, lp_batch_t *bt, uv_async_t *a) {
+ * empty sends (the owner reads the wake-up back, then takes the queue whole
+ * under the lock, as the mailbox's). */
+static void push(uv_mutex_t *lock, lp_batch_t **head, lp_batch_t ***tail, lp_batch_t *bt, lp_wake_t *w) {
   bt->relay_next = NULL;
   uv_mutex_lock(lock);
   int was_empty = !*head;
   **tail = bt;
   *tail = &bt->relay_next;
   uv_mutex_unlock(lock);
-  if (!was_empty) return;
-  atomic_thread_fence(memory_order_seq_cst);
-  uv_async_send(a);
+  if (was_empty) lp__wake_send(w);
 }
 
 /* The whole list, in order, the queue left empty; the caller holds lock. */
@@ -66,8 +63,8 @@ static void relay_done(lp_batch_t *bt, void *ud) {
 }
 
 /* relay thread: what the scheduler queued */
-static void on_wake(uv_async_t *a) {
-  lp_relay_t *r = a->data;
+static void on_wake(lp_wake_t *w) {
+  lp_relay_t *r = w->data;
   uv_mutex_lock(&r->lock);
   lp_batch_t *in = take_locked(&r->in, &r->in_tail);
   int cancel = r->cancel, stop = r->stop;
@@ -87,7 +84,7 @@ static void on_wake(uv_async_t *a) {
   if (stop) {
     lp_upstream_close(r->up);
     r->up = NULL;
-    uv_close((uv_handle_t *)&r->wake, NULL); /* the loop ends once the upstream's handles are closed */
+    lp__wake_close(&r->wake, NULL); /* the loop ends once the upstream's handles are closed */
   }
 }
 
@@ -100,8 +97,8 @@ static void relay_main(void *arg) {
 }
 
 /* scheduler thread: the batches back since the last wake-up, in order */
-static void on_back(uv_async_t *a) {
-  lp_relays_t *pool = a->data;
+static void on_back(lp_wake_t *w) {
+  lp_relays_t *pool = w->data;
   uv_mutex_lock(&pool->lock);
   lp_batch_t *done = take_locked(&pool->done, &pool->done_tail);
   uv_mutex_unlock(&pool->lock);
@@ -130,8 +127,7 @@ static void tell(lp_relay_t *r, int stop) {
   if (stop) r->stop = 1;
   else r->cancel = 1;
   uv_mutex_unlock(&r->lock);
-  atomic_thread_fence(memory_order_seq_cst); /* as push's */
-  uv_async_send(&r->wake);
+  lp__wake_send(&r->wake);
 }
 
 void lp__relays_cancel_all(lp_relays_t *pool) {
@@ -141,10 +137,11 @@ void lp__relays_cancel_all(lp_relays_t *pool) {
 static void relay_free(lp_relay_t *r) {
   if (!r->started) return;
   uv_loop_close(&r->loop);
+  lp__wake_destroy(&r->wake);
   uv_mutex_destroy(&r->lock);
 }
 
-static void pool_closed(uv_handle_t *h) { free(h->data); }
+static void pool_closed(uv_handle_t *h) { free(container_of((uv_poll_t *)h, lp_wake_t, poll)->data); }
 
 void lp__relays_stop(lp_relays_t *pool, void (*drop)(lp_batch_t *bt)) {
   if (!pool) return;
@@ -165,7 +162,8 @@ void lp__relays_stop(lp_relays_t *pool, void (*drop)(lp_batch_t *bt)) {
   free(pool->r);
   pool->r = NULL;
   /* the record goes with its handle, if the scheduler's loop runs again */
-  uv_close((uv_handle_t *)&pool->back, pool_closed);
+  lp__wake_close(&pool->back, pool_closed);
+  lp__wake_destroy(&pool->back); /* the relays, its only senders, are joined */
 }
 
 static int relay_init(lp_relays_t *pool, lp_relay_t *r, unsigned index, size_t max_answer_bytes) {
@@ -178,18 +176,21 @@ static int relay_init(lp_relays_t *pool, lp_relay_t *r, unsigned index, size_t m
     uv_loop_close(&r->loop);
     return rc;
   }
-  if ((rc = uv_async_init(&r->loop, &r->wake, on_wake)) != 0 ||
+  if ((rc = lp__wake_init(&r->wake, &r->loop, on_wake, r)) != 0 ||
       !(r->up = lp_upstream_new(&r->loop, max_answer_bytes))) {
-    if (!rc) uv_close((uv_handle_t *)&r->wake, NULL);
+    if (!rc) {
+      lp__wake_close(&r->wake, NULL);
+      lp__wake_destroy(&r->wake);
+    }
     uv_run(&r->loop, UV_RUN_NOWAIT); /* the handle's close */
     uv_loop_close(&r->loop);
     uv_mutex_destroy(&r->lock);
     return rc ? rc : -ENOMEM;
   }
-  r->wake.data = r;
   if ((rc = uv_thread_create(&r->thread, relay_main, r)) != 0) {
     lp_upstream_close(r->up);
-    uv_close((uv_handle_t *)&r->wake, NULL);
+    lp__wake_close(&r->wake, NULL);
+    lp__wake_destroy(&r->wake);
     uv_run(&r->loop, UV_RUN_DEFAULT);
     uv_loop_close(&r->loop);
     uv_mutex_destroy(&r->lock);
@@ -211,13 +212,12 @@ lp_relays_t *lp__relays_start(uv_loop_t *loop, unsigned n, size_t max_answer_byt
     free(pool);
     return NULL;
   }
-  if (uv_async_init(loop, &pool->back, on_back) != 0) {
+  if (lp__wake_init(&pool->back, loop, on_back, pool) != 0) {
     uv_mutex_destroy(&pool->lock);
     free(pool->r);
     free(pool);
     return NULL;
   }
-  pool->back.data = pool;
   for (unsigned i = 0; i < n; i++) {
     int rc = relay_init(pool, &pool->r[i], i, max_answer_bytes);
     if (rc) {

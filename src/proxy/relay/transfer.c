@@ -26,9 +26,26 @@ static void on_xfer_done(lp_xfer_t *x, void *ud) {
   bt->on_done(bt, bt->on_done_ud);
 }
 
+/* A JSON batch's body, as a gather list: the envelope written here, the
+ * members' text or tokens and the writer's runs borrowed. Written on the
+ * thread that starts the transfer so the scheduler's touches none of its
+ * bytes; what it reads is the batch's and its pinned jobs'. */
+static int write_body(lp_batch_t *bt) {
+  bt->body_pending = 0;
+  lp_batchjson_gather(bt->writer, &bt->gather, &bt->layout, bt->id, bt->model_name, bt->ids, bt->traces);
+  bt->layout.texts = NULL; /* read only while the body is written */
+  bt->layout.seqs = NULL;
+  return bt->gather.oom ? -ENOMEM : 0;
+}
+
 int lp__transfer_start(lp_upstream_t *up, lp_batch_t *bt) {
   bt->unstarted = 0;
+  bt->unbuilt = 0;
   bt->opened = 0;
+  if (bt->body_pending && write_body(bt)) {
+    bt->unbuilt = 1;
+    return -ENOMEM;
+  }
   if (bt->layout.segs_only || !bt->v2)
     bt->xfer = lp_upstream_request_g(up, bt->url, &bt->gather, bt->headers, bt->timeout_ms, bt->max_answer,
                                      on_xfer_done, bt);

@@ -34,6 +34,10 @@ static void batch_destroy(lp_batch_t *b) {
   lp_gather_free(&b->gather);
   free(b->items);
   free(b->seg_of);
+  free(b->refs);
+  free(b->texts);
+  free(b->ids);
+  free(b->traces);
   free(b);
 }
 
@@ -77,7 +81,15 @@ static lp_batch_t *batch_get(lp_model_t *m, size_t n) {
     if (it) b->items = it;
     uint32_t *so = realloc(b->seg_of, n * sizeof(*so));
     if (so) b->seg_of = so;
-    if (!it || !so) {
+    lp_seq_ref_t *r = realloc(b->refs, n * sizeof(*r));
+    if (r) b->refs = r;
+    lp_seq_text_t *tx = realloc(b->texts, n * sizeof(*tx));
+    if (tx) b->texts = tx;
+    const char **ids = realloc(b->ids, n * sizeof(*ids));
+    if (ids) b->ids = ids;
+    const char **tr = realloc(b->traces, n * sizeof(*tr));
+    if (tr) b->traces = tr;
+    if (!it || !so || !r || !tx || !ids || !tr) {
       batch_destroy(b);
       return NULL;
     }
@@ -174,27 +186,6 @@ static size_t answer_bound(const lp_model_t *m, const lp_batch_t *bt) {
 
 /* ---- sending ---- */
 
-/* The batch's items' request ids (layout item i is bt->items[i]), in the
- * model's reused array; NULL when out of memory (the batch goes without). */
-static const char *const *batch_request_ids(lp_model_t *m, const lp_batch_t *bt) {
-  if (bt->nitems > m->item_ids_cap) {
-    size_t c = bt->nitems * 2;
-    const char **n = realloc(m->item_ids, c * sizeof(*n));
-    if (!n) return NULL;
-    m->item_ids = n;
-    const char **t = realloc(m->item_traces, c * sizeof(*t));
-    if (!t) return NULL;
-    m->item_traces = t;
-    m->item_ids_cap = c;
-  }
-  for (size_t i = 0; i < bt->nitems; i++) {
-    const lp_job_t *job = job_of(bt->items[i].job_id);
-    m->item_ids[i] = job->request_id;
-    m->item_traces[i] = job->traceparent;
-  }
-  return m->item_ids;
-}
-
 /* The batch's own traceparent header: a new span under the trace of its first
  * segment's request (each member's trace is in the body, in segment order). */
 static void batch_trace(lp_model_t *m, lp_batch_t *bt) {
@@ -269,23 +260,22 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   }
   lp_backend_t *be = bt->backend;
   if (n > m->scratch_cap) {
-    lp_seq_ref_t *r = realloc(m->refs, n * sizeof(*r));
-    if (r) m->refs = r;
     lp_place_t *pl = realloc(m->place, n * sizeof(*pl));
-    if (pl) m->place = pl;
-    lp_seq_text_t *tx = realloc(m->texts, n * sizeof(*tx));
-    if (tx) m->texts = tx;
-    if (!r || !pl || !tx) {
+    if (!pl) {
       start_failed(m, bt, "out of memory", 1);
       return;
     }
+    m->place = pl;
     m->scratch_cap = n;
   }
   int any_text = 0;
   for (size_t i = 0; i < n; i++) {
-    const lp_seq_t *s = &job_of(bt->items[i].job_id)->seqs[bt->items[i].seq];
-    m->refs[i] = (lp_seq_ref_t){s->tokens, s->len};
-    m->texts[i] = (lp_seq_text_t){s->text, s->text_len};
+    const lp_job_t *job = job_of(bt->items[i].job_id);
+    const lp_seq_t *s = &job->seqs[bt->items[i].seq];
+    bt->refs[i] = (lp_seq_ref_t){s->tokens, s->len};
+    bt->texts[i] = (lp_seq_text_t){s->text, s->text_len};
+    bt->ids[i] = job->request_id;
+    bt->traces[i] = job->traceparent;
     any_text |= s->text != NULL;
     m->place[i] = (lp_place_t){.bin = (int32_t)bt->items[i].lane, .offset = bt->items[i].offset};
   }
@@ -296,14 +286,14 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   /* a gathered body (JSON rectangles; v2 binary INT32 ones) borrows the
    * tokens and runs: no arrays to fill, no token copied on this thread */
   bt->layout.segs_only = m->cfg->protocol == LP_PROTO_V2 ? lp__v2_gathered(m) : !m->cfg->ragged;
-  int rc = m->cfg->ragged ? lp_layout_build_ragged(&bt->layout, NULL, m->refs, n)
+  int rc = m->cfg->ragged ? lp_layout_build_ragged(&bt->layout, NULL, bt->refs, n)
                           : lp_layout_build(&bt->layout, a->send.lanes, a->send.bucket, m->cfg->pad_id,
-                                            m->place, m->refs, n);
+                                            m->place, bt->refs, n);
   if (rc) {
     start_failed(m, bt, strerror(-rc), 1);
     return;
   }
-  if (any_text) bt->layout.texts = m->texts; /* the clients' own token text, copied by the writer */
+  if (any_text) bt->layout.texts = bt->texts; /* the clients' own token text, copied by the writer */
   uint64_t now = lp__now();
   for (size_t i = 0; i < bt->layout.nsegs; i++) {
     const lp_segment_t *g = &bt->layout.segs[i];
@@ -317,8 +307,6 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
     s->dispatch_ns = now;
     s->sends++;
   }
-  const char *const *ids = batch_request_ids(m, bt);
-  const char *const *traces = ids ? m->item_traces : NULL;
   batch_trace(m, bt);
   int gathered = m->cfg->protocol != LP_PROTO_V2 || bt->layout.segs_only;
   if (gathered) {
@@ -328,21 +316,24 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
     for (size_t i = 0; i < n; i++) __atomic_add_fetch(&job_of(bt->items[i].job_id)->refs, 1, __ATOMIC_RELAXED);
     bt->pinned = 1;
   }
+  bt->body_pending = 0;
   if (m->cfg->protocol == LP_PROTO_V2) {
-    if (lp__v2_encode(m, bt, ids, traces)) bt->body.oom = 1;
+    if (lp__v2_encode(m, bt, bt->ids, bt->traces)) bt->body.oom = 1;
+    /* what the layout borrowed is read only while the body is written */
+    bt->layout.texts = NULL;
+    bt->layout.seqs = NULL;
   } else {
-    lp_batchjson_gather(&m->writer, &bt->gather, &bt->layout, bt->id, m->cfg->name, ids, traces);
-    if (bt->gather.oom) bt->body.oom = 1;
+    /* written where the transfer starts (lp__transfer_start): on a relay's
+     * thread, not this one, from the batch's own arrays and its jobs' bytes */
+    bt->body_pending = 1;
+    bt->writer = &m->writer;
+    snprintf(bt->model_name, sizeof(bt->model_name), "%s", m->cfg->name);
     bt->headers[0] = "Content-Type: application/json";
     size_t k = 1;
     if (bt->trace_header[0]) bt->headers[k++] = bt->trace_header;
     if (bt->state_header[0]) bt->headers[k++] = bt->state_header;
     bt->headers[k] = NULL;
   }
-  /* the scratch they point at is the next batch's: nothing after the body
-   * (a relay least of all) may read them */
-  bt->layout.texts = NULL;
-  bt->layout.seqs = NULL;
   if (bt->body.oom) {
     start_failed(m, bt, "out of memory for the body", 1);
     return;
@@ -360,7 +351,8 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   bt->on_done = on_batch_done;
   bt->on_done_ud = NULL;
   if (!p->relays && lp__transfer_start(p->up, bt)) {
-    start_failed(m, bt, "could not start the upstream request", 0);
+    if (bt->unbuilt) start_failed(m, bt, "out of memory for the body", 1);
+    else start_failed(m, bt, "could not start the upstream request", 0);
     return;
   }
   bt->in_flight = 1;
@@ -456,7 +448,8 @@ static void on_batch_done(lp_batch_t *bt, void *ud) {
   uint64_t now = lp__now();
   if (bt->unstarted) {
     lp__batchview_answered(m, bt, LP_DISP_RESET, 0, 0, now); /* the view does not keep it in flight */
-    start_failed(m, bt, "could not start the upstream request", 0);
+    if (bt->unbuilt) start_failed(m, bt, "out of memory for the body", 1);
+    else start_failed(m, bt, "could not start the upstream request", 0);
     m->pump(m); /* the core hears the reset */
     return;
   }

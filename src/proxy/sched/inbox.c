@@ -38,8 +38,8 @@ static void sched_admit(lp_proxy_t *p, lp_job_t *job) {
   lp__model_admit(job->model, job);
 }
 
-void lp__sched_on_inbox(uv_async_t *a) {
-  lp_proxy_t *p = a->data;
+void lp__sched_on_inbox(lp_wake_t *w) {
+  lp_proxy_t *p = w->data;
   lp_job_t *jobs, *cancels;
   lp_ctl_t *ctls;
   lp__mbox_take(&p->inbox, &jobs, &cancels, &ctls);

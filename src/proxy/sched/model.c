@@ -283,11 +283,7 @@ void lp__model_close(lp_model_t *m) {
   lp_batchjson_free(&m->writer);
   lp_rectbin_free(&m->rect);
   lp_buf_free(&m->v2_members);
-  free(m->item_ids);
-  free(m->item_traces);
   lp__batches_free(m);
-  free(m->refs);
-  free(m->texts);
   free(m->place);
 }
 

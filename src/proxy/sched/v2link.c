@@ -127,7 +127,7 @@ int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids, co
     /* the header written, each tensor's bytes borrowed (lp__v2_gathered) */
     if (lp_v2_write(lp_gather_buf(&bt->gather), members, "inputs", in, n, 1, &hl)) return -ENOMEM;
     for (int k = 0; k < 3; k++)
-      if (c->inputs[k][0]) lp_rectbin_gather(&m->rect, &bt->gather, l, m->refs, k);
+      if (c->inputs[k][0]) lp_rectbin_gather(&m->rect, &bt->gather, l, bt->refs, k);
     if (bt->gather.oom || bt->gather.own.oom) return -ENOMEM;
   } else if (lp_v2_write(&bt->body, members, "inputs", in, n, c->binary, &hl)) {
     return -ENOMEM;
