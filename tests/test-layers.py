@@ -18,7 +18,7 @@ import sys
 # (doc/design.md): calls go down by name, up only through callbacks.
 BELOW = {
     "process": {"front", "sched", "relay", "handoff", "common", "net", "core", "sim"},
-    "front": {"sched", "handoff", "common", "net", "core"},
+    "front": {"sched", "relay", "handoff", "common", "net", "core"},
     "sched": {"relay", "handoff", "common", "net", "core", "sim"},
     "relay": {"handoff", "common", "net", "core"},
     "handoff": {"common", "core"},

@@ -30,7 +30,9 @@ static void on_inbox(lp_wake_t *w) {
   fixture_t *fx = w->data;
   lp_job_t *jobs, *cancels;
   lp_ctl_t *ctls;
-  lp__mbox_take(&fx->mb, &jobs, &cancels, &ctls);
+  lp_batch_t *batches;
+  lp__mbox_take(&fx->mb, &jobs, &cancels, &ctls, &batches);
+  if (batches) fx->out_of_order++; /* none was pushed */
   fx->wakes++;
   for (lp_job_t *j = jobs; j; j = j->mq_next) {
     int id = j->priority;
@@ -96,7 +98,7 @@ START_TEST(test_many_producers) {
 }
 END_TEST
 
-/* Nothing pushed: taking gives three empty lists and the inbox stays usable. */
+/* Nothing pushed: taking gives four empty lists and the inbox stays usable. */
 START_TEST(test_take_empty) {
   uv_loop_t loop;
   ck_assert_int_eq(uv_loop_init(&loop), 0);
@@ -104,19 +106,82 @@ START_TEST(test_take_empty) {
   ck_assert_int_eq(lp__mbox_init(&mb, &loop, NULL, NULL), 0);
   lp_job_t *j = (lp_job_t *)1, *c = (lp_job_t *)1;
   lp_ctl_t *m = (lp_ctl_t *)1;
-  lp__mbox_take(&mb, &j, &c, &m);
+  lp_batch_t *b = (lp_batch_t *)1;
+  lp__mbox_take(&mb, &j, &c, &m, &b);
   ck_assert_ptr_null(j);
   ck_assert_ptr_null(c);
   ck_assert_ptr_null(m);
+  ck_assert_ptr_null(b);
   lp_job_t one;
   memset(&one, 0, sizeof(one));
   lp__mbox_push_job(&mb, &one);
-  lp__mbox_take(&mb, &j, &c, &m);
+  lp__mbox_take(&mb, &j, &c, &m, &b);
   ck_assert_ptr_eq(j, &one);
   ck_assert_ptr_null(one.mq_next);
+  ck_assert_ptr_null(b);
   lp__mbox_close(&mb, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);
   lp__mbox_destroy(&mb);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+/* A loop turn's jobs and batches go over together: in order, with one
+ * wake-up; batches pushed alone follow those before; taking the batches alone
+ * leaves the jobs. */
+typedef struct {
+  lp_mbox_t mb;
+  int wakes;
+  size_t jobs, batches;
+  lp_batch_t *first_batch;
+} mixed_t;
+
+static void on_mixed(lp_wake_t *w) {
+  mixed_t *mx = w->data;
+  lp_job_t *j, *c;
+  lp_ctl_t *m;
+  lp_batch_t *b;
+  lp__mbox_take(&mx->mb, &j, &c, &m, &b);
+  if (!j && !b) return;
+  mx->wakes++;
+  mx->first_batch = b;
+  for (; j; j = j->mq_next) mx->jobs++;
+  for (; b; b = b->relay_next) mx->batches++;
+}
+
+START_TEST(test_jobs_and_batches) {
+  uv_loop_t loop;
+  ck_assert_int_eq(uv_loop_init(&loop), 0);
+  mixed_t mx = {0};
+  ck_assert_int_eq(lp__mbox_init(&mx.mb, &loop, on_mixed, &mx), 0);
+  lp_job_t jobs[3];
+  lp_batch_t bts[4];
+  memset(jobs, 0, sizeof(jobs));
+  memset(bts, 0, sizeof(bts));
+  jobs[0].mq_next = &jobs[1];
+  jobs[1].mq_next = &jobs[2];
+  bts[0].relay_next = &bts[1];
+  bts[2].relay_next = &bts[3];
+  lp__mbox_push(&mx.mb, &jobs[0], &jobs[2], &bts[0], &bts[1]);
+  lp__mbox_push(&mx.mb, NULL, NULL, &bts[2], &bts[3]);
+  uv_run(&loop, UV_RUN_NOWAIT);
+  ck_assert_int_eq(mx.wakes, 1);
+  ck_assert_uint_eq(mx.jobs, 3);
+  ck_assert_uint_eq(mx.batches, 4);
+  ck_assert_ptr_eq(mx.first_batch, &bts[0]);
+  ck_assert_ptr_eq(bts[1].relay_next, &bts[2]);
+  ck_assert_ptr_null(bts[3].relay_next);
+  /* the batches alone: the job stays for the owner */
+  lp__mbox_push(&mx.mb, &jobs[0], &jobs[0], &bts[0], &bts[0]);
+  ck_assert_ptr_eq(lp__mbox_take_batches(&mx.mb), &bts[0]);
+  ck_assert_ptr_null(lp__mbox_take_batches(&mx.mb));
+  uv_run(&loop, UV_RUN_NOWAIT);
+  ck_assert_int_eq(mx.wakes, 2);
+  ck_assert_uint_eq(mx.jobs, 4);
+  ck_assert_uint_eq(mx.batches, 4);
+  lp__mbox_close(&mx.mb, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  lp__mbox_destroy(&mx.mb);
   ck_assert_int_eq(uv_loop_close(&loop), 0);
 }
 END_TEST
@@ -126,6 +191,7 @@ int main(void) {
   TCase *tc = tcase_create("mailbox");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_take_empty);
+  tcase_add_test(tc, test_jobs_and_batches);
   tcase_add_test(tc, test_many_producers);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -40,7 +40,6 @@ typedef struct lp_job_s lp_job_t;
 typedef struct lp_batch_s lp_batch_t;
 typedef struct lp_front_s lp_front_t;
 typedef struct lp_ctl_s lp_ctl_t;
-typedef struct lp_relays_s lp_relays_t;
 
 /* Counters one thread writes and another reads (a front's, read by the
  * scheduler rendering /metrics): relaxed loads and stores, no locked
@@ -83,22 +82,29 @@ typedef struct lp_mbox_s {
   lp_job_t *jobs, **jobs_tail;       /* jobs handed over (admit or done), by mq_next */
   lp_job_t *cancels, **cancels_tail; /* clients gone, by cq_next (to the scheduler) */
   lp_ctl_t *ctls, **ctls_tail;       /* control messages, by next */
+  lp_batch_t *batches, **batches_tail; /* batches to send (to a front) or sent (back), by relay_next */
 } lp_mbox_t;
 int lp__mbox_init(lp_mbox_t *mb, uv_loop_t *loop, lp_wake_cb cb, void *owner);
 void lp__mbox_push_job(lp_mbox_t *mb, lp_job_t *job);
 /* A list of jobs linked by mq_next, first to *last, at once. */
 void lp__mbox_push_jobs(lp_mbox_t *mb, lp_job_t *first, lp_job_t *last);
+/* Jobs first..last (by mq_next; NULL, NULL for none) and batches
+ * bfirst..blast (by relay_next; likewise) at once: one lock, one wake-up at
+ * most, which is what a loop turn's hand-over costs whatever it carries. */
+void lp__mbox_push(lp_mbox_t *mb, lp_job_t *first, lp_job_t *last, lp_batch_t *bfirst, lp_batch_t *blast);
 void lp__mbox_push_cancel(lp_mbox_t *mb, lp_job_t *job);
 void lp__mbox_push_ctl(lp_mbox_t *mb, lp_ctl_t *c);
 /* Everything pushed so far, in order, each list NULL-terminated; the inbox is
  * left empty. */
-void lp__mbox_take(lp_mbox_t *mb, lp_job_t **jobs, lp_job_t **cancels, lp_ctl_t **ctls);
+void lp__mbox_take(lp_mbox_t *mb, lp_job_t **jobs, lp_job_t **cancels, lp_ctl_t **ctls, lp_batch_t **batches);
+/* The batches alone, the rest left in place. */
+lp_batch_t *lp__mbox_take_batches(lp_mbox_t *mb);
 /* Stops the wake-up's polling (cb may be NULL); the owner's loop must run after. */
 void lp__mbox_close(lp_mbox_t *mb, uv_close_cb cb);
 void lp__mbox_destroy(lp_mbox_t *mb);
 
 /* A control message between the scheduler and a front (not per request). */
-enum { LP_CTL_RECONF = 1, LP_CTL_DRAIN, LP_CTL_STOP, LP_CTL_CLOSED };
+enum { LP_CTL_RECONF = 1, LP_CTL_DRAIN, LP_CTL_STOP, LP_CTL_CLOSED, LP_CTL_CANCEL };
 struct lp_ctl_s {
   int kind;
   lp_ctl_t *next;
@@ -369,7 +375,8 @@ struct lp_batch_s {
   void (*on_done)(lp_batch_t *bt, void *ud); /* where the transfer's thread hands it */
   void *on_done_ud;
   lp_batch_t *relay_next; /* in a relay's queue, out or back */
-  struct lp_relay_s *relay; /* the relay it went to (the scheduler's count) */
+  lp_front_t *front;      /* several threads: the front whose loop runs its
+                             transfer (the scheduler's count, batches_out) */
   int in_flight;          /* its transfer is running */
   lp_batch_t *next_failed;/* in the model's list of batches whose start failed */
   uint64_t view_ticket;   /* its entry in the recent-batches ring; 0: none */
@@ -459,9 +466,18 @@ struct lp_front_s {
   lp_job_t *to_sched, *to_sched_last;
   uv_check_t flush;
   uv_idle_t flush_soon;    /* while jobs wait: the loop does not sleep before the flush */
-  /* the scheduler's (not the front's): jobs handed back to this front this
-   * turn of the scheduler's loop, pushed together by its check handle */
+  /* remote: the front's own upstream connections, on its loop: the batches
+   * the scheduler hands it are sent and their answers read and opened here
+   * (relay/transfer.c), so no byte of theirs is the scheduler's; owned */
+  lp_upstream_t *up;
+  /* remote: batches whose transfer ended this turn, handed back with to_sched */
+  lp_batch_t *sent, *sent_last;
+  /* the scheduler's (not the front's): jobs handed back to this front and
+   * batches for it to send, this turn of the scheduler's loop, pushed
+   * together by its check handle; and how many of its batches are out */
   lp_job_t *back, *back_last;
+  lp_batch_t *out, *out_last;
+  unsigned batches_out;
   int closing;             /* remote: its listeners are closing (drain) */
   int open_servers;        /* remote: listeners not yet closed */
   lp_buf_t scratch;        /* answers are built here, then handed to the server */
@@ -503,7 +519,8 @@ struct lp_proxy_s {
   unsigned fronts_open;    /* remote: fronts whose listeners are not closed yet (drain) */
   uv_check_t flush;        /* remote: hands back the turn's answers, one push per front */
   uv_idle_t flush_soon;    /* while answers wait: the loop does not sleep before the flush */
-  int back_pending;        /* some front has answers waiting */
+  int back_pending;        /* some front has answers or batches waiting */
+  unsigned next_front;     /* where a tie between equally busy fronts' batches goes */
   /* a page job the scheduler has answered goes back to its front: by message
    * (remote) or at once (one loop); set by the fronts when they start */
   void (*page_done)(lp_job_t *job);
@@ -525,7 +542,6 @@ struct lp_proxy_s {
   char **tokens;           /* bearer tokens clients must show; owned; NULL: none */
   size_t ntokens;
   lp_upstream_t *up;        /* probes; batches too with one thread */
-  lp_relays_t *relays;      /* several threads: where batches' transfers run; owned */
   lp_model_t models[LP_MAX_MODELS];
   size_t nmodels;
   uv_idle_t kick;          /* run the schedulers once this loop turn */
@@ -620,6 +636,11 @@ void lp__render_page(lp_proxy_t *p, int route, int v2r, const char *url, size_t 
 int lp__fronts_start(lp_proxy_t *p, int *port);
 void lp__fronts_reconfigure(lp_proxy_t *p);
 void lp__fronts_drain(lp_proxy_t *p);
+/* Several threads: every front's transfers in flight end LP_XFER_CANCELLED
+ * (the drain's last step); their batches come back as any other. */
+void lp__fronts_cancel_transfers(lp_proxy_t *p);
+/* Stops and joins the front threads (their transfers cancelled: batches not
+ * yet taken by the scheduler are freed unheard) and frees what they own. */
 void lp__fronts_stop(lp_proxy_t *p);
 /* The server limits a configuration sets, and the latency histograms' bounds. */
 void lp__httpd_limits(const lp_config_t *cfg, lp_httpd_config_t *hc);
@@ -628,9 +649,15 @@ const double *lp__latency_bounds(size_t *n);
 /* front/submit.c: a front's traffic to the scheduler. Hands a parsed job to
  * the scheduler (directly, or by message). */
 void lp__front_submit(lp_front_t *f, lp_http_req_t *req, lp_job_t *job);
-/* Jobs parsed this loop turn go to the scheduler now (before a cancel); the
- * front loop's check handle calls it once per turn. */
+/* Jobs parsed this loop turn, and batches whose transfers ended, go to the
+ * scheduler now (before a cancel); the front loop's check handle calls it
+ * once per turn. */
 void lp__front_flush(lp_front_t *f);
+/* Something waits for lp__front_flush: the loop does not sleep before it. */
+void lp__front_flush_due(lp_front_t *f);
+/* front/batches.c: starts the transfers of the batches the scheduler handed
+ * this front (linked by relay_next); each comes back by lp__front_flush. */
+void lp__front_send_batches(lp_front_t *f, lp_batch_t *list);
 void lp__front_on_flush(uv_check_t *h);
 /* The front's open connections, published for /metrics. */
 void lp__front_publish(lp_front_t *f);
@@ -653,6 +680,9 @@ void lp__sched_on_inbox(lp_wake_t *w);
  * back to it (with the others of this loop turn, by lp__fronts_flush, which
  * the scheduler loop's check handle calls once per turn). */
 void lp__job_hand_back(lp_job_t *job);
+/* Several threads: bt, built, to the front with the fewest batches out,
+ * whose loop sends it; it comes back through the scheduler's inbox. */
+void lp__batch_hand_out(lp_proxy_t *p, lp_batch_t *bt);
 void lp__fronts_flush(lp_proxy_t *p);
 void lp__sched_on_flush(uv_check_t *h);
 
@@ -775,9 +805,9 @@ void lp__v2_adopt(lp_batch_t *bt, lp_answer_t *a);
 /* Frees the batch's decoded v2 answer, if any. */
 void lp__v2_close(lp_batch_t *bt);
 
-/* ---- relay/: where a batch's transfer runs (relay threads, or the one loop
- * with threads 1); the scheduler calls down, answers come up through the
- * on_done it sets in the batch ---- */
+/* ---- relay/: where a batch's transfer runs (a front's loop with several
+ * threads, the one loop with threads 1); its caller calls down, answers come
+ * up through the on_done it sets in the batch ---- */
 /* transfer.c: starts bt's transfer on up (its url, headers, gather list or
  * body, bounds, set); when it ends, its outcome is in bt (a 200 answer opened
  * for slicing: lp__answer_open) and bt->on_done runs on up's loop. 0, or
@@ -787,18 +817,6 @@ int lp__transfer_start(lp_upstream_t *up, lp_batch_t *bt);
  * (v2: bt->v2msg) against the batch it answers: 0, or -EPROTO/-ENOMEM with
  * bt->open_err. Reads only the batch. */
 int lp__answer_open(lp_batch_t *bt);
-/* relay.c: n relay threads, each with its own loop and upstream connections.
- * Every batch sent (lp__relay_send) comes back once, its outcome written, to
- * finish on loop (the scheduler's). NULL when they could not start. */
-lp_relays_t *lp__relays_start(uv_loop_t *loop, unsigned n, size_t max_answer_bytes,
-                              void (*finish)(lp_batch_t *bt));
-/* Hands bt to the least busy relay. */
-void lp__relay_send(lp_relays_t *r, lp_batch_t *bt);
-/* Every transfer in flight ends LP_XFER_CANCELLED (the drain's last step). */
-void lp__relays_cancel_all(lp_relays_t *r);
-/* Stops and joins the threads (transfers in flight cancelled); batches not
- * yet handed back go to drop, on the caller's thread; frees r. */
-void lp__relays_stop(lp_relays_t *r, void (*drop)(lp_batch_t *bt));
 /* sched/v2probe.c: asks the backend whether each shape's model is ready;
  * answers set its states. */
 void lp__v2_probe_shapes(lp_backend_t *b);
@@ -830,9 +848,9 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a);
 void lp__batch_output(lp_model_t *m, const lp_disp_action_t *a);
 /* Batches whose transfer could not start, reported to the core as resets. */
 void lp__batches_failed(lp_model_t *m);
-/* A batch back from its relay, its outcome written: the core hears it. */
+/* A batch back from its front, its outcome written: the core hears it. */
 void lp__batch_finish(lp_batch_t *bt);
-/* A batch back from a relay after the scheduler stopped: freed unheard. */
+/* A batch back from a front after the scheduler stopped: freed unheard. */
 void lp__batch_drop(lp_batch_t *bt);
 void lp__batches_free(lp_model_t *m);
 

@@ -18,6 +18,10 @@
 #include "lanepack/v2.h"
 #include "proxy.h"
 
+/* The ceiling of any answer a front's upstream reads: the scheduler's (1 GiB,
+ * proxy.c); each batch's own max_answer is the real bound. */
+#define LP_FRONT_ANSWER_MAX (1ull << 30)
+
 
 /* A job (or page) back from the scheduler: its client answered if still there. */
 static void front_job_back(lp_front_t *f, lp_job_t *job) {
@@ -130,7 +134,9 @@ static void on_front_inbox(lp_wake_t *w) {
   lp_front_t *f = w->data;
   lp_job_t *jobs, *cancels;
   lp_ctl_t *ctls;
-  lp__mbox_take(&f->inbox, &jobs, &cancels, &ctls);
+  lp_batch_t *batches;
+  lp__mbox_take(&f->inbox, &jobs, &cancels, &ctls, &batches);
+  lp__front_send_batches(f, batches);
   while (jobs) {
     lp_job_t *job = jobs;
     jobs = job->mq_next; /* before: the job may be freed */
@@ -143,8 +149,15 @@ static void on_front_inbox(lp_wake_t *w) {
       front_reconf(f, c);
     } else if (c->kind == LP_CTL_DRAIN) {
       front_close_servers(f);
+    } else if (c->kind == LP_CTL_CANCEL) {
+      if (f->up) lp_upstream_cancel_all(f->up); /* each batch comes back cancelled */
     } else if (c->kind == LP_CTL_STOP) {
-      /* the listeners are closed (drained) or the process gives up on them */
+      /* the listeners are closed (drained) or the process gives up on them;
+       * transfers still running end cancelled, their batches pushed back for
+       * the scheduler to free (lp__fronts_stop) */
+      if (f->up) lp_upstream_close(f->up);
+      f->up = NULL;
+      lp__front_flush(f);
       uv_timer_stop(&f->tick);
       uv_close((uv_handle_t *)&f->tick, NULL);
       uv_close((uv_handle_t *)&f->flush, NULL);
@@ -221,6 +234,15 @@ void lp__fronts_drain(lp_proxy_t *p) {
     lp_ctl_t *c = calloc(1, sizeof(*c));
     if (!c) continue; /* that front closes at the stop */
     c->kind = LP_CTL_DRAIN;
+    lp__mbox_push_ctl(&p->fronts[i].inbox, c);
+  }
+}
+
+void lp__fronts_cancel_transfers(lp_proxy_t *p) {
+  for (unsigned i = 0; p->remote && i < p->nfronts; i++) {
+    lp_ctl_t *c = calloc(1, sizeof(*c));
+    if (!c) continue; /* that front's transfers end at the stop */
+    c->kind = LP_CTL_CANCEL;
     lp__mbox_push_ctl(&p->fronts[i].inbox, c);
   }
 }
@@ -353,6 +375,8 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
     if ((rc = uv_loop_init(&f->own_loop)) != 0) return rc;
     f->loop = &f->own_loop;
     if ((rc = lp__mbox_init(&f->inbox, f->loop, on_front_inbox, f)) != 0) return rc;
+    /* its batches' answers are bounded by each batch's own max_answer */
+    if (!(f->up = lp_upstream_new(f->loop, LP_FRONT_ANSWER_MAX))) return -ENOMEM;
     uv_timer_init(f->loop, &f->tick);
     uv_timer_start(&f->tick, on_front_tick, 250, 250);
     uv_check_init(f->loop, &f->flush);
@@ -402,6 +426,12 @@ void lp__fronts_stop(lp_proxy_t *p) {
       } else {
         stranded = 1;
       }
+    }
+    /* batches the fronts handed back since the scheduler's loop last ran
+     * (the stop cancelled their transfers): their jobs' references go */
+    for (lp_batch_t *b = lp__mbox_take_batches(&p->inbox), *n; b; b = n) {
+      n = b->relay_next;
+      lp__batch_drop(b);
     }
     lp__mbox_close(&p->inbox, NULL);
     lp__mbox_destroy(&p->inbox); /* the fronts, its only senders, are joined */

@@ -1,6 +1,7 @@
 /* Runs on a front thread: jobs and page requests handed to the scheduler
  * (directly with one loop, through its mailbox once per loop turn with
- * several), and a page's answer written. */
+ * several, with the batches whose transfers ended), and a page's answer
+ * written. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,22 +47,25 @@ void lp__front_submit(lp_front_t *f, lp_http_req_t *req, lp_job_t *job) {
   job->waited = 1;
   /* with the others of this loop turn, after its reads (on_front_flush) */
   job->mq_next = NULL;
-  if (f->to_sched) {
-    f->to_sched_last->mq_next = job;
-  } else {
-    f->to_sched = job;
-    /* a job queued after this turn's check (a close callback) must not wait
-     * for the next wake-up: the idle handle keeps the next poll from sleeping */
-    uv_idle_start(&f->flush_soon, on_front_flush_soon);
-  }
+  if (f->to_sched) f->to_sched_last->mq_next = job;
+  else f->to_sched = job;
   f->to_sched_last = job;
+  lp__front_flush_due(f);
+}
+
+void lp__front_flush_due(lp_front_t *f) {
+  /* something queued after this turn's check (a close callback, a transfer's
+   * end) must not wait for the next wake-up: the idle handle keeps the next
+   * poll from sleeping */
+  uv_idle_start(&f->flush_soon, on_front_flush_soon);
 }
 
 void lp__front_flush(lp_front_t *f) {
-  if (!f->to_sched) return;
+  if (!f->to_sched && !f->sent) return;
   uv_idle_stop(&f->flush_soon);
-  lp__mbox_push_jobs(&f->proxy->inbox, f->to_sched, f->to_sched_last);
+  lp__mbox_push(&f->proxy->inbox, f->to_sched, f->to_sched_last, f->sent, f->sent_last);
   f->to_sched = f->to_sched_last = NULL;
+  f->sent = f->sent_last = NULL;
 }
 
 void lp__front_on_flush(uv_check_t *h) { lp__front_flush(container_of(h, lp_front_t, flush)); }

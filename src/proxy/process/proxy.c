@@ -38,7 +38,7 @@ static void on_drain_timeout(uv_timer_t *t) {
   for (size_t i = 0; i < p->nmodels; i++)
     lp__model_fail_all(&p->models[i], LP_DISP_ST_SHUTDOWN);
   lp_upstream_cancel_all(p->up); /* their batches fail with shutting_down */
-  lp__relays_cancel_all(p->relays); /* the same, once each comes back */
+  lp__fronts_cancel_transfers(p); /* the same, once each comes back */
   uv_timer_start(&p->drain, on_last_resort, 2000, 0);
 }
 
@@ -171,10 +171,6 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
   /* the fronts: their listeners, access log and (several) threads */
   int rc = lp__fronts_start(p, port);
   if (rc) return rc;
-  /* several threads: batches' bytes go out and come back on relays of their
-   * own, as many as fronts (that work grows with the traffic as theirs does),
-   * so that the scheduler's thread only decides */
-  if (p->remote && !(p->relays = lp__relays_start(loop, p->nfronts, 1ull << 30, lp__batch_finish))) return -ENOMEM;
   uv_signal_init(loop, &p->sigterm);
   uv_signal_init(loop, &p->sigint);
   p->sigterm.data = p->sigint.data = p;
@@ -189,8 +185,6 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
 
 void lp_proxy_free(lp_proxy_t *p) {
   lp__advice_free(p);
-  lp__relays_stop(p->relays, lp__batch_drop); /* before the fronts: batches borrow their jobs' tokens */
-  p->relays = NULL;
   for (size_t i = 0; i < LP_MAX_MODELS; i++) lp_tok_free(p->tok[i]);
   lp__fronts_stop(p); /* joins the threads and frees what the fronts own */
   lp_recent_free(p->recent);

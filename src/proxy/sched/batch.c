@@ -350,7 +350,7 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   bt->max_answer = answer_bound(m, bt);
   bt->on_done = on_batch_done;
   bt->on_done_ud = NULL;
-  if (!p->relays && lp__transfer_start(p->up, bt)) {
+  if (!p->remote && lp__transfer_start(p->up, bt)) {
     if (bt->unbuilt) start_failed(m, bt, "out of memory for the body", 1);
     else start_failed(m, bt, "could not start the upstream request", 0);
     return;
@@ -369,9 +369,9 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   m->inflight++;
   m->shape_inflight[bt->shape]++;
   p->batches++;
-  /* last: from here until it comes back the batch is its relay's, whose
+  /* last: from here until it comes back the batch is a front's, whose
    * thread sends its bytes and reads its answer */
-  if (p->relays) lp__relay_send(p->relays, bt);
+  if (p->remote) lp__batch_hand_out(p, bt);
 }
 
 /* ---- answers ---- */

@@ -42,7 +42,8 @@ void lp__sched_on_inbox(lp_wake_t *w) {
   lp_proxy_t *p = w->data;
   lp_job_t *jobs, *cancels;
   lp_ctl_t *ctls;
-  lp__mbox_take(&p->inbox, &jobs, &cancels, &ctls);
+  lp_batch_t *batches;
+  lp__mbox_take(&p->inbox, &jobs, &cancels, &ctls, &batches);
   /* admissions first: a cancel taken with them always finds its job admitted */
   while (jobs) {
     lp_job_t *job = jobs;
@@ -60,6 +61,13 @@ void lp__sched_on_inbox(lp_wake_t *w) {
       lp__job_cancel(job);
     }
     lp__job_release(job); /* the cancel's reference */
+  }
+  /* after the admissions: a batch's end dispatches with what just arrived */
+  while (batches) {
+    lp_batch_t *bt = batches;
+    batches = bt->relay_next; /* before: finishing frees or reuses it */
+    bt->front->batches_out--;
+    lp__batch_finish(bt);
   }
   while (ctls) {
     lp_ctl_t *c = ctls;
