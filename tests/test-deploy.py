@@ -166,7 +166,7 @@ cfg_src = open(os.path.join(src, "src", "proxy", "common", "config.c")).read()
 keys = sorted(set(re.findall(r'strcmp\(key, "([a-z_0-9]+)"\)', cfg_src)))
 missing = [k for k in keys if k not in man]
 check("lanepack(1) documents every configuration key (%d)" % len(keys), keys and not missing, missing)
-metrics = sorted(set(re.findall(r'"((?:lanepack|process)_[a-z_]+)"', open(os.path.join(src, "src", "proxy", "sched", "status.c")).read())))
+metrics = sorted(set(re.findall(r'"((?:lanepack|process)_[a-z_]+)"', open(os.path.join(src, "src", "proxy", "front", "pages.c")).read())))
 missing = [m for m in metrics if m not in man]
 check("lanepack(1) documents every metric (%d)" % len(metrics), metrics and not missing, missing)
 check("lanepack(1) documents signals, exit status, routes and --probe",

@@ -111,5 +111,5 @@ def documented(source, pattern, page, what):
 # ones it compares through its list of reasons, and documents as refused).
 documented("src/proxy/common/config.c", r'strcmp\(key, "([a-z0-9_]+)"\)', "doc/configuration.md", "keys")
 # Metrics the status page exports.
-documented("src/proxy/sched/status.c", r'"(lanepack_[a-z0-9_]+)"', "doc/metrics.md", "metrics")
+documented("src/proxy/front/pages.c", r'"(lanepack_[a-z0-9_]+)"', "doc/metrics.md", "metrics")
 finish()

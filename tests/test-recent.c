@@ -241,5 +241,27 @@ START_TEST(query_n) {
 }
 END_TEST
 
+/* A copy renders as the ring did when copied, whatever the ring does after. */
+START_TEST(dup_is_a_frozen_copy) {
+  lp_recent_t *r = lp_recent_new();
+  for (uint64_t id = 1; id <= 3; id++) send(r, id, 2, id * MS);
+  lp_recent_t *c = lp_recent_dup(r);
+  ck_assert_ptr_nonnull(c);
+  lp_buf_t a, b;
+  lp_buf_init(&a);
+  lp_buf_init(&b);
+  lp_recent_render(r, 64, 10 * MS, &a);
+  for (uint64_t id = 4; id <= LP_RECENT_BATCHES + 4; id++) send(r, id, 2, id * MS);
+  lp_recent_render(c, 64, 10 * MS, &b);
+  ck_assert_uint_eq(lp_recent_count(c), 3);
+  ck_assert_uint_eq(a.len, b.len);
+  ck_assert_int_eq(memcmp(a.data, b.data, a.len), 0);
+  lp_buf_free(&a);
+  lp_buf_free(&b);
+  lp_recent_free(c);
+  lp_recent_free(r);
+}
+END_TEST
+
 LP_TEST_MAIN("recent", records_what_left_and_how_it_ended, lengths_and_timings_only, wraps_at_its_batch_capacity,
-             segments_store_wraps_and_cuts, devices_and_names_bounded, query_n)
+             segments_store_wraps_and_cuts, devices_and_names_bounded, query_n, dup_is_a_frozen_copy)

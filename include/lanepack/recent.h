@@ -58,6 +58,9 @@ typedef struct lp_recent_s lp_recent_t;
 /* The ring, empty. NULL without memory. Owned by the caller (lp_recent_free). */
 lp_recent_t *lp_recent_new(void);
 void lp_recent_free(lp_recent_t *r);
+/* A copy of r as it is now (a page renders from it on another thread while r
+ * goes on changing). NULL without memory; the caller owns it (lp_recent_free). */
+lp_recent_t *lp_recent_dup(const lp_recent_t *r);
 
 /* Records a batch that left; returns its ticket (never 0) for lp_recent_answered. */
 uint64_t lp_recent_sent(lp_recent_t *r, const lp_recent_sent_t *s);

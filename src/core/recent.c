@@ -44,6 +44,12 @@ lp_recent_t *lp_recent_new(void) { return calloc(1, sizeof(lp_recent_t)); }
 
 void lp_recent_free(lp_recent_t *r) { free(r); }
 
+lp_recent_t *lp_recent_dup(const lp_recent_t *r) {
+  lp_recent_t *c = malloc(sizeof(*c)); /* fixed arrays only: one copy holds it all */
+  if (c) memcpy(c, r, sizeof(*c));
+  return c;
+}
+
 static void copy_str(char *dst, size_t cap, const char *src) {
   snprintf(dst, cap, "%s", src ? src : "");
 }

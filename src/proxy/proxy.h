@@ -42,7 +42,7 @@ typedef struct lp_front_s lp_front_t;
 typedef struct lp_ctl_s lp_ctl_t;
 
 /* Counters one thread writes and another reads (a front's, read by the
- * scheduler rendering /metrics): relaxed loads and stores, no locked
+ * front rendering /metrics): relaxed loads and stores, no locked
  * instruction (the owner is the only writer). */
 #define LP_RELAXED_INC(x) __atomic_store_n(&(x), __atomic_load_n(&(x), __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED)
 #define LP_RELAXED_ADD(x, v) __atomic_store_n(&(x), __atomic_load_n(&(x), __ATOMIC_RELAXED) + (v), __ATOMIC_RELAXED)
@@ -137,7 +137,7 @@ typedef struct lp_alog_s {
  * up to LP_RECHECK_MAX_MS, and starts afresh after a quiet spell. */
 #define LP_RECHECK_FIRST_MS 500
 #define LP_RECHECK_MAX_MS 16000
-/* The statuses counted per route, 0-terminated (sched/status.c). */
+/* The statuses counted per route, 0-terminated (front/reject.c). */
 extern const int lp__status_codes[LP_STATUS_SLOTS];
 
 /* A backend's answer (or one v2 sequence's values), shared by the sequences
@@ -161,6 +161,69 @@ lp_answer_t *lp__answer_copy(const void *data, size_t len);
 void lp__answer_adopt(lp_answer_t *a, lp_tensor_t *t);
 void lp__answer_ref(lp_answer_t *a);
 void lp__answer_unref(lp_answer_t *a); /* NULL: nothing */
+
+/* What the pages of the scheduler's state show (/metrics, /v1/models,
+ * readiness, the v2 metadata and readiness, /v1/batches/recent): plain numbers
+ * and copied strings, taken on the scheduler's thread (sched/snapshot.c) and
+ * rendered as text by the fronts (front/pages.c), so that no page's
+ * formatting runs on the thread that dispatches. Nothing in it points into
+ * the scheduler's state or the configuration: a reload rewrites p->cfg and the
+ * backends' URLs in place while a front renders, so names are copied (a few
+ * hundred bytes a backend), not pinned. One snapshot serves every page request
+ * of a wake-up: each holds a reference, the last one dropped frees it. */
+enum { LP_SNAP_METRICS = 1, LP_SNAP_RECENT = 2 }; /* parts beyond the models' basics */
+
+typedef struct lp_snap_backend_s {
+  char url[LP_URL_MAX];
+  int healthy;
+  uint32_t inflight;
+  uint64_t batches, failures;
+  /* LP_SNAP_METRICS: its device clock */
+  uint32_t devices;
+  uint64_t busy_ns, useful_ns, lead_ns;
+  uint64_t cost_ns[LP_BUCKET_MAX_SHAPES]; /* expected time of a batch per shape slot; 0: unknown */
+} lp_snap_backend_t;
+
+typedef struct lp_snap_model_s {
+  char name[LP_NAME_MAX];
+  char v2_output[64];      /* its output tensor's name as v2 clients see it */
+  int ragged, ready;
+  lp_dtype_t v2_dtype;     /* the datatype its v2 metadata names */
+  uint64_t queued_seqs, queued_tokens;
+  lp_bucket_set_t shapes;  /* states and counters; a free slot has lanes 0 */
+  lp_snap_backend_t *backends; /* nbackends, in the snapshot's block */
+  size_t nbackends;
+  /* LP_SNAP_METRICS */
+  uint64_t batches_by_shape[LP_BUCKET_MAX_SHAPES];
+  uint64_t real_tokens, pad_tokens, sequences_done;
+  uint64_t waiting, running; /* its requests as one walk of its live jobs found them */
+  double saturation;       /* lp_saturation_update's, sampled when taken */
+  lp_hist_t fill, duration, service, service_error, queue_delay;
+  lp_hist_t fill_by_shape[LP_BUCKET_MAX_SHAPES];
+} lp_snap_model_t;
+
+typedef struct lp_snap_s {
+  int refs;                /* atomic: one per page job holding it (and its taker's while it hands them out) */
+  unsigned parts;          /* LP_SNAP_* taken */
+  uint64_t at_ns;          /* when taken (lp__now) */
+  int unready;             /* SIGTERM seen */
+  double start_time;
+  uint64_t retries, stalls, hedges_won, inflight_batches;
+  lp_snap_model_t *models; /* nmodels, in the snapshot's block */
+  size_t nmodels;
+  lp_recent_t *recent;     /* LP_SNAP_RECENT: a copy of the ring; NULL when the proxy keeps none; owned */
+} lp_snap_t;
+
+/* handoff/snapshot.c. new: one zeroed block for nmodels models and nbackends
+ * backends in all (models[i].backends left for the taker to point into
+ * backends[0..nbackends), given as *backends), with the caller's reference;
+ * NULL without memory. unref drops a reference (NULL: nothing): the last frees
+ * the block and the ring's copy, on whichever thread drops it. parts: what a
+ * page of route (LP_ROUTE_*) needs beyond the models' basics. */
+lp_snap_t *lp__snap_new(size_t nmodels, size_t nbackends, lp_snap_backend_t **backends);
+void lp__snap_ref(lp_snap_t *s);
+void lp__snap_unref(lp_snap_t *s);
+unsigned lp__snap_parts(int route);
 
 /* One sequence of a job: waiting (queued or in flight: the core knows which),
  * or done. */
@@ -215,11 +278,14 @@ struct lp_job_s {
                              1 per item of a batch sending its text (batch.c) */
   int waited;             /* remote: a client waits for its answer (the scheduler's view) */
   int handed_back;        /* remote: the scheduler is done with it (written by the scheduler) */
-  int admin_route;        /* remote: not an inference but a page the scheduler renders (LP_ROUTE_*, or
-                             LP_ROUTE_V2 with admin_v2 set) */
+  int admin_route;        /* not an inference but a page of the scheduler's state (LP_ROUTE_*, or
+                             LP_ROUTE_V2 with admin_v2 set): remote, or the advice */
   int admin_v2;           /* lp_v2_route_t of a v2 page */
   char *admin_url;        /* its URL (the query is read); owned */
   size_t admin_path_len;  /* admin_url[0..admin_path_len) is the path */
+  lp_snap_t *snap;        /* a page's snapshot to render (a reference), set by the scheduler; dropped
+                             by the front once rendered, or when the job is freed; NULL: res_* hold
+                             the answer (the advice, an error) */
   /* its answer, written by the scheduler (remote): status (0: none), code and
    * message of an error, or the body of a success behind LP_HEAD_ROOM bytes */
   int res_status;
@@ -616,8 +682,9 @@ void lp__on_admin_request(lp_http_req_t *req, void *ud);
 void lp__on_cancel(lp_http_req_t *req, void *ud);
 void lp__on_reject(lp_http_req_t *req, int status, const char *code, void *ud);
 
-/* A page the scheduler renders (/metrics, /v1/models, advice, readiness, v2
- * metadata): its status, and on an error its code and message. */
+/* A page of the scheduler's state (/metrics, /v1/models, advice, readiness,
+ * v2 metadata, recent batches) as rendered: its status, and on an error its
+ * code and message. */
 typedef struct lp_page_s {
   int status;
   const char *ctype;      /* a string literal */
@@ -625,10 +692,11 @@ typedef struct lp_page_s {
   const char *code;       /* an error: its code (a string literal), or NULL */
   char msg[256];
 } lp_page_t;
-/* sched/status.c: renders the page of route (LP_ROUTE_*; LP_ROUTE_V2 with v2r, a
- * lp_v2_route_t) for url (path_len bytes of path, then the query) into body. */
-void lp__render_page(lp_proxy_t *p, int route, int v2r, const char *url, size_t path_len, lp_buf_t *body,
-                     lp_page_t *pg);
+/* sched/snapshot.c: the scheduler's state as the pages show it, its parts
+ * (LP_SNAP_*) beside the models' basics; the caller's reference, or NULL
+ * without memory. Only on the scheduler's thread: it walks live jobs and
+ * samples each model's saturation (LP_SNAP_METRICS). */
+lp_snap_t *lp__sched_snapshot(lp_proxy_t *p, unsigned parts);
 
 /* front/front.c: the front loops, their listeners and threads; what the
  * process tells every front (new limits, tokens and configuration on a
@@ -661,18 +729,20 @@ void lp__front_send_batches(lp_front_t *f, lp_batch_t *list);
 void lp__front_on_flush(uv_check_t *h);
 /* The front's open connections, published for /metrics. */
 void lp__front_publish(lp_front_t *f);
-/* Answers a page of the scheduler's state, rendered here (one loop) or by the
- * scheduler (a message there and back). */
-void lp__front_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r);
-/* A page for the scheduler to render, answered when it comes back (remote,
- * and the advice, which may wait for its worker, with one loop too). */
+/* A page job for the scheduler, answered when it comes back (remote, and the
+ * advice, which may wait for its worker, with one loop too). */
 void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r);
-/* Answers req with a rendered page. */
-void lp__front_answer_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r, const lp_buf_t *body,
-                           const lp_page_t *pg);
+/* front/pages.c: the pages of the scheduler's state rendered on the front.
+ * Answers one: from a snapshot taken in place (one loop) or asked of the
+ * scheduler (a message there and back); the advice is the scheduler's. */
+void lp__front_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r);
+/* A page job back from the scheduler: req answered from its snapshot (which
+ * the job's reference then drops) or its res_* (the advice, an error). */
+void lp__front_page_back(lp_front_t *f, lp_job_t *job, lp_http_req_t *req);
 
-/* sched/inbox.c: the scheduler's side. Renders a page job, answered through
- * p->page_done; takes what the fronts sent (the inbox's wake-up). */
+/* sched/inbox.c: the scheduler's side. A page job gets its snapshot (or the
+ * advice its answer) and goes back through p->page_done; takes what the fronts
+ * sent (the inbox's wake-up), one snapshot for a wake-up's pages. */
 void lp__sched_page(lp_proxy_t *p, lp_job_t *job);
 void lp__sched_on_inbox(lp_wake_t *w);
 
@@ -827,14 +897,11 @@ int lp__v2_route(lp_front_t *f, lp_http_req_t *req);
 void lp__v2_reject(lp_front_t *f, lp_http_req_t *req, int status, const char *code, const char *msg);
 void lp__v2_reject_job(lp_front_t *f, lp_http_req_t *req, int status, const char *code, const char *msg,
                        const lp_job_t *job);
-/* The v2 pages that read the scheduler's state (readiness, model metadata). */
 /* sched/v2pages.c: the model a v2 path names (n bytes; NULL: none), and the
  * name of a model's output tensor. */
 lp_model_t *lp__v2_find_model(lp_proxy_t *p, const lp_config_t *c, const char *name, size_t n);
 const char *lp__v2_output_name_of(const lp_model_config_t *c);
 const char *lp__v2_output_name(const lp_model_t *m);
-void lp__v2_render_page(lp_proxy_t *p, int v2r, const char *url, size_t path_len, lp_buf_t *body,
-                        lp_page_t *pg);
 /* A v2 job's answer body (its sequences' outputs as one tensor), its content
  * type and extra header lines. -EPROTO when the outputs are not numbers,
  * -EDOM when its parts came in different datatypes or shapes. */
@@ -905,19 +972,17 @@ long lp__check_vector(const lp_job_t *job, long n, long *first);
 void lp__put_output(lp_buf_t *b, const lp_seq_t *s);
 
 /* batchview.c: the recent-batches ring fed as each batch leaves (after its
- * transfer started) and ends, and GET /v1/batches/recent rendered from it. */
+ * transfer started) and ends (GET /v1/batches/recent is rendered from a copy
+ * by front/pages.c). */
 void lp__batchview_sent(lp_model_t *m, lp_batch_t *bt, const lp_disp_action_t *a);
 void lp__batchview_answered(lp_model_t *m, const lp_batch_t *bt, lp_disp_outcome_t outcome, int http_status,
                             uint64_t device_ns, uint64_t now);
-void lp__batchview_render(lp_proxy_t *p, const char *url, size_t path_len, lp_buf_t *b, lp_page_t *pg);
 
 /* front/view.c: GET / where /metrics is served, the live view's static page
  * (embedded at build time; it holds no data and fetches /v1/batches/recent). */
 void lp__view_page(lp_front_t *f, lp_http_req_t *req);
 
-/* status.c: /metrics, /v1/models, /v1/buckets/advice */
-void lp__render_metrics(lp_proxy_t *p, lp_buf_t *out);
-void lp__render_models(lp_proxy_t *p, lp_buf_t *out);
+/* status.c: the padding answer of /v1/buckets/advice */
 int lp__render_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, lp_buf_t *out, char *err,
                       size_t errlen);
 

@@ -29,14 +29,8 @@ static void front_job_back(lp_front_t *f, lp_job_t *job) {
   if (req) {
     req->app = NULL;
     job->front_req = NULL;
-    if (job->admin_route) {
-      lp_page_t pg = {.status = job->res_status, .ctype = job->res_ctype,
-                      .hdr = job->res_hdr[0] ? job->res_hdr : NULL, .code = job->res_code[0] ? job->res_code : NULL};
-      snprintf(pg.msg, sizeof(pg.msg), "%s", job->res_msg);
-      lp__front_answer_page(f, req, job->admin_route, job->admin_v2, &job->res_body, &pg);
-    } else {
-      lp__job_deliver(f, job, req);
-    }
+    if (job->admin_route) lp__front_page_back(f, job, req);
+    else lp__job_deliver(f, job, req);
   }
   lp__job_release(job); /* without a cancel sent, the only reference: freed at once */
 }

@@ -8,6 +8,11 @@
 #include "lanepack/v2.h"
 #include "proxy.h"
 
+/* The statuses the fronts count answers by, each a slot of their counters
+ * (pages.c names them when it renders the counters). */
+const int lp__status_codes[LP_STATUS_SLOTS] = {200, 400, 401, 404, 405, 408, 409, 411, 413, 415,
+                                               417, 422, 424, 429, 431, 500, 502, 503, 504, 505, 0};
+
 void lp_proxy_count(lp_front_t *f, int route, int status) {
   int s = 0;
   while (lp__status_codes[s] && lp__status_codes[s] != status) s++;

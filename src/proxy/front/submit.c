@@ -8,31 +8,6 @@
 
 #include "proxy.h"
 
-/* A page of the scheduler's state: rendered here with one loop, by the
- * scheduler (a message there and back) with several. */
-void lp__front_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
-  if (f->remote || route == LP_ROUTE_ADVICE) { /* the advice may wait for its worker */
-    lp__front_ask_page(f, req, route, v2r);
-    return;
-  }
-  lp_page_t pg;
-  lp_buf_reset(&f->scratch);
-  lp__render_page(f->proxy, route, v2r, req->url, req->path_len, &f->scratch, &pg);
-  lp__front_answer_page(f, req, route, v2r, &f->scratch, &pg);
-}
-
-void lp__front_answer_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r, const lp_buf_t *body,
-                           const lp_page_t *pg) {
-  (void)v2r;
-  if (pg->code) {
-    if (route == LP_ROUTE_V2) lp__v2_reject(f, req, pg->status, pg->code, pg->msg);
-    else lp_proxy_reject(f, req, route, pg->status, pg->hdr, pg->code, pg->msg, NULL);
-    return;
-  }
-  if (route != LP_ROUTE_METRICS) lp_proxy_count(f, route, pg->status); /* /metrics counts itself first */
-  lp_http_respond(req, pg->status, pg->hdr, pg->ctype, body->data, body->len);
-}
-
 static void on_front_flush_soon(uv_idle_t *h);
 
 void lp__front_submit(lp_front_t *f, lp_http_req_t *req, lp_job_t *job) {
@@ -78,7 +53,6 @@ void lp__front_publish(lp_front_t *f) {
 }
 
 void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
-  lp__front_publish(f); /* the asking front's count is current (the others' as of their last tick) */
   lp_job_t *job = calloc(1, sizeof(*job));
   char *url = job ? malloc(req->url_len + 1) : NULL;
   if (!url) {

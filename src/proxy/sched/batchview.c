@@ -1,6 +1,6 @@
 /* Runs on the scheduler thread: each batch told to the recent-batches ring as
- * it leaves and when it ends, and GET /v1/batches/recent rendered from it (the
- * live view's data: lengths and timings, never tokens or request ids). */
+ * it leaves and when it ends (the live view's data: lengths and timings, never
+ * tokens or request ids; GET /v1/batches/recent renders a copy, front/pages.c). */
 #include <stdio.h>
 #include <string.h>
 
@@ -36,19 +36,4 @@ void lp__batchview_answered(lp_model_t *m, const lp_batch_t *bt, lp_disp_outcome
   lp_recent_t *r = m->proxy->recent;
   if (r && bt->view_ticket)
     (void)lp_recent_answered(r, bt->view_ticket, lp_disp_outcome_name(outcome), http_status, device_ns, now);
-}
-
-void lp__batchview_render(lp_proxy_t *p, const char *url, size_t path_len, lp_buf_t *b, lp_page_t *pg) {
-  const char *q = url + path_len;
-  if (*q == '?') q++;
-  uint32_t n;
-  if (lp_recent_query_n(q, strlen(q), &n)) {
-    pg->status = 400;
-    pg->code = "bad_parameter";
-    snprintf(pg->msg, sizeof(pg->msg), "n must be an integer from 1 to %d", LP_RECENT_BATCHES);
-    return;
-  }
-  pg->hdr = "Cache-Control: no-store\r\n";
-  if (!p->recent) lp_buf_printf(b, "{\"capacity\": %d, \"batches\": []}\n", LP_RECENT_BATCHES);
-  else lp_recent_render(p->recent, n, lp__now(), b);
 }

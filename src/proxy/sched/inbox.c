@@ -1,5 +1,6 @@
 /* Runs on the scheduler thread: what the fronts send it (jobs to admit,
- * cancels, page requests, a front's drain done), taken once per wake-up. */
+ * cancels, page requests, a front's drain done), taken once per wake-up; the
+ * wake-up's pages get one snapshot of its state to be rendered from. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,19 +8,36 @@
 #include "lanepack/log.h"
 #include "proxy.h"
 
+/* Pages linked by mq_next (none the advice's), all served by one snapshot
+ * taken now: what it holds is as fresh as the inbox's order asks (an answer a
+ * client had before it asked was handed back in an earlier turn), and its
+ * text is the fronts' to format. Without memory each is answered 503. */
+static void sched_pages(lp_proxy_t *p, lp_job_t *pages, unsigned parts) {
+  lp_snap_t *s = lp__sched_snapshot(p, parts);
+  while (pages) {
+    lp_job_t *job = pages;
+    pages = job->mq_next; /* before: handing back relinks it */
+    if (s) {
+      lp__snap_ref(s);
+      job->snap = s;
+    } else {
+      job->res_status = 503;
+      snprintf(job->res_code, sizeof(job->res_code), "out_of_memory");
+      snprintf(job->res_msg, sizeof(job->res_msg), "proxy out of memory");
+      snprintf(job->res_hdr, sizeof(job->res_hdr), "Retry-After: 1\r\n");
+    }
+    p->page_done(job);
+  }
+  lp__snap_unref(s); /* the taker's: the pages hold theirs */
+}
+
 void lp__sched_page(lp_proxy_t *p, lp_job_t *job) {
   if (job->admin_route == LP_ROUTE_ADVICE) { /* may wait for its worker */
     lp__advice_page(p, job);
     return;
   }
-  lp_page_t pg;
-  lp__render_page(p, job->admin_route, job->admin_v2, job->admin_url, job->admin_path_len, &job->res_body, &pg);
-  job->res_status = pg.status;
-  job->res_ctype = pg.ctype;
-  snprintf(job->res_hdr, sizeof(job->res_hdr), "%s", pg.hdr ? pg.hdr : "");
-  if (pg.code) snprintf(job->res_code, sizeof(job->res_code), "%s", pg.code);
-  snprintf(job->res_msg, sizeof(job->res_msg), "%s", pg.msg);
-  p->page_done(job);
+  job->mq_next = NULL;
+  sched_pages(p, job, lp__snap_parts(job->admin_route));
 }
 
 static void sched_admit(lp_proxy_t *p, lp_job_t *job) {
@@ -44,13 +62,25 @@ void lp__sched_on_inbox(lp_wake_t *w) {
   lp_ctl_t *ctls;
   lp_batch_t *batches;
   lp__mbox_take(&p->inbox, &jobs, &cancels, &ctls, &batches);
+  /* the pages of this wake-up, in order, to share one snapshot */
+  lp_job_t *pages = NULL, **pages_tail = &pages;
+  unsigned parts = 0;
   /* admissions first: a cancel taken with them always finds its job admitted */
   while (jobs) {
     lp_job_t *job = jobs;
     jobs = job->mq_next;
-    if (job->admin_route) lp__sched_page(p, job);
-    else sched_admit(p, job);
+    if (job->admin_route == LP_ROUTE_ADVICE) {
+      lp__advice_page(p, job);
+    } else if (job->admin_route) {
+      job->mq_next = NULL;
+      *pages_tail = job;
+      pages_tail = &job->mq_next;
+      parts |= lp__snap_parts(job->admin_route);
+    } else {
+      sched_admit(p, job);
+    }
   }
+  if (pages) sched_pages(p, pages, parts);
   while (cancels) {
     lp_job_t *job = cancels;
     cancels = job->cq_next;

@@ -222,6 +222,7 @@ void lp__job_release(lp_job_t *job) {
       __atomic_sub_fetch(&job->refs, 1, __ATOMIC_ACQ_REL) != 0)
     return;
   lp__job_drop_outputs(job);
+  lp__snap_unref(job->snap); /* a page whose client left before it was rendered */
   lp_buf_free(&job->res_body);
   free(job->admin_url);
   free(job->tracestate);

@@ -1,5 +1,5 @@
-/* Runs on the scheduler thread: the Open Inference Protocol's pages (server
- * and model metadata, liveness and readiness) rendered from the models. */
+/* The Open Inference Protocol's names of the models: the model a v2 path
+ * names, its output tensor (its pages are rendered by front/pages.c). */
 #include <stdio.h>
 #include <string.h>
 
@@ -19,55 +19,3 @@ const char *lp__v2_output_name_of(const lp_model_config_t *c) {
 }
 
 const char *lp__v2_output_name(const lp_model_t *m) { return lp__v2_output_name_of(m->cfg); }
-
-/* The datatype answers carry: a v2 backend's own (from its model metadata,
- * then from each answer; FP32 until one of them has been seen); FP64 for a
- * lanepack-JSON backend, whose outputs are JSON numbers (never chosen per value). */
-static lp_dtype_t v2_out_dtype(const lp_model_t *m) {
-  if (m->cfg->protocol != LP_PROTO_V2) return LP_DT_FP64;
-  return m->v2_out_dtype != LP_DT_INVALID ? m->v2_out_dtype : LP_DT_FP32;
-}
-
-static void metadata(lp_buf_t *bp, lp_model_t *m) {
-#define b (*bp)
-  lp_buf_puts(&b, "{\"name\":");
-  lp_buf_json_str(&b, m->cfg->name, strlen(m->cfg->name));
-  lp_buf_puts(&b, ",\"versions\":[\"1\"],\"platform\":\"lanepack\",\"inputs\":[{\"name\":\"input_ids\","
-                  "\"datatype\":\"INT64\",\"shape\":[-1,-1]}],\"outputs\":[{\"name\":");
-  const char *on = lp__v2_output_name(m);
-  lp_buf_json_str(&b, on, strlen(on));
-  lp_buf_puts(&b, ",\"datatype\":\"");
-  lp_buf_puts(&b, lp_dtype_name(v2_out_dtype(m)));
-  lp_buf_puts(&b, "\",\"shape\":[-1,-1,-1]}],\"parameters\":{\"max_sequence_length\":");
-  lp_buf_u64(&b, lp_bucket_set_max_len(&m->shapes));
-  lp_buf_puts(&b, "}}\n");
-#undef b
-}
-
-static void status_only(lp_buf_t *b, lp_page_t *pg, int ok) {
-  pg->status = ok ? 200 : 503;
-  lp_buf_puts(b, ok ? "{}\n" : "{\"error\":\"not ready\"}\n");
-}
-
-void lp__v2_render_page(lp_proxy_t *p, int v2r, const char *url, size_t path_len, lp_buf_t *body,
-                        lp_page_t *pg) {
-  const char *name;
-  size_t nlen;
-  lp_v2_route(url, path_len, &name, &nlen);
-  if (v2r == LP_V2_READY) {
-    int ready = !p->unready;
-    for (size_t i = 0; i < p->nmodels && ready; i++) ready = lp__model_ready(&p->models[i]);
-    status_only(body, pg, ready);
-    return;
-  }
-  lp_model_t *m = lp__v2_find_model(p, &p->cfg, name, nlen);
-  if (!m) {
-    pg->status = 404;
-    pg->code = "unknown_model";
-    snprintf(pg->msg, sizeof(pg->msg), "no model named '%.*s'", (int)(nlen > 64 ? 64 : nlen), name);
-  } else if (v2r == LP_V2_MODEL) {
-    metadata(body, m);
-  } else {
-    status_only(body, pg, !p->unready && lp__model_ready(m));
-  }
-}
