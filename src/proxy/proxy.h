@@ -417,12 +417,16 @@ struct lp_batch_s {
   int v2;                 /* an Open Inference Protocol batch */
   int v2_per_segment;     /* its output is one value per segment */
   char v2_output[64];     /* the output to read; "": the answer's first */
-  /* a JSON batch's body is written by lp__transfer_start, on the relay's
-   * thread: the writer (the model's, immutable while the model lives) and
-   * its name are what it reads beside the fields above */
-  int body_pending;
+  /* a body written by lp__transfer_start, on the front that sends it (a JSON
+   * batch's, a v2 gathered one's): what it reads beside the fields above, the
+   * writer and the rectangles' runs borrowed (the model's, immutable while
+   * the model lives), the rest copied */
+  enum { LP_BODY_NONE, LP_BODY_JSON, LP_BODY_V2 } body_pending;
   const lp_batchjson_t *writer;
   char model_name[LP_NAME_MAX];
+  lp_v2_config_t v2cfg;
+  const lp_rectbin_t *rect;
+  lp_buf_t members;       /* a v2 request's members (id, parameters, outputs); owned, reused */
   /* how it ended (relay/transfer.c), read by the scheduler once handed back */
   int unstarted;          /* the transfer could not start */
   int unbuilt;            /* ... as its body could not be written (out of memory) */
@@ -484,7 +488,6 @@ struct lp_model_s {
   size_t nspare;
   lp_answer_t *answer;     /* the answer being sliced (its reference) while delivering */
   uint64_t trace_rng;      /* splitmix64 state of its batches' span ids */
-  lp_buf_t v2_members;     /* a v2 request's members (id, parameters, outputs); reused */
   lp_dtype_t v2_out_dtype; /* the datatype v2 backends last answered in */
   lp_place_t *place;       /* dispatch scratch (the layout's input); owned */
   size_t scratch_cap;
@@ -863,7 +866,7 @@ void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *
 /* v2link.c: Open Inference Protocol backends */
 int lp__v2_model_name(const lp_model_t *m, int shape, char *out, size_t cap);
 /* The batch as a v2 request: bt->body, bt->url, bt->headers. 0 or -errno. */
-int lp__v2_encode(lp_model_t *m, lp_batch_t *bt, const char *const *item_ids, const char *const *item_traces);
+int lp__v2_encode(lp_model_t *m, lp_batch_t *bt);
 /* Whether m's v2 bodies are gather lists (binary INT32 rectangles: the
  * sequences' tokens borrowed, ids from m->rect) rather than bt->body. */
 int lp__v2_gathered(const lp_model_t *m);
@@ -883,6 +886,10 @@ void lp__v2_close(lp_batch_t *bt);
  * for slicing: lp__answer_open) and bt->on_done runs on up's loop. 0, or
  * -ENOMEM when it could not start. */
 int lp__transfer_start(lp_upstream_t *up, lp_batch_t *bt);
+/* v2body.c: bt's Open Inference Protocol request (bt->body, or its gather
+ * list for binary INT32 rectangles), url-less: headers set. Reads only the
+ * batch (and the jobs it pins). 0 or -ENOMEM. */
+int lp__v2_body_write(lp_batch_t *bt);
 /* open.c: a 200 answer indexed (JSON: bt->scatter) or decoded and checked
  * (v2: bt->v2msg) against the batch it answers: 0, or -EPROTO/-ENOMEM with
  * bt->open_err. Reads only the batch. */

@@ -30,8 +30,8 @@ static void on_xfer_done(lp_xfer_t *x, void *ud) {
  * members' text or tokens and the writer's runs borrowed. Written on the
  * thread that starts the transfer so the scheduler's touches none of its
  * bytes; what it reads is the batch's and its pinned jobs'. */
-static int write_body(lp_batch_t *bt) {
-  bt->body_pending = 0;
+static int write_json_body(lp_batch_t *bt) {
+  bt->body_pending = LP_BODY_NONE;
   lp_batchjson_gather(bt->writer, &bt->gather, &bt->layout, bt->id, bt->model_name, bt->ids, bt->traces);
   bt->layout.texts = NULL; /* read only while the body is written */
   bt->layout.seqs = NULL;
@@ -42,9 +42,11 @@ int lp__transfer_start(lp_upstream_t *up, lp_batch_t *bt) {
   bt->unstarted = 0;
   bt->unbuilt = 0;
   bt->opened = 0;
-  if (bt->body_pending && write_body(bt)) {
+  int rc = bt->body_pending == LP_BODY_JSON ? write_json_body(bt)
+           : bt->body_pending == LP_BODY_V2 ? lp__v2_body_write(bt) : 0;
+  if (rc) {
     bt->unbuilt = 1;
-    return -ENOMEM;
+    return rc;
   }
   if (bt->layout.segs_only || !bt->v2)
     bt->xfer = lp_upstream_request_g(up, bt->url, &bt->gather, bt->headers, bt->timeout_ms, bt->max_answer,

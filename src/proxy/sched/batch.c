@@ -32,6 +32,7 @@ static void batch_destroy(lp_batch_t *b) {
   lp_layout_free(&b->layout);
   lp_buf_free(&b->body);
   lp_gather_free(&b->gather);
+  lp_buf_free(&b->members);
   free(b->items);
   free(b->seg_of);
   free(b->refs);
@@ -75,6 +76,7 @@ static lp_batch_t *batch_get(lp_model_t *m, size_t n) {
     lp_buf_init(&b->answer);
     lp_buf_init(&b->body);
     lp_gather_init(&b->gather);
+    lp_buf_init(&b->members);
   }
   if (n > b->items_cap) {
     lp_disp_item_t *it = realloc(b->items, n * sizeof(*it));
@@ -316,16 +318,13 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
     for (size_t i = 0; i < n; i++) __atomic_add_fetch(&job_of(bt->items[i].job_id)->refs, 1, __ATOMIC_RELAXED);
     bt->pinned = 1;
   }
-  bt->body_pending = 0;
+  bt->body_pending = LP_BODY_NONE;
   if (m->cfg->protocol == LP_PROTO_V2) {
-    if (lp__v2_encode(m, bt, bt->ids, bt->traces)) bt->body.oom = 1;
-    /* what the layout borrowed is read only while the body is written */
-    bt->layout.texts = NULL;
-    bt->layout.seqs = NULL;
+    if (lp__v2_encode(m, bt)) bt->body.oom = 1;
   } else {
     /* written where the transfer starts (lp__transfer_start): on a relay's
      * thread, not this one, from the batch's own arrays and its jobs' bytes */
-    bt->body_pending = 1;
+    bt->body_pending = LP_BODY_JSON;
     bt->writer = &m->writer;
     snprintf(bt->model_name, sizeof(bt->model_name), "%s", m->cfg->name);
     bt->headers[0] = "Content-Type: application/json";

@@ -242,7 +242,6 @@ int lp__model_init(lp_model_t *m, lp_proxy_t *p, const lp_model_config_t *cfg) {
   lp_hist_init(&m->service, time_bounds, sizeof(time_bounds) / sizeof(time_bounds[0]));
   lp_hist_init(&m->queue_delay, time_bounds, sizeof(time_bounds) / sizeof(time_bounds[0]));
   lp_hist_init(&m->service_error, error_bounds, sizeof(error_bounds) / sizeof(error_bounds[0]));
-  lp_buf_init(&m->v2_members);
   m->wake_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (m->wake_fd < 0) return -errno;
   int rc = uv_poll_init(p->loop, &m->wake, m->wake_fd);
@@ -282,7 +281,6 @@ void lp__model_close(lp_model_t *m) {
   lp_lenhist_free(&m->lengths);
   lp_batchjson_free(&m->writer);
   lp_rectbin_free(&m->rect);
-  lp_buf_free(&m->v2_members);
   lp__batches_free(m);
   free(m->place);
 }
