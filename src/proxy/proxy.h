@@ -382,9 +382,12 @@ struct lp_batch_s {
   size_t cursor;          /* next item expected in OUTPUT order */
   lp_batch_t *next_spare; /* model's pool of finished batches */
   lp_layout_t layout;     /* owned */
-  lp_buf_t body;          /* the request sent upstream (v2); owned */
-  /* the JSON request as a gather list: the members' token text and the
-   * writer's runs borrowed, read out by curl, never assembled; owned */
+  /* the request sent upstream, written by the scheduler (v2 arrays) or, for
+   * a pending body (body_pending), by the front that sends it: owned */
+  lp_buf_t body;
+  /* the JSON (or v2 binary) request as a gather list: the members' token text
+   * and the writer's runs borrowed, read out by curl, never assembled; owned;
+   * likewise written where body_pending says */
   lp_gather_t gather;
   int pinned;             /* each item's job holds a reference of the batch's
                              (its text is in the gather list) until it is freed */
@@ -397,8 +400,10 @@ struct lp_batch_s {
   const char **ids;       /* request ids */
   const char **traces;    /* traceparents */
   uint64_t dispatch_ns;
-  /* ---- the transfer's half: written by the scheduler before it starts, then
-   * the relay's (relay/) until it hands the batch back ---- */
+  /* ---- the transfer's half: written by the scheduler before the hand-over,
+   * then the sending front's (relay/ code on its loop; with threads 1, the one
+   * loop's) until it hands the batch back: it writes the pending body, the
+   * layout's texts and seqs (cleared), headers and the outcome below ---- */
   lp_xfer_t *xfer;        /* in flight; the transfer's thread's */
   /* where it goes, the header lines it needs, its bounds and how to read its
    * answer: copied here, as a reload may change the model meanwhile */
@@ -444,7 +449,7 @@ struct lp_batch_s {
   int v2_open;            /* v2msg holds a decoded answer (freed by lp__v2_close) */
   void (*on_done)(lp_batch_t *bt, void *ud); /* where the transfer's thread hands it */
   void *on_done_ud;
-  lp_batch_t *relay_next; /* in a relay's queue, out or back */
+  lp_batch_t *relay_next; /* in a hand-over list: to a front, or back */
   lp_front_t *front;      /* several threads: the front whose loop runs its
                              transfer (the scheduler's count, batches_out) */
   int in_flight;          /* its transfer is running */

@@ -12,9 +12,9 @@
  * spins 997 pauses, then sched_yield()s, and again. A sender descheduled
  * inside that write() (a wake-up is the kernel's costliest part of it) kept
  * the scheduler spinning for about a tenth of its time with 2 fronts and 2
- * relays on 2 cores. An eventfd the owner reads before it takes its queue
+ * relay threads (round 7) on 2 cores. An eventfd the owner reads before it takes its queue
  * needs no such wait: a push after the read finds the queue empty and writes
- * again (see lp__mbox_push_jobs and the relays' push). */
+ * again (see lp__mbox_push). */
 static void on_readable(uv_poll_t *h, int status, int events) {
   lp_wake_t *w = container_of(h, lp_wake_t, poll);
   (void)events;
@@ -33,8 +33,13 @@ int lp__wake_init(lp_wake_t *w, uv_loop_t *loop, lp_wake_cb cb, void *data) {
   w->cb = cb;
   w->data = data;
   int rc = uv_poll_init(loop, &w->poll, w->fd);
-  if (rc == 0) rc = uv_poll_start(&w->poll, UV_READABLE, on_readable);
   if (rc) {
+    close(w->fd);
+    w->fd = -1;
+    return rc;
+  }
+  if ((rc = uv_poll_start(&w->poll, UV_READABLE, on_readable)) != 0) {
+    uv_close((uv_handle_t *)&w->poll, NULL); /* the owner's loop finishes it */
     close(w->fd);
     w->fd = -1;
     return rc;

@@ -185,8 +185,9 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
 
 void lp_proxy_free(lp_proxy_t *p) {
   lp__advice_free(p);
-  for (size_t i = 0; i < LP_MAX_MODELS; i++) lp_tok_free(p->tok[i]);
   lp__fronts_stop(p); /* joins the threads and frees what the fronts own */
+  /* after: a front left running (stranded) until its join could still tokenize */
+  for (size_t i = 0; i < LP_MAX_MODELS; i++) lp_tok_free(p->tok[i]);
   lp_recent_free(p->recent);
   p->recent = NULL;
 }

@@ -99,6 +99,7 @@ static lp_batch_t *batch_get(lp_model_t *m, size_t n) {
   }
   lp_buf_reset(&b->body);
   lp_gather_reset(&b->gather);
+  b->unstarted = b->unbuilt = 0; /* a reused batch's last ending is not this one's */
   b->pinned = 0;
   b->model = m;
   b->nitems = 0;
@@ -322,7 +323,7 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   if (m->cfg->protocol == LP_PROTO_V2) {
     if (lp__v2_encode(m, bt)) bt->body.oom = 1;
   } else {
-    /* written where the transfer starts (lp__transfer_start): on a relay's
+    /* written where the transfer starts (lp__transfer_start): on a front's
      * thread, not this one, from the batch's own arrays and its jobs' bytes */
     bt->body_pending = LP_BODY_JSON;
     bt->writer = &m->writer;
