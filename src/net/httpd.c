@@ -154,10 +154,10 @@ static const lp_http_busy_t busy_idle;
 /* A connection as it stays while idle, held per open connection: a record
  * from the server's slabs (conn_alloc), 296 bytes. Everything else is lent
  * while busy (lp_http_busy_t), the parser state and requests from pools, the
- * read buffer per loop. Times are the loop's
- * milliseconds cut to 32 bits (conn_now): only differences are taken, and the
- * longest a connection waits on one (the idle timeout, at most a day in the
- * configuration) is far below their 49 days. */
+ * read buffer per loop. Times are the loop's milliseconds cut to 32 bits
+ * (conn_now): only differences are taken, and the longest a connection waits
+ * on one (the idle timeout, at most a day in the configuration) is far below
+ * their 49 days. */
 struct lp_http_conn_s {
   uv_tcp_t tcp;                /* tcp.data: the server (lp_httpd_t) */
   lp_theap_node_t timer;       /* in srv->timers (ms) while a look is due */
@@ -209,14 +209,13 @@ static inline uint32_t ms_since(uint32_t now, uint32_t t) { return now - t; }
 
 /* Connection records are carved from slabs of their own, SLAB_BYTES each,
  * mapped aligned to their size (a record finds its slab by masking): packed
- * without malloc's 8-byte chunk header, and apart from the requests'
- * short-lived allocations. Mixed with those, a burst's records were scattered
- * over pages that its freed buffers left mostly empty, and those pages stayed
- * resident (glibc trims only whole free pages): 50-200 bytes more per idle
- * connection, varying from run to run. A slab's pages become resident as its
- * records are first lent (in address order); an emptied slab is unmapped,
- * but for one kept so that a connection opened and closed over and over at a
- * slab's edge does not map and unmap each time. 64 KB: 221 records, and the
+ * without malloc's chunk header (296 bytes took a 304-byte chunk), and apart
+ * from the requests' short-lived allocations, so that the pages a burst's
+ * freed buffers leave are not kept resident by the records of the
+ * connections it left open (glibc trims only whole free pages). A slab's
+ * pages become resident as its records are first lent (in address order);
+ * an emptied slab is unmapped, but for one kept so that a connection opened
+ * and closed over and over at a slab's edge does not map and unmap each time. 64 KB: 221 records, and the
  * slabs of 10,000 idle connections are 46 mappings. */
 #define SLAB_BYTES (64 * 1024)
 
