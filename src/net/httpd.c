@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <linux/sockios.h>
@@ -19,6 +20,19 @@
 #include <strings.h>
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* Under AddressSanitizer nothing is pooled or carved from slabs: every record
+ * is malloc'ed and freed, so that one used after its end is caught. */
+#if defined(__SANITIZE_ADDRESS__)
+#define LP_HTTP_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LP_HTTP_ASAN 1
+#endif
+#endif
+#ifndef LP_HTTP_ASAN
+#define LP_HTTP_ASAN 0
+#endif
 
 /* Bytes read ahead while the pipeline is full, before reading stops. */
 #define PENDING_MAX (64 * 1024)
@@ -85,8 +99,7 @@ struct lp_httpd_s {
   int closing;
   lp_httpd_config_t cfg;
   llhttp_settings_t settings;  /* outlives every parser */
-  lp_http_conn_t *conns;       /* open connections, doubly linked */
-  size_t nconns;               /* in the list: what the connection limit counts */
+  size_t nconns;               /* open (tcp.data is s): what the connection limit counts */
   size_t alive;                /* allocated, handles maybe closing: free s at 0 */
   char *rbuf;                  /* one read buffer for the loop: every read is parsed
                                   before the next, so idle connections hold none */
@@ -96,6 +109,10 @@ struct lp_httpd_s {
   lp_http_req_t *req_free;     /* pool of finished requests with their answer
                                   buffers (linked by _next), owned */
   size_t req_nfree;
+  struct lp_http_busy_s *busy_free; /* pool of busy records, owned */
+  size_t busy_nfree;
+  struct conn_slab_s *slabs;   /* slabs of connection records with room, owned */
+  struct conn_slab_s *slab_spare; /* an empty one kept, owned (or NULL) */
   /* One timer for every connection: a heap of their next looks, lazily keyed
    * (a key may be earlier than needed: the look re-arms), so that traffic
    * moves no timer and an idle connection holds 16 bytes of timing. */
@@ -112,25 +129,46 @@ struct lp_httpd_s {
   void *done_arg;
 };
 
-struct lp_http_conn_s {
-  lp_httpd_t *srv;
-  uv_tcp_t tcp;
-  lp_theap_node_t timer;       /* in srv->timers (ms) while a look is due */
+/* What a connection holds only while it has something in hand: a request
+ * being read or waiting for its answer, answers being written, a closing or
+ * lingering end. Taken from the server's pool by conn_busy(); an idle
+ * keep-alive connection points at busy_idle instead (as nginx keeps only its
+ * connection and event structs on an idle keep-alive connection). */
+typedef struct lp_http_busy_s {
   lp_http_parse_t *ps;         /* borrowed from the pool while a request is read */
-  lp_http_conn_t *prev, *next;
   lp_http_req_t *head, *tail;  /* requests in arrival order, head answered first */
   lp_http_req_t *cur;          /* being parsed (also in the list) */
-  uint64_t last_ns;            /* the last byte moved, either way (uv_now, ms) */
-  uint64_t since_ms;           /* the request being read began (uv_now ms); while
-                                  lingering: when lingering ends */
+  uint32_t since_ms;           /* the request being read began (conn_now); while
+                                  lingering: when lingering began */
   uint32_t unanswered;
-  uint32_t requests;           /* read whole on this connection (saturates at the limit) */
   uint32_t writing;            /* uv_writes in flight */
   uint32_t discarded;          /* bytes dropped (saturates; bounded far below) */
+  struct lp_http_busy_s *next_free; /* in the server's pool */
+} lp_http_busy_t;
+
+/* The record of an idle connection: all zero, read-only, so that reading a
+ * busy field needs no test, and a write that should have gone to a record of
+ * its own (conn_busy first) faults at once in the tests. */
+static const lp_http_busy_t busy_idle;
+
+/* A connection as it stays while idle, held per open connection: a record
+ * from the server's slabs (conn_alloc), 296 bytes. Everything else is lent
+ * while busy (lp_http_busy_t), the parser state and requests from pools, the
+ * read buffer per loop. Times are the loop's milliseconds cut to 32 bits
+ * (conn_now): only differences are taken, and the longest a connection waits
+ * on one (the idle timeout, at most a day in the configuration) is far below
+ * their 49 days. */
+struct lp_http_conn_s {
+  uv_tcp_t tcp;                /* tcp.data: the server (lp_httpd_t) */
+  lp_theap_node_t timer;       /* in srv->timers (ms) while a look is due */
+  lp_http_busy_t *b;           /* owned from the pool while busy, else &busy_idle */
+  uint32_t last_ms;            /* the last byte moved, either way (conn_now) */
+  uint32_t requests;           /* read whole on this connection (saturates at the limit) */
   uint32_t last_wq;            /* unsent bytes at the last look (low bits: a change) */
-  uint32_t burst;              /* requests read whole in this loop turn (burst_ms) */
-  uint64_t burst_ms;           /* the loop's time (uv_now) of that turn */
-  uint64_t burst_ns;           /* when the first of them was (uv_hrtime) */
+  uint32_t burst_ms;           /* the loop's time (conn_now) of the turn counted in burst */
+  uint32_t burst_ns;           /* when the first of them was (uv_hrtime, low 32 bits:
+                                  a turn is far shorter than their 4 s) */
+  unsigned burst : 20;         /* requests read whole in that turn (at most BURST_COUNT_MAX) */
   unsigned paused : 1;         /* parser paused: too many unanswered requests */
   unsigned reading : 1;
   unsigned closing : 1;        /* close once the queued answers are written */
@@ -144,6 +182,123 @@ struct lp_http_conn_s {
   unsigned yielded : 1;        /* paused for the others' turn: resumed by its timer */
 };
 
+/* The most an idle connection's record may take. The goal (issue 25) is an
+ * idle connection at most nginx's 440-520 resident bytes (doc/benchmarks.md);
+ * besides the record it holds a timer-heap slot and a libuv watcher slot (8
+ * to 16 bytes each), and the process' other threads move the figure by a
+ * hundred bytes from run to run, so the record keeps to what it is now, 296
+ * (it was 384, in a 400-byte malloc chunk): a field more belongs in
+ * lp_http_busy_t unless an idle connection needs it. */
+#define LP_HTTP_CONN_BUDGET 296
+_Static_assert(sizeof(struct lp_http_conn_s) <= LP_HTTP_CONN_BUDGET,
+               "an idle connection's record outgrew its budget");
+
+/* burst's width: requests counted in one turn saturate here, and a larger
+ * max_pipeline yields at this count (or after BURST_NS) instead. */
+#define BURST_COUNT_MAX ((1u << 20) - 1)
+
+static inline lp_httpd_t *conn_srv(const lp_http_conn_t *c) { return c->tcp.data; }
+
+/* The loop's time in ms, cut to 32 bits: for differences only. */
+static inline uint32_t conn_now(const lp_http_conn_t *c) { return (uint32_t)uv_now(c->tcp.loop); }
+
+/* Milliseconds from t to now, both conn_now times. */
+static inline uint32_t ms_since(uint32_t now, uint32_t t) { return now - t; }
+
+/* ---- connection records, from slabs ---- */
+
+/* Connection records are carved from slabs of their own, SLAB_BYTES each,
+ * mapped aligned to their size (a record finds its slab by masking): packed
+ * without malloc's chunk header (296 bytes took a 304-byte chunk), and apart
+ * from the requests' short-lived allocations, so that the pages a burst's
+ * freed buffers leave are not kept resident by the records of the
+ * connections it left open (glibc trims only whole free pages). A slab's
+ * pages become resident as its records are first lent (in address order);
+ * an emptied slab is unmapped, but for one kept so that a connection opened
+ * and closed over and over at a slab's edge does not map and unmap each time. 64 KB: 221 records, and the
+ * slabs of 10,000 idle connections are 46 mappings. */
+#define SLAB_BYTES (64 * 1024)
+
+typedef struct conn_slab_s {
+  struct conn_slab_s *prev, *next; /* in srv->slabs while it has room */
+  void *free;                      /* records given back, linked through their first word */
+  uint32_t used;                   /* records lent */
+  uint32_t fresh;                  /* records never lent yet: from this index on */
+  int listed;                      /* in srv->slabs */
+} conn_slab_t;
+
+#define SLAB_FIRST (((sizeof(conn_slab_t) + _Alignof(lp_http_conn_t) - 1) / _Alignof(lp_http_conn_t)) * \
+                    _Alignof(lp_http_conn_t))
+#define SLAB_RECORDS ((SLAB_BYTES - SLAB_FIRST) / sizeof(lp_http_conn_t))
+
+static void slab_list(lp_httpd_t *s, conn_slab_t *sl) {
+  sl->prev = NULL;
+  sl->next = s->slabs;
+  if (s->slabs) s->slabs->prev = sl;
+  s->slabs = sl;
+  sl->listed = 1;
+}
+
+static void slab_unlist(lp_httpd_t *s, conn_slab_t *sl) {
+  if (sl->prev) sl->prev->next = sl->next;
+  else s->slabs = sl->next;
+  if (sl->next) sl->next->prev = sl->prev;
+  sl->listed = 0;
+}
+
+/* A new slab: mapped twice its size and cut to its alignment. NULL if none. */
+static conn_slab_t *slab_map(void) {
+  size_t n = 2 * (size_t)SLAB_BYTES;
+  char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  uintptr_t a = ((uintptr_t)p + SLAB_BYTES - 1) & ~(uintptr_t)(SLAB_BYTES - 1);
+  size_t head = a - (uintptr_t)p;
+  if (head) munmap(p, head);
+  if (n - head > SLAB_BYTES) munmap((char *)a + SLAB_BYTES, n - head - SLAB_BYTES);
+  return (conn_slab_t *)a; /* zero-filled */
+}
+
+/* A zeroed connection record, or NULL. */
+static lp_http_conn_t *conn_alloc(lp_httpd_t *s) {
+  if (LP_HTTP_ASAN) return calloc(1, sizeof(lp_http_conn_t));
+  conn_slab_t *sl = s->slabs;
+  if (sl == NULL) {
+    if ((sl = s->slab_spare) != NULL) s->slab_spare = NULL;
+    else if ((sl = slab_map()) == NULL) return NULL;
+    slab_list(s, sl);
+  }
+  lp_http_conn_t *c;
+  if (sl->free) {
+    c = sl->free;
+    memcpy(&sl->free, c, sizeof(void *));
+  } else {
+    c = (lp_http_conn_t *)((char *)sl + SLAB_FIRST) + sl->fresh++;
+  }
+  if (++sl->used == SLAB_RECORDS) slab_unlist(s, sl);
+  memset(c, 0, sizeof(*c));
+  return c;
+}
+
+static void conn_dealloc(lp_httpd_t *s, lp_http_conn_t *c) {
+  if (LP_HTTP_ASAN) {
+    free(c);
+    return;
+  }
+  conn_slab_t *sl = (conn_slab_t *)((uintptr_t)c & ~(uintptr_t)(SLAB_BYTES - 1));
+  memcpy(c, &sl->free, sizeof(void *));
+  sl->free = c;
+  if (!sl->listed) slab_list(s, sl);
+  if (--sl->used) return;
+  slab_unlist(s, sl);
+  if (s->slab_spare) {
+    munmap(sl, SLAB_BYTES);
+    return;
+  }
+  sl->free = NULL; /* lent again from its first record: its resident pages first */
+  sl->fresh = 0;
+  s->slab_spare = sl;
+}
+
 static void conn_close(lp_http_conn_t *c);
 static void conn_flush(lp_http_conn_t *c);
 static void conn_parse(lp_http_conn_t *c, const char *data, size_t len);
@@ -153,10 +308,63 @@ static void conn_update_reading(lp_http_conn_t *c);
 static void conn_resume(lp_http_conn_t *c);
 static void server_maybe_finish(lp_httpd_t *s);
 
+/* ---- busy records, lent to connections while they have something in hand ---- */
+
+/* Busy records kept for reuse (56 bytes each): as many as the parser states,
+ * so that a steady load of that many busy connections allocates none; more
+ * are freed when given back. */
+#define BUSY_POOL_MAX (LP_HTTP_ASAN ? 0 : PARSE_POOL_MAX)
+
+static int conn_is_busy(const lp_http_conn_t *c) { return c->b != &busy_idle; }
+
+/* c's own busy record, taken from the pool (zeroed) if it had none; NULL when
+ * out of memory. Every write to a busy field comes after this. */
+static lp_http_busy_t *conn_busy(lp_http_conn_t *c) {
+  if (conn_is_busy(c)) return c->b;
+  lp_httpd_t *s = conn_srv(c);
+  lp_http_busy_t *b = s->busy_free;
+  if (b) {
+    s->busy_free = b->next_free;
+    s->busy_nfree--;
+  } else if ((b = malloc(sizeof(*b))) == NULL) {
+    return NULL;
+  }
+  memset(b, 0, sizeof(*b));
+  c->b = b;
+  return b;
+}
+
+/* c's busy record back to the pool, whatever it holds (its connection is
+ * closed, or holds nothing: busy_maybe_give_back). */
+static void busy_give_back(lp_http_conn_t *c) {
+  if (!conn_is_busy(c)) return;
+  lp_httpd_t *s = conn_srv(c);
+  lp_http_busy_t *b = c->b;
+  c->b = (lp_http_busy_t *)&busy_idle;
+  if (s->busy_nfree >= BUSY_POOL_MAX) {
+    free(b);
+    return;
+  }
+  b->next_free = s->busy_free;
+  s->busy_free = b;
+  s->busy_nfree++;
+}
+
+/* A keep-alive connection with nothing in hand (nothing read, owed, written,
+ * nor an end under way) goes back to holding its idle record only. */
+static void busy_maybe_give_back(lp_http_conn_t *c) {
+  const lp_http_busy_t *b = c->b;
+  if (conn_is_busy(c) && !b->ps && !b->head && !b->cur && !b->unanswered && !b->writing &&
+      !b->discarded && !c->paused && !c->closing && !c->discard && !c->lingering && !c->closed &&
+      !c->executing)
+    busy_give_back(c);
+}
+
 /* ---- parser states, lent to connections while they read a request ---- */
 
 static lp_http_parse_t *parse_take(lp_http_conn_t *c) {
-  lp_httpd_t *s = c->srv;
+  lp_httpd_t *s = conn_srv(c);
+  if (conn_busy(c) == NULL) return NULL;
   lp_http_parse_t *ps = s->parse_free;
   if (ps) {
     s->parse_free = ps->next_free;
@@ -168,15 +376,15 @@ static lp_http_parse_t *parse_take(lp_http_conn_t *c) {
   ps->expect[0] = ps->te[0] = '\0';
   llhttp_init(&ps->parser, HTTP_REQUEST, &s->settings);
   ps->parser.data = c;
-  c->ps = ps;
+  c->b->ps = ps;
   return ps;
 }
 
 static void parse_give_back(lp_http_conn_t *c) {
-  lp_httpd_t *s = c->srv;
-  lp_http_parse_t *ps = c->ps;
+  lp_httpd_t *s = conn_srv(c);
+  lp_http_parse_t *ps = c->b->ps;
   if (ps == NULL) return;
-  c->ps = NULL;
+  c->b->ps = NULL;
   free(ps->pending);
   ps->pending = NULL;
   ps->pending_len = 0;
@@ -192,7 +400,7 @@ static void parse_give_back(lp_http_conn_t *c) {
 /* Between requests (nothing half-read, nothing held back) a connection needs no
  * parser: llhttp's state there is its initial one. */
 static void parse_maybe_give_back(lp_http_conn_t *c) {
-  if (c->ps && !c->cur && !c->paused && !c->ps->pending_len && !c->closing && !c->discard &&
+  if (c->b->ps && !c->b->cur && !c->paused && !c->b->ps->pending_len && !c->closing && !c->discard &&
       !c->closed)
     parse_give_back(c);
 }
@@ -217,7 +425,7 @@ static void tick_arm(lp_httpd_t *s) {
 /* Asks for a look at c by `at` (uv_now ms). A look already due earlier stands
  * (it re-arms when it finds nothing due), so most calls change nothing. */
 static void conn_timer_at(lp_http_conn_t *c, uint64_t at) {
-  lp_httpd_t *s = c->srv;
+  lp_httpd_t *s = conn_srv(c);
   if (lp_theap_contains(&c->timer) && c->timer.at <= at) return;
   if (lp_theap_set(&s->timers, &c->timer, at) < 0) return; /* next look finds it */
   if (at < s->tick_at) tick_arm(s);
@@ -321,7 +529,7 @@ static void request_id_settle(lp_httpd_t *s, lp_http_req_t *r, const lp_http_par
 
 /* Gives back what a request's body had charged to the in-flight budget. */
 static void body_uncharge(lp_http_req_t *r) {
-  lp_httpd_t *s = r->_conn->srv;
+  lp_httpd_t *s = conn_srv(r->_conn);
   if (r->_charged) __atomic_sub_fetch(&s->count->body_bytes, r->_charged, __ATOMIC_RELAXED);
   r->_charged = 0;
 }
@@ -329,16 +537,7 @@ static void body_uncharge(lp_http_req_t *r) {
 /* Finished requests kept for the next ones, each with its answer buffer (what
  * lp_http_take_buf lends): at most this many, buffers up to REQ_POOL_BUF
  * bytes, so a burst's peak is not kept. Two allocations fewer per request. */
-#if defined(__SANITIZE_ADDRESS__)
-#define REQ_POOL_MAX 0 /* under AddressSanitizer: a request used after its end is caught */
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define REQ_POOL_MAX 0
-#endif
-#endif
-#ifndef REQ_POOL_MAX
-#define REQ_POOL_MAX 64
-#endif
+#define REQ_POOL_MAX (LP_HTTP_ASAN ? 0 : 64)
 #define REQ_POOL_BUF (64 * 1024)
 
 static void req_free(lp_http_req_t *r) {
@@ -346,7 +545,7 @@ static void req_free(lp_http_req_t *r) {
   if (r->url != r->_url_inline) free(r->url);
   free(r->authorization);
   free(r->body);
-  lp_httpd_t *s = r->_conn->srv;
+  lp_httpd_t *s = conn_srv(r->_conn);
   if (s->req_nfree < REQ_POOL_MAX && !s->closing) {
     if (r->_resp.cap > REQ_POOL_BUF) lp_buf_free(&r->_resp);
     lp_buf_reset(&r->_resp);
@@ -360,7 +559,8 @@ static void req_free(lp_http_req_t *r) {
 }
 
 static lp_http_req_t *req_new(lp_http_conn_t *c) {
-  lp_httpd_t *s = c->srv;
+  lp_httpd_t *s = conn_srv(c);
+  if (conn_busy(c) == NULL) return NULL;
   lp_http_req_t *r = s->req_free;
   if (r) {
     s->req_free = r->_next;
@@ -376,10 +576,10 @@ static lp_http_req_t *req_new(lp_http_conn_t *c) {
   r->_conn = c;
   r->method = -1;
   r->start_ns = uv_hrtime();
-  if (c->tail) c->tail->_next = r;
-  else c->head = r;
-  c->tail = r;
-  c->unanswered++;
+  if (c->b->tail) c->b->tail->_next = r;
+  else c->b->head = r;
+  c->b->tail = r;
+  c->b->unanswered++;
   return r;
 }
 
@@ -388,7 +588,7 @@ void lp_http_head(lp_http_req_t *req, lp_buf_t *out, int status, const char *hea
   lp_http_conn_t *c = req->_conn;
   /* shutting down: the last request queued on a connection closes it */
   int close = req->_close_after ||
-              (c->srv->closing && req->_next == NULL && c->cur == NULL);
+              (conn_srv(c)->closing && req->_next == NULL && c->b->cur == NULL);
   /* every answer starts here: no printf */
   lp_buf_puts(out, "HTTP/1.1 ");
   lp_buf_u64(out, (uint64_t)status);
@@ -438,7 +638,7 @@ void lp_http_respond_raw_at(lp_http_req_t *req, lp_buf_t *out, size_t off) {
   lp_buf_reset(out);
   req->_answered = 1;
   lp_http_conn_t *c = req->_conn;
-  c->unanswered--;
+  c->b->unanswered--;
   conn_flush(c);
   conn_resume(c);
 }
@@ -447,13 +647,13 @@ void lp_http_respond_raw_at(lp_http_req_t *req, lp_buf_t *out, size_t off) {
  * held back, and read again. */
 static void conn_resume(lp_http_conn_t *c) {
   if (c->paused && !c->closed && !c->executing && !c->wblocked &&
-      c->unanswered < c->srv->cfg.max_pipeline) {
+      c->b->unanswered < conn_srv(c)->cfg.max_pipeline) {
     c->paused = 0;
-    llhttp_resume(&c->ps->parser);
-    char *p = c->ps->pending;
-    size_t n = c->ps->pending_len;
-    c->ps->pending = NULL;
-    c->ps->pending_len = 0;
+    llhttp_resume(&c->b->ps->parser);
+    char *p = c->b->ps->pending;
+    size_t n = c->b->ps->pending_len;
+    c->b->ps->pending = NULL;
+    c->b->ps->pending_len = 0;
     if (n) conn_parse(c, p, n);
     free(p);
   }
@@ -519,15 +719,14 @@ static void on_shutdown(uv_shutdown_t *sh, int status) {
 /* The closing answer is out: close, or linger so the client reads it. */
 static void conn_finish(lp_http_conn_t *c) {
   if (c->closed || c->lingering) return;
-  if (!c->linger && c->discarded == 0) {
+  if (!c->linger && c->b->discarded == 0) {
     conn_close(c);
     return;
   }
   c->lingering = 1;
   c->discard = 1;
-  c->discarded = 0;
-  c->since_ms = uv_now(c->srv->loop) + LINGER_MS;
-  c->last_ns = uv_now(c->srv->loop);
+  c->b->discarded = 0;
+  c->b->since_ms = c->last_ms = conn_now(c);
   uv_shutdown_t *sh = malloc(sizeof(*sh));
   if (sh == NULL) {
     conn_close(c);
@@ -545,26 +744,30 @@ static void conn_finish(lp_http_conn_t *c) {
 /* After any write: progress for the idle clock; reading again once the peer has
  * taken its answers; the end of a connection that owes nothing more. */
 static void conn_wrote(lp_http_conn_t *c, int status) {
-  c->writing--;
+  c->b->writing--;
   if (c->closed) return;
   if (status < 0) {
     conn_close(c);
     return;
   }
-  c->last_ns = uv_now(c->srv->loop);
+  c->last_ms = conn_now(c);
   if (c->wblocked &&
-      uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) <= c->srv->cfg.max_unsent_bytes / 2) {
+      uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) <= conn_srv(c)->cfg.max_unsent_bytes / 2) {
     c->wblocked = 0;
     conn_resume(c);
     if (c->closed) return;
   }
   if (c->close_ready) {
-    if (!c->writing) conn_finish(c);
+    if (!c->b->writing) conn_finish(c);
     return;
   }
   /* draining: a connection whose last answer is written goes */
-  if (c->srv->closing && !c->head && !c->cur && !c->writing && !c->lingering) conn_close(c);
-  else conn_arm_timer(c);
+  if (conn_srv(c)->closing && !c->b->head && !c->b->cur && !c->b->writing && !c->lingering) {
+    conn_close(c);
+    return;
+  }
+  busy_maybe_give_back(c);
+  conn_arm_timer(c);
 }
 
 /* Frees a group of answers written together: first..last along _next. */
@@ -602,7 +805,7 @@ static int send_continue(lp_http_conn_t *c) {
     free(w);
     return -1;
   }
-  c->writing++;
+  c->b->writing++;
   return 0;
 }
 
@@ -612,16 +815,16 @@ static int send_continue(lp_http_conn_t *c) {
  * does not take goes to libuv's queue as one write of the rest. */
 static void conn_flush(lp_http_conn_t *c) {
   uv_stream_t *st = (uv_stream_t *)&c->tcp;
-  while (c->head && c->head->_answered && !c->closed) {
+  while (c->b->head && c->b->head->_answered && !c->closed) {
     uv_buf_t iov[FLUSH_MAX];
-    lp_http_req_t *first = c->head, *last = NULL;
+    lp_http_req_t *first = c->b->head, *last = NULL;
     size_t n = 0, total = 0;
     int closing = 0;
-    while (c->head && c->head->_answered && n < FLUSH_MAX) {
-      lp_http_req_t *r = c->head;
-      c->head = r->_next;
-      if (c->head == NULL) c->tail = NULL;
-      if (c->cur == r) c->cur = NULL;
+    while (c->b->head && c->b->head->_answered && n < FLUSH_MAX) {
+      lp_http_req_t *r = c->b->head;
+      c->b->head = r->_next;
+      if (c->b->head == NULL) c->b->tail = NULL;
+      if (c->b->cur == r) c->b->cur = NULL;
       iov[n++] = uv_buf_init(r->_resp.data + r->_resp_off, (unsigned)(r->_resp.len - r->_resp_off));
       total += r->_resp.len - r->_resp_off;
       last = r;
@@ -635,7 +838,7 @@ static void conn_flush(lp_http_conn_t *c) {
     }
     last->_next = NULL;
     size_t done = 0;
-    if (c->writing == 0) { /* nothing queued ahead: the socket may take it now */
+    if (c->b->writing == 0) { /* nothing queued ahead: the socket may take it now */
       int k = uv_try_write(st, iov, (unsigned)n);
       if (k < 0 && k != UV_EAGAIN) {
         free_group(c, first);
@@ -646,7 +849,7 @@ static void conn_flush(lp_http_conn_t *c) {
     }
     if (done == total) {
       free_group(c, first);
-      c->last_ns = uv_now(c->srv->loop);
+      c->last_ms = conn_now(c);
       if (c->close_ready) {
         conn_finish(c);
         return;
@@ -663,31 +866,32 @@ static void conn_flush(lp_http_conn_t *c) {
       conn_close(c);
       return;
     }
-    c->writing++;
+    c->b->writing++;
     if (closing) break;
   }
   if (c->closed) return;
   /* an Expect: 100-continue request that waited behind earlier answers is
    * first in line now: its interim answer goes out behind them */
-  if (c->head && c->head->_continue && !c->head->_answered) {
-    c->head->_continue = 0;
+  if (c->b->head && c->b->head->_continue && !c->b->head->_answered) {
+    c->b->head->_continue = 0;
     if (send_continue(c) < 0) {
       conn_close(c);
       return;
     }
   }
   /* draining: a connection whose last answer is written goes */
-  if (c->srv->closing && !c->head && !c->cur && !c->writing && !c->lingering) {
+  if (conn_srv(c)->closing && !c->b->head && !c->b->cur && !c->b->writing && !c->lingering) {
     conn_close(c);
     return;
   }
   /* a client that does not read its answers is not read either: what it can
    * make us hold is bounded by max_unsent_bytes plus its pipeline */
-  if (!c->wblocked && uv_stream_get_write_queue_size(st) > c->srv->cfg.max_unsent_bytes) {
+  if (!c->wblocked && uv_stream_get_write_queue_size(st) > conn_srv(c)->cfg.max_unsent_bytes) {
     c->wblocked = 1;
     conn_update_reading(c);
     conn_arm_timer(c);
   }
+  busy_maybe_give_back(c);
 }
 
 /* A request the server itself rejects (limits, bad framing, a timeout): the
@@ -696,8 +900,8 @@ static void conn_flush(lp_http_conn_t *c) {
  * X-Request-Id), for the answer and the app's log. */
 static void conn_reject(lp_http_conn_t *c, int status, const char *code, const char *msg,
                         const char *extra, const char *headers) {
-  lp_http_req_t *r = c->cur;
-  const lp_http_parse_t *ps = c->ps;
+  lp_http_req_t *r = c->b->cur;
+  const lp_http_parse_t *ps = c->b->ps;
   if (r == NULL || r->_answered) {
     r = req_new(c);
     ps = NULL; /* the parse state, if any, is another request's */
@@ -706,11 +910,11 @@ static void conn_reject(lp_http_conn_t *c, int status, const char *code, const c
     conn_close(c);
     return;
   }
-  c->cur = NULL;
+  c->b->cur = NULL;
   req_settle_url(r);
   /* llhttp knows the method once the url began */
   if (r->method < 0 && ps && r->url_len) r->method = ps->parser.method;
-  request_id_settle(c->srv, r, ps);
+  request_id_settle(conn_srv(c), r, ps);
   body_uncharge(r); /* the body is dropped */
   free(r->body);
   r->body = NULL;
@@ -719,7 +923,7 @@ static void conn_reject(lp_http_conn_t *c, int status, const char *code, const c
   c->closing = 1;
   c->linger = 1;
   c->discard = 1; /* the parser is done with this connection; keep reading, drop */
-  lp_httpd_t *s = c->srv;
+  lp_httpd_t *s = conn_srv(c);
   if (s->cfg.on_reject) s->cfg.on_reject(r, status, code, s->cfg.ud);
   lp_http_respond_error(r, status, headers, code, msg, extra);
   if (!c->closed) {
@@ -736,11 +940,11 @@ static void conn_reject(lp_http_conn_t *c, int status, const char *code, const c
  * Every argument is a string literal (or NULL for extra and headers). */
 static int fail_cb_x(lp_http_conn_t *c, int status, const char *code, const char *msg,
                      const char *extra, const char *headers) {
-  c->ps->err_status = status;
-  c->ps->err_code = code;
-  c->ps->err_msg = msg;
-  c->ps->err_extra = extra;
-  c->ps->err_headers = headers;
+  c->b->ps->err_status = status;
+  c->b->ps->err_code = code;
+  c->b->ps->err_msg = msg;
+  c->b->ps->err_extra = extra;
+  c->b->ps->err_headers = headers;
   return -1;
 }
 
@@ -749,33 +953,34 @@ static int fail_cb(lp_http_conn_t *c, int status, const char *code, const char *
 }
 
 static int count_header(lp_http_conn_t *c, size_t n) {
-  c->ps->header_bytes += n;
-  if (c->ps->header_bytes > c->srv->cfg.max_header_bytes)
+  c->b->ps->header_bytes += n;
+  if (c->b->ps->header_bytes > conn_srv(c)->cfg.max_header_bytes)
     return fail_cb(c, 431, "headers_too_large", "request line and headers exceed the limit");
   return 0;
 }
 
 static int on_message_begin(llhttp_t *p) {
   lp_http_conn_t *c = CONN(p);
-  c->ps->header_bytes = 0;
-  c->ps->field_len = 0;
-  c->ps->field_done = 0;
-  c->ps->expect[0] = '\0';
-  c->ps->host_count = 0;
-  c->ps->te_count = 0;
-  c->ps->te[0] = '\0';
-  c->ps->hdr = -1;
-  c->ps->trailers = 0;
-  c->ps->seen = 0;
-  c->ps->rid_len = 0;
-  c->ps->rid[0] = '\0';
-  c->ps->tp_len = 0;
-  c->ps->tp_count = 0;
-  c->ps->ts_len = 0;
-  c->ps->ts_over = 0;
-  c->cur = req_new(c);
-  if (c->cur == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
-  c->since_ms = uv_now(c->srv->loop);
+  c->b->ps->header_bytes = 0;
+  c->b->ps->field_len = 0;
+  c->b->ps->field_done = 0;
+  c->b->ps->expect[0] = '\0';
+  c->b->ps->host_count = 0;
+  c->b->ps->te_count = 0;
+  c->b->ps->te[0] = '\0';
+  c->b->ps->hdr = -1;
+  c->b->ps->trailers = 0;
+  c->b->ps->seen = 0;
+  c->b->ps->rid_len = 0;
+  c->b->ps->rid[0] = '\0';
+  c->b->ps->tp_len = 0;
+  c->b->ps->tp_count = 0;
+  c->b->ps->ts_len = 0;
+  c->b->ps->ts_over = 0;
+  lp_http_req_t *r = req_new(c);
+  if (r == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
+  c->b->cur = r;
+  c->b->since_ms = conn_now(c);
   conn_arm_timer(c); /* a request has begun: it must now arrive whole in time */
   return 0;
 }
@@ -805,7 +1010,7 @@ static int append(char **dst, size_t *len, size_t *cap, const char *at, size_t n
  * and shut every other upload out. */
 static int body_room(lp_http_conn_t *c, lp_http_req_t *r, size_t need, size_t most) {
   if (need <= r->_body_cap) return 0;
-  lp_httpd_t *s = c->srv;
+  lp_httpd_t *s = conn_srv(c);
   size_t nc = r->_body_cap ? r->_body_cap : 128;
   while (nc < need) nc *= 2;
   if (nc > most) nc = most > need ? most : need;
@@ -835,7 +1040,7 @@ static int on_url(llhttp_t *p, const char *at, size_t n) {
   lp_http_conn_t *c = CONN(p);
   if (count_header(c, n)) return -1;
   /* the url is bounded by the header limit and usually arrives whole */
-  lp_http_req_t *r = c->cur;
+  lp_http_req_t *r = c->b->cur;
   char *u;
   if (r->url_len + n + 1 <= sizeof(r->_url_inline) && (r->url == NULL || r->url == r->_url_inline)) {
     u = r->_url_inline;
@@ -846,25 +1051,25 @@ static int on_url(llhttp_t *p, const char *at, size_t n) {
     u = realloc(r->url, r->url_len + n + 1);
   }
   if (u == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
-  memcpy(u + c->cur->url_len, at, n);
-  c->cur->url = u;
-  c->cur->url_len += n;
-  u[c->cur->url_len] = '\0';
+  memcpy(u + c->b->cur->url_len, at, n);
+  c->b->cur->url = u;
+  c->b->cur->url_len += n;
+  u[c->b->cur->url_len] = '\0';
   return 0;
 }
 
 static int on_header_field(llhttp_t *p, const char *at, size_t n) {
   lp_http_conn_t *c = CONN(p);
   if (count_header(c, n)) return -1;
-  if (c->ps->field_done) {
-    c->ps->field_len = 0;
-    c->ps->field_done = 0;
-    c->ps->hdr = -1;
+  if (c->b->ps->field_done) {
+    c->b->ps->field_len = 0;
+    c->b->ps->field_done = 0;
+    c->b->ps->hdr = -1;
   }
-  size_t k = n < sizeof(c->ps->field) - 1 - c->ps->field_len ? n : sizeof(c->ps->field) - 1 - c->ps->field_len;
-  memcpy(c->ps->field + c->ps->field_len, at, k);
-  c->ps->field_len += k;
-  c->ps->field[c->ps->field_len] = '\0';
+  size_t k = n < sizeof(c->b->ps->field) - 1 - c->b->ps->field_len ? n : sizeof(c->b->ps->field) - 1 - c->b->ps->field_len;
+  memcpy(c->b->ps->field + c->b->ps->field_len, at, k);
+  c->b->ps->field_len += k;
+  c->b->ps->field[c->b->ps->field_len] = '\0';
   return 0;
 }
 
@@ -907,9 +1112,9 @@ static const struct {
 static int on_header_value(llhttp_t *p, const char *at, size_t n) {
   lp_http_conn_t *c = CONN(p);
   if (count_header(c, n)) return -1;
-  lp_http_parse_t *ps = c->ps;
+  lp_http_parse_t *ps = c->b->ps;
   ps->field_done = 1;
-  lp_http_req_t *r = c->cur;
+  lp_http_req_t *r = c->b->cur;
   switch (ps->hdr) {
     case H_CTYPE: put_value(r->content_type, sizeof(r->content_type), at, n); break;
     case H_EXPECT: put_value(ps->expect, sizeof(ps->expect), at, n); break;
@@ -958,7 +1163,7 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
  * value comes in. */
 static int on_header_field_complete(llhttp_t *p) {
   lp_http_conn_t *c = CONN(p);
-  lp_http_parse_t *ps = c->ps;
+  lp_http_parse_t *ps = c->b->ps;
   ps->hdr = -1;
   /* a chunked body's trailer fields are not headers (RFC 9110 6.5.1): ignored */
   if (ps->trailers) return 0;
@@ -984,8 +1189,8 @@ static int on_header_field_complete(llhttp_t *p) {
 static int on_chunk_ext(llhttp_t *p, const char *at, size_t n) {
   lp_http_conn_t *c = CONN(p);
   (void)at;
-  c->ps->header_bytes += n;
-  if (c->ps->header_bytes > c->srv->cfg.max_header_bytes)
+  c->b->ps->header_bytes += n;
+  if (c->b->ps->header_bytes > conn_srv(c)->cfg.max_header_bytes)
     return fail_cb(c, 400, "chunk_extensions_too_large",
                    "chunk extensions exceed the header size limit");
   return 0;
@@ -1000,25 +1205,25 @@ static int is_chunked(const char *v) {
 
 static int on_header_value_complete(llhttp_t *p) {
   lp_http_conn_t *c = CONN(p);
-  c->ps->field_done = 1;
+  c->b->ps->field_done = 1;
   return 0;
 }
 
 static int on_headers_complete(llhttp_t *p) {
   lp_http_conn_t *c = CONN(p);
-  lp_http_req_t *r = c->cur;
+  lp_http_req_t *r = c->b->cur;
   req_settle_url(r);
   r->method = p->method;
-  c->ps->trailers = 1;
-  request_id_settle(c->srv, r, c->ps); /* first: every answer from here echoes it */
+  c->b->ps->trailers = 1;
+  request_id_settle(conn_srv(c), r, c->b->ps); /* first: every answer from here echoes it */
   /* RFC 9112: what this server cannot or must not serve, said once, then closed */
   if (p->method == HTTP_CONNECT)
     return fail_cb(c, 405, "method_not_allowed", "CONNECT is not supported");
   if (p->http_major != 1 || p->http_minor > 1)
     return fail_cb(c, 505, "http_version_not_supported", "only HTTP/1.0 and HTTP/1.1 are served");
-  if (c->ps->host_count > 1 || (p->http_minor == 1 && c->ps->host_count == 0))
+  if (c->b->ps->host_count > 1 || (p->http_minor == 1 && c->b->ps->host_count == 0))
     return fail_cb(c, 400, "bad_host", "an HTTP/1.1 request needs exactly one Host header");
-  if (c->ps->te_count > 1 || (c->ps->te_count == 1 && !is_chunked(c->ps->te)))
+  if (c->b->ps->te_count > 1 || (c->b->ps->te_count == 1 && !is_chunked(c->b->ps->te)))
     return fail_cb(c, 501, "transfer_coding_not_implemented",
                    "the only transfer coding served is 'chunked'");
   p->upgrade = 0; /* no protocol switch: an Upgrade header is ignored */
@@ -1033,17 +1238,17 @@ static int on_headers_complete(llhttp_t *p) {
         *end == '\0' && whole && errno == 0 && v >= 0 && r->_ihcl[0] != '-' ? v : -2;
   }
   r->has_body_length = (p->flags & (F_CONTENT_LENGTH | F_CHUNKED)) != 0;
-  if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->srv->cfg.max_body_bytes)
+  if ((p->flags & F_CONTENT_LENGTH) && p->content_length > conn_srv(c)->cfg.max_body_bytes)
     return fail_cb(c, 413, "body_too_large", "request body exceeds the limit");
-  c->ps->body_most = (p->flags & F_CONTENT_LENGTH) ? (size_t)p->content_length + 1
-                                                    : c->srv->cfg.max_body_bytes + 1;
-  if (c->ps->expect[0]) {
-    if (strcasecmp(c->ps->expect, "100-continue") != 0)
+  c->b->ps->body_most = (p->flags & F_CONTENT_LENGTH) ? (size_t)p->content_length + 1
+                                                    : conn_srv(c)->cfg.max_body_bytes + 1;
+  if (c->b->ps->expect[0]) {
+    if (strcasecmp(c->b->ps->expect, "100-continue") != 0)
       return fail_cb(c, 417, "expectation_failed", "only 'Expect: 100-continue' is supported");
     /* The interim answer may only go out when no earlier answer is owed:
      * now, or once the earlier answers are handed to writing (conn_flush). */
     if (r->has_body_length) {
-      if (c->head != r) r->_continue = 1;
+      if (c->b->head != r) r->_continue = 1;
       else if (send_continue(c) < 0)
         return fail_cb(c, 503, "write_failed", "could not write 100 Continue");
     }
@@ -1053,10 +1258,10 @@ static int on_headers_complete(llhttp_t *p) {
 
 static int on_body(llhttp_t *p, const char *at, size_t n) {
   lp_http_conn_t *c = CONN(p);
-  lp_http_req_t *r = c->cur;
-  if (r->body_len + n > c->srv->cfg.max_body_bytes)
+  lp_http_req_t *r = c->b->cur;
+  if (r->body_len + n > conn_srv(c)->cfg.max_body_bytes)
     return fail_cb(c, 413, "body_too_large", "request body exceeds the limit");
-  if (body_room(c, r, r->body_len + n + 1, c->ps->body_most)) return -1;
+  if (body_room(c, r, r->body_len + n + 1, c->b->ps->body_most)) return -1;
   memcpy(r->body + r->body_len, at, n);
   r->body_len += n;
   r->body[r->body_len] = '\0';
@@ -1069,25 +1274,25 @@ static int on_body(llhttp_t *p, const char *at, size_t n) {
 
 static int on_message_complete(llhttp_t *p) {
   lp_http_conn_t *c = CONN(p);
-  lp_http_req_t *r = c->cur;
-  c->cur = NULL;
+  lp_http_req_t *r = c->b->cur;
+  c->b->cur = NULL;
   if (r->body == NULL) {
     r->body = calloc(1, 1);
     if (r->body == NULL) return fail_cb(c, 503, "out_of_memory", "server out of memory");
   }
   body_uncharge(r); /* handed over: the app's to account for now */
   r->_continue = 0;  /* the body came without it */
-  uint64_t most = c->srv->cfg.max_requests_per_connection;
+  uint64_t most = conn_srv(c)->cfg.max_requests_per_connection;
   if (!llhttp_should_keep_alive(p) || (most && ++c->requests >= most)) {
     r->_close_after = 1;
     c->closing = 1;
   }
-  c->last_ns = uv_now(c->srv->loop);
+  c->last_ms = conn_now(c);
   conn_arm_timer(c); /* between requests only the idle timeout runs */
-  c->srv->cfg.on_request(r, c->srv->cfg.ud);
+  conn_srv(c)->cfg.on_request(r, conn_srv(c)->cfg.ud);
   if (c->closed) return HPE_PAUSED;
   if (c->closing) return HPE_PAUSED; /* nothing after a closing request is read */
-  if (c->unanswered >= c->srv->cfg.max_pipeline) {
+  if (c->b->unanswered >= conn_srv(c)->cfg.max_pipeline) {
     c->paused = 1;
     return HPE_PAUSED;
   }
@@ -1096,16 +1301,19 @@ static int on_message_complete(llhttp_t *p) {
    * other connection and the backends' traffic (health probes too) waiting.
    * After max_pipeline in one loop turn, or BURST_NS of them, it yields: the
    * rest is parsed on the next turn (on_conn_timer). */
-  uint64_t now = uv_now(c->srv->loop), ns = uv_hrtime();
+  uint32_t now = conn_now(c), ns = (uint32_t)uv_hrtime();
   if (c->burst_ms != now || c->burst == 0) {
     c->burst_ms = now;
     c->burst = 0;
     c->burst_ns = ns;
   }
-  if (++c->burst >= c->srv->cfg.max_pipeline || ns - c->burst_ns >= BURST_NS) {
+  size_t most_burst = conn_srv(c)->cfg.max_pipeline;
+  if (most_burst > BURST_COUNT_MAX) most_burst = BURST_COUNT_MAX;
+  if (++c->burst >= most_burst || (uint32_t)(ns - c->burst_ns) >= BURST_NS) {
     c->paused = 1;
     c->yielded = 1;
-    conn_timer_at(c, now + 1); /* not now: the tick running would take it at once */
+    /* not now: the tick running would take it at once */
+    conn_timer_at(c, uv_now(c->tcp.loop) + 1);
     return HPE_PAUSED;
   }
   return 0;
@@ -1114,9 +1322,11 @@ static int on_message_complete(llhttp_t *p) {
 /* ---- connections ---- */
 
 static void on_conn_handle_closed(uv_handle_t *h) {
-  lp_http_conn_t *c = h->data;
-  lp_httpd_t *s = c->srv;
-  free(c);
+  lp_http_conn_t *c = container_of(h, lp_http_conn_t, tcp);
+  lp_httpd_t *s = conn_srv(c);
+  /* kept until here: writes still in flight end (UV_ECANCELED) before this */
+  busy_give_back(c);
+  conn_dealloc(s, c);
   s->alive--;
   server_maybe_finish(s);
 }
@@ -1124,16 +1334,13 @@ static void on_conn_handle_closed(uv_handle_t *h) {
 static void conn_close(lp_http_conn_t *c) {
   if (c->closed) return;
   c->closed = 1;
-  lp_httpd_t *s = c->srv;
-  /* unlink first: the app's cancel handlers may look at the server */
-  if (c->prev) c->prev->next = c->next;
-  else s->conns = c->next;
-  if (c->next) c->next->prev = c->prev;
+  lp_httpd_t *s = conn_srv(c);
+  /* counted out first: the app's cancel handlers may look at the server */
   s->nconns--;
   __atomic_sub_fetch(&s->count->conns, 1, __ATOMIC_RELAXED);
   /* requests not yet handed to writing: cancel and free them */
-  lp_http_req_t *r = c->head;
-  c->head = c->tail = c->cur = NULL;
+  lp_http_req_t *r = c->b->head;
+  if (conn_is_busy(c)) c->b->head = c->b->tail = c->b->cur = NULL;
   while (r) {
     lp_http_req_t *n = r->_next;
     if (!r->_answered && r->app && s->cfg.on_cancel) s->cfg.on_cancel(r, s->cfg.ud);
@@ -1150,11 +1357,11 @@ static void conn_close(lp_http_conn_t *c) {
 }
 
 static void discard_count(lp_http_conn_t *c, size_t n) {
-  c->discarded = n > UINT32_MAX - c->discarded ? UINT32_MAX : c->discarded + (uint32_t)n;
+  c->b->discarded = n > UINT32_MAX - c->b->discarded ? UINT32_MAX : c->b->discarded + (uint32_t)n;
 }
 
 static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
-  if (c->ps == NULL && parse_take(c) == NULL) {
+  if (c->b->ps == NULL && parse_take(c) == NULL) {
     conn_close(c);
     return;
   }
@@ -1162,7 +1369,7 @@ static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
    * the parser only of a paused connection, and a connection is paused only
    * once execute has returned */
   c->executing = 1;
-  llhttp_errno_t e = llhttp_execute(&c->ps->parser, data, len);
+  llhttp_errno_t e = llhttp_execute(&c->b->ps->parser, data, len);
   c->executing = 0;
   if (c->closed) {
     parse_give_back(c);
@@ -1170,6 +1377,7 @@ static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
   }
   if (e == HPE_OK) {
     parse_maybe_give_back(c);
+    busy_maybe_give_back(c);
     return;
   }
   if (e == HPE_PAUSED) {
@@ -1177,12 +1385,12 @@ static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
       /* the rest after a closing request is dropped, but reading goes on, so
        * that a client hanging up while its request waits is noticed */
       c->discard = 1;
-      const char *pos = llhttp_get_error_pos(&c->ps->parser);
+      const char *pos = llhttp_get_error_pos(&c->b->ps->parser);
       discard_count(c, pos ? len - (size_t)(pos - data) : 0);
       conn_update_reading(c);
       return;
     }
-    const char *pos = llhttp_get_error_pos(&c->ps->parser);
+    const char *pos = llhttp_get_error_pos(&c->b->ps->parser);
     size_t rest = pos ? len - (size_t)(pos - data) : 0;
     if (rest) {
       char *keep = malloc(rest);
@@ -1191,19 +1399,19 @@ static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
         return;
       }
       memcpy(keep, pos, rest);
-      c->ps->pending = keep;
-      c->ps->pending_len = rest;
+      c->b->ps->pending = keep;
+      c->b->ps->pending_len = rest;
     }
     conn_update_reading(c);
     conn_arm_timer(c);
     return;
   }
-  if (c->ps->err_status) {
-    lp_http_parse_t *ps = c->ps;
+  if (c->b->ps->err_status) {
+    lp_http_parse_t *ps = c->b->ps;
     conn_reject(c, ps->err_status, ps->err_code, ps->err_msg, ps->err_extra, ps->err_headers);
   } else {
     char msg[160];
-    const char *why = llhttp_get_error_reason(&c->ps->parser);
+    const char *why = llhttp_get_error_reason(&c->b->ps->parser);
     snprintf(msg, sizeof(msg), "malformed HTTP request: %s", why ? why : "");
     /* 505 for a well-formed version that is not served; a bare CR or other
      * damage on the request line is a malformed request */
@@ -1214,38 +1422,38 @@ static void conn_parse(lp_http_conn_t *c, const char *data, size_t len) {
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  lp_http_conn_t *c = h->data;
+  lp_httpd_t *s = h->data;
   (void)suggested;
-  buf->base = c->srv->rbuf;
-  buf->len = c->srv->rbuf_cap;
+  buf->base = s->rbuf;
+  buf->len = s->rbuf_cap;
 }
 
 /* EOF counts as the client going away (as nginx does): its queued requests are
  * cancelled, not sent upstream. */
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
-  lp_http_conn_t *c = st->data;
+  lp_http_conn_t *c = container_of((uv_tcp_t *)st, lp_http_conn_t, tcp);
   if (n < 0) {
     conn_close(c);
     return;
   }
   if (n == 0) return;
-  c->last_ns = uv_now(c->srv->loop);
+  c->last_ms = conn_now(c);
   if (c->discard) {
     discard_count(c, (size_t)n);
-    if (c->lingering && c->discarded > LINGER_MAX) conn_close(c);
+    if (c->lingering && c->b->discarded > LINGER_MAX) conn_close(c);
     else conn_update_reading(c);
     return;
   }
   if (c->paused) {
     /* the pipeline is full: hold a little more, so that a hang-up is seen */
-    char *p = realloc(c->ps->pending, c->ps->pending_len + (size_t)n);
+    char *p = realloc(c->b->ps->pending, c->b->ps->pending_len + (size_t)n);
     if (p == NULL) {
       conn_close(c);
       return;
     }
-    memcpy(p + c->ps->pending_len, buf->base, (size_t)n);
-    c->ps->pending = p;
-    c->ps->pending_len += (size_t)n;
+    memcpy(p + c->b->ps->pending_len, buf->base, (size_t)n);
+    c->b->ps->pending = p;
+    c->b->ps->pending_len += (size_t)n;
     conn_update_reading(c);
     return;
   }
@@ -1263,8 +1471,8 @@ static void conn_start_reading(lp_http_conn_t *c) {
 static void conn_update_reading(lp_http_conn_t *c) {
   if (c->closed) return;
   int want = !c->wblocked;
-  if (c->discard && !c->lingering && c->discarded >= DISCARD_MAX) want = 0;
-  if (!c->discard && c->paused && c->ps && c->ps->pending_len >= PENDING_MAX) want = 0;
+  if (c->discard && !c->lingering && c->b->discarded >= DISCARD_MAX) want = 0;
+  if (!c->discard && c->paused && c->b->ps && c->b->ps->pending_len >= PENDING_MAX) want = 0;
   if (want && !c->reading) {
     conn_start_reading(c);
   } else if (!want && c->reading) {
@@ -1309,15 +1517,17 @@ static void on_conn_timer(lp_http_conn_t *c) {
     conn_resume(c);
     if (c->closed) return;
   }
-  uint64_t now = uv_now(c->srv->loop);
+  uint32_t now = conn_now(c);
   if (c->lingering) {
-    if (now >= c->since_ms || now - c->last_ns >= LINGER_QUIET_MS) conn_close(c);
-    else conn_arm_timer(c);
+    if (ms_since(now, c->b->since_ms) >= LINGER_MS || ms_since(now, c->last_ms) >= LINGER_QUIET_MS)
+      conn_close(c);
+    else
+      conn_arm_timer(c);
     return;
   }
-  if (c->cur && !c->discard) {
-    uint64_t limit = c->srv->cfg.request_timeout_ms;
-    if (limit && now - c->since_ms >= limit)
+  if (c->b->cur && !c->discard) {
+    uint64_t limit = conn_srv(c)->cfg.request_timeout_ms;
+    if (limit && ms_since(now, c->b->since_ms) >= limit)
       conn_reject(c, 408, "request_timeout", "the request did not arrive in time", NULL, NULL);
     else
       conn_arm_timer(c);
@@ -1326,15 +1536,15 @@ static void on_conn_timer(lp_http_conn_t *c) {
   size_t wq = unsent(c);
   if ((uint32_t)wq != c->last_wq) {
     c->last_wq = (uint32_t)wq;
-    c->last_ns = now;
+    c->last_ms = now;
   }
-  if (!c->reading && (c->unanswered || c->writing) && peer_gone(c)) {
+  if (!c->reading && (c->b->unanswered || c->b->writing) && peer_gone(c)) {
     conn_close(c);
     return;
   }
-  int waiting_on_app = c->unanswered > 0 || (c->head && !c->writing);
-  uint64_t idle = c->srv->cfg.idle_timeout_ms;
-  if (!waiting_on_app && idle && now - c->last_ns >= idle) {
+  int waiting_on_app = c->b->unanswered > 0 || (c->b->head && !c->b->writing);
+  uint64_t idle = conn_srv(c)->cfg.idle_timeout_ms;
+  if (!waiting_on_app && idle && ms_since(now, c->last_ms) >= idle) {
     conn_close(c);
     return;
   }
@@ -1356,20 +1566,22 @@ static void on_tick(uv_timer_t *t) {
 
 static void conn_arm_timer(lp_http_conn_t *c) {
   if (c->closed) return;
-  uint64_t now = uv_now(c->srv->loop), ms;
+  uint64_t now = uv_now(c->tcp.loop), ms;
+  uint32_t now32 = (uint32_t)now;
   if (c->lingering) {
-    ms = c->since_ms > now ? c->since_ms - now : 1;
+    uint32_t since = ms_since(now32, c->b->since_ms);
+    ms = since < LINGER_MS ? LINGER_MS - since : 1;
     if (ms > LINGER_QUIET_MS) ms = LINGER_QUIET_MS;
-  } else if (c->cur && !c->discard) {
-    uint64_t limit = c->srv->cfg.request_timeout_ms, since = now - c->since_ms;
+  } else if (c->b->cur && !c->discard) {
+    uint64_t limit = conn_srv(c)->cfg.request_timeout_ms, since = ms_since(now32, c->b->since_ms);
     if (!limit) return;
     ms = since < limit ? limit - since : 1;
   } else {
-    uint64_t idle = c->srv->cfg.idle_timeout_ms;
-    uint64_t since = now - c->last_ns;
+    uint64_t idle = conn_srv(c)->cfg.idle_timeout_ms;
+    uint64_t since = ms_since(now32, c->last_ms);
     ms = idle ? (since < idle ? idle - since : 1) : UINT64_MAX;
-    if (!c->reading && (c->unanswered || c->writing) && ms > WATCH_MS) ms = WATCH_MS;
-    if (c->writing && ms > idle / 4 + 1) ms = idle / 4 + 1; /* notice write progress */
+    if (!c->reading && (c->b->unanswered || c->b->writing) && ms > WATCH_MS) ms = WATCH_MS;
+    if (c->b->writing && ms > idle / 4 + 1) ms = idle / 4 + 1; /* notice write progress */
     if (ms == UINT64_MAX) return;
   }
   conn_timer_at(c, now + ms);
@@ -1378,26 +1590,23 @@ static void conn_arm_timer(lp_http_conn_t *c) {
 static void on_connection(uv_stream_t *server, int status) {
   lp_httpd_t *s = container_of(server, lp_httpd_t, listener);
   if (status < 0) return;
-  lp_http_conn_t *c = calloc(1, sizeof(*c));
+  lp_http_conn_t *c = conn_alloc(s);
   if (c == NULL) return;
-  c->srv = s;
   if (uv_tcp_init(s->loop, &c->tcp) < 0) {
-    free(c);
+    conn_dealloc(s, c);
     return;
   }
   s->alive++;
-  c->tcp.data = c;
+  c->tcp.data = s; /* what lp_httpd_close finds its connections by */
+  c->b = (lp_http_busy_t *)&busy_idle;
   lp_theap_node_init(&c->timer);
   if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
     uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
-  c->next = s->conns;
-  if (s->conns) s->conns->prev = c;
-  s->conns = c;
   s->nconns++;
-  c->last_ns = uv_now(s->loop);
+  c->last_ms = conn_now(c);
   if (__atomic_add_fetch(&s->count->conns, 1, __ATOMIC_RELAXED) > s->cfg.max_connections) {
     conn_reject(c, 503, "too_many_connections", "connection limit reached", NULL, "Retry-After: 1\r\n");
     return;
@@ -1556,12 +1765,18 @@ static void server_maybe_finish(lp_httpd_t *s) {
     s->parse_free = ps->next_free;
     free(ps);
   }
+  while (s->busy_free) {
+    lp_http_busy_t *b = s->busy_free;
+    s->busy_free = b->next_free;
+    free(b);
+  }
   while (s->req_free) {
     lp_http_req_t *r = s->req_free;
     s->req_free = r->_next;
     lp_buf_free(&r->_resp);
     free(r);
   }
+  if (s->slab_spare) munmap(s->slab_spare, SLAB_BYTES); /* every slab else is empty: unmapped */
   lp_theap_free(&s->timers);
   free(s->rbuf);
   free(s);
@@ -1574,17 +1789,26 @@ static void on_listener_closed(uv_handle_t *h) {
   server_maybe_finish(s);
 }
 
+/* For lp_httpd_close, on each handle of the loop: the server's open
+ * connections are its TCP handles whose data is the server (the listener's is
+ * not), so that a connection needs no list links of its own. uv_walk goes
+ * over a copy of the loop's list: closing here is safe. */
+static void close_walk(uv_handle_t *h, void *arg) {
+  lp_httpd_t *s = arg;
+  if (h->type != UV_TCP || h->data != s || h == (uv_handle_t *)&s->listener || uv_is_closing(h))
+    return;
+  lp_http_conn_t *c = container_of((uv_tcp_t *)h, lp_http_conn_t, tcp);
+  /* an answer still being written is not cut: it closes when written */
+  if (c->b->head == NULL && c->b->cur == NULL && c->b->writing == 0 && !c->lingering) conn_close(c);
+  else c->closing = 1;
+}
+
 void lp_httpd_close(lp_httpd_t *s, void (*done)(void *), void *arg) {
   s->closing = 1;
   s->done = done;
   s->done_arg = arg;
   /* idle connections go now; busy ones after their last answer */
-  for (lp_http_conn_t *c = s->conns, *n; c; c = n) {
-    n = c->next;
-    /* an answer still being written is not cut: it closes when written */
-    if (c->head == NULL && c->cur == NULL && c->writing == 0 && !c->lingering) conn_close(c);
-    else c->closing = 1;
-  }
+  uv_walk(s->loop, close_walk, s);
   if (s->listening) uv_close((uv_handle_t *)&s->listener, on_listener_closed);
   else server_maybe_finish(s);
 }

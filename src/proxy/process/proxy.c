@@ -115,6 +115,12 @@ static void on_trim(uv_timer_t *t) {
   if (!p->trims_left) return;
   p->trims_left--;
   p->trimmed_at = served;
+  /* the models' spare batches go too: each kept its body, gather and answer
+   * index (up to LP_XFER_KEEP_BYTES), as many as a burst had in flight, so
+   * what stayed resident after a burst followed that burst's luck (0.2-2 MB
+   * after 5,000 requests), not the live connections; the next burst makes
+   * its first few batches again */
+  for (size_t i = 0; i < p->nmodels; i++) lp__batches_free(&p->models[i]);
   malloc_trim(0);
 }
 
