@@ -277,7 +277,26 @@ struct lp_job_s {
   int refs;               /* atomic; 1 for the job, 1 per cancel in flight (remote),
                              1 per item of a batch sending its text (batch.c) */
   int waited;             /* remote: a client waits for its answer (the scheduler's view) */
+  /* what the scheduler reads and writes for every sequence answered, together
+   * after the first line (a cold line per job cost it a cache miss a sequence) */
   int handed_back;        /* remote: the scheduler is done with it (written by the scheduler) */
+  int res_status;         /* its answer's status, written by the scheduler (0: none) */
+  int res_per_segment;    /* a success: one output per sequence, not per token */
+  uint32_t nseq;
+  uint32_t unresolved;    /* sequences without their output */
+  int priority;           /* the client's, clamped: higher goes first */
+  int answered;           /* the client has had its one answer */
+  int in_core;            /* admitted: the core answers it or must hear it is cancelled */
+  int charged;            /* its bytes count in its model's live_bytes, and it is in
+                             the model's live list */
+  lp_job_t *live_prev, *live_next;
+  lp_job_t *next_cancel;  /* in its model's list of cancels the core has not heard yet */
+  int cancel_queued;      /* ... is on that list */
+  lp_seq_t *seqs;         /* owned */
+  int32_t *tokens;        /* in the job's block (allocated with it) */
+  uint64_t arrive_ns;
+  uint64_t deadline_ns;   /* the client's; 0 = none */
+  size_t bytes;           /* what it holds, charged to the queue's budget */
   int admin_route;        /* not an inference but a page of the scheduler's state (LP_ROUTE_*, or
                              LP_ROUTE_V2 with admin_v2 set): remote, or the advice */
   int admin_v2;           /* lp_v2_route_t of a v2 page */
@@ -286,14 +305,12 @@ struct lp_job_s {
   lp_snap_t *snap;        /* a page's snapshot to render (a reference), set by the scheduler; dropped
                              by the front once rendered, or when the job is freed; NULL: res_* hold
                              the answer (the advice, an error) */
-  /* its answer, written by the scheduler (remote): status (0: none), code and
-   * message of an error, or the body of a success behind LP_HEAD_ROOM bytes */
-  int res_status;
+  /* its answer, written by the scheduler (remote): beside res_status above,
+   * code and message of an error, or the body of a success behind LP_HEAD_ROOM bytes */
   char res_code[48];
   char res_msg[256];
   char res_extra[96];
   char res_hdr[96];       /* extra header lines of an admin page */
-  int res_per_segment;    /* a success: one output per sequence, not per token */
   const char *res_ctype;  /* a string literal */
   lp_buf_t res_body;      /* owned */
   char *id_json;          /* the client's id as JSON text, or NULL; in the job's block */
@@ -323,21 +340,6 @@ struct lp_job_s {
   int v2_mixed;           /* parts came in different datatypes or trailing shapes */
   int v2_ndim;
   int64_t v2_dims[LP_TENSOR_MAX_DIMS];
-  uint32_t nseq;
-  uint32_t unresolved;    /* sequences without their output */
-  int priority;           /* the client's, clamped: higher goes first */
-  int answered;           /* the client has had its one answer */
-  int in_core;            /* admitted: the core answers it or must hear it is cancelled */
-  int charged;            /* its bytes count in its model's live_bytes, and it is in
-                             the model's live list */
-  lp_job_t *live_prev, *live_next;
-  lp_job_t *next_cancel;  /* in its model's list of cancels the core has not heard yet */
-  int cancel_queued;      /* ... is on that list */
-  lp_seq_t *seqs;         /* owned */
-  int32_t *tokens;        /* in the job's block (allocated with it) */
-  uint64_t arrive_ns;
-  uint64_t deadline_ns;   /* the client's; 0 = none */
-  size_t bytes;           /* what it holds, charged to the queue's budget */
 };
 
 typedef struct lp_backend_s {
