@@ -27,6 +27,11 @@ void lp_hist_add(lp_hist_t *dst, const lp_hist_t *src);
 
 /* "# HELP" and "# TYPE" lines for a metric family. */
 void lp_metric_family(lp_buf_t *b, const char *name, const char *type, const char *help);
+/* v as the inside of a label value (backslash, double quote and newline
+ * escaped, as the text format wants) in out, cut at cap - 1 bytes before an
+ * escape would be split; returns out. A model name or backend URL may hold
+ * any of them: unescaped, one such value made the whole scrape unparseable. */
+const char *lp_metric_label(char *out, size_t cap, const char *v);
 /* One sample: name{labels} value. labels may be NULL or "" for none. */
 void lp_metric_sample(lp_buf_t *b, const char *name, const char *labels, double v);
 void lp_metric_sample_u64(lp_buf_t *b, const char *name, const char *labels, uint64_t v);

@@ -40,6 +40,21 @@ void lp_hist_add(lp_hist_t *dst, const lp_hist_t *src) {
   dst->count += count;
 }
 
+const char *lp_metric_label(char *out, size_t cap, const char *v) {
+  size_t k = 0;
+  for (; cap && *v; v++) {
+    /* the text format's three escapes inside a label value; nothing else is */
+    const char *e = *v == '\\' ? "\\\\" : *v == '"' ? "\\\"" : *v == '\n' ? "\\n" : NULL;
+    size_t n = e ? 2 : 1;
+    if (k + n >= cap) break; /* cut whole: never half an escape */
+    if (e) memcpy(out + k, e, 2);
+    else out[k] = *v;
+    k += n;
+  }
+  if (cap) out[k] = '\0';
+  return out;
+}
+
 void lp_metric_family(lp_buf_t *b, const char *name, const char *type, const char *help) {
   lp_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }

@@ -22,6 +22,16 @@ static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", 
 
 /* ---- /metrics ---- */
 
+/* A model name or backend URL as a label value (lp_metric_label), each in its
+ * own buffer of the statement it is used in: escaped, at most twice as long. */
+#define ML(name) lp_metric_label((char[2 * LP_NAME_MAX]){0}, 2 * LP_NAME_MAX, (name))
+#define BL(url) lp_metric_label((char[2 * LP_URL_MAX]){0}, 2 * LP_URL_MAX, (url))
+/* labels of one model (and a short label more), or of a model and a backend
+ * (and a shape), escaped */
+#define LP_LABELS_MODEL (2 * LP_NAME_MAX + 64)
+#define LP_LABELS_BACKEND (2 * LP_NAME_MAX + 2 * LP_URL_MAX + 64)
+
+
 /* One sample per model, or per backend, of a value read by a small function. */
 typedef uint64_t (*model_value_fn)(const lp_snap_model_t *m);
 typedef uint64_t (*backend_value_fn)(const lp_snap_backend_t *b);
@@ -39,32 +49,32 @@ static uint64_t b_devices(const lp_snap_backend_t *b) { return b->devices; }
 
 /* Per model, a histogram at offset in lp_snap_model_t. */
 static void per_model_hist(lp_buf_t *b, const lp_snap_t *s, const char *name, const char *help, size_t offset) {
-  char labels[128];
+  char labels[LP_LABELS_MODEL];
   lp_metric_family(b, name, "histogram", help);
   for (size_t i = 0; i < s->nmodels; i++) {
-    snprintf(labels, sizeof(labels), "model=\"%s\"", s->models[i].name);
+    snprintf(labels, sizeof(labels), "model=\"%s\"", ML(s->models[i].name));
     lp_metric_hist(b, name, labels, (const lp_hist_t *)((const char *)&s->models[i] + offset));
   }
 }
 
 static void per_model(lp_buf_t *b, const lp_snap_t *s, const char *name, const char *type, const char *help,
                       model_value_fn value) {
-  char labels[128];
+  char labels[LP_LABELS_MODEL];
   lp_metric_family(b, name, type, help);
   for (size_t i = 0; i < s->nmodels; i++) {
-    snprintf(labels, sizeof(labels), "model=\"%s\"", s->models[i].name);
+    snprintf(labels, sizeof(labels), "model=\"%s\"", ML(s->models[i].name));
     lp_metric_sample_u64(b, name, labels, value(&s->models[i]));
   }
 }
 
 static void per_backend(lp_buf_t *b, const lp_snap_t *s, const char *name, const char *type,
                         const char *help, backend_value_fn value) {
-  char labels[512];
+  char labels[LP_LABELS_BACKEND];
   lp_metric_family(b, name, type, help);
   for (size_t i = 0; i < s->nmodels; i++)
     for (size_t k = 0; k < s->models[i].nbackends; k++) {
       const lp_snap_backend_t *be = &s->models[i].backends[k];
-      snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\"", s->models[i].name, be->url);
+      snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\"", ML(s->models[i].name), BL(be->url));
       lp_metric_sample_u64(b, name, labels, value(be));
     }
 }
@@ -72,14 +82,14 @@ static void per_backend(lp_buf_t *b, const lp_snap_t *s, const char *name, const
 /* Per backend, a value in seconds from nanoseconds at offset in lp_snap_backend_t. */
 static void per_backend_seconds(lp_buf_t *b, const lp_snap_t *s, const char *name, const char *type,
                                 const char *help, size_t offset) {
-  char labels[512];
+  char labels[LP_LABELS_BACKEND];
   lp_metric_family(b, name, type, help);
   for (size_t i = 0; i < s->nmodels; i++)
     for (size_t k = 0; k < s->models[i].nbackends; k++) {
       const lp_snap_backend_t *be = &s->models[i].backends[k];
       uint64_t ns;
       memcpy(&ns, (const char *)be + offset, sizeof(ns));
-      snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\"", s->models[i].name, be->url);
+      snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\"", ML(s->models[i].name), BL(be->url));
       lp_metric_sample(b, name, labels, (double)ns / 1e9);
     }
 }
@@ -136,7 +146,7 @@ static void process_metrics(lp_buf_t *b, const lp_snap_t *s) {
  * scheduler's from the snapshot. */
 static void render_metrics(lp_front_t *self, const lp_snap_t *s, lp_buf_t *b) {
   lp_proxy_t *p = self->proxy;
-  char labels[512];
+  char labels[LP_LABELS_BACKEND];
   process_metrics(b, s);
   if (self->remote) lp__front_publish(self); /* this front's count is current (the others' as of their last tick) */
   uint64_t requests[LP_ROUTE_COUNT][LP_STATUS_SLOTS];
@@ -217,7 +227,7 @@ static void render_metrics(lp_front_t *self, const lp_snap_t *s, lp_buf_t *b) {
                    "Mean queue delay over mean device time per batch, last 30 s, by model: "
                    "the autoscaling target (0.7, see Scaling out).");
   for (size_t i = 0; i < s->nmodels; i++) {
-    snprintf(labels, sizeof(labels), "model=\"%s\"", s->models[i].name);
+    snprintf(labels, sizeof(labels), "model=\"%s\"", ML(s->models[i].name));
     lp_metric_sample(b, "lanepack_saturation", labels, s->models[i].saturation);
   }
   per_model(b, s, "lanepack_queue_tokens", "gauge", "Tokens waiting, by model.", m_qtokens);
@@ -226,7 +236,7 @@ static void render_metrics(lp_front_t *self, const lp_snap_t *s, lp_buf_t *b) {
     const lp_snap_model_t *m = &s->models[i];
     for (size_t sh = 0; sh < m->shapes.count; sh++) {
       if (!m->shapes.shapes[sh].lanes) continue; /* a free slot (a pruned shape's) */
-      snprintf(labels, sizeof(labels), "model=\"%s\",shape=\"%ux%u\"", m->name, m->shapes.shapes[sh].lanes,
+      snprintf(labels, sizeof(labels), "model=\"%s\",shape=\"%ux%u\"", ML(m->name), m->shapes.shapes[sh].lanes,
                m->shapes.shapes[sh].bucket);
       lp_metric_sample_u64(b, "lanepack_batches_total", labels, m->batches_by_shape[sh]);
     }
@@ -234,9 +244,9 @@ static void render_metrics(lp_front_t *self, const lp_snap_t *s, lp_buf_t *b) {
   lp_metric_family(b, "lanepack_tokens_total", "counter", "Token slots sent upstream: real tokens and padding.");
   for (size_t i = 0; i < s->nmodels; i++) {
     const lp_snap_model_t *m = &s->models[i];
-    snprintf(labels, sizeof(labels), "model=\"%s\",kind=\"real\"", m->name);
+    snprintf(labels, sizeof(labels), "model=\"%s\",kind=\"real\"", ML(m->name));
     lp_metric_sample_u64(b, "lanepack_tokens_total", labels, m->real_tokens);
-    snprintf(labels, sizeof(labels), "model=\"%s\",kind=\"pad\"", m->name);
+    snprintf(labels, sizeof(labels), "model=\"%s\",kind=\"pad\"", ML(m->name));
     lp_metric_sample_u64(b, "lanepack_tokens_total", labels, m->pad_tokens);
   }
   per_model(b, s, "lanepack_sequences_total", "counter", "Sequences answered by a backend, by model.", m_done);
@@ -248,7 +258,7 @@ static void render_metrics(lp_front_t *self, const lp_snap_t *s, lp_buf_t *b) {
     const lp_snap_model_t *m = &s->models[i];
     for (size_t sh = 0; sh < m->shapes.count; sh++) {
       if (!m->shapes.shapes[sh].lanes) continue; /* a free slot (a pruned shape's) */
-      snprintf(labels, sizeof(labels), "model=\"%s\",shape=\"%ux%u\"", m->name, m->shapes.shapes[sh].lanes,
+      snprintf(labels, sizeof(labels), "model=\"%s\",shape=\"%ux%u\"", ML(m->name), m->shapes.shapes[sh].lanes,
                m->shapes.shapes[sh].bucket);
       lp_metric_hist(b, "lanepack_batch_fill_ratio_by_shape", labels, &m->fill_by_shape[sh]);
     }
@@ -292,8 +302,8 @@ static void render_metrics(lp_front_t *self, const lp_snap_t *s, lp_buf_t *b) {
       for (size_t sh = 0; sh < m->shapes.count; sh++) {
         uint64_t c = m->backends[k].cost_ns[sh];
         if (!c) continue;
-        snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\",shape=\"%ux%u\"", m->name,
-                 m->backends[k].url, m->shapes.shapes[sh].lanes, m->shapes.shapes[sh].bucket);
+        snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\",shape=\"%ux%u\"", ML(m->name),
+                 BL(m->backends[k].url), m->shapes.shapes[sh].lanes, m->shapes.shapes[sh].bucket);
         lp_metric_sample(b, "lanepack_service_time_seconds", labels, (double)c / 1e9);
       }
   }

@@ -63,7 +63,14 @@ static void on_signal(uv_signal_t *s, int signum) {
   if (p->unready) {
     if (!p->draining) {
       uv_timer_stop(&p->drain);
-      start_drain(p);
+      start_drain(p); /* a second signal: no more delay */
+    } else if (!p->hard_stop) {
+      /* one during the drain: what is left is failed now, as at its timeout
+       * (an operator's second Ctrl-C should not wait out a hung backend);
+       * past that, the last resort's timer runs on as it was */
+      lp_log(LP_LOG_INFO, "second signal: ending the drain", "\"signal\": %d", signum);
+      uv_timer_stop(&p->drain);
+      on_drain_timeout(&p->drain);
     }
     return;
   }
