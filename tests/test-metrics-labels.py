@@ -3,7 +3,9 @@
 model name or backend URL with a double quote, a backslash or a newline is
 escaped in every label value (one unescaped value made the whole scrape
 unparseable), with one front and with several; the JSON pages keep the names
-as they are.
+as they are; and each model is reached by its name percent-encoded in the
+path, on /v1/models/{model}/infer and /v2/models/{model}/infer, as HTTP
+libraries encode it.
 Usage: test-metrics-labels.py LANEPACK EMULATOR"""
 import http.client
 import json
@@ -13,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lphelp import check, finish, free_port, stop_all, wait_http  # noqa: E402
@@ -26,6 +29,13 @@ def get(port, path):
     c.request("GET", path)
     r = c.getresponse()
     return r.status, r.read().decode()
+
+
+def post(port, path, body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    return r.status, json.loads(r.read() or b"{}")
 
 
 def unescape(v):
@@ -77,6 +87,21 @@ try:
         st, body = get(port, "/v1/models")
         names = set(m.get("name", m.get("id")) for m in json.loads(body).get("models", json.loads(body).get("data", [])))
         check("threads %d: /v1/models names them as configured" % threads, set(NAMES) <= names, sorted(names))
+        reached_v1, reached_v2 = [], []
+        for n in NAMES:
+            q = urllib.parse.quote(n, safe="")
+            st, js = post(port, "/v1/models/%s/infer" % q, {"input_ids": [1, 2, 3]})
+            reached_v1.append((n, st) if st != 200 or "output" not in js else None)
+            st, js = post(port, "/v2/models/%s/infer" % q,
+                          {"inputs": [{"name": "input_ids", "datatype": "INT32", "shape": [1, 3], "data": [1, 2, 3]}]})
+            reached_v2.append((n, st, js) if st != 200 or js.get("model_name") != n else None)
+        check("threads %d: /v1/models/{model}/infer reaches each model by its encoded name" % threads,
+              not any(reached_v1), [x for x in reached_v1 if x])
+        check("threads %d: /v2/models/{model}/infer reaches each model by its encoded name" % threads,
+              not any(reached_v2), [x for x in reached_v2 if x])
+        st, js = post(port, "/v1/models/%s/infer" % "a%2", {"input_ids": [1]})
+        check("threads %d: a malformed escape names no model (404 unknown_model)" % threads,
+              st == 404 and js.get("error", {}).get("code") == "unknown_model", (st, js))
         stop_all([proxy])
         procs.remove(proxy)
         check("threads %d: exits 0" % threads, proxy.returncode == 0, proxy.returncode)

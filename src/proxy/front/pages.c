@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "lanepack/v2.h"
+#include "lanepack/urlpath.h"
 #include "proxy.h"
 
 static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", "readyz",
@@ -388,6 +389,14 @@ static void render_v2(const lp_snap_t *s, int v2r, const char *url, size_t path_
   const char *name;
   size_t nlen;
   lp_v2_route(url, path_len, &name, &nlen);
+  /* the name as the client's library percent-encoded it; an undecodable one
+   * is looked up as sent (and found by no model) */
+  char dec[LP_NAME_MAX];
+  long dl = lp_urlpath_decode(name, nlen, dec, sizeof(dec));
+  if (dl >= 0) {
+    name = dec;
+    nlen = (size_t)dl;
+  }
   const lp_snap_model_t *m = NULL;
   for (size_t i = 0; i < s->nmodels && !m; i++)
     if (strlen(s->models[i].name) == nlen && memcmp(s->models[i].name, name, nlen) == 0) m = &s->models[i];

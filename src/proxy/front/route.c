@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "lanepack/urlpath.h"
 #include "proxy.h"
 
 static int path_is(const lp_http_req_t *r, const char *path) {
@@ -127,8 +128,14 @@ static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
     size_t rest = req->path_len - (sizeof(prefix) - 1);
     const char *slash = memchr(name, '/', rest);
     if (slash && (size_t)(req->url + req->path_len - slash) == strlen("/infer") &&
-        strncmp(slash, "/infer", 6) == 0 && slash > name)
-      handle_infer(f, req, name, (size_t)(slash - name));
+        strncmp(slash, "/infer", 6) == 0 && slash > name) {
+      /* the name as the client's library percent-encoded it (a space as %20);
+       * an undecodable one is looked up as sent (and found by no model) */
+      char dec[LP_NAME_MAX];
+      long dl = lp_urlpath_decode(name, (size_t)(slash - name), dec, sizeof(dec));
+      if (dl >= 0) handle_infer(f, req, dec, (size_t)dl);
+      else handle_infer(f, req, name, (size_t)(slash - name));
+    }
     else
       lp_proxy_reject(f, req, LP_ROUTE_OTHER, 404, NULL, "not_found", "no such route", NULL);
   } else if (path_is(req, "/healthz")) {

@@ -12,6 +12,7 @@
 
 #include "lanepack/log.h"
 #include "lanepack/v2.h"
+#include "lanepack/urlpath.h"
 #include "proxy.h"
 
 static void infer(lp_front_t *f, lp_http_req_t *req, lp_model_t *m) {
@@ -241,6 +242,14 @@ int lp__v2_route(lp_front_t *f, lp_http_req_t *req) {
   size_t nlen;
   lp_v2_route_t r = lp_v2_route(req->url, req->path_len, &name, &nlen);
   if (r == LP_V2_NOT_V2) return 0;
+  /* the name as the client's library percent-encoded it; an undecodable one
+   * is looked up as sent (and found by no model) */
+  char dec[LP_NAME_MAX];
+  long dl = lp_urlpath_decode(name, nlen, dec, sizeof(dec));
+  if (dl >= 0) {
+    name = dec;
+    nlen = (size_t)dl;
+  }
   if (r == LP_V2_SERVER) {
     static const char meta[] = "{\"name\":\"lanepack\",\"version\":\"" LP_VERSION
                                "\",\"extensions\":[\"binary_tensor_data\",\"schedule_policy\"]}\n";
