@@ -344,6 +344,12 @@ def main():
               answers == [True] * 10, answers)
         rc = proxy.wait(15)
         check("... and the proxy exits 0", rc == 0, rc)
+    except BaseException:
+        # a step that could not go on (the proxy gone, say): what it said, a
+        # sanitizer's report first of all, goes with the traceback
+        err.seek(0)
+        sys.stderr.write("the proxy (exit %s) said, last 6 KB:\n%s\n" % (proxy.poll(), err.read()[-6144:]))
+        raise
     finally:
         if proxy.poll() is None:
             proxy.kill()
