@@ -133,10 +133,17 @@ static int collect(json_t *v, double *vals, size_t *nv, size_t cap, int64_t *inn
   return 0;
 }
 
+/* The model's configuration as the job's front has it: its own copy (the
+ * scheduler's, which a reload rewrites in place, is not this thread's). */
+static const lp_model_config_t *front_model_cfg(const lp_job_t *job) {
+  return &job->front->cfg->models[job->model - job->front->proxy->models];
+}
+
 /* The answer's members before "outputs". */
 static void put_members(lp_buf_t *b, const lp_job_t *job) {
+  const char *name = front_model_cfg(job)->name;
   lp_buf_puts(b, "\"model_name\":");
-  lp_buf_json_str(b, job->model->cfg->name, strlen(job->model->cfg->name));
+  lp_buf_json_str(b, name, strlen(name));
   lp_buf_puts(b, ",\"model_version\":\"1\"");
   if (job->id_json) {
     lp_buf_puts(b, ",\"id\":");
@@ -210,8 +217,7 @@ static int text_output(lp_job_t *job, int per_segment, lp_v2_out_t *o, void **da
 
 int lp__v2_answer(lp_job_t *job, int per_segment, lp_buf_t *out_body, const char **ctype,
                   char *hdr, size_t hdrlen) {
-  lp_model_t *m = job->model;
-  lp_v2_out_t o = {.name = lp__v2_output_name(m), .ndim = 0};
+  lp_v2_out_t o = {.name = lp__v2_output_name_of(front_model_cfg(job)), .ndim = 0};
   o.shape[o.ndim++] = (int64_t)job->v2_rows;
   if (!per_segment) o.shape[o.ndim++] = (int64_t)job->seqs[0].len;
   void *data = NULL;
