@@ -68,31 +68,34 @@ static void per_model(lp_buf_t *b, const lp_snap_t *s, const char *name, const c
   }
 }
 
-static void per_backend(lp_buf_t *b, const lp_snap_t *s, const char *name, const char *type,
-                        const char *help, backend_value_fn value) {
+/* Per backend: value(be), or (value NULL) the nanoseconds at offset in
+ * lp_snap_backend_t as seconds. */
+static void per_backend_at(lp_buf_t *b, const lp_snap_t *s, const char *name, const char *type,
+                           const char *help, backend_value_fn value, size_t offset) {
   char labels[LP_LABELS_BACKEND];
   lp_metric_family(b, name, type, help);
   for (size_t i = 0; i < s->nmodels; i++)
     for (size_t k = 0; k < s->models[i].nbackends; k++) {
       const lp_snap_backend_t *be = &s->models[i].backends[k];
       snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\"", ML(s->models[i].name), BL(be->url));
-      lp_metric_sample_u64(b, name, labels, value(be));
+      if (value) {
+        lp_metric_sample_u64(b, name, labels, value(be));
+      } else {
+        uint64_t ns;
+        memcpy(&ns, (const char *)be + offset, sizeof(ns));
+        lp_metric_sample(b, name, labels, (double)ns / 1e9);
+      }
     }
 }
 
-/* Per backend, a value in seconds from nanoseconds at offset in lp_snap_backend_t. */
+static void per_backend(lp_buf_t *b, const lp_snap_t *s, const char *name, const char *type,
+                        const char *help, backend_value_fn value) {
+  per_backend_at(b, s, name, type, help, value, 0);
+}
+
 static void per_backend_seconds(lp_buf_t *b, const lp_snap_t *s, const char *name, const char *type,
                                 const char *help, size_t offset) {
-  char labels[LP_LABELS_BACKEND];
-  lp_metric_family(b, name, type, help);
-  for (size_t i = 0; i < s->nmodels; i++)
-    for (size_t k = 0; k < s->models[i].nbackends; k++) {
-      const lp_snap_backend_t *be = &s->models[i].backends[k];
-      uint64_t ns;
-      memcpy(&ns, (const char *)be + offset, sizeof(ns));
-      snprintf(labels, sizeof(labels), "model=\"%s\",backend=\"%s\"", ML(s->models[i].name), BL(be->url));
-      lp_metric_sample(b, name, labels, (double)ns / 1e9);
-    }
+  per_backend_at(b, s, name, type, help, NULL, offset);
 }
 
 /* The standard process metrics (as Prometheus' client libraries name them),

@@ -228,6 +228,13 @@ static void start_failed(lp_model_t *m, lp_batch_t *bt, const char *why, int unb
   m->failed = bt;
 }
 
+/* Its transfer did not start: its body could not be written (out of memory:
+ * its requests fail) or the transfer itself (retried). */
+static void start_unsent(lp_model_t *m, lp_batch_t *bt) {
+  if (bt->unbuilt) start_failed(m, bt, "out of memory for the body", 1);
+  else start_failed(m, bt, "could not start the upstream request", 0);
+}
+
 void lp__batches_failed(lp_model_t *m) {
   while (m->failed) {
     lp_batch_t *bt = m->failed;
@@ -351,8 +358,7 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   bt->on_done = on_batch_done;
   bt->on_done_ud = NULL;
   if (!p->remote && lp__transfer_start(p->up, bt)) {
-    if (bt->unbuilt) start_failed(m, bt, "out of memory for the body", 1);
-    else start_failed(m, bt, "could not start the upstream request", 0);
+    start_unsent(m, bt);
     return;
   }
   bt->in_flight = 1;
@@ -448,8 +454,7 @@ static void on_batch_done(lp_batch_t *bt, void *ud) {
   uint64_t now = lp__now();
   if (bt->unstarted) {
     lp__batchview_answered(m, bt, LP_DISP_RESET, 0, 0, now); /* the view does not keep it in flight */
-    if (bt->unbuilt) start_failed(m, bt, "out of memory for the body", 1);
-    else start_failed(m, bt, "could not start the upstream request", 0);
+    start_unsent(m, bt);
     m->pump(m); /* the core hears the reset */
     return;
   }
