@@ -243,7 +243,7 @@ typedef struct lp_seq_s {
   uint64_t dispatch_ns, done_ns;
   /* its output: out[0..out_len) in ans (a reference held), per-token JSON
    * text to be wrapped in [ ] when out_wrap; set by the scheduler, read by
-   * the front once the job is handed back (or at once with one loop) */
+   * the front once the job is handed back */
   lp_answer_t *ans;
   const char *out;
   size_t out_len;
@@ -257,8 +257,7 @@ typedef struct lp_seq_s {
  * it (its ANSWER action) or is told its client left (lp_disp_cancel); its
  * address is its job id in the core, so nothing of it is touched after.
  *
- * With several threads (its front is remote) a job crosses threads; who owns
- * what: the front makes it and hands it to the scheduler (mailbox, mq_next);
+ * A job crosses threads, whatever their number; who owns what: the front makes it and hands it to the scheduler (mailbox, mq_next);
  * from then on every field but those marked FRONT is the scheduler's, which
  * writes its result (res_*) and hands it back (mailbox, mq_next) once the core
  * is done with it: then it is the front's again, which answers its client and
@@ -270,16 +269,15 @@ struct lp_job_s {
   lp_proxy_t *proxy;
   lp_model_t *model;
   lp_front_t *front;      /* whose client it is */
-  lp_http_req_t *req;     /* NULL once the client left; always NULL when the front is remote */
-  lp_http_req_t *front_req; /* FRONT: the client's request, NULL once it left (remote front) */
+  lp_http_req_t *front_req; /* FRONT: the client's request, NULL once it left */
   lp_job_t *mq_next;      /* in a mailbox: to the scheduler, then back to its front */
   lp_job_t *cq_next;      /* its cancel, in the scheduler's mailbox */
-  int refs;               /* atomic; 1 for the job, 1 per cancel in flight (remote),
+  int refs;               /* atomic; 1 for the job, 1 per cancel in flight,
                              1 per item of a batch sending its text (batch.c) */
-  int waited;             /* remote: a client waits for its answer (the scheduler's view) */
+  int waited;             /* a client waits for its answer (the scheduler's view) */
   /* what the scheduler reads and writes for every sequence answered, together
    * after the first line (a cold line per job cost it a cache miss a sequence) */
-  int handed_back;        /* remote: the scheduler is done with it (written by the scheduler) */
+  int handed_back;        /* the scheduler is done with it (written by the scheduler) */
   int res_status;         /* its answer's status, written by the scheduler (0: none) */
   int res_per_segment;    /* a success: one output per sequence, not per token */
   uint32_t nseq;
@@ -298,14 +296,14 @@ struct lp_job_s {
   uint64_t deadline_ns;   /* the client's; 0 = none */
   size_t bytes;           /* what it holds, charged to the queue's budget */
   int admin_route;        /* not an inference but a page of the scheduler's state (LP_ROUTE_*, or
-                             LP_ROUTE_V2 with admin_v2 set): remote, or the advice */
+                             LP_ROUTE_V2 with admin_v2 set), the advice among them */
   int admin_v2;           /* lp_v2_route_t of a v2 page */
   char *admin_url;        /* its URL (the query is read); owned */
   size_t admin_path_len;  /* admin_url[0..admin_path_len) is the path */
   lp_snap_t *snap;        /* a page's snapshot to render (a reference), set by the scheduler; dropped
                              by the front once rendered, or when the job is freed; NULL: res_* hold
                              the answer (the advice, an error) */
-  /* its answer, written by the scheduler (remote): beside res_status above,
+  /* its answer, written by the scheduler: beside res_status above,
    * code and message of an error, or the body of a success behind LP_HEAD_ROOM bytes */
   char res_code[48];
   char res_msg[256];
@@ -516,37 +514,35 @@ struct lp_model_s {
  * before it. */
 #define LP_HEAD_ROOM 512
 
-/* A front: accepts, reads, parses and answers on its own loop, with its own
- * listener, scratch, counters and access log. With one thread the only front
- * runs on the proxy's loop and calls the scheduler directly; with several each
- * runs on its own thread (remote) and talks to the scheduler through
- * mailboxes. Everything here is the front's own unless marked. */
+/* A front: accepts, reads, parses and answers on its own loop and thread,
+ * with its own listener, scratch, counters and access log, and talks to the
+ * scheduler through mailboxes only, whatever the number of fronts.
+ * Everything here is the front's own unless marked. */
 struct lp_front_s {
   lp_proxy_t *proxy;
   unsigned index;
-  int remote;              /* on its own thread: the scheduler is reached by messages */
-  uv_loop_t *loop;         /* the proxy's, or own_loop */
+  uv_loop_t *loop;         /* own_loop */
   uv_loop_t own_loop;
   uv_thread_t thread;
-  /* the configuration this front reads: the proxy's (one loop), else its own
-   * copy, replaced on reload by a RECONF message; owned when remote */
+  /* the configuration this front reads: its own copy, replaced on reload by
+   * a RECONF message; owned */
   const lp_config_t *cfg;
-  char **tokens;           /* remote: its own copy of the bearer tokens; owned */
+  char **tokens;           /* its own copy of the bearer tokens; owned */
   size_t ntokens;
   lp_httpd_t *httpd;
   lp_httpd_t *admin;       /* front 0 only: the admin listener, if configured */
-  lp_mbox_t inbox;         /* remote: answers and control messages from the scheduler */
-  uv_timer_t tick;         /* remote: flushes the access log, publishes the connection count */
-  /* remote: jobs parsed this loop turn, handed to the scheduler together after
+  lp_mbox_t inbox;         /* answers and control messages from the scheduler */
+  uv_timer_t tick;         /* flushes the access log, publishes the connection count */
+  /* jobs parsed this loop turn, handed to the scheduler together after
    * the turn's reads (one lock, at most one wake-up) by the check handle */
   lp_job_t *to_sched, *to_sched_last;
   uv_check_t flush;
   uv_idle_t flush_soon;    /* while jobs wait: the loop does not sleep before the flush */
-  /* remote: the front's own upstream connections, on its loop: the batches
+  /* the front's own upstream connections, on its loop: the batches
    * the scheduler hands it are sent and their answers read and opened here
    * (relay/transfer.c), so no byte of theirs is the scheduler's; owned */
   lp_upstream_t *up;
-  /* remote: batches whose transfer ended this turn, handed back with to_sched */
+  /* batches whose transfer ended this turn, handed back with to_sched */
   lp_batch_t *sent, *sent_last;
   /* the scheduler's (not the front's): jobs handed back to this front and
    * batches for it to send, this turn of the scheduler's loop, pushed
@@ -554,8 +550,8 @@ struct lp_front_s {
   lp_job_t *back, *back_last;
   lp_batch_t *out, *out_last;
   unsigned batches_out;
-  int closing;             /* remote: its listeners are closing (drain) */
-  int open_servers;        /* remote: listeners not yet closed */
+  int closing;             /* its listeners are closing (drain) */
+  int open_servers;        /* listeners not yet closed */
   lp_buf_t scratch;        /* answers are built here, then handed to the server */
   lp_buf_t vec_text;       /* one sequence's output as text, read as a vector (embeddings) */
   float *vec;              /* ... its values; vec_cap of them; owned */
@@ -572,7 +568,7 @@ struct lp_front_s {
   size_t nrejections;      /* release-stored after the code is written */
   lp_hist_t t_queue, t_backend, t_total;
   uint64_t served;         /* requests routed */
-  uint64_t conns;          /* remote: open connections as of its last look */
+  uint64_t conns;          /* open connections as of its last look */
   lp_alog_t alog;
 };
 
@@ -590,20 +586,12 @@ struct lp_proxy_s {
   lp_config_t cfg;
   lp_front_t *fronts;      /* nfronts; owned */
   unsigned nfronts;
-  int remote;              /* several threads: fronts are reached by messages */
-  lp_mbox_t inbox;         /* remote: jobs, cancels and control messages from the fronts */
-  unsigned fronts_open;    /* remote: fronts whose listeners are not closed yet (drain) */
-  uv_check_t flush;        /* remote: hands back the turn's answers, one push per front */
+  lp_mbox_t inbox;         /* jobs, cancels and control messages from the fronts */
+  unsigned fronts_open;    /* fronts whose listeners are not closed yet (drain) */
+  uv_check_t flush;        /* hands back the turn's answers, one push per front */
   uv_idle_t flush_soon;    /* while answers wait: the loop does not sleep before the flush */
   int back_pending;        /* some front has answers or batches waiting */
   unsigned next_front;     /* where a tie between equally busy fronts' batches goes */
-  /* a page job the scheduler has answered goes back to its front: by message
-   * (remote) or at once (one loop); set by the fronts when they start */
-  void (*page_done)(lp_job_t *job);
-  /* One loop: the scheduler's answer for a job (res_status and the rest
-   * written) goes to its client now, by the front layer, which registers it;
-   * the scheduler calls no front by name. */
-  void (*answer_now)(lp_job_t *job);
   /* Every front has written every answer and closed every connection: the
    * process's (registered by lp_proxy_init) ends the run. */
   void (*drained)(lp_proxy_t *p);
@@ -739,24 +727,23 @@ void lp__front_send_batches(lp_front_t *f, lp_batch_t *list);
 void lp__front_on_flush(uv_check_t *h);
 /* The front's open connections, published for /metrics. */
 void lp__front_publish(lp_front_t *f);
-/* A page job for the scheduler, answered when it comes back (remote, and the
- * advice, which may wait for its worker, with one loop too). */
+/* A page job for the scheduler, answered when it comes back (the advice may
+ * wait for its worker first). */
 void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r);
-/* front/pages.c: the pages of the scheduler's state rendered on the front.
- * Answers one: from a snapshot taken in place (one loop) or asked of the
- * scheduler (a message there and back); the advice is the scheduler's. */
+/* front/pages.c: the pages of the scheduler's state rendered on the front
+ * from a snapshot asked of the scheduler (a message there and back); the
+ * advice is the scheduler's. */
 void lp__front_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r);
 /* A page job back from the scheduler: req answered from its snapshot (which
  * the job's reference then drops) or its res_* (the advice, an error). */
 void lp__front_page_back(lp_front_t *f, lp_job_t *job, lp_http_req_t *req);
 
-/* sched/inbox.c: the scheduler's side. A page job gets its snapshot (or the
- * advice its answer) and goes back through p->page_done; takes what the fronts
- * sent (the inbox's wake-up), one snapshot for a wake-up's pages. */
-void lp__sched_page(lp_proxy_t *p, lp_job_t *job);
+/* sched/inbox.c: the scheduler's side: takes what the fronts sent (the
+ * inbox's wake-up); a wake-up's pages share one snapshot (the advice gets its
+ * answer) and go back with lp__job_hand_back. */
 void lp__sched_on_inbox(lp_wake_t *w);
 
-/* handoff/handback.c: the scheduler is done with a job of a remote front:
+/* handoff/handback.c: the scheduler is done with a job:
  * back to it (with the others of this loop turn, by lp__fronts_flush, which
  * the scheduler loop's check handle calls once per turn). */
 void lp__job_hand_back(lp_job_t *job);
@@ -885,8 +872,8 @@ void lp__v2_adopt(lp_batch_t *bt, lp_answer_t *a);
 /* Frees the batch's decoded v2 answer, if any. */
 void lp__v2_close(lp_batch_t *bt);
 
-/* ---- relay/: where a batch's transfer runs (a front's loop with several
- * threads, the one loop with threads 1); its caller calls down, answers come
+/* ---- relay/: where a batch's transfer runs (the front's loop that sends
+ * it); its caller calls down, answers come
  * up through the on_done it sets in the batch ---- */
 /* transfer.c: starts bt's transfer on up (its url, headers, gather list or
  * body, bounds, set); when it ends, its outcome is in bt (a 200 answer opened
@@ -1005,7 +992,7 @@ int lp__render_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, lp_buf_t *out, c
  * for the observed lengths, device times and rate (?rate= replaces the
  * observed one), computed on a worker of libuv's pool one at a time, equal
  * queries sharing one computation, cached; 429 advisor_busy past the queue's
- * bound. The job is answered through p->page_done, now or when computed. */
+ * bound. The job goes back to its front (lp__job_hand_back), now or when computed. */
 void lp__advice_page(lp_proxy_t *p, lp_job_t *job);
 /* Frees the computations still queued (the process is ending). */
 void lp__advice_free(lp_proxy_t *p);

@@ -60,10 +60,6 @@ int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errle
   int fd = -1;
   int rc = lp__alog_open_path(path, &fd, err, errlen);
   if (rc) return rc;
-  if (!p->remote) {
-    lp__alog_set_fd(&p->fronts[0].alog, fd);
-    return 0;
-  }
   /* each front writes whole lines to its own descriptor of the file */
   for (unsigned i = 0; i < p->nfronts; i++) {
     lp_ctl_t *c = calloc(1, sizeof(*c));

@@ -35,17 +35,6 @@ static void front_job_back(lp_front_t *f, lp_job_t *job) {
   lp__job_release(job); /* without a cancel sent, the only reference: freed at once */
 }
 
-/* One loop: the scheduler's answer for a job goes to its client at once. */
-static void answer_now(lp_job_t *job) {
-  lp_http_req_t *req = job->req;
-  req->app = NULL; /* before answering: a failed write frees req at once */
-  job->req = NULL;
-  lp__job_deliver(job->front, job, req);
-}
-
-/* One loop: a page the scheduler answered is the front's at once. */
-static void page_back_here(lp_job_t *job) { front_job_back(job->front, job); }
-
 static void on_front_tick(uv_timer_t *t) {
   lp_front_t *f = container_of(t, lp_front_t, tick);
   lp__alog_flush(&f->alog);
@@ -60,10 +49,6 @@ static void front_servers_closed(lp_front_t *f);
 
 static void server_gone(lp_front_t *f) {
   if (--f->open_servers > 0) return;
-  if (!f->remote) {
-    f->proxy->drained(f->proxy);
-    return;
-  }
   front_servers_closed(f);
 }
 
@@ -198,14 +183,6 @@ static lp_ctl_t *reconf_msg(lp_proxy_t *p) {
 }
 
 void lp__fronts_reconfigure(lp_proxy_t *p) {
-  if (!p->remote) {
-    lp_httpd_config_t hc;
-    lp__httpd_limits(&p->cfg, &hc);
-    lp_front_t *f = &p->fronts[0];
-    if (f->httpd) lp_httpd_set_limits(f->httpd, &hc);
-    if (f->admin) lp_httpd_set_limits(f->admin, &hc);
-    return;
-  }
   for (unsigned i = 0; i < p->nfronts; i++) {
     lp_ctl_t *c = reconf_msg(p);
     if (!c) {
@@ -217,13 +194,6 @@ void lp__fronts_reconfigure(lp_proxy_t *p) {
 }
 
 void lp__fronts_drain(lp_proxy_t *p) {
-  if (!p->remote) {
-    lp_front_t *f = &p->fronts[0];
-    f->open_servers = (f->httpd != NULL) + (f->admin != NULL);
-    if (f->httpd) lp_httpd_close(f->httpd, on_httpd_closed, f);
-    if (f->admin) lp_httpd_close(f->admin, on_admin_closed, f);
-    return;
-  }
   for (unsigned i = 0; i < p->nfronts; i++) {
     lp_ctl_t *c = calloc(1, sizeof(*c));
     if (!c) continue; /* that front closes at the stop */
@@ -233,7 +203,7 @@ void lp__fronts_drain(lp_proxy_t *p) {
 }
 
 void lp__fronts_cancel_transfers(lp_proxy_t *p) {
-  for (unsigned i = 0; p->remote && i < p->nfronts; i++) {
+  for (unsigned i = 0; i < p->nfronts; i++) {
     lp_ctl_t *c = calloc(1, sizeof(*c));
     if (!c) continue; /* that front's transfers end at the stop */
     c->kind = LP_CTL_CANCEL;
@@ -330,7 +300,6 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
   p->fronts = calloc(n, sizeof(lp_front_t));
   if (!p->fronts) return -ENOMEM;
   p->nfronts = n;
-  p->remote = n > 1;
   for (unsigned i = 0; i < n; i++) front_init(&p->fronts[i], p, i);
   int afd = -1, rc;
   if (p->cfg.access_log[0]) {
@@ -341,14 +310,6 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
     }
   }
   uint64_t id_base = (uv_hrtime() * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)uv_os_getpid() << 32);
-  p->page_done = p->remote ? lp__job_hand_back : page_back_here;
-  p->answer_now = answer_now;
-  if (!p->remote) {
-    lp_front_t *f = &p->fronts[0];
-    f->loop = p->loop;
-    lp__alog_set_fd(&f->alog, afd);
-    return front_listen(f, 1, 0, port);
-  }
   if ((rc = lp__mbox_init(&p->inbox, p->loop, lp__sched_on_inbox, p)) != 0) return rc;
   uv_check_init(p->loop, &p->flush);
   uv_check_start(&p->flush, lp__sched_on_flush);
@@ -358,7 +319,6 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
   if ((rc = claim_port(p->cfg.listen, &bound)) != 0) return rc;
   for (unsigned i = 0; i < n; i++) {
     lp_front_t *f = &p->fronts[i];
-    f->remote = 1;
     f->cfg = NULL; /* its own copy, from the message */
     lp_ctl_t *c = reconf_msg(p); /* its own configuration and tokens, taken at once */
     if (!c) return -ENOMEM;
@@ -395,56 +355,52 @@ static void front_free(lp_front_t *f) {
   free(f->tok_scratch);
   free(f->len_scratch);
   lp__alog_close(&f->alog);
-  if (f->remote) {
-    free((void *)f->cfg);
-    lp_config_free_tokens(f->tokens, f->ntokens);
-  }
+  free((void *)f->cfg);
+  lp_config_free_tokens(f->tokens, f->ntokens);
 }
 
 void lp__fronts_stop(lp_proxy_t *p) {
   if (!p->fronts) return;
-  if (p->remote) {
-    for (unsigned i = 0; i < p->nfronts; i++) {
-      lp_ctl_t *c = calloc(1, sizeof(*c));
-      if (!c) abort(); /* no way left to stop the thread */
-      c->kind = LP_CTL_STOP;
-      lp__mbox_push_ctl(&p->fronts[i].inbox, c);
+  for (unsigned i = 0; i < p->nfronts; i++) {
+    lp_ctl_t *c = calloc(1, sizeof(*c));
+    if (!c) abort(); /* no way left to stop the thread */
+    c->kind = LP_CTL_STOP;
+    lp__mbox_push_ctl(&p->fronts[i].inbox, c);
+  }
+  int stranded = 0;
+  for (unsigned i = 0; i < p->nfronts; i++) {
+    lp_front_t *f = &p->fronts[i];
+    uv_thread_join(&f->thread);
+    if (!f->httpd && !f->admin) { /* drained: every handle is closed */
+      uv_loop_close(f->loop);
+      lp__mbox_destroy(&f->inbox);
+    } else {
+      stranded = 1;
     }
-    int stranded = 0;
-    for (unsigned i = 0; i < p->nfronts; i++) {
-      lp_front_t *f = &p->fronts[i];
-      uv_thread_join(&f->thread);
-      if (!f->httpd && !f->admin) { /* drained: every handle is closed */
-        uv_loop_close(f->loop);
-        lp__mbox_destroy(&f->inbox);
-      } else {
-        stranded = 1;
-      }
-    }
-    /* batches the fronts handed back since the scheduler's loop last ran
-     * (the stop cancelled their transfers), and any the scheduler handed out
-     * after its last flush: their jobs' references go */
-    for (lp_batch_t *b = lp__mbox_take_batches(&p->inbox), *n; b; b = n) {
+  }
+  /* batches the fronts handed back since the scheduler's loop last ran
+   * (the stop cancelled their transfers), and any the scheduler handed out
+   * after its last flush: their jobs' references go */
+  for (lp_batch_t *b = lp__mbox_take_batches(&p->inbox), *n; b; b = n) {
+    n = b->relay_next;
+    lp__batch_drop(b);
+  }
+  for (unsigned i = 0; i < p->nfronts; i++) {
+    for (lp_batch_t *b = p->fronts[i].out, *n; b; b = n) {
       n = b->relay_next;
       lp__batch_drop(b);
     }
-    for (unsigned i = 0; i < p->nfronts; i++) {
-      for (lp_batch_t *b = p->fronts[i].out, *n; b; b = n) {
-        n = b->relay_next;
-        lp__batch_drop(b);
-      }
-      p->fronts[i].out = p->fronts[i].out_last = NULL;
-    }
-    lp__mbox_close(&p->inbox, NULL);
-    lp__mbox_destroy(&p->inbox); /* the fronts, its only senders, are joined */
-    /* the last resort left connections open on a front's loop, which lives in
-     * the front: the process is ending, so the fronts stay (reachable, as one
-     * thread's connections on the default loop are) rather than freed under
-     * them */
-    if (stranded) {
-      for (unsigned i = 0; i < p->nfronts; i++) lp__alog_flush(&p->fronts[i].alog);
-      return;
-    }
+    p->fronts[i].out = p->fronts[i].out_last = NULL;
+  }
+  lp__mbox_close(&p->inbox, NULL);
+  lp__mbox_destroy(&p->inbox); /* the fronts, its only senders, are joined */
+  /* the last resort left connections open on a front's loop, which lives in
+   * the front: the process is ending, so the fronts stay (reachable, as one
+   * thread's connections on the default loop are) rather than freed under
+   * them */
+  if (stranded) {
+    for (unsigned i = 0; i < p->nfronts; i++) lp__alog_flush(&p->fronts[i].alog);
+    return;
   }
   for (unsigned i = 0; i < p->nfronts; i++) front_free(&p->fronts[i]);
   free(p->fronts);

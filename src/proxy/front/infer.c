@@ -304,7 +304,6 @@ int lp__clamp_priority(int64_t priority) {
 }
 
 void lp__job_bind(lp_job_t *job, lp_http_req_t *req) {
-  job->req = req;
   memcpy(job->request_id, req->request_id, sizeof(job->request_id));
   memcpy(job->traceparent, req->traceparent, sizeof(job->traceparent));
   job->tracestate = req->tracestate[0] ? strdup(req->tracestate) : NULL;
@@ -364,8 +363,7 @@ lp_job_t *lp__job_new_text(lp_front_t *f, lp_model_t *m, const int32_t *tokens, 
     job->seqs[i].job = job;
     job->seqs[i].len = lens[i];
   }
-  /* the shapes are the scheduler's: with several threads it checks them */
-  if (!f->remote && lp__job_check_shapes(job, field, e)) goto failed;
+  /* the shapes are the scheduler's: it checks them when the job arrives */
   job->tokens = (int32_t *)((char *)job + head);
   if (ntokens) memcpy(job->tokens, tokens, ntokens * sizeof(int32_t));
   if (id_json) {
@@ -395,11 +393,6 @@ lp_job_t *lp__job_new_text(lp_front_t *f, lp_model_t *m, const int32_t *tokens, 
   }
   job->deadline_ns = dl ? job->arrive_ns + dl : 0;
   return job;
-
-failed:
-  if (!e->status) fail(e, 503, "out_of_memory", "proxy out of memory");
-  free(job);
-  return NULL;
 }
 
 lp_job_t *lp__infer_parse(lp_front_t *p, lp_http_req_t *req, const char *path_model,

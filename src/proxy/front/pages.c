@@ -1,6 +1,6 @@
 /* Runs on a front thread: the pages of the scheduler's state (/metrics,
  * /v1/models, readiness, v2 metadata, /v1/batches/recent) rendered as text
- * from a snapshot the scheduler took, with one loop or several alike. */
+ * from a snapshot the scheduler took, whatever the number of fronts. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -152,7 +152,7 @@ static void render_metrics(lp_front_t *self, const lp_snap_t *s, lp_buf_t *b) {
   lp_proxy_t *p = self->proxy;
   char labels[LP_LABELS_BACKEND];
   process_metrics(b, s);
-  if (self->remote) lp__front_publish(self); /* this front's count is current (the others' as of their last tick) */
+  lp__front_publish(self); /* this front's count is current (the others' as of their last tick) */
   uint64_t requests[LP_ROUTE_COUNT][LP_STATUS_SLOTS];
   struct { const char *code; uint64_t n; } rej[64];
   size_t nrej = 0;
@@ -183,9 +183,8 @@ static void render_metrics(lp_front_t *self, const lp_snap_t *s, lp_buf_t *b) {
     lp_hist_add(&t_backend, &f->t_backend);
     lp_hist_add(&t_total, &f->t_total);
     dropped += LP_RELAXED_LOAD(f->alog.dropped);
-    /* a remote front's servers are its own thread's: their count as it published it */
-    if (f->remote) conns += LP_RELAXED_LOAD(f->conns);
-    else conns += (f->httpd ? lp_httpd_connections(f->httpd) : 0) + (f->admin ? lp_httpd_connections(f->admin) : 0);
+    /* each front's servers are its own thread's: their count as it published it */
+    conns += LP_RELAXED_LOAD(f->conns);
     snprintf(labels, sizeof(labels), "thread=\"%u\"", fi);
     lp_metric_sample_u64(b, "lanepack_front_requests_total", labels, LP_RELAXED_LOAD(f->served));
   }
@@ -475,21 +474,11 @@ static void render_and_answer(lp_front_t *f, lp_http_req_t *req, const lp_snap_t
   answer_page(f, req, route, &f->scratch, &pg);
 }
 
+/* A page is rendered from a snapshot the scheduler takes on its own thread:
+ * the request goes there as a job and comes back with it (or, for the
+ * advice, with the answer its worker computed). */
 void lp__front_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
-  if (f->remote || route == LP_ROUTE_ADVICE) { /* the advice may wait for its worker */
-    lp__front_ask_page(f, req, route, v2r);
-    return;
-  }
-  /* one loop: the scheduler is on this thread, its snapshot taken here */
-  lp_snap_t *s = lp__sched_snapshot(f->proxy, lp__snap_parts(route));
-  if (!s) {
-    lp_page_t pg = {.status = 503, .hdr = "Retry-After: 1\r\n", .code = "out_of_memory"};
-    snprintf(pg.msg, sizeof(pg.msg), "proxy out of memory");
-    answer_page(f, req, route, &f->scratch, &pg);
-    return;
-  }
-  render_and_answer(f, req, s, route, v2r, req->url, req->path_len);
-  lp__snap_unref(s);
+  lp__front_ask_page(f, req, route, v2r);
 }
 
 void lp__front_page_back(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {

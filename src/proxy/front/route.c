@@ -45,11 +45,11 @@ static int token_eq(const char *a, size_t alen, const char *b) {
 /* "Bearer TOKEN" (RFC 6750: the scheme in any case, then spaces) with TOKEN
  * one of the configured ones, whole: the header reaches here uncut (one
  * header only: a repeat is refused by the server) and every token is read
- * whole from its file. The front's own copy of the tokens (remote) or the
- * proxy's. */
+ * whole from its file. The front's own copy of the tokens (a reload sends
+ * it a new one). */
 static int authorized(lp_front_t *f, const lp_http_req_t *req) {
-  char **tokens = f->remote ? f->tokens : f->proxy->tokens;
-  size_t ntokens = f->remote ? f->ntokens : f->proxy->ntokens;
+  char **tokens = f->tokens;
+  size_t ntokens = f->ntokens;
   if (!ntokens) return 1;
   const char *h = req->authorization;
   size_t n = req->authorization_len;
@@ -171,11 +171,6 @@ void lp__on_cancel(lp_http_req_t *req, void *ud) {
   lp_job_t *job = req->app;
   if (!job) return;
   req->app = NULL;
-  if (!f->remote) {
-    if (job->admin_route) job->front_req = NULL; /* its page is dropped when it comes */
-    else lp__job_cancel(job);
-    return;
-  }
   /* the scheduler hears it (after the job itself, if that still waits here);
    * the job is freed once every reference is dropped */
   lp__front_flush(f);

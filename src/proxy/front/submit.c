@@ -1,7 +1,6 @@
 /* Runs on a front thread: jobs and page requests handed to the scheduler
- * (directly with one loop, through its mailbox once per loop turn with
- * several, with the batches whose transfers ended), and a page's answer
- * written. */
+ * through its mailbox once per loop turn, with the batches whose transfers
+ * ended, whatever the number of fronts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,11 +11,6 @@ static void on_front_flush_soon(uv_idle_t *h);
 
 void lp__front_submit(lp_front_t *f, lp_http_req_t *req, lp_job_t *job) {
   req->app = job;
-  if (!f->remote) {
-    lp__model_admit(job->model, job);
-    return;
-  }
-  job->req = NULL; /* the scheduler's view: it never sees the request */
   job->front_req = req;
   job->refs = 1;
   job->waited = 1;
@@ -73,6 +67,5 @@ void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
   job->refs = 1;
   job->waited = 1;
   req->app = job;
-  if (f->remote) lp__mbox_push_job(&f->proxy->inbox, job);
-  else lp__sched_page(f->proxy, job); /* one loop: the scheduler's own */
+  lp__mbox_push_job(&f->proxy->inbox, job);
 }

@@ -17,7 +17,6 @@
 
 /* Every front has written every answer and closed every connection: done. */
 static void proxy_drained(lp_proxy_t *p) {
-  if (!p->remote) lp__alog_flush(&p->fronts[0].alog);
   lp_log(LP_LOG_INFO, "drained", "\"batches_in_flight\": %zu", p->batches);
   uv_stop(p->loop);
 }
@@ -112,7 +111,6 @@ static void on_sighup(uv_signal_t *s, int signum) {
  * only after traffic. */
 static void on_trim(uv_timer_t *t) {
   lp_proxy_t *p = t->data;
-  if (!p->remote) lp__alog_flush(&p->fronts[0].alog); /* remote fronts flush their own */
   uint64_t served = 0;
   for (unsigned i = 0; i < p->nfronts; i++) served += LP_RELAXED_LOAD(p->fronts[i].served);
   if (p->jobs || p->batches) return;

@@ -1,4 +1,4 @@
-/* Runs where a batch's transfer ended (its front, or the one loop): its
+/* Runs on the front whose transfer of a batch ended: its
  * 200 answer indexed (JSON) or decoded (v2) and checked against the batch, so
  * that the scheduler only hands out spans. Reads the batch alone, never its
  * model (a reload may change that meanwhile). */

@@ -142,7 +142,7 @@ static void job_error(lp_job_t *job, int status, const char *code, const char *m
 static void job_done(lp_proxy_t *p, lp_job_t *job) {
   if (!job->res_status) job->res_status = 200;
   job->res_ctype = "application/json";
-  p->page_done(job);
+  lp__job_hand_back(job);
 }
 
 /* The advice body: the query's model and how it was made, then the

@@ -357,10 +357,6 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   bt->max_answer = answer_bound(m, bt);
   bt->on_done = on_batch_done;
   bt->on_done_ud = NULL;
-  if (!p->remote && lp__transfer_start(p->up, bt)) {
-    start_unsent(m, bt);
-    return;
-  }
   bt->in_flight = 1;
   lp__batchview_sent(m, bt, a);
   /* accounting: what the chip will compute */
@@ -377,7 +373,7 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   p->batches++;
   /* last: from here until it comes back the batch is a front's, whose
    * thread sends its bytes and reads its answer */
-  if (p->remote) lp__batch_hand_out(p, bt);
+  lp__batch_hand_out(p, bt);
 }
 
 /* ---- answers ---- */

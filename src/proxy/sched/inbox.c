@@ -26,18 +26,9 @@ static void sched_pages(lp_proxy_t *p, lp_job_t *pages, unsigned parts) {
       snprintf(job->res_msg, sizeof(job->res_msg), "proxy out of memory");
       snprintf(job->res_hdr, sizeof(job->res_hdr), "Retry-After: 1\r\n");
     }
-    p->page_done(job);
+    lp__job_hand_back(job);
   }
   lp__snap_unref(s); /* the taker's: the pages hold theirs */
-}
-
-void lp__sched_page(lp_proxy_t *p, lp_job_t *job) {
-  if (job->admin_route == LP_ROUTE_ADVICE) { /* may wait for its worker */
-    lp__advice_page(p, job);
-    return;
-  }
-  job->mq_next = NULL;
-  sched_pages(p, job, lp__snap_parts(job->admin_route));
 }
 
 static void sched_admit(lp_proxy_t *p, lp_job_t *job) {

@@ -12,8 +12,7 @@
 
 /* ---- admission ---- */
 
-/* Runs where the model's shapes live: the scheduler, or the one loop with
- * threads: 1 (then the front calls it as it parses). */
+/* Runs on the scheduler, where the model's shapes live, as a job arrives. */
 int lp__job_check_shapes(lp_job_t *job, const char *field, lp_perr_t *e) {
   lp_model_t *m = job->model;
   int multi = job->multi;
@@ -55,8 +54,8 @@ void lp__job_drop_outputs(lp_job_t *job) {
   }
 }
 
-/* The core is done with job: with one loop it is freed; a remote front's
- * goes back to its front (which answers its client and drops it). */
+/* The core is done with job: it goes back to its front (which answers its
+ * client and drops it). */
 void lp__job_free(lp_job_t *job) {
   lp_model_t *m = job->model;
   if (job->charged) {
@@ -67,16 +66,11 @@ void lp__job_free(lp_job_t *job) {
     job->charged = 0;
   }
   job->proxy->jobs--;
-  if (job->front->remote) {
-    lp__job_hand_back(job); /* the last touch: it is the front's now */
-    return;
-  }
-  lp__job_release(job); /* freed now, or by the last batch still sending its text */
+  lp__job_hand_back(job); /* the last touch: it is the front's now */
 }
 
-/* A client waits for job's answer: its request (one loop) or, for a remote
- * front, until the scheduler heard it left. */
-static int has_client(const lp_job_t *job) { return job->req != NULL || job->waited; }
+/* A client waits for job's answer, until the scheduler heard it left. */
+static int has_client(const lp_job_t *job) { return job->waited; }
 
 int lp__job_waiting(const lp_job_t *job) {
   for (uint32_t i = 0; i < job->nseq; i++)
@@ -87,18 +81,15 @@ int lp__job_waiting(const lp_job_t *job) {
 void lp__job_fail(lp_job_t *job, int status, const char *code, const char *msg) {
   if (job->answered) return;
   job->answered = 1;
-  /* written down: a remote front answers when the job is back; one loop's
-   * front answers now */
-  if (job->front->remote ? !job->waited : !job->req) return;
+  /* written down: the front answers when the job is back */
+  if (!job->waited) return;
   job->res_status = status;
   snprintf(job->res_code, sizeof(job->res_code), "%s", code);
   snprintf(job->res_msg, sizeof(job->res_msg), "%s", msg);
-  if (!job->front->remote) job->proxy->answer_now(job);
 }
 
 void lp__job_cancel(lp_job_t *job) {
   lp_model_t *m = job->model;
-  job->req = NULL;
   job->answered = 1;
   if (!job->in_core) {
     lp__job_free(job);
@@ -181,9 +172,7 @@ static void seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, l
   lp_hist_observe(&job->model->duration, (double)(now - job->arrive_ns) / 1e9);
   job->res_status = 200;
   job->res_per_segment = per_segment;
-  job->answered = 1;
-  if (job->front->remote) return; /* written when the job is handed back */
-  job->proxy->answer_now(job);
+  job->answered = 1; /* written when the job is handed back */
 }
 
 void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_answer_t *ans,
