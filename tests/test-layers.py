@@ -2,9 +2,8 @@
 """The tree's layering, read off the built objects with nm (what a file calls
 is what its object leaves undefined and another object defines):
 - no two files of src/ call each other in a circle, directly or around several;
-- a folder calls only the folders below it (process -> front -> sched ->
-  relay -> handoff -> common -> core; net and sim sit on core): the scheduler never
-  names a front, a front never names the process;
+- a folder calls only the folders below it, as src/LAYERS lists them: the
+  scheduler never names a front, a front never names the process;
 - the packing core (src/core) calls no libuv, curl, thread, clock or I/O
   function: time and bytes are passed in.
 Usage: test-layers.py BUILD_DIR"""
@@ -14,19 +13,28 @@ import os
 import subprocess
 import sys
 
-# What each folder may call besides itself. The order is the design's
-# (doc/design.md): calls go down by name, up only through callbacks.
-BELOW = {
-    "process": {"front", "sched", "relay", "handoff", "common", "net", "core", "sim"},
-    "front": {"sched", "relay", "handoff", "common", "net", "core"},
-    "sched": {"relay", "handoff", "common", "net", "core", "sim"},
-    "relay": {"handoff", "common", "net", "core"},
-    "handoff": {"common", "core"},
-    "common": {"core"},
-    "net": {"core"},
-    "sim": {"core"},
-    "core": set(),
-}
+
+def read_layers():
+    """What each folder may call besides itself, from src/LAYERS (the one
+    place the order is written: calls go down by name, up only through
+    callbacks)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "LAYERS")
+    below = {}
+    with open(path) as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            name, _, rest = line.partition(":")
+            below[name.strip()] = set(rest.split())
+    for name, allowed in below.items():
+        unknown = allowed - set(below)
+        if unknown:
+            sys.exit("src/LAYERS: %s names unknown folders %s" % (name, sorted(unknown)))
+    return below
+
+
+BELOW = read_layers()
 # The core's outside world is libc's memory, string and number functions and
 # jansson's reader: anything that waits, reads a clock or touches a file or a
 # socket is the shell's.

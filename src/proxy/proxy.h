@@ -632,8 +632,9 @@ struct lp_proxy_s {
   double start_time;       /* wall clock at start (Unix seconds) */
 };
 
-/* job.c: the longest wait before dispatch and at the backend among job's
- * sequences (those never sent count for nothing); and ns as "ms.mmm". */
+/* handoff/jobref.c (either thread, on a job it holds): the longest wait
+ * before dispatch and at the backend among job's sequences (those never sent
+ * count for nothing); and ns as "ms.mmm". */
 void lp__job_times(const lp_job_t *job, uint64_t *queue_ns, uint64_t *backend_ns);
 void lp__put_ms(lp_buf_t *b, uint64_t ns);
 
@@ -753,7 +754,8 @@ void lp__batch_hand_out(lp_proxy_t *p, lp_batch_t *bt);
 void lp__fronts_flush(lp_proxy_t *p);
 void lp__sched_on_flush(uv_check_t *h);
 
-/* A reference to a job dropped: the last frees it. */
+/* handoff/jobref.c, any thread that holds a reference: a reference to a job
+ * dropped: the last frees it. */
 void lp__job_release(lp_job_t *job);
 /* The job's references to its batches' answers, dropped once its client is
  * written: a batch's answer goes with the last job it serves. */
@@ -869,7 +871,8 @@ int lp__v2_gathered(const lp_model_t *m);
 void lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp_seq_t *s);
 /* The batch's open v2 answer's output tensor moves into a, its kept answer. */
 void lp__v2_adopt(lp_batch_t *bt, lp_answer_t *a);
-/* Frees the batch's decoded v2 answer, if any. */
+/* relay/open.c, whichever thread holds the batch (its front, or the scheduler
+ * once it is back): frees the batch's decoded v2 answer, if any. */
 void lp__v2_close(lp_batch_t *bt);
 
 /* ---- relay/: where a batch's transfer runs (the front's loop that sends

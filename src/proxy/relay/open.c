@@ -87,6 +87,10 @@ static int open_v2(lp_batch_t *bt) {
   return 0;
 }
 
+/* Whichever thread holds the batch: the front that opened its answer (a
+ * failed check) or the scheduler once the batch is back (its answer taken,
+ * the batch reused or freed); never both, as a batch is one thread's at a
+ * time. */
 void lp__v2_close(lp_batch_t *bt) {
   if (!bt->v2_open) return;
   lp_v2_msg_free(&bt->v2msg);
