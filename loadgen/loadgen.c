@@ -3,6 +3,7 @@
  * keep-alive client, on lanepack's JSON route, v2 or OpenAI's /v1/embeddings.
  * It checks answers against the emulator's formula, reads the proxy's fill from
  * /metrics, and reports like wrk2 and vegeta do. */
+#include <assert.h>
 #include <errno.h>
 
 #ifndef LP_VERSION
@@ -78,8 +79,11 @@ struct conn_s {
   unsigned nq;
   req_t *first;            /* the request that opened it, sent once connected */
   uint64_t opened_ns;
-  struct conn_s *next_free;
-  struct conn_s *prev_all, *next_all; /* every open connection of the worker */
+  /* The lists a connection is on; it leaves each before it is freed
+   * (on_conn_closed checks): the free list while it is connected, open and has
+   * room (in_free says so), and every connection of the worker until closed. */
+  struct conn_s *prev_free, *next_free;
+  struct conn_s *prev_all, *next_all;
 };
 
 typedef struct {
@@ -92,6 +96,7 @@ typedef struct {
   uint64_t client_errors;  /* requests this client could not build or start */
   uint64_t unsent_timeouts;/* of the timeouts: never got a connection (too few) */
   uint64_t sent, answered;
+  uint64_t conns_opened;  /* more than --connections: the server closed some */
   uint64_t last_ns;       /* when the last answer came */
   lp_hdr_t lat;
   double elapsed_s;
@@ -132,8 +137,8 @@ struct lg_s {
   unsigned depth;         /* requests in flight per connection (pipelining) */
   size_t users;           /* closed loop: requests in flight */
   uint64_t max_requests, timeout_ns;
-  conn_t *free_conns;
-  conn_t *all_conns;
+  conn_t *free_conns;     /* connected, not closing, with room: exactly those */
+  conn_t *all_conns;      /* every connection not yet freed */
   req_t *pending_head, *pending_tail;
   size_t npending, inflight;
   uv_timer_t arrivals, ticker;
@@ -492,6 +497,8 @@ static void record(lg_t *lg, req_t *r, int status, const char *body, size_t len,
 static void on_conn_closed(uv_handle_t *h) {
   conn_t *c = container_of(h, conn_t, tcp);
   lg_t *lg = c->lg;
+  /* conn_close took it off the free list; nothing it carried is left */
+  assert(!c->in_free && !c->q_head && !c->first);
   if (c->prev_all) c->prev_all->next_all = c->next_all;
   else lg->all_conns = c->next_all;
   if (c->next_all) c->next_all->prev_all = c->prev_all;
@@ -501,9 +508,38 @@ static void on_conn_closed(uv_handle_t *h) {
   dispatch_pending(lg);
 }
 
+/* The free list, doubly linked so that a connection leaves it at once when it
+ * fills up or closes (issue 33: one freed while still on it was taken again). */
+static void free_list_add(conn_t *c) {
+  lg_t *lg = c->lg;
+  c->in_free = 1;
+  c->prev_free = NULL;
+  c->next_free = lg->free_conns;
+  if (lg->free_conns) lg->free_conns->prev_free = c;
+  lg->free_conns = c;
+}
+
+static void free_list_del(conn_t *c) {
+  if (!c->in_free) return;
+  if (c->prev_free) c->prev_free->next_free = c->next_free;
+  else c->lg->free_conns = c->next_free;
+  if (c->next_free) c->next_free->prev_free = c->prev_free;
+  c->prev_free = c->next_free = NULL;
+  c->in_free = 0;
+}
+
+/* Starts closing c: it leaves the free list now, so nothing takes it again;
+ * all_conns keeps it until on_conn_closed frees it. */
+static void conn_close(conn_t *c) {
+  c->closing = 1;
+  free_list_del(c);
+  uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
 static void conn_fail(conn_t *c, int kind) {
   if (c->closing) return;
   c->closing = 1;
+  free_list_del(c);
   if (c->first) {
     req_t *r = c->first;
     c->first = NULL;
@@ -516,27 +552,21 @@ static void conn_fail(conn_t *c, int kind) {
   }
   c->q_tail = NULL;
   c->nq = 0;
-  uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+  conn_close(c);
 }
 
 /* A connection with room for another request goes (back) on the free list;
- * entries that filled up or closed meanwhile are skipped when taken. */
+ * conn_send takes it off when it fills up, conn_close when it closes. */
 static void conn_offer(conn_t *c) {
   lg_t *lg = c->lg;
   if (c->in_free || c->closing || !c->connected || c->nq >= lg->depth) return;
-  c->in_free = 1;
-  c->next_free = lg->free_conns;
-  lg->free_conns = c;
+  free_list_add(c);
 }
 
+/* The most recently offered connection with room (it stays on the list until
+ * it is full), or NULL. */
 static conn_t *take_free(lg_t *lg) {
-  while (lg->free_conns) {
-    conn_t *c = lg->free_conns;
-    lg->free_conns = c->next_free;
-    c->in_free = 0;
-    if (!c->closing && c->nq < lg->depth) return c;
-  }
-  return NULL;
+  return lg->free_conns;
 }
 
 /* After an answer: a closed-loop user sends again at once; else a waiting
@@ -627,6 +657,7 @@ static void conn_send(conn_t *c, req_t *r) {
   else c->q_head = r;
   c->q_tail = r;
   c->nq++;
+  if (c->nq >= lg->depth) free_list_del(c);
   r->sent_ns = now_ns();
   write_head(lg, r);
   uv_buf_t b[2] = {uv_buf_init(r->head, (unsigned)strlen(r->head)),
@@ -663,6 +694,7 @@ static void open_conn(lg_t *lg, req_t *r) {
     return;
   }
   c->lg = lg;
+  lg->st.conns_opened++;
   lp_buf_init(&c->body);
   uv_tcp_init(lg->loop, &c->tcp);
   c->tcp.data = c;
@@ -713,12 +745,8 @@ static void maybe_finish(lg_t *lg) {
   if (lg->stopping && lg->inflight == 0) {
     uv_timer_stop(&lg->arrivals);
     uv_timer_stop(&lg->ticker);
-    for (conn_t *c = lg->free_conns; c; c = c->next_free) {
-      if (c->closing) continue;
-      c->closing = 1;
-      uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
-    }
-    lg->free_conns = NULL;
+    /* nothing in flight: every open connection is idle, on the free list */
+    while (lg->free_conns) conn_close(lg->free_conns);
   }
 }
 
@@ -915,6 +943,7 @@ static int run_phase(lg_t *w, size_t nw, const phase_t *ph, stats_t *out) {
     st->tokens += o->tokens;
     st->sent += o->sent;
     st->answered += o->answered;
+    st->conns_opened += o->conns_opened;
     for (int k = 0; k < MAX_STATUS; k++) st->by_status[k] += o->by_status[k];
     lp_hdr_merge(&st->lat, &o->lat);
     for (size_t k = 0; k < st->nseconds && k < o->nseconds; k++) st->per_second[k] += o->per_second[k];
@@ -987,12 +1016,13 @@ static void json_report(FILE *f, const lg_t *lg, const stats_t *s, double rate) 
   double el = s->elapsed_s > 0 ? s->elapsed_s : 1;
   fprintf(f, "{\"rate\": %.3f, \"duration_s\": %.3f, \"sent\": %llu, \"answered\": %llu, \"ok\": %llu, "
              "\"failed\": %llu, \"mismatches\": %llu, \"connection_errors\": %llu, \"timeouts\": %llu, "
-             "\"client_errors\": %llu, \"unsent_timeouts\": %llu, "
+             "\"client_errors\": %llu, \"unsent_timeouts\": %llu, \"connections_opened\": %llu, "
              "\"by_status\": {",
           rate, el, (unsigned long long)s->sent, (unsigned long long)s->answered,
           (unsigned long long)s->ok, (unsigned long long)s->failed, (unsigned long long)s->mismatches,
           (unsigned long long)s->conn_errors, (unsigned long long)s->timeouts,
-          (unsigned long long)s->client_errors, (unsigned long long)s->unsent_timeouts);
+          (unsigned long long)s->client_errors, (unsigned long long)s->unsent_timeouts,
+          (unsigned long long)s->conns_opened);
   int first = 1;
   for (int i = 0; i < MAX_STATUS; i++)
     if (s->by_status[i]) {
@@ -1386,7 +1416,9 @@ int main(int argc, char **argv) {
            conc ? "closed loop" : "open loop (Poisson)", conc ? "concurrency" : "rate",
            conc ? (double)conc : rate, (duration - warmup) / 1e9, text ? "text" : "lengths", text ? text : lengths);
     print_report(&lg, &results[0], stdout);
-    if (threads > 1) printf("client        %lu threads\n", threads);
+    printf("client        %llu connections opened%s", (unsigned long long)results[0].conns_opened,
+           threads > 1 ? "" : "\n");
+    if (threads > 1) printf(", %lu threads\n", threads);
   } else {
     printf("%10s %12s %10s %10s %10s %8s %8s\n", "rate", "achieved/s", "p50 ms", "p99 ms", "errors", "fill", "batches");
     for (size_t i = 0; i < nrates; i++) {
