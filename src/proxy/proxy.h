@@ -659,6 +659,9 @@ void lp__alog_set_fd(lp_alog_t *a, int fd);
 void lp__alog_close(lp_alog_t *a);
 size_t lp__alog_flush(lp_alog_t *a); /* returns the bytes still owed to a full pipe */
 void lp__access_log(lp_front_t *f, const lp_http_req_t *req, int status, const lp_job_t *job);
+/* A refusal's line names its error code (the one counted and answered). */
+void lp__access_log_refused(lp_front_t *f, const lp_http_req_t *req, int status, const char *code,
+                            const lp_job_t *job);
 
 /* model.c: the dispatch core's settings from a model's and the proxy's. */
 void lp__disp_config(const lp_config_t *pc, const lp_model_config_t *cfg, const lp_bucket_set_t *shapes,
