@@ -10,19 +10,17 @@ connection closed while on loadgen's free list was freed and then taken again
 (heap-use-after-free in take_free under ASan, a crash or a hang without).
 
 Usage: test-loadgen-closes.py LANEPACK EMULATOR LOADGEN"""
-import json
 import os
 import random
 import socket
 import socketserver
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, run_loadgen, stop_all, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, run_loadgen, start_emulators, start_proxy, stop_all  # noqa: E402
 
 lanepack, emulator, loadgen = sys.argv[1], sys.argv[2], sys.argv[3]
 SHAPES = "4x64,8x128"
@@ -139,19 +137,11 @@ def main():
         closer = Closer(("127.0.0.1", 0))
         threading.Thread(target=closer.serve_forever, daemon=True).start()
         try:
-            procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % ports["emu"], "--shapes", SHAPES,
-                                           "--cost-ms", "1"], stderr=subprocess.DEVNULL))
-            emu = "http://127.0.0.1:%d" % ports["emu"]
+            emu = start_emulators(procs, emulator, ports, SHAPES, {"emu": ["--cost-ms", "1"]})["emu"]
             # two proxies: one closes idle connections, one after 3 answers each
             for name, extra in (("idle", {"idle_timeout_ms": IDLE_MS}), ("maxreq", {"max_requests_per_connection": 3})):
-                cfg = os.path.join(tmp, name + ".json")
-                with open(cfg, "w") as f:
-                    json.dump(dict({"listen": "127.0.0.1:%d" % ports[name], "log_level": "warn", "models": {
-                        "default": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [emu]}}}, **extra), f)
-                procs.append(subprocess.Popen([lanepack, "--config", cfg]))
-            wait_http(ports["emu"], "/healthz")
-            wait_http(ports["idle"], "/readyz")
-            wait_http(ports["maxreq"], "/readyz")
+                start_proxy(procs, lanepack, os.path.join(tmp, name + ".json"), ports[name],
+                            {"default": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [emu]}}, **extra)
 
             rc, rep, err = load(ports["idle"], tmp, "idle", ["--rate", str(RATE), "--connections", "4"])
             accounted("proxy idle_timeout_ms %d, rate %d/s" % (IDLE_MS, RATE), rc, rep, err, 8)

@@ -188,6 +188,7 @@ typedef struct lp_snap_model_s {
   char name[LP_NAME_MAX];
   char v2_output[64];      /* its output tensor's name as v2 clients see it */
   int ragged, ready;
+  int64_t vocab;           /* ids it takes are below this (vocab_size, else its tokenizer's); 0: no bound */
   lp_dtype_t v2_dtype;     /* the datatype its v2 metadata names */
   uint64_t queued_seqs, queued_tokens;
   lp_bucket_set_t shapes;  /* states and counters; a free slot has lanes 0 */
