@@ -1011,9 +1011,15 @@ static proxy_counts_t read_proxy(const lg_t *lg) {
 
 /* The vocabulary of the model the load goes to, as the proxy's GET /v1/models
  * says it (vocab_size: its configured one, else its tokenizer's): that model
- * is --model's, else the only one, else the one named "default". 0 when the
- * target says none (not lanepack, or a model without a bound). */
+ * is --model's or the URL's (/v1/models/NAME/infer, /v2/models/NAME/infer),
+ * else the only one, else the one named "default". 0 when the target says
+ * none (not lanepack, or a model without a bound). */
 static uint32_t model_vocab(const lg_t *lg) {
+  char want[sizeof(lg->model)];
+  snprintf(want, sizeof(want), "%s", lg->model);
+  const char *in_path = strncmp(lg->path, "/v1/models/", 11) && strncmp(lg->path, "/v2/models/", 11)
+                            ? NULL : lg->path + 11;
+  if (!want[0] && in_path) snprintf(want, sizeof(want), "%.*s", (int)strcspn(in_path, "/"), in_path);
   lp_buf_t b;
   lp_buf_init(&b);
   uint32_t vocab = 0;
@@ -1024,8 +1030,7 @@ static uint32_t model_vocab(const lg_t *lg) {
   json_array_foreach(models, i, m) {
     const char *name = json_string_value(json_object_get(m, "name"));
     if (!name) continue;
-    int ours = lg->model[0] ? strcmp(name, lg->model) == 0
-                            : json_array_size(models) == 1 || strcmp(name, "default") == 0;
+    int ours = want[0] ? strcmp(name, want) == 0 : json_array_size(models) == 1 || strcmp(name, "default") == 0;
     json_int_t v = json_integer_value(json_object_get(m, "vocab_size"));
     if (ours && v > 0 && v <= UINT32_MAX) vocab = (uint32_t)v;
   }

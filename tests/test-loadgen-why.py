@@ -73,6 +73,9 @@ def main():
             rc, rep, err = load(port, tmp, "vocab-openai",
                                 ["--protocol", "openai", "--model", "tok", "--lengths", "uniform:1,100"])
             check("the same on OpenAI's route", rc == 0 and rep.get("ok") == REQUESTS, (rc, brief(rep), err[-300:]))
+            rc, rep, err = load(port, tmp, "vocab-path", ["--lengths", "uniform:1,100"], "/v1/models/tok/infer")
+            check("the same with the model named in the URL's path", rc == 0 and rep.get("ok") == REQUESTS,
+                  (rc, brief(rep), err[-300:]))
 
             # ---- error codes in each dialect; exit 4 when none succeeded ----
             dialects = [
