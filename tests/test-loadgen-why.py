@@ -34,7 +34,7 @@ def load(port, tmp, name, args, path=""):
 
 
 def brief(rep):
-    keys = ("sent", "answered", "ok", "failed", "mismatches", "by_status", "by_error", "latency_ms")
+    keys = ("sent", "answered", "ok", "failed", "mismatches", "by_status", "by_error", "latency_answered_ms")
     return {k: rep.get(k) for k in keys}
 
 
@@ -109,7 +109,7 @@ def main():
             # ---- --verify, every answer wrong ----
             rc, rep, err = load(port, tmp, "verify", ["--model", "seg", "--vocab", "1000", "--lengths",
                                                       "fixed:%d" % DIMS, "--verify"])
-            lat = rep.get("latency_ms") or {}
+            lat = rep.get("latency_answered_ms") or {}
             lines = [l for l in err.splitlines() if "mismatch:" in l]
             check("every answer a mismatch, counted apart from failures; exit 3",
                   rc == 3 and rep.get("mismatches") == REQUESTS and rep.get("failed") == 0 and rep.get("ok") == 0,
