@@ -107,8 +107,9 @@ typedef struct {
 } code_count_t;
 
 typedef struct {
-  /* answered = ok + mismatches + the failed that got an answer: a mismatch
-   * (an answer 200 whose content is wrong) is not a failure, counted apart */
+  /* answered (every request accounted, connection errors and timeouts too) =
+   * ok + failed + mismatches: a mismatch (an answer 200 whose content is
+   * wrong) is not a failure, counted apart */
   uint64_t ok, failed, mismatches, by_status[MAX_STATUS], conn_errors, timeouts, tokens;
   code_count_t codes[MAX_CODES]; /* error answers by the code in their body */
   size_t ncodes;
