@@ -3,6 +3,7 @@
  * keep-alive client, on lanepack's JSON route, v2 or OpenAI's /v1/embeddings.
  * It checks answers against the emulator's formula, reads the proxy's fill from
  * /metrics, and reports like wrk2 and vegeta do. */
+#include <assert.h>
 #include <errno.h>
 
 #ifndef LP_VERSION
@@ -23,6 +24,8 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <jansson.h>
+
 #include "embcheck.h"
 #include "lanepack/arrivals.h"
 #include "lanepack/buf.h"
@@ -38,6 +41,14 @@
 #define MAX_STATUS 600
 /* Sequences one request carries at most (--sequences-per-request, --batch). */
 #define MAX_SEQS 64
+/* Error codes counted by name; a run that meets more puts the rest under
+ * "(other)": enough for every code lanepack answers, bounded against a server
+ * that puts something new in every answer (v2's codes are in messages). */
+#define MAX_CODES 32
+#define CODE_LEN 48
+/* The vocabulary when neither --vocab nor the proxy's GET /v1/models says
+ * one: a common SentencePiece size. */
+#define DEFAULT_VOCAB 32000
 
 typedef struct lg_s lg_t;
 
@@ -78,8 +89,11 @@ struct conn_s {
   unsigned nq;
   req_t *first;            /* the request that opened it, sent once connected */
   uint64_t opened_ns;
-  struct conn_s *next_free;
-  struct conn_s *prev_all, *next_all; /* every open connection of the worker */
+  /* The lists a connection is on; it leaves each before it is freed
+   * (on_conn_closed checks): the free list while it is connected, open and has
+   * room (in_free says so), and every connection of the worker until closed. */
+  struct conn_s *prev_free, *next_free;
+  struct conn_s *prev_all, *next_all;
 };
 
 typedef struct {
@@ -88,12 +102,25 @@ typedef struct {
 } phase_t;
 
 typedef struct {
+  char code[CODE_LEN];
+  uint64_t n;
+} code_count_t;
+
+typedef struct {
+  /* answered (every request accounted, connection errors and timeouts too) =
+   * ok + failed + mismatches: a mismatch (an answer 200 whose content is
+   * wrong) is not a failure, counted apart */
   uint64_t ok, failed, mismatches, by_status[MAX_STATUS], conn_errors, timeouts, tokens;
+  code_count_t codes[MAX_CODES]; /* error answers by the code in their body */
+  size_t ncodes;
+  uint64_t codes_other;   /* error answers whose code found no room */
   uint64_t client_errors;  /* requests this client could not build or start */
   uint64_t unsent_timeouts;/* of the timeouts: never got a connection (too few) */
   uint64_t sent, answered;
+  uint64_t conns_opened;  /* more than --connections: the server closed some */
   uint64_t last_ns;       /* when the last answer came */
-  lp_hdr_t lat;
+  lp_hdr_t lat;           /* the ok requests' (what the benchmarks compare) */
+  lp_hdr_t lat_all;       /* every answered request's, whatever its status or content */
   double elapsed_s;
   /* proxy side */
   double fill, pad_per_real;
@@ -132,8 +159,8 @@ struct lg_s {
   unsigned depth;         /* requests in flight per connection (pipelining) */
   size_t users;           /* closed loop: requests in flight */
   uint64_t max_requests, timeout_ns;
-  conn_t *free_conns;
-  conn_t *all_conns;
+  conn_t *free_conns;     /* connected, not closing, with room: exactly those */
+  conn_t *all_conns;      /* every connection not yet freed */
   req_t *pending_head, *pending_tail;
   size_t npending, inflight;
   uv_timer_t arrivals, ticker;
@@ -337,47 +364,89 @@ static const char *find_member(const char *p, const char *end, const char *key) 
   return NULL;
 }
 
-/* Checks one sequence's output at v; returns the byte after it or NULL. */
-static const char *check_one(lg_t *lg, const char *v, const char *end, const int32_t *tok,
-                             uint32_t len, int32_t *scratch, int32_t *want, int *ok) {
+/* Says in why where an array of outputs at v first differs from want[0..len)
+ * (sequence i's): the index, what was expected and what came; or that it
+ * has another length, or holds something else than numbers. */
+static void array_diff(const char *v, const char *end, uint32_t i, const int32_t *want, uint32_t len, char *why,
+                       size_t whylen) {
+  const char *p = lp_jscan_ws(v + 1, end);
+  size_t k = 0;
+  for (; p < end && *p != ']'; k++) {
+    char num[64], *e; /* a copy: the answer is not NUL-terminated */
+    size_t m = 0;
+    while (p + m < end && m < sizeof(num) - 1 && strchr("+-0123456789.eE", p[m])) num[m] = p[m], m++;
+    num[m] = 0;
+    double x = strtod(num, &e);
+    if (e == num) {
+      snprintf(why, whylen, "sequence %u: output[%zu] is not a number: %.40s", i, k, p);
+      return;
+    }
+    if (k < len && x != want[k]) {
+      snprintf(why, whylen, "sequence %u (%u tokens): output[%zu] expected %d, got %.9g", i, len, k, want[k], x);
+      return;
+    }
+    p = lp_jscan_ws(p + m, end);
+    if (p < end && *p == ',') p = lp_jscan_ws(p + 1, end);
+  }
+  snprintf(why, whylen, "sequence %u: %u outputs expected (one per token), got %zu", i, len, k);
+}
+
+/* Checks sequence i's output at v (an array per token, or one value per
+ * segment: its last token's); returns the byte after it or NULL; *ok, and
+ * why when it is not. */
+static const char *check_one(const char *v, const char *end, uint32_t i, const int32_t *tok, uint32_t len,
+                             int32_t *scratch, int32_t *want, int *ok, char *why, size_t whylen) {
   *ok = 0;
   if (*v == '[') {
     size_t n;
     int err;
     const char *q = lp_jscan_int_array(v, end, scratch, len + 1, INT32_MIN, INT32_MAX, &n, &err);
-    if (!q) return NULL;
     lp_emu_outputs(tok, len, want);
-    *ok = n == len && memcmp(scratch, want, len * sizeof(int32_t)) == 0;
-    return q;
+    *ok = q && n == len && memcmp(scratch, want, len * sizeof(int32_t)) == 0;
+    if (!*ok) array_diff(v, end, i, want, len, why, whylen);
+    return q ? q : lp_jscan_skip(v, end, LP_JSCAN_MAX_DEPTH);
   }
   char *e;
   long long x = strtoll(v, &e, 10);
-  (void)lg;
-  *ok = e != v && x == lp_emu_last(tok, len);
-  return e;
+  int32_t w = lp_emu_last(tok, len);
+  *ok = e != v && x == w;
+  if (e == v) snprintf(why, whylen, "sequence %u: the output is not a number or an array", i);
+  else if (!*ok) snprintf(why, whylen, "sequence %u (%u tokens, one value): expected %d, got %lld", i, len, w, x);
+  return e == v ? NULL : e;
 }
 
 /* A v2 answer: the output tensor [k, n] (per token) or [k] (per segment), in
  * either form (a binary body's JSON header ends where its object closes). */
-static int verify_v2(const body_t *r, const char *body, size_t len, int32_t *want) {
+static int verify_v2(const body_t *r, const char *body, size_t len, int32_t *want, char *why, size_t whylen) {
   const char *hend = lp_jscan_skip(lp_jscan_ws(body, body + len), body + len, LP_JSCAN_MAX_DEPTH);
-  if (!hend) return 0;
+  if (!hend) return snprintf(why, whylen, "the answer does not start with a JSON object"), 0;
   int64_t hl = hend == body + len ? -1 : (int64_t)(hend - body);
   lp_v2_msg_t m;
   char err[128];
-  int ok = lp_v2_decode(&m, body, len, hl, 0, err, sizeof(err)) == 0 && m.n == 1;
+  if (lp_v2_decode(&m, body, len, hl, 0, err, sizeof(err)))
+    return snprintf(why, whylen, "not a v2 answer: %s", err), 0;
+  int ok = m.n == 1;
   const lp_tensor_t *t = ok ? &m.t[0] : NULL;
   uint32_t n = r->lens[0];
   int per_token = ok && t->ndim == 2;
   ok = ok && (size_t)t->shape[0] == r->nseq &&
        (per_token ? (uint32_t)t->shape[1] == n && t->count == (size_t)r->nseq * n
                   : t->ndim == 1 && t->count == r->nseq);
+  if (!ok)
+    snprintf(why, whylen, "%d outputs, shape [%lld%s]: expected one of [%u, %u] (per token) or [%u]", m.n,
+             m.n ? (long long)m.t[0].shape[0] : 0LL, m.n && m.t[0].ndim == 2 ? ", ..." : "", r->nseq, n,
+             r->nseq);
   for (uint32_t i = 0; ok && i < r->nseq; i++) {
     lp_emu_outputs(r->tokens + (size_t)i * n, n, want);
-    if (per_token) {
-      for (uint32_t k = 0; ok && k < n; k++) ok = lp_tensor_int(t, (size_t)i * n + k) == want[k];
-    } else {
-      ok = lp_tensor_int(t, i) == want[n - 1];
+    for (uint32_t k = per_token ? 0 : n - 1; ok && k < n; k++) {
+      int64_t got = lp_tensor_int(t, per_token ? (size_t)i * n + k : i);
+      ok = got == want[k];
+      if (!ok && per_token)
+        snprintf(why, whylen, "sequence %u (%u tokens): output[%u] expected %d, got %lld", i, n, k, want[k],
+                 (long long)got);
+      else if (!ok)
+        snprintf(why, whylen, "sequence %u (%u tokens, one value): expected %d, got %lld", i, n, want[k],
+                 (long long)got);
     }
   }
   lp_v2_msg_free(&m);
@@ -387,27 +456,27 @@ static int verify_v2(const body_t *r, const char *body, size_t len, int32_t *wan
 /* An OpenAI answer: every vector the emulator's for its ids (token arrays,
  * or text with --tokenizer); text without ids: each vector of the formula's
  * form, and a line's vector the same every time it is sent. */
-static int verify_openai(lg_t *lg, const body_t *r, const char *body, size_t len) {
+static int verify_openai(lg_t *lg, const body_t *r, const char *body, size_t len, char *why, size_t whylen) {
   lp_embcheck_want_t w = {.model = lg->model, .ninputs = r->nseq, .tokens = r->tokens, .lens = r->lens,
                           .ntokens = r->ntokens, .dims = lg->dims, .base64 = lg->base64};
   int32_t keys[MAX_SEQS];
-  char err[256];
-  int rc = lp_embcheck_answer(body, len, &w, keys, err, sizeof(err));
+  int rc = lp_embcheck_answer(body, len, &w, keys, why, whylen);
   for (uint32_t i = 0; rc == 0 && r->text && !r->tokens && i < r->nseq; i++) {
     int32_t *seen = &lg->seen[r->lines[i]];
     if (*seen < 0) *seen = keys[i];
     else if (*seen != keys[i]) {
-      snprintf(err, sizeof(err), "data[%u] (line %u) starts %d, the same line got %d before", i,
+      snprintf(why, whylen, "data[%u] (line %u) starts %d, the same line got %d before", i,
                r->lines[i] + 1, keys[i], *seen);
       rc = -EPROTO;
     }
   }
-  if (rc && lg->printed_mismatch < 3) fprintf(stderr, "lanepack-loadgen: mismatch: %s\n", err);
   return rc == 0;
 }
 
-static int verify(lg_t *lg, const body_t *r, const char *body, size_t len) {
-  if (lg->openai) return verify_openai(lg, r, body, len);
+/* Whether an answer 200 holds the emulator's outputs for the request; when
+ * not, why says what was expected and what came, where they first differ. */
+static int verify(lg_t *lg, const body_t *r, const char *body, size_t len, char *why, size_t whylen) {
+  if (lg->openai) return verify_openai(lg, r, body, len, why, whylen);
   const char *end = body + len;
   /* two reused arrays per worker: the answer's values and the expected ones */
   if (r->ntokens + 2 > lg->vcap) {
@@ -416,34 +485,84 @@ static int verify(lg_t *lg, const body_t *r, const char *body, size_t len) {
     if (a) lg->vgot = a;
     int32_t *b = realloc(lg->vwant, c * sizeof(int32_t));
     if (b) lg->vwant = b;
-    if (!a || !b) return 0;
+    if (!a || !b) return snprintf(why, whylen, "out of memory to check the answer"), 0;
     lg->vcap = c;
   }
   int32_t *scratch = lg->vgot, *want = lg->vwant;
-  int ok = 0;
-  if (lg->v2) return verify_v2(r, body, len, want);
-  if (lg->seqs_per_req == 1) {
-    const char *v = find_member(body, end, "output");
-    if (v) check_one(lg, v, end, r->tokens, r->lens[0], scratch, want, &ok);
-  } else {
-    const char *v = find_member(body, end, "outputs");
-    if (!v || *v != '[') goto out;
-    v = lp_jscan_ws(v + 1, end);
-    uint64_t off = 0;
-    ok = 1;
-    for (uint32_t i = 0; i < r->nseq && ok; i++) {
-      int one;
-      v = check_one(lg, v, end, r->tokens + off, r->lens[i], scratch, want, &one);
-      ok = v && one;
-      off += r->lens[i];
-      if (v) {
-        v = lp_jscan_ws(v, end);
-        if (v < end && *v == ',') v = lp_jscan_ws(v + 1, end);
-      }
+  if (lg->v2) return verify_v2(r, body, len, want, why, whylen);
+  int multi = lg->seqs_per_req > 1;
+  const char *v = find_member(body, end, multi ? "outputs" : "output");
+  if (!v || (multi && *v != '[')) {
+    snprintf(why, whylen, "no \"%s\" in the answer: %.200s", multi ? "outputs" : "output", body);
+    return 0;
+  }
+  if (!multi) {
+    int ok;
+    check_one(v, end, 0, r->tokens, r->lens[0], scratch, want, &ok, why, whylen);
+    return ok;
+  }
+  v = lp_jscan_ws(v + 1, end);
+  uint64_t off = 0;
+  int ok = 1;
+  for (uint32_t i = 0; i < r->nseq && ok; i++) {
+    v = check_one(v, end, i, r->tokens + off, r->lens[i], scratch, want, &ok, why, whylen);
+    off += r->lens[i];
+    if (v) {
+      v = lp_jscan_ws(v, end);
+      if (v < end && *v == ',') v = lp_jscan_ws(v + 1, end);
+    } else if (ok) {
+      snprintf(why, whylen, "\"outputs\" ends before sequence %u", i + 1);
+      ok = 0;
     }
   }
-out:
   return ok;
+}
+
+/* ---- why an answer failed ---- */
+
+/* Counts n error answers under code; past MAX_CODES names, under "(other)". */
+static void count_code(stats_t *st, const char *code, uint64_t n) {
+  for (size_t i = 0; i < st->ncodes; i++)
+    if (strcmp(st->codes[i].code, code) == 0) {
+      st->codes[i].n += n;
+      return;
+    }
+  if (st->ncodes == MAX_CODES) {
+    st->codes_other += n;
+    return;
+  }
+  snprintf(st->codes[st->ncodes].code, CODE_LEN, "%s", code);
+  st->codes[st->ncodes++].n = n;
+}
+
+/* An error answer's code, in its route's dialect: lanepack's and OpenAI's
+ * {"error": {"code": ..}} (OpenAI's code may be null: then its "type"),
+ * TEI's {"error": "..", "error_type": ..}, v2's {"error": "CODE: message"}
+ * (the message itself when it starts with no code). "-" for a body that is
+ * none of these. Kept to printable ASCII without quotes or backslashes, so
+ * that the reports print it as it is. */
+static void error_code(const char *body, size_t len, char *out, size_t outlen) {
+  snprintf(out, outlen, "-");
+  json_t *root = len ? json_loadb(body, len, 0, NULL) : NULL;
+  json_t *e = json_object_get(root, "error");
+  const char *code = NULL;
+  size_t n = 0;
+  if (json_is_object(e)) {
+    code = json_string_value(json_object_get(e, "code"));
+    if (!code) code = json_string_value(json_object_get(e, "type"));
+  } else if (json_is_string(e)) {
+    code = json_string_value(json_object_get(root, "error_type"));
+    if (!code) {
+      code = json_string_value(e);
+      while (code[n] && (code[n] == '_' || (code[n] >= 'a' && code[n] <= 'z') || (code[n] >= '0' && code[n] <= '9')))
+        n++;
+      if (!n || code[n] != ':') n = 0; /* not "code: message": the message is what there is */
+    }
+  }
+  if (code) snprintf(out, outlen, "%.*s", (int)(n ? n : strlen(code)), code);
+  for (char *c = out; *c; c++)
+    if (*c < 0x20 || *c > 0x7e || *c == '"' || *c == '\\') *c = '_';
+  json_decref(root);
 }
 
 /* ---- connections ---- */
@@ -464,20 +583,22 @@ static void record(lg_t *lg, req_t *r, int status, const char *body, size_t len,
     if (kind == 1) st->conn_errors++, st->failed++;
     else if (kind == 2) st->timeouts++, st->failed++, st->unsent_timeouts += r->sent_ns == 0;
     else {
+      uint64_t us = (t - r->intended_ns) / 1000;
+      char why[512];
       st->by_status[status > 0 && status < MAX_STATUS ? status : 0]++;
-      int ok = status == 200;
-      if (ok && lg->verify && !verify(lg, r->body, body, len)) {
-        ok = 0;
+      lp_hdr_record(&st->lat_all, us);
+      if (status != 200) {
+        char code[CODE_LEN];
+        st->failed++;
+        error_code(body, len, code, sizeof(code));
+        count_code(st, code, 1);
+      } else if (lg->verify && !verify(lg, r->body, body, len, why, sizeof(why))) {
         st->mismatches++;
-        if (lg->printed_mismatch++ < 3)
-          fprintf(stderr, "lanepack-loadgen: mismatch: %.*s\n", (int)(len > 300 ? 300 : len), body);
-      }
-      if (ok) {
+        if (lg->printed_mismatch++ < 3) fprintf(stderr, "lanepack-loadgen: mismatch: %s\n", why);
+      } else {
         st->ok++;
         st->tokens += r->body->ntokens;
-        lp_hdr_record(&st->lat, (t - r->intended_ns) / 1000);
-      } else {
-        st->failed++;
+        lp_hdr_record(&st->lat, us);
       }
     }
     /* one fprintf per line: stdio locks it against the other workers' */
@@ -492,6 +613,8 @@ static void record(lg_t *lg, req_t *r, int status, const char *body, size_t len,
 static void on_conn_closed(uv_handle_t *h) {
   conn_t *c = container_of(h, conn_t, tcp);
   lg_t *lg = c->lg;
+  /* conn_close took it off the free list; nothing it carried is left */
+  assert(!c->in_free && !c->q_head && !c->first);
   if (c->prev_all) c->prev_all->next_all = c->next_all;
   else lg->all_conns = c->next_all;
   if (c->next_all) c->next_all->prev_all = c->prev_all;
@@ -501,9 +624,38 @@ static void on_conn_closed(uv_handle_t *h) {
   dispatch_pending(lg);
 }
 
+/* The free list, doubly linked so that a connection leaves it at once when it
+ * fills up or closes (issue 33: one freed while still on it was taken again). */
+static void free_list_add(conn_t *c) {
+  lg_t *lg = c->lg;
+  c->in_free = 1;
+  c->prev_free = NULL;
+  c->next_free = lg->free_conns;
+  if (lg->free_conns) lg->free_conns->prev_free = c;
+  lg->free_conns = c;
+}
+
+static void free_list_del(conn_t *c) {
+  if (!c->in_free) return;
+  if (c->prev_free) c->prev_free->next_free = c->next_free;
+  else c->lg->free_conns = c->next_free;
+  if (c->next_free) c->next_free->prev_free = c->prev_free;
+  c->prev_free = c->next_free = NULL;
+  c->in_free = 0;
+}
+
+/* Starts closing c: it leaves the free list now, so nothing takes it again;
+ * all_conns keeps it until on_conn_closed frees it. */
+static void conn_close(conn_t *c) {
+  c->closing = 1;
+  free_list_del(c);
+  uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
 static void conn_fail(conn_t *c, int kind) {
   if (c->closing) return;
   c->closing = 1;
+  free_list_del(c);
   if (c->first) {
     req_t *r = c->first;
     c->first = NULL;
@@ -516,27 +668,21 @@ static void conn_fail(conn_t *c, int kind) {
   }
   c->q_tail = NULL;
   c->nq = 0;
-  uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+  conn_close(c);
 }
 
 /* A connection with room for another request goes (back) on the free list;
- * entries that filled up or closed meanwhile are skipped when taken. */
+ * conn_send takes it off when it fills up, conn_close when it closes. */
 static void conn_offer(conn_t *c) {
   lg_t *lg = c->lg;
   if (c->in_free || c->closing || !c->connected || c->nq >= lg->depth) return;
-  c->in_free = 1;
-  c->next_free = lg->free_conns;
-  lg->free_conns = c;
+  free_list_add(c);
 }
 
+/* The most recently offered connection with room (it stays on the list until
+ * it is full), or NULL. */
 static conn_t *take_free(lg_t *lg) {
-  while (lg->free_conns) {
-    conn_t *c = lg->free_conns;
-    lg->free_conns = c->next_free;
-    c->in_free = 0;
-    if (!c->closing && c->nq < lg->depth) return c;
-  }
-  return NULL;
+  return lg->free_conns;
 }
 
 /* After an answer: a closed-loop user sends again at once; else a waiting
@@ -577,7 +723,9 @@ static int on_message_complete(llhttp_t *p) {
     c->q_head = r->next;
     if (!c->q_head) c->q_tail = NULL;
     c->nq--;
-    record(c->lg, r, p->status_code, c->body.data ? c->body.data : "", c->body.len, 0);
+    /* NUL-terminated: the checks read numbers with strtoll */
+    const char *data = lp_buf_cstr(&c->body);
+    record(c->lg, r, p->status_code, data ? data : "", data ? c->body.len : 0, 0);
   }
   lp_buf_reset(&c->body);
   if (!llhttp_should_keep_alive(p)) {
@@ -627,6 +775,7 @@ static void conn_send(conn_t *c, req_t *r) {
   else c->q_head = r;
   c->q_tail = r;
   c->nq++;
+  if (c->nq >= lg->depth) free_list_del(c);
   r->sent_ns = now_ns();
   write_head(lg, r);
   uv_buf_t b[2] = {uv_buf_init(r->head, (unsigned)strlen(r->head)),
@@ -663,6 +812,7 @@ static void open_conn(lg_t *lg, req_t *r) {
     return;
   }
   c->lg = lg;
+  lg->st.conns_opened++;
   lp_buf_init(&c->body);
   uv_tcp_init(lg->loop, &c->tcp);
   c->tcp.data = c;
@@ -713,12 +863,8 @@ static void maybe_finish(lg_t *lg) {
   if (lg->stopping && lg->inflight == 0) {
     uv_timer_stop(&lg->arrivals);
     uv_timer_stop(&lg->ticker);
-    for (conn_t *c = lg->free_conns; c; c = c->next_free) {
-      if (c->closing) continue;
-      c->closing = 1;
-      uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
-    }
-    lg->free_conns = NULL;
+    /* nothing in flight: every open connection is idle, on the free list */
+    while (lg->free_conns) conn_close(lg->free_conns);
   }
 }
 
@@ -864,6 +1010,36 @@ static proxy_counts_t read_proxy(const lg_t *lg) {
   return pc;
 }
 
+/* The vocabulary of the model the load goes to, as the proxy's GET /v1/models
+ * says it (vocab_size: its configured one, else its tokenizer's): that model
+ * is --model's or the URL's (/v1/models/NAME/infer, /v2/models/NAME/infer),
+ * else the only one, else the one named "default". 0 when the target says
+ * none (not lanepack, or a model without a bound). */
+static uint32_t model_vocab(const lg_t *lg) {
+  char want[sizeof(lg->model)];
+  snprintf(want, sizeof(want), "%s", lg->model);
+  const char *in_path = strncmp(lg->path, "/v1/models/", 11) && strncmp(lg->path, "/v2/models/", 11)
+                            ? NULL : lg->path + 11;
+  if (!want[0] && in_path) snprintf(want, sizeof(want), "%.*s", (int)strcspn(in_path, "/"), in_path);
+  lp_buf_t b;
+  lp_buf_init(&b);
+  uint32_t vocab = 0;
+  const char *at = fetch(lg, "/v1/models", &b) == 0 && lp_buf_cstr(&b) ? strstr(b.data, "\r\n\r\n") : NULL;
+  json_t *root = at ? json_loads(at + 4, 0, NULL) : NULL;
+  json_t *models = json_object_get(root, "models"), *m;
+  size_t i;
+  json_array_foreach(models, i, m) {
+    const char *name = json_string_value(json_object_get(m, "name"));
+    if (!name) continue;
+    int ours = want[0] ? strcmp(name, want) == 0 : json_array_size(models) == 1 || strcmp(name, "default") == 0;
+    json_int_t v = json_integer_value(json_object_get(m, "vocab_size"));
+    if (ours && v > 0 && v <= UINT32_MAX) vocab = (uint32_t)v;
+  }
+  json_decref(root);
+  lp_buf_free(&b);
+  return vocab;
+}
+
 /* ---- running a phase ---- */
 
 static void *run_loop(void *arg) {
@@ -871,6 +1047,7 @@ static void *run_loop(void *arg) {
   const phase_t *ph = &lg->ph;
   memset(&lg->st, 0, sizeof(lg->st));
   lp_hdr_init(&lg->st.lat);
+  lp_hdr_init(&lg->st.lat_all);
   lg->st.nseconds = (size_t)(ph->duration_ns / 1000000000ull) + 2;
   lg->st.per_second = calloc(lg->st.nseconds, sizeof(uint64_t));
   lg->stopping = 0;
@@ -915,8 +1092,12 @@ static int run_phase(lg_t *w, size_t nw, const phase_t *ph, stats_t *out) {
     st->tokens += o->tokens;
     st->sent += o->sent;
     st->answered += o->answered;
+    st->conns_opened += o->conns_opened;
     for (int k = 0; k < MAX_STATUS; k++) st->by_status[k] += o->by_status[k];
     lp_hdr_merge(&st->lat, &o->lat);
+    lp_hdr_merge(&st->lat_all, &o->lat_all);
+    for (size_t k = 0; k < o->ncodes; k++) count_code(st, o->codes[k].code, o->codes[k].n);
+    st->codes_other += o->codes_other;
     for (size_t k = 0; k < st->nseconds && k < o->nseconds; k++) st->per_second[k] += o->per_second[k];
     free(o->per_second);
     /* the window spans every worker's */
@@ -924,7 +1105,10 @@ static int run_phase(lg_t *w, size_t nw, const phase_t *ph, stats_t *out) {
     if (w[i].t0 < t0) t0 = w[i].t0;
     if (w[i].t_end > t_end) t_end = w[i].t_end;
   }
-  uint64_t end = st->last_ns > t_end ? st->last_ns : t_end;
+  /* every worker stopped at --max-requests: the run ended with its last answer */
+  int cut = 1;
+  for (size_t i = 0; i < nw; i++) cut &= w[i].max_requests && w[i].generated >= w[i].max_requests;
+  uint64_t end = st->last_ns > t_end || (cut && st->last_ns) ? st->last_ns : t_end;
   /* answers after the window count, and so does the time they took */
   st->elapsed_s = (double)(end - t0 - ph->warmup_ns) / 1e9;
   proxy_counts_t after = read_proxy(&w[0]);
@@ -942,17 +1126,33 @@ static int run_phase(lg_t *w, size_t nw, const phase_t *ph, stats_t *out) {
 
 /* ---- reports ---- */
 
+/* One latency line's figures (ms). */
+static void print_latency(FILE *f, const char *name, const lp_hdr_t *h) {
+  fprintf(f, "%-14smin %.2f  mean %.2f  p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f\n", name,
+          h->total ? h->min / 1e3 : 0, lp_hdr_mean(h) / 1e3, lp_hdr_quantile(h, 0.5) / 1e3,
+          lp_hdr_quantile(h, 0.9) / 1e3, lp_hdr_quantile(h, 0.99) / 1e3, lp_hdr_quantile(h, 0.999) / 1e3,
+          h->total ? h->max / 1e3 : 0);
+}
+
 static void print_report(const lg_t *lg, const stats_t *s, FILE *f) {
   double el = s->elapsed_s > 0 ? s->elapsed_s : 1;
-  fprintf(f, "requests      %llu sent, %llu answered: %llu ok, %llu failed\n",
-          (unsigned long long)s->sent, (unsigned long long)s->answered, (unsigned long long)s->ok,
-          (unsigned long long)s->failed);
+  fprintf(f, "requests      %llu sent, %llu answered: %llu ok, %llu failed", (unsigned long long)s->sent,
+          (unsigned long long)s->answered, (unsigned long long)s->ok, (unsigned long long)s->failed);
+  if (lg->verify) fprintf(f, ", %llu mismatches", (unsigned long long)s->mismatches);
+  fprintf(f, "\n");
   fprintf(f, "by status    ");
   for (int i = 0; i < MAX_STATUS; i++)
     if (s->by_status[i]) fprintf(f, " %d: %llu", i, (unsigned long long)s->by_status[i]);
   if (s->conn_errors) fprintf(f, " connection: %llu", (unsigned long long)s->conn_errors);
   if (s->timeouts) fprintf(f, " timeout: %llu", (unsigned long long)s->timeouts);
   fprintf(f, "\n");
+  if (s->ncodes) { /* why: the codes of the error answers' bodies ("-": none there) */
+    fprintf(f, "by error     ");
+    for (size_t i = 0; i < s->ncodes; i++)
+      fprintf(f, " %s: %llu", s->codes[i].code, (unsigned long long)s->codes[i].n);
+    if (s->codes_other) fprintf(f, " (other): %llu", (unsigned long long)s->codes_other);
+    fprintf(f, "\n");
+  }
   uint64_t server_status = 0;
   for (int i = 0; i < MAX_STATUS; i++)
     if (i != 200) server_status += s->by_status[i];
@@ -963,13 +1163,17 @@ static void print_report(const lg_t *lg, const stats_t *s, FILE *f) {
           (unsigned long long)(s->timeouts - s->unsent_timeouts),
           lg->verify ? ", wrong answers below" : "", (unsigned long long)s->unsent_timeouts,
           (unsigned long long)s->client_errors);
-  if (lg->verify) fprintf(f, "verified      %llu mismatches\n", (unsigned long long)s->mismatches);
-  fprintf(f, "throughput    %.1f requests/s, %.0f tokens/s\n", (double)s->ok / el, (double)s->tokens / el);
+  if (lg->verify)
+    fprintf(f, "verified      %llu mismatches (answers 200 whose outputs are not the emulator's)\n",
+            (unsigned long long)s->mismatches);
+  fprintf(f, "throughput    %.1f requests/s ok, %.1f answered, %.0f tokens/s ok\n", (double)s->ok / el,
+          (double)(s->answered - s->conn_errors - s->timeouts) / el, (double)s->tokens / el);
   const lp_hdr_t *h = &s->lat;
-  fprintf(f, "latency ms    min %.2f  mean %.2f  p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f\n",
-          h->total ? h->min / 1e3 : 0, lp_hdr_mean(h) / 1e3, lp_hdr_quantile(h, 0.5) / 1e3,
-          lp_hdr_quantile(h, 0.9) / 1e3, lp_hdr_quantile(h, 0.99) / 1e3,
-          lp_hdr_quantile(h, 0.999) / 1e3, h->total ? h->max / 1e3 : 0);
+  /* the ok ones'; and every answer's, whatever it said, when some were not ok
+   * (a run of nothing but errors or mismatches still has figures) */
+  if (h->total) print_latency(f, "latency ms", h);
+  else fprintf(f, "latency ms    no ok answer\n");
+  if (s->lat_all.total != h->total) print_latency(f, "answered ms", &s->lat_all);
   if (s->have_proxy) {
     fprintf(f, "proxy         %llu batches, fill %.4f, %.3f padding tokens per real token\n",
             (unsigned long long)s->batches, s->fill, s->pad_per_real);
@@ -982,28 +1186,41 @@ static void print_report(const lg_t *lg, const stats_t *s, FILE *f) {
     fprintf(f, "proxy         /metrics not readable: no fill figures\n");
 }
 
+/* "name": {"min": .., "max": ..}, ms */
+static void json_latency(FILE *f, const char *name, const lp_hdr_t *h) {
+  fprintf(f, "\"%s\": {\"min\": %.3f, \"mean\": %.3f, \"p50\": %.3f, \"p90\": %.3f, \"p99\": %.3f, "
+             "\"p99_9\": %.3f, \"max\": %.3f}",
+          name, h->total ? h->min / 1e3 : 0, lp_hdr_mean(h) / 1e3, lp_hdr_quantile(h, 0.5) / 1e3,
+          lp_hdr_quantile(h, 0.9) / 1e3, lp_hdr_quantile(h, 0.99) / 1e3, lp_hdr_quantile(h, 0.999) / 1e3,
+          h->total ? h->max / 1e3 : 0);
+}
+
 static void json_report(FILE *f, const lg_t *lg, const stats_t *s, double rate) {
-  const lp_hdr_t *h = &s->lat;
   double el = s->elapsed_s > 0 ? s->elapsed_s : 1;
   fprintf(f, "{\"rate\": %.3f, \"duration_s\": %.3f, \"sent\": %llu, \"answered\": %llu, \"ok\": %llu, "
              "\"failed\": %llu, \"mismatches\": %llu, \"connection_errors\": %llu, \"timeouts\": %llu, "
-             "\"client_errors\": %llu, \"unsent_timeouts\": %llu, "
+             "\"client_errors\": %llu, \"unsent_timeouts\": %llu, \"connections_opened\": %llu, "
              "\"by_status\": {",
           rate, el, (unsigned long long)s->sent, (unsigned long long)s->answered,
           (unsigned long long)s->ok, (unsigned long long)s->failed, (unsigned long long)s->mismatches,
           (unsigned long long)s->conn_errors, (unsigned long long)s->timeouts,
-          (unsigned long long)s->client_errors, (unsigned long long)s->unsent_timeouts);
+          (unsigned long long)s->client_errors, (unsigned long long)s->unsent_timeouts,
+          (unsigned long long)s->conns_opened);
   int first = 1;
   for (int i = 0; i < MAX_STATUS; i++)
     if (s->by_status[i]) {
       fprintf(f, "%s\"%d\": %llu", first ? "" : ", ", i, (unsigned long long)s->by_status[i]);
       first = 0;
     }
-  fprintf(f, "}, \"requests_per_s\": %.3f, \"tokens_per_s\": %.1f, \"latency_ms\": {\"min\": %.3f, "
-             "\"mean\": %.3f, \"p50\": %.3f, \"p90\": %.3f, \"p99\": %.3f, \"p99_9\": %.3f, \"max\": %.3f}",
-          (double)s->ok / el, (double)s->tokens / el, h->total ? h->min / 1e3 : 0, lp_hdr_mean(h) / 1e3,
-          lp_hdr_quantile(h, 0.5) / 1e3, lp_hdr_quantile(h, 0.9) / 1e3, lp_hdr_quantile(h, 0.99) / 1e3,
-          lp_hdr_quantile(h, 0.999) / 1e3, h->total ? h->max / 1e3 : 0);
+  fprintf(f, "}, \"by_error\": {");
+  for (size_t i = 0; i < s->ncodes; i++) /* codes are kept free of quotes and backslashes */
+    fprintf(f, "%s\"%s\": %llu", i ? ", " : "", s->codes[i].code, (unsigned long long)s->codes[i].n);
+  if (s->codes_other) fprintf(f, "%s\"(other)\": %llu", s->ncodes ? ", " : "", (unsigned long long)s->codes_other);
+  fprintf(f, "}, \"requests_per_s\": %.3f, \"answered_per_s\": %.3f, \"tokens_per_s\": %.1f, ",
+          (double)s->ok / el, (double)(s->answered - s->conn_errors - s->timeouts) / el, (double)s->tokens / el);
+  json_latency(f, "latency_ms", &s->lat);
+  fprintf(f, ", ");
+  json_latency(f, "latency_answered_ms", &s->lat_all);
   if (s->have_proxy)
     fprintf(f, ", \"proxy\": {\"batches\": %llu, \"fill\": %.4f, \"pad_per_real\": %.4f, \"device_busy\": %.4f}",
             (unsigned long long)s->batches, s->fill, s->pad_per_real, s->busy);
@@ -1154,7 +1371,11 @@ static void usage(FILE *f) {
           "         [--seed S] [--verify] [--json FILE] [--plot FILE.svg] [--pool N]\n"
           "         [--threads N] [--pipeline N] [--protocol v1|v2 [--binary]] [--trace FILE]\n"
           "         [--shuffle] [--protocol openai [--encoding float|base64] [--batch N]\n"
-          "         [--dims K] [--tokenizer MODEL [--tokenizer-options OPTS]]]\n"
+          "         [--dims K] [--tokenizer MODEL [--tokenizer-options OPTS]]] [--min-ok FRACTION]\n"
+          "--vocab V: token ids drawn below V (default: the model's vocabulary when the\n"
+          "          proxy's GET /v1/models names one, else 32000)\n"
+          "--min-ok FRACTION: exit 4 when fewer of the requests sent were ok (default:\n"
+          "          exit 4 only when none was); wrong answers (--verify) exit 3\n"
           "--pool N: bodies built before the run and cycled (default 4096, and at least\n"
           "          a length file's lines); 0 builds a fresh body for every request\n"
           "--protocol v2: Open Inference Protocol requests to /v2/models/MODEL/infer (MODEL\n"
@@ -1189,7 +1410,8 @@ int main(int argc, char **argv) {
   double rate = 0;
   unsigned long conc = 0, conns = 0, seed = 1, pool = 4096, threads = 1, depth = 1;
   uint64_t duration = 10000000000ull, warmup = 0;
-  lg.vocab = 32000;
+  int vocab_given = 0;
+  double min_ok = -1; /* --min-ok; < 0: none given, then at least one must be ok */
   lg.seqs_per_req = 1;
   lg.timeout_ns = 30000000000ull;
   static const struct option opts[] = {
@@ -1208,6 +1430,7 @@ int main(int argc, char **argv) {
       {"text", required_argument, 0, 'x'},       {"encoding", required_argument, 0, 'e'},
       {"batch", required_argument, 0, 'k'},      {"dims", required_argument, 0, 'D'},
       {"tokenizer", required_argument, 0, 'z'},  {"tokenizer-options", required_argument, 0, 'o'},
+      {"min-ok", required_argument, 0, 'O'},
       {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'Z'},
       {0, 0, 0, 0}};
   int c, idx = 0;
@@ -1223,7 +1446,8 @@ int main(int argc, char **argv) {
       case 'w': if (parse_duration(optarg, &warmup)) return die("bad --warmup '%s'", optarg); break;
       case 't': if (parse_duration(optarg, &lg.timeout_ns) || !lg.timeout_ns) return die("bad --timeout '%s'", optarg); break;
       case 'm': snprintf(lg.model, sizeof(lg.model), "%s", optarg); break;
-      case 'v': lg.vocab = (uint32_t)strtoul(optarg, &end, 10); if (*end || lg.vocab == 0) return die("--vocab must be > 0, got '%s'", optarg); break;
+      case 'v': lg.vocab = (uint32_t)strtoul(optarg, &end, 10); if (*end || lg.vocab == 0) return die("--vocab must be > 0, got '%s'", optarg); vocab_given = 1; break;
+      case 'O': min_ok = strtod(optarg, &end); if (*end || !(min_ok >= 0 && min_ok <= 1)) return die("--min-ok must be a fraction in [0, 1], got '%s'", optarg); break;
       case 'k': lg.seqs_per_req = (uint32_t)strtoul(optarg, &end, 10); if (*end || lg.seqs_per_req == 0 || lg.seqs_per_req > MAX_SEQS) return die("--sequences-per-request (--batch) must be 1..64, got '%s'", optarg); break;
       case 'D': lg.dims = (unsigned)strtoul(optarg, &end, 10); if (*end || lg.dims == 0 || lg.dims > LP_EMBCHECK_MAX_DIMS) return die("--dims must be 1..65536, got '%s'", optarg); break;
       case 'x': text = optarg; break;
@@ -1323,6 +1547,13 @@ int main(int argc, char **argv) {
   }
   close(fd);
   lp_buf_free(&probe);
+  /* ids below the model's vocabulary, which the proxy would refuse past it */
+  const char *vocab_from = "--vocab";
+  if (!vocab_given) {
+    lg.vocab = lengths ? model_vocab(&lg) : 0;
+    vocab_from = lg.vocab ? "the model's, from GET /v1/models" : "the default";
+    if (!lg.vocab) lg.vocab = DEFAULT_VOCAB;
+  }
   signal(SIGPIPE, SIG_IGN);
   lp_rng_seed(&lg.rng, seed);
   /* a file's lengths are cycled whole: the pool is at least the file */
@@ -1385,8 +1616,11 @@ int main(int argc, char **argv) {
     printf("lanepack-loadgen %s, %s, %s %g, %.1fs, %s %s\n", url,
            conc ? "closed loop" : "open loop (Poisson)", conc ? "concurrency" : "rate",
            conc ? (double)conc : rate, (duration - warmup) / 1e9, text ? "text" : "lengths", text ? text : lengths);
+    if (lengths) printf("token ids     below %u (%s)\n", lg.vocab, vocab_from);
     print_report(&lg, &results[0], stdout);
-    if (threads > 1) printf("client        %lu threads\n", threads);
+    printf("client        %llu connections opened%s", (unsigned long long)results[0].conns_opened,
+           threads > 1 ? "" : "\n");
+    if (threads > 1) printf(", %lu threads\n", threads);
   } else {
     printf("%10s %12s %10s %10s %10s %8s %8s\n", "rate", "achieved/s", "p50 ms", "p99 ms", "errors", "fill", "batches");
     for (size_t i = 0; i < nrates; i++) {
@@ -1411,9 +1645,18 @@ int main(int argc, char **argv) {
     fclose(jf);
   }
   if (plot && write_svg(plot, &results[nrates - 1])) return die("cannot write --plot '%s'", plot);
+  /* 3: wrong answers; 4: too few ok (none, or under --min-ok), said why */
   int bad = 0;
   for (size_t i = 0; i < nrates; i++) {
-    bad |= results[i].mismatches > 0;
+    const stats_t *s = &results[i];
+    double frac = s->sent ? (double)s->ok / (double)s->sent : 0;
+    if (s->mismatches) bad = 3;
+    else if (!bad && (min_ok < 0 ? s->ok == 0 : frac < min_ok)) {
+      bad = 4;
+      fprintf(stderr, "lanepack-loadgen: %llu of %llu requests ok (%.4f)%s%s\n", (unsigned long long)s->ok,
+              (unsigned long long)s->sent, frac, min_ok < 0 ? ": none succeeded" : ", below --min-ok ",
+              min_ok < 0 ? "" : (snprintf(err, sizeof(err), "%g", min_ok), err));
+    }
     free(results[i].per_second);
   }
   free(results);
@@ -1434,5 +1677,5 @@ int main(int argc, char **argv) {
   }
   free(w);
   if (lg.trace && fclose(lg.trace)) return die("cannot write --trace '%s'", trace);
-  return bad ? 3 : 0;
+  return bad;
 }

@@ -3,6 +3,7 @@ route answers 200, a lanepack-loadgen run read back from its --json report,
 and TAP-like checks with a closing count."""
 import http.client
 import json
+import os
 import socket
 import subprocess
 import time
@@ -40,6 +41,46 @@ def run_loadgen(cmd, out, timeout):
             return r.returncode, json.load(f), r.stderr
     except (OSError, ValueError):
         return r.returncode, {}, r.stdout + r.stderr
+
+
+def run_loadgen_bounded(loadgen, url, out, requests, args, timeout=90):
+    """A closed-loop run of 8 users for requests requests (30 s at most, 10 s
+    per request), its report in out: as run_loadgen."""
+    cmd = [loadgen, "--url", url, "--concurrency", "8", "--max-requests", str(requests), "--duration", "30s",
+           "--timeout", "10s", "--json", out] + args
+    return run_loadgen(cmd, out, timeout)
+
+
+def train_spm(tmp, text, vocab):
+    """A SentencePiece model trained with spm_train on the file text, vocab
+    pieces, in tmp (checked); its path."""
+    prefix = os.path.join(tmp, "spm")
+    r = subprocess.run(["spm_train", "--input=" + text, "--model_prefix=" + prefix, "--vocab_size=%d" % vocab,
+                        "--character_coverage=1.0"], capture_output=True)
+    check("spm_train trained a model on %s" % text, r.returncode == 0, r.stderr[-300:])
+    return prefix + ".model"
+
+
+def start_emulators(procs, emulator, ports, shapes, args_by_name):
+    """An emulator for each name of args_by_name on loopback port ports[name]
+    with shapes and those arguments (appended to procs), each answering
+    before this returns; their URLs by name."""
+    for name, args in args_by_name.items():
+        procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % ports[name], "--shapes", shapes] + args,
+                                      stderr=subprocess.DEVNULL))
+    for name in args_by_name:
+        wait_http(ports[name], "/healthz")
+    return {name: "http://127.0.0.1:%d" % ports[name] for name in args_by_name}
+
+
+def start_proxy(procs, lanepack, cfg, port, models, **keys):
+    """lanepack (appended to procs) from a configuration written to cfg:
+    listening on loopback port, warnings only, the models and other keys;
+    ready before this returns."""
+    with open(cfg, "w") as f:
+        json.dump(dict({"listen": "127.0.0.1:%d" % port, "log_level": "warn", "models": models}, **keys), f)
+    procs.append(subprocess.Popen([lanepack, "--config", cfg]))
+    wait_http(port, "/readyz")
 
 
 def stop_all(procs, grace=10.0):

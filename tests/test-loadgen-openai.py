@@ -8,14 +8,13 @@ Then the verify path must fail: an emulator answering 8 floats where 16 are
 expected, and text tokenized with other options than the proxy's.
 
 Usage: test-loadgen-openai.py LANEPACK EMULATOR LOADGEN"""
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, run_loadgen, wait_http  # noqa: E402
+from lphelp import (check, finish, free_port, run_loadgen_bounded, start_emulators, start_proxy,  # noqa: E402
+                    train_spm)
 
 lanepack, emulator, loadgen = sys.argv[1], sys.argv[2], sys.argv[3]
 TEXT = "/usr/share/common-licenses/GPL-3"
@@ -31,47 +30,31 @@ VOCAB = 400
 
 def load(port, tmp, name, args):
     """One bounded closed-loop run; (exit code, its --json report, stderr)."""
-    out = os.path.join(tmp, name + ".json")
-    cmd = [loadgen, "--url", "http://127.0.0.1:%d" % port, "--protocol", "openai", "--concurrency", "8",
-           "--max-requests", str(REQUESTS), "--duration", "30s", "--timeout", "10s", "--verify",
-           "--dims", str(DIMS), "--json", out] + args
-    return run_loadgen(cmd, out, 90)
+    return run_loadgen_bounded(loadgen, "http://127.0.0.1:%d" % port, os.path.join(tmp, name + ".json"), REQUESTS,
+                               ["--protocol", "openai", "--verify", "--dims", str(DIMS)] + args)
 
 
 def main():
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
-        prefix = os.path.join(tmp, "spm")
-        r = subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=%d" % VOCAB,
-                            "--character_coverage=1.0"], capture_output=True)
-        check("spm_train trained a model on %s" % TEXT, r.returncode == 0, r.stderr[-300:])
+        spm = train_spm(tmp, TEXT, VOCAB)
         ports = {k: free_port() for k in ("emu", "wrong", "proxy")}
         try:
             # one emulator on both wires, 16 floats per segment; another with 8
-            procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % ports["emu"], "--shapes", SHAPES,
-                                           "--per-segment", "--dims", str(DIMS), "--cost-ms", "0",
-                                           "--protocol", "both"], stderr=subprocess.DEVNULL))
-            procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % ports["wrong"], "--shapes", SHAPES,
-                                           "--per-segment", "--dims", "8", "--cost-ms", "0"],
-                                          stderr=subprocess.DEVNULL))
-            emu, wrong = ("http://127.0.0.1:%d" % ports[k] for k in ("emu", "wrong"))
-            tok = {"sentencepiece": prefix + ".model"}
-            cfg = os.path.join(tmp, "lanepack.json")
-            with open(cfg, "w") as f:
-                json.dump({"listen": "127.0.0.1:%d" % ports["proxy"], "log_level": "warn", "models": {
-                    "emb": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [emu], "tokenizer": tok},
-                    "emb2": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [emu], "tokenizer": tok,
-                             "protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}",
-                                                      "output_kind": "per_segment"}},
-                    "wrong": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [wrong], "tokenizer": tok}}}, f)
-            procs.append(subprocess.Popen([lanepack, "--config", cfg]))
-            wait_http(ports["emu"], "/healthz")
-            wait_http(ports["wrong"], "/healthz")
-            wait_http(ports["proxy"], "/readyz")
+            urls = start_emulators(procs, emulator, ports, SHAPES, {
+                "emu": ["--per-segment", "--dims", str(DIMS), "--cost-ms", "0", "--protocol", "both"],
+                "wrong": ["--per-segment", "--dims", "8", "--cost-ms", "0"]})
+            emu, wrong = urls["emu"], urls["wrong"]
+            tok = {"sentencepiece": spm}
+            start_proxy(procs, lanepack, os.path.join(tmp, "lanepack.json"), ports["proxy"], {
+                "emb": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [emu], "tokenizer": tok},
+                "emb2": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [emu], "tokenizer": tok,
+                         "protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}", "output_kind": "per_segment"}},
+                "wrong": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [wrong], "tokenizer": tok}})
             port = ports["proxy"]
             ids = ["--lengths", "uniform:1,120", "--vocab", str(VOCAB)]
             text = ["--text", TEXT]
-            exact = text + ["--tokenizer", prefix + ".model"]
+            exact = text + ["--tokenizer", spm]
             good = [
                 ("token ids, float, one input per request", "emb", ids + ["--encoding", "float"]),
                 ("token ids, base64, 4 inputs per request", "emb", ids + ["--encoding", "base64", "--batch", "4"]),

@@ -108,8 +108,12 @@ try:
     check("without one, an id is made and echoed", st == 200 and re.fullmatch(r"[0-9a-f]{16}", made), h)
     st, h, _ = post(lp_port, {"input_ids": [8, 9]}, {"X-Request-Id": 'bad"id'})
     check("an id that cannot be echoed safely is replaced", re.fullmatch(r"[0-9a-f]{16}", h.get("x-request-id", "")), h)
-    st, h, _ = post(lp_port, b'{"input_ids": [1, "x"]}', {"X-Request-Id": "client-bad-2"})
+    st, h, bad_body = post(lp_port, b'{"input_ids": [1, "x"]}', {"X-Request-Id": "client-bad-2"})
     check("errors carry the id too", st == 400 and h.get("x-request-id") == "client-bad-2", (st, h))
+    try:
+        bad_code = json.loads(bad_body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        bad_code = None
     time.sleep(2.1)  # the access log is flushed once a second
     log = read_lines(access)
     mine = [l for l in log if l.get("request_id") == "client-abc-1"]
@@ -127,7 +131,9 @@ try:
         check("the backend received the request id in that batch (JSON wire)",
               joined and "client-abc-1" in joined[0]["request_ids"], (l["batches"], emu_lines[-3:]))
     err_lines = [l for l in log if l.get("request_id") == "client-bad-2"]
-    check("an error is logged with its status", err_lines and err_lines[0]["status"] == 400, err_lines)
+    check("an error is logged with its status and the error code it was answered",
+          err_lines and err_lines[0]["status"] == 400 and bad_code and err_lines[0].get("error") == bad_code,
+          (bad_code, err_lines))
 
     # ---- reload: limits, tokens, access-log sampling, under load ----
     stop = False

@@ -188,6 +188,7 @@ typedef struct lp_snap_model_s {
   char name[LP_NAME_MAX];
   char v2_output[64];      /* its output tensor's name as v2 clients see it */
   int ragged, ready;
+  int64_t vocab;           /* ids it takes are below this (vocab_size, else its tokenizer's); 0: no bound */
   lp_dtype_t v2_dtype;     /* the datatype its v2 metadata names */
   uint64_t queued_seqs, queued_tokens;
   lp_bucket_set_t shapes;  /* states and counters; a free slot has lanes 0 */
@@ -648,6 +649,9 @@ void lp__alog_set_fd(lp_alog_t *a, int fd);
 void lp__alog_close(lp_alog_t *a);
 size_t lp__alog_flush(lp_alog_t *a); /* returns the bytes still owed to a full pipe */
 void lp__access_log(lp_front_t *f, const lp_http_req_t *req, int status, const lp_job_t *job);
+/* A refusal's line names its error code (the one counted and answered). */
+void lp__access_log_refused(lp_front_t *f, const lp_http_req_t *req, int status, const char *code,
+                            const lp_job_t *job);
 
 /* model.c: the dispatch core's settings from a model's and the proxy's. */
 void lp__disp_config(const lp_config_t *pc, const lp_model_config_t *cfg, const lp_bucket_set_t *shapes,

@@ -204,7 +204,10 @@ static int sampled(lp_front_t *f) {
 
 static void put_str(lp_buf_t *b, const char *s, size_t n) { lp_buf_json_str(b, s, n); }
 
-void lp__access_log(lp_front_t *f, const lp_http_req_t *req, int status, const lp_job_t *job) {
+/* The line of an answer, or of a refusal with its error code (code NULL for
+ * an answer): what the client was told, so that a log names why. */
+static void log_line(lp_front_t *f, const lp_http_req_t *req, int status, const char *code,
+                     const lp_job_t *job) {
   if (!f->alog.on || !req) return;
   if (status < 400 && !sampled(f)) return;
   struct timespec ts;
@@ -238,6 +241,10 @@ void lp__access_log(lp_front_t *f, const lp_http_req_t *req, int status, const l
     lp_buf_puts(b, ", \"span_id\": ");
     put_str(b, req->traceparent + 36, 16);
   }
+  if (code) {
+    lp_buf_puts(b, ", \"error\": ");
+    put_str(b, code, strlen(code));
+  }
   if (job) {
     uint64_t tokens = 0, queue_ns, backend_ns;
     for (uint32_t i = 0; i < job->nseq; i++) tokens += job->seqs[i].len;
@@ -269,4 +276,13 @@ void lp__access_log(lp_front_t *f, const lp_http_req_t *req, int status, const l
   lp__put_ms(b, uv_hrtime() - req->start_ns);
   lp_buf_puts(b, "}\n");
   put_line(&f->alog, b);
+}
+
+void lp__access_log(lp_front_t *f, const lp_http_req_t *req, int status, const lp_job_t *job) {
+  log_line(f, req, status, NULL, job);
+}
+
+void lp__access_log_refused(lp_front_t *f, const lp_http_req_t *req, int status, const char *code,
+                            const lp_job_t *job) {
+  log_line(f, req, status, code, job);
 }

@@ -321,6 +321,8 @@ static void render_models(const lp_snap_t *s, lp_buf_t *b) {
     if (i) lp_buf_puts(b, ", ");
     lp_buf_puts(b, "{\"name\": ");
     lp_buf_json_str(b, m->name, strlen(m->name));
+    /* the bound on token ids, so that a client (lanepack-loadgen) sends ids it takes */
+    if (m->vocab) lp_buf_printf(b, ", \"vocab_size\": %lld", (long long)m->vocab);
     lp_buf_printf(b, ", \"ragged\": %s, \"ready\": %s, \"queue\": {\"sequences\": %llu, \"tokens\": %llu}, \"shapes\": [",
                   m->ragged ? "true" : "false", m->ready ? "true" : "false", (unsigned long long)m->queued_seqs,
                   (unsigned long long)m->queued_tokens);

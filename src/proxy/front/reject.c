@@ -39,7 +39,7 @@ void lp__reject_job(lp_front_t *f, lp_http_req_t *req, int route, int status, co
                     const char *code, const char *msg, const char *extra, const lp_job_t *job) {
   lp_proxy_count(f, route, status);
   lp__count_rejection(f, code);
-  lp__access_log(f, req, status, job);
+  lp__access_log_refused(f, req, status, code, job);
   lp_http_respond_error(req, status, headers, code, msg, extra);
 }
 
@@ -64,7 +64,7 @@ void lp__v2_reject_job(lp_front_t *p, lp_http_req_t *req, int status, const char
   lp_buf_puts(&b, "}\n");
   lp_proxy_count(p, LP_ROUTE_V2_INFER, status);
   lp__count_rejection(p, code);
-  lp__access_log(p, req, status, job);
+  lp__access_log_refused(p, req, status, code, job);
   const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
   lp_http_respond(req, status, hdr, "application/json", b.data, b.len);
   lp_buf_free(&b);
@@ -80,7 +80,7 @@ void lp__openai_reject(lp_front_t *f, lp_http_req_t *req, int status, const char
   lp_openai_error(b, status, code, msg, param);
   lp_proxy_count(f, LP_ROUTE_EMBEDDINGS, status);
   lp__count_rejection(f, code);
-  lp__access_log(f, req, status, job);
+  lp__access_log_refused(f, req, status, code, job);
   if (!hdr && (status == 429 || status == 503)) hdr = "Retry-After: 1\r\n";
   lp_http_respond(req, status, hdr, "application/json", b->data, b->len);
 }

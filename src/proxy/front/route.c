@@ -74,7 +74,7 @@ void lp__on_reject(lp_http_req_t *req, int status, const char *code, void *ud) {
   lp_front_t *f = ud;
   lp_proxy_count(f, LP_ROUTE_OTHER, status);
   lp__count_rejection(f, code);
-  lp__access_log(f, req, status, NULL);
+  lp__access_log_refused(f, req, status, code, NULL);
 }
 
 static void route(lp_front_t *f, lp_http_req_t *req, int on_admin);

@@ -20,7 +20,7 @@ void lp__tei_reject(lp_front_t *f, lp_http_req_t *req, int route, int status, co
   lp_tei_error(b, msg, type);
   lp_proxy_count(f, route, status);
   lp__count_rejection(f, code);
-  lp__access_log(f, req, status, job);
+  lp__access_log_refused(f, req, status, code, job);
   const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
   lp_http_respond(req, status, hdr, "application/json", b->data, b->len);
 }
