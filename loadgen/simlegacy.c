@@ -1,7 +1,7 @@
-/* The "legacy" policy for lanepack-sim: the scheduler the proxy runs before
- * the dispatch core (lp_sched_decide_mode and a device clock per backend, as
- * src/proxy/sched/model.c and batch.c drive them), so the simulator has a BEFORE
- * figure. Modelled: the window, the clock's modes and ms-rounded wake-ups, at
+/* The baseline policy for lanepack-sim ("legacy"): the scheduler lanepack
+ * ran before its dispatch core (a decide-mode window and a device clock per
+ * backend), kept only so the simulator has a BEFORE figure on the same
+ * arrivals; the proxy no longer runs it. Modelled: the window, the clock's modes and ms-rounded wake-ups, at
  * most 2 x devices batches in flight per backend, a 5xx to several sequences
  * sending each alone next time, retries with backoff, stall hedging (3 copies)
  * and the backend timeout. Not modelled: health probes, priorities. */

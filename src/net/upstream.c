@@ -1,5 +1,5 @@
-/* libcurl multi on the libuv loop. The pattern of curl's multi-uv.c, with the
- * pitfalls noted in ENGINEERING.md handled: socket close owned through
+/* libcurl multi on the libuv loop. The pattern of curl's docs/examples/
+ * multi-uv.c, with its known pitfalls handled: socket close owned through
  * CURLOPT_CLOSESOCKETFUNCTION (so libuv never polls a closed fd), poll errors
  * passed to curl as CURL_CSELECT_ERR, "run now" timeouts through a one-shot
  * idle handle instead of a 0 ms timer, and completions drained after every
