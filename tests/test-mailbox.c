@@ -146,7 +146,7 @@ static void on_mixed(lp_wake_t *w) {
   mx->wakes++;
   mx->first_batch = b;
   for (; j; j = j->mq_next) mx->jobs++;
-  for (; b; b = b->relay_next) mx->batches++;
+  for (; b; b = b->hand_next) mx->batches++;
 }
 
 START_TEST(test_jobs_and_batches) {
@@ -160,8 +160,8 @@ START_TEST(test_jobs_and_batches) {
   memset(bts, 0, sizeof(bts));
   jobs[0].mq_next = &jobs[1];
   jobs[1].mq_next = &jobs[2];
-  bts[0].relay_next = &bts[1];
-  bts[2].relay_next = &bts[3];
+  bts[0].hand_next = &bts[1];
+  bts[2].hand_next = &bts[3];
   lp__mbox_push(&mx.mb, &jobs[0], &jobs[2], &bts[0], &bts[1]);
   lp__mbox_push(&mx.mb, NULL, NULL, &bts[2], &bts[3]);
   uv_run(&loop, UV_RUN_NOWAIT);
@@ -169,8 +169,8 @@ START_TEST(test_jobs_and_batches) {
   ck_assert_uint_eq(mx.jobs, 3);
   ck_assert_uint_eq(mx.batches, 4);
   ck_assert_ptr_eq(mx.first_batch, &bts[0]);
-  ck_assert_ptr_eq(bts[1].relay_next, &bts[2]);
-  ck_assert_ptr_null(bts[3].relay_next);
+  ck_assert_ptr_eq(bts[1].hand_next, &bts[2]);
+  ck_assert_ptr_null(bts[3].hand_next);
   /* the batches alone: the job stays for the owner */
   lp__mbox_push(&mx.mb, &jobs[0], &jobs[0], &bts[0], &bts[0]);
   ck_assert_ptr_eq(lp__mbox_take_batches(&mx.mb), &bts[0]);

@@ -82,14 +82,14 @@ typedef struct lp_mbox_s {
   lp_job_t *jobs, **jobs_tail;       /* jobs handed over (admit or done), by mq_next */
   lp_job_t *cancels, **cancels_tail; /* clients gone, by cq_next (to the scheduler) */
   lp_ctl_t *ctls, **ctls_tail;       /* control messages, by next */
-  lp_batch_t *batches, **batches_tail; /* batches to send (to a front) or sent (back), by relay_next */
+  lp_batch_t *batches, **batches_tail; /* batches to send (to a front) or sent (back), by hand_next */
 } lp_mbox_t;
 int lp__mbox_init(lp_mbox_t *mb, uv_loop_t *loop, lp_wake_cb cb, void *owner);
 void lp__mbox_push_job(lp_mbox_t *mb, lp_job_t *job);
 /* A list of jobs linked by mq_next, first to *last, at once. */
 void lp__mbox_push_jobs(lp_mbox_t *mb, lp_job_t *first, lp_job_t *last);
 /* Jobs first..last (by mq_next; NULL, NULL for none) and batches
- * bfirst..blast (by relay_next; likewise) at once: one lock, one wake-up at
+ * bfirst..blast (by hand_next; likewise) at once: one lock, one wake-up at
  * most, which is what a loop turn's hand-over costs whatever it carries. */
 void lp__mbox_push(lp_mbox_t *mb, lp_job_t *first, lp_job_t *last, lp_batch_t *bfirst, lp_batch_t *blast);
 void lp__mbox_push_cancel(lp_mbox_t *mb, lp_job_t *job);
@@ -402,8 +402,7 @@ struct lp_batch_s {
   const char **traces;    /* traceparents */
   uint64_t dispatch_ns;
   /* ---- the transfer's half: written by the scheduler before the hand-over,
-   * then the sending front's (relay/ code on its loop; with threads 1, the one
-   * loop's) until it hands the batch back: it writes the pending body, the
+   * then the sending front's (wire/ code on its loop) until it hands the batch back: it writes the pending body, the
    * layout's texts and seqs (cleared), headers and the outcome below ---- */
   lp_xfer_t *xfer;        /* in flight; the transfer's thread's */
   /* where it goes, the header lines it needs, its bounds and how to read its
@@ -433,7 +432,7 @@ struct lp_batch_s {
   lp_v2_config_t v2cfg;
   const lp_rectbin_t *rect;
   lp_buf_t members;       /* a v2 request's members (id, parameters, outputs); owned, reused */
-  /* how it ended (relay/transfer.c), read by the scheduler once handed back */
+  /* how it ended (wire/transfer.c), read by the scheduler once handed back */
   int unstarted;          /* the transfer could not start */
   int unbuilt;            /* ... as its body could not be written (out of memory) */
   lp_xfer_result_t result;
@@ -450,7 +449,7 @@ struct lp_batch_s {
   int v2_open;            /* v2msg holds a decoded answer (freed by lp__v2_close) */
   void (*on_done)(lp_batch_t *bt, void *ud); /* where the transfer's thread hands it */
   void *on_done_ud;
-  lp_batch_t *relay_next; /* in a hand-over list: to a front, or back */
+  lp_batch_t *hand_next; /* in a hand-over list: to a front, or back */
   lp_front_t *front;      /* several threads: the front whose loop runs its
                              transfer (the scheduler's count, batches_out) */
   int in_flight;          /* its transfer is running */
@@ -541,7 +540,7 @@ struct lp_front_s {
   uv_idle_t flush_soon;    /* while jobs wait: the loop does not sleep before the flush */
   /* the front's own upstream connections, on its loop: the batches
    * the scheduler hands it are sent and their answers read and opened here
-   * (relay/transfer.c), so no byte of theirs is the scheduler's; owned */
+   * (wire/transfer.c), so no byte of theirs is the scheduler's; owned */
   lp_upstream_t *up;
   /* batches whose transfer ended this turn, handed back with to_sched */
   lp_batch_t *sent, *sent_last;
@@ -727,7 +726,7 @@ void lp__front_flush(lp_front_t *f);
 /* Something waits for lp__front_flush: the loop does not sleep before it. */
 void lp__front_flush_due(lp_front_t *f);
 /* front/batches.c: starts the transfers of the batches the scheduler handed
- * this front (linked by relay_next); each comes back by lp__front_flush. */
+ * this front (linked by hand_next); each comes back by lp__front_flush. */
 void lp__front_send_batches(lp_front_t *f, lp_batch_t *list);
 void lp__front_on_flush(uv_check_t *h);
 /* The front's open connections, published for /metrics. */
@@ -875,12 +874,12 @@ int lp__v2_gathered(const lp_model_t *m);
 void lp__v2_slice(lp_model_t *m, const lp_batch_t *bt, const lp_segment_t *g, lp_seq_t *s);
 /* The batch's open v2 answer's output tensor moves into a, its kept answer. */
 void lp__v2_adopt(lp_batch_t *bt, lp_answer_t *a);
-/* relay/open.c, whichever thread holds the batch (its front, or the scheduler
+/* wire/open.c, whichever thread holds the batch (its front, or the scheduler
  * once it is back): frees the batch's decoded v2 answer, if any. */
 void lp__v2_close(lp_batch_t *bt);
 
-/* ---- relay/: where a batch's transfer runs (the front's loop that sends
- * it); its caller calls down, answers come
+/* ---- wire/: the backend wire, on the front that sends a batch: its body
+ * written, its transfer run, its answer opened; its caller calls down, answers come
  * up through the on_done it sets in the batch ---- */
 /* transfer.c: starts bt's transfer on up (its url, headers, gather list or
  * body, bounds, set); when it ends, its outcome is in bt (a 200 answer opened

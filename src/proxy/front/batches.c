@@ -7,8 +7,8 @@
 /* bt's transfer ended (its outcome is in it): back with this turn's jobs */
 static void batch_sent(lp_batch_t *bt, void *ud) {
   lp_front_t *f = ud;
-  bt->relay_next = NULL;
-  if (f->sent) f->sent_last->relay_next = bt;
+  bt->hand_next = NULL;
+  if (f->sent) f->sent_last->hand_next = bt;
   else f->sent = bt;
   f->sent_last = bt;
   lp__front_flush_due(f);
@@ -17,7 +17,7 @@ static void batch_sent(lp_batch_t *bt, void *ud) {
 void lp__front_send_batches(lp_front_t *f, lp_batch_t *list) {
   while (list) {
     lp_batch_t *bt = list;
-    list = bt->relay_next; /* before: a transfer that cannot start hands it back */
+    list = bt->hand_next; /* before: a transfer that cannot start hands it back */
     bt->on_done = batch_sent;
     bt->on_done_ud = f;
     if (!f->up || lp__transfer_start(f->up, bt) != 0) {

@@ -382,12 +382,12 @@ void lp__fronts_stop(lp_proxy_t *p) {
    * (the stop cancelled their transfers), and any the scheduler handed out
    * after its last flush: their jobs' references go */
   for (lp_batch_t *b = lp__mbox_take_batches(&p->inbox), *n; b; b = n) {
-    n = b->relay_next;
+    n = b->hand_next;
     lp__batch_drop(b);
   }
   for (unsigned i = 0; i < p->nfronts; i++) {
     for (lp_batch_t *b = p->fronts[i].out, *n; b; b = n) {
-      n = b->relay_next;
+      n = b->hand_next;
       lp__batch_drop(b);
     }
     p->fronts[i].out = p->fronts[i].out_last = NULL;

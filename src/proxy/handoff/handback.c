@@ -31,8 +31,8 @@ void lp__batch_hand_out(lp_proxy_t *p, lp_batch_t *bt) {
     if (p->fronts[i].batches_out < f->batches_out) f = &p->fronts[i];
   f->batches_out++;
   bt->front = f;
-  bt->relay_next = NULL;
-  if (f->out) f->out_last->relay_next = bt;
+  bt->hand_next = NULL;
+  if (f->out) f->out_last->hand_next = bt;
   else f->out = bt;
   f->out_last = bt;
   flush_due(p);

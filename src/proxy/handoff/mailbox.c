@@ -38,7 +38,7 @@ void lp__mbox_push_jobs(lp_mbox_t *mb, lp_job_t *first, lp_job_t *last) { lp__mb
 
 void lp__mbox_push(lp_mbox_t *mb, lp_job_t *first, lp_job_t *last, lp_batch_t *bfirst, lp_batch_t *blast) {
   if (last) last->mq_next = NULL;
-  if (blast) blast->relay_next = NULL;
+  if (blast) blast->hand_next = NULL;
   uv_mutex_lock(&mb->lock);
   int was_empty = empty(mb);
   if (first) {
@@ -47,7 +47,7 @@ void lp__mbox_push(lp_mbox_t *mb, lp_job_t *first, lp_job_t *last, lp_batch_t *b
   }
   if (bfirst) {
     *mb->batches_tail = bfirst;
-    mb->batches_tail = &blast->relay_next;
+    mb->batches_tail = &blast->hand_next;
   }
   uv_mutex_unlock(&mb->lock);
   wake(mb, was_empty);

@@ -86,7 +86,7 @@ void lp__sched_on_inbox(lp_wake_t *w) {
   /* after the admissions: a batch's end dispatches with what just arrived */
   while (batches) {
     lp_batch_t *bt = batches;
-    batches = bt->relay_next; /* before: finishing frees or reuses it */
+    batches = bt->hand_next; /* before: finishing frees or reuses it */
     bt->front->batches_out--;
     lp__batch_finish(bt);
   }

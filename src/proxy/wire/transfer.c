@@ -1,5 +1,4 @@
-/* Runs where a batch's transfer runs (the front it was handed to, or the one
- * loop with threads 1): the request read out of the batch's gather list or body, the
+/* Runs on the front a batch was handed to: the request read out of the batch's gather list or body, the
  * answer kept in the batch with how it ended, a 200 answer opened for slicing
  * there, then the batch handed on (bt->on_done). */
 #include <errno.h>
