@@ -538,6 +538,10 @@ struct lp_front_s {
   lp_job_t *to_sched, *to_sched_last;
   uv_check_t flush;
   uv_idle_t flush_soon;    /* while jobs wait: the loop does not sleep before the flush */
+  /* pages back from the scheduler, not yet rendered: a few a loop turn
+   * (front.c), so that a client pipelining pages delays only itself */
+  lp_job_t *pages_back, *pages_back_last;
+  uv_idle_t pages_soon;    /* while pages wait: the next turn renders more */
   /* the front's own upstream connections, on its loop: the batches
    * the scheduler hands it are sent and their answers read and opened here
    * (wire/transfer.c), so no byte of theirs is the scheduler's; owned */

@@ -18,6 +18,15 @@
 #include "lanepack/v2.h"
 #include "proxy.h"
 
+/* Pages (/metrics and the rest) rendered in one loop turn of a front. A page
+ * costs far more than an inference's answer (/metrics: hundreds of
+ * microseconds); a client pipelining max_pipeline of them got them all back in
+ * one hand-back, and rendering them in one turn held every other connection of
+ * the front, and every batch it sends, for that long (test page-flood: an
+ * inference beside the flood went from 20 ms to 170 ms). A few a turn keeps a
+ * turn short; the flood waits on itself. */
+#define LP_FRONT_PAGES_PER_TURN 4
+
 /* The ceiling of any answer a front's upstream reads: the scheduler's (1 GiB,
  * proxy.c); each batch's own max_answer is the real bound. */
 #define LP_FRONT_ANSWER_MAX (1ull << 30)
@@ -34,6 +43,26 @@ static void front_job_back(lp_front_t *f, lp_job_t *job) {
   }
   lp__job_release(job); /* without a cancel sent, the only reference: freed at once */
 }
+
+static void on_pages_soon(uv_idle_t *h);
+
+/* Renders at most LP_FRONT_PAGES_PER_TURN of the pages waiting (all of them
+ * when all is set: the front is stopping), in the order they came back. */
+static void render_pages_back(lp_front_t *f, int all) {
+  for (unsigned n = 0; f->pages_back && (all || n < LP_FRONT_PAGES_PER_TURN); n++) {
+    lp_job_t *job = f->pages_back;
+    f->pages_back = job->mq_next;
+    front_job_back(f, job);
+  }
+  if (!f->pages_back) {
+    f->pages_back_last = NULL;
+    uv_idle_stop(&f->pages_soon);
+  } else {
+    uv_idle_start(&f->pages_soon, on_pages_soon);
+  }
+}
+
+static void on_pages_soon(uv_idle_t *h) { render_pages_back(container_of(h, lp_front_t, pages_soon), 0); }
 
 static void on_front_tick(uv_timer_t *t) {
   lp_front_t *f = container_of(t, lp_front_t, tick);
@@ -119,8 +148,16 @@ static void on_front_inbox(lp_wake_t *w) {
   while (jobs) {
     lp_job_t *job = jobs;
     jobs = job->mq_next; /* before: the job may be freed */
-    front_job_back(f, job);
+    if (!job->admin_route || !job->front_req) {
+      front_job_back(f, job);
+      continue;
+    }
+    job->mq_next = NULL; /* a page to render: in turn, with the others waiting */
+    if (f->pages_back) f->pages_back_last->mq_next = job;
+    else f->pages_back = job;
+    f->pages_back_last = job;
   }
+  if (f->pages_back && !uv_is_active((uv_handle_t *)&f->pages_soon)) render_pages_back(f, 0);
   while (ctls) {
     lp_ctl_t *c = ctls;
     ctls = c->next;
@@ -136,11 +173,13 @@ static void on_front_inbox(lp_wake_t *w) {
        * the scheduler to free (lp__fronts_stop) */
       if (f->up) lp_upstream_close(f->up);
       f->up = NULL;
+      render_pages_back(f, 1); /* every page waiting is answered (or dropped: its client left) */
       lp__front_flush(f);
       uv_timer_stop(&f->tick);
       uv_close((uv_handle_t *)&f->tick, NULL);
       uv_close((uv_handle_t *)&f->flush, NULL);
       uv_close((uv_handle_t *)&f->flush_soon, NULL);
+      uv_close((uv_handle_t *)&f->pages_soon, NULL);
       lp__mbox_close(&f->inbox, NULL);
       if (f->httpd || f->admin) uv_stop(f->loop); /* last resort: connections left open */
     }
@@ -336,6 +375,7 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
     uv_check_init(f->loop, &f->flush);
     uv_check_start(&f->flush, lp__front_on_flush);
     uv_idle_init(f->loop, &f->flush_soon);
+    uv_idle_init(f->loop, &f->pages_soon);
     if ((rc = front_listen(f, n, id_base, &bound)) != 0) return rc;
   }
   if (afd >= 0 && afd != STDERR_FILENO) close(afd);
