@@ -229,6 +229,10 @@ unsigned lp__snap_parts(int route);
  * or done. */
 enum { LP_SEQ_WAITING = 0, LP_SEQ_DONE };
 
+/* What one sequence's output is: a value (or vector) per token, one number
+ * for the sequence (a score), or one vector for it. */
+enum { LP_OUT_TOKENS = 0, LP_OUT_SCORE, LP_OUT_VECTOR };
+
 typedef struct lp_seq_s {
   lp_job_t *job;
   const int32_t *tokens;  /* into job->tokens */
@@ -248,6 +252,7 @@ typedef struct lp_seq_s {
   const char *out;
   size_t out_len;
   int out_wrap;
+  int out_kind;           /* LP_OUT_*: what the output is, per token or per sequence */
   /* or, from a v2 backend (out NULL): elements [out_first, + out_n) of
    * ans->out, out_inner of them per token (or per segment) */
   size_t out_first, out_n, out_inner;
@@ -423,6 +428,8 @@ struct lp_batch_s {
   size_t max_answer;      /* the most answer bytes it can need (answer_bound) */
   int v2;                 /* an Open Inference Protocol batch */
   int v2_per_segment;     /* its output is one value per segment */
+  int outputs;            /* its model's lp_outputs_t when sent: what the answer must be */
+  uint32_t nlabels;       /* ... and its labels (LP_OUTPUTS_SCORE: scores per sequence, 0: one) */
   char v2_output[64];     /* the output to read; "": the answer's first */
   /* a body written by lp__transfer_start, on the front that sends it (a JSON
    * batch's, a v2 gathered one's): what it reads beside the fields above, the
@@ -975,8 +982,9 @@ void lp__openai_reject(lp_front_t *f, lp_http_req_t *req, int status, const char
  * usage. -EPROTO when an output is not a vector of numbers, -ENOMEM. */
 int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
 /* A finished sequence's output read as a vector into f->vec: the count, or
- * -EPROTO when it is not an array of numbers (a lone number is a vector of
- * one when scalar_ok), -ENOMEM. */
+ * -ENOTSUP when it is not one output for the sequence (a value per token; a
+ * score unless scalar_ok, which reads it as a vector of one), -EPROTO when it
+ * is not an array of numbers, -ENOMEM. */
 long lp__seq_vector(lp_front_t *f, const lp_seq_t *s, int scalar_ok);
 /* A backend's vector of n values for one of job's embeddings: n, or -EPROTO when it is empty, shorter than the model's
  * embedding.dimensions (job->embed_dims) or not as long as the request's

@@ -127,6 +127,12 @@ void lp__job_deliver(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
     status = rc == -ENOMEM ? 503 : 502;
     code = rc == -ENOMEM ? "out_of_memory" : "bad_backend_answer";
     msg = rc == -ENOMEM ? "proxy out of memory"
+          : rc == -ENOTSUP && job->tei == LP_ROUTE_TEI_RERANK
+              ? "the backend did not answer a score (or a vector) per pair but a value per token: /rerank needs a "
+                "model whose outputs are \"score\" or \"per_segment\" (models.NAME.outputs)"
+          : rc == -ENOTSUP ? "the backend did not answer a vector per input (it gave a value per token, or a "
+                             "score): this route needs a model whose outputs are \"per_segment\" "
+                             "(models.NAME.outputs)"
           : rc == -EPROTO && (job->openai || job->tei) ? "the backend's outputs are not vectors of numbers: use /v1/infer for this model"
           : rc == -EPROTO ? "the backend's outputs are not numbers: use /v1/infer for this model"
                           : "the backends answered this request's sequences in different datatypes or shapes";

@@ -294,7 +294,13 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
    * the shapes in force again) */
   uint32_t limit = lp_bucket_set_max_len(&mc->shapes);
   if (!limit) limit = UINT32_MAX; /* shapes only backends report: the scheduler alone judges */
-  if (!t || (kind == LP_TEI_RERANK && !tpl->nparts)) {
+  if (kind != LP_TEI_TOKENIZE &&
+      (mc->outputs == LP_OUTPUTS_PER_TOKEN || (kind == LP_TEI_EMBED && mc->outputs == LP_OUTPUTS_SCORE))) {
+    /* TEI's answer to a route its model does not serve (a classifier's /embed) */
+    snprintf(err, sizeof(err), "Model is not %s model: the outputs of '%s' are %s",
+             kind == LP_TEI_EMBED ? "an embedding" : "a reranker", mc->name, lp_outputs_name(mc->outputs));
+    lp__tei_reject(f, req, route, 424, LP_TEI_BACKEND, "wrong_model_kind", err, NULL);
+  } else if (!t || (kind == LP_TEI_RERANK && !tpl->nparts)) {
     snprintf(err, sizeof(err), t ? "the model '%s' has no pair template for /rerank (configure "
              "models.%s.tokenizer.pair_template)" : "the model '%s' takes token ids: it has no tokenizer for text "
              "(configure models.%s.tokenizer)", mc->name, mc->name);
@@ -348,7 +354,7 @@ int lp__tei_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
     long n = lp__seq_vector(f, &job->seqs[i], rerank);
     if (n < 0 || (rerank && n == 0)) {
       free(ranks);
-      return n == -ENOMEM ? -ENOMEM : -EPROTO;
+      return n < 0 ? (int)n : -EPROTO;
     }
     if (rerank) {
       ranks[i] = (lp_tei_rank_t){job->tei_raw_scores ? f->vec[0] : lp_tei_sigmoid(f->vec[0]), i};
