@@ -129,7 +129,7 @@ typedef struct lp_alog_s {
   lp_buf_t buf;           /* whole lines not yet written */
 } lp_alog_t;
 
-#define LP_ROUTE_COUNT 15
+#define LP_ROUTE_COUNT 22
 #define LP_STATUS_SLOTS 22
 /* A shape found missing on a backend (a shape mismatch, a v2 404 or "not
  * ready") may be back soon: Triton answers 404 while it reloads a model. The
@@ -697,7 +697,10 @@ void lp__reject_job(lp_front_t *f, lp_http_req_t *req, int route, int status, co
 void lp__on_request(lp_http_req_t *req, void *ud);
 void lp__on_admin_request(lp_http_req_t *req, void *ud);
 void lp__on_cancel(lp_http_req_t *req, void *ud);
-void lp__on_reject(lp_http_req_t *req, int status, const char *code, void *ud);
+int lp__on_reject(lp_http_req_t *req, int status, const char *code, const char *msg, const char *headers,
+                  void *ud);
+/* The TEI route (LP_ROUTE_TEI_*) req's path names, or 0. */
+int lp__tei_route(const lp_http_req_t *req);
 
 /* A page of the scheduler's state (/metrics, /v1/models, advice, readiness,
  * v2 metadata, recent batches) as rendered: its status, and on an error its
@@ -1020,6 +1023,8 @@ void lp__advice_free(lp_proxy_t *p);
 
 enum { LP_ROUTE_INFER = 0, LP_ROUTE_MODELS, LP_ROUTE_HEALTHZ, LP_ROUTE_READYZ, LP_ROUTE_METRICS,
        LP_ROUTE_ADVICE, LP_ROUTE_OTHER, LP_ROUTE_V2_INFER, LP_ROUTE_V2, LP_ROUTE_EMBEDDINGS,
-       LP_ROUTE_TEI_EMBED, LP_ROUTE_TEI_RERANK, LP_ROUTE_TEI_TOKENIZE, LP_ROUTE_BATCHES, LP_ROUTE_VIEW };
+       LP_ROUTE_TEI_EMBED, LP_ROUTE_TEI_RERANK, LP_ROUTE_TEI_TOKENIZE, LP_ROUTE_BATCHES, LP_ROUTE_VIEW,
+       LP_ROUTE_TEI_PREDICT, LP_ROUTE_TEI_EMBED_ALL, LP_ROUTE_TEI_SIMILARITY, LP_ROUTE_TEI_DECODE,
+       LP_ROUTE_TEI_EMBED_SPARSE, LP_ROUTE_TEI_INFO, LP_ROUTE_TEI_HEALTH };
 
 #endif

@@ -15,7 +15,9 @@
 
 static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", "readyz",
                                                   "metrics", "advice", "other", "v2_infer", "v2", "embeddings",
-                                                  "embed", "rerank", "tokenize", "batches", "view"};
+                                                  "embed", "rerank", "tokenize", "batches", "view",
+                                                  "predict", "embed_all", "similarity", "decode",
+                                                  "embed_sparse", "info", "health"};
 
 #ifndef LP_VERSION
 #define LP_VERSION "0.1.0"
