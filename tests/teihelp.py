@@ -79,5 +79,35 @@ def train_spm(tmp):
     return prefix + ".model", r
 
 
+def spm_tokenizer(tmp, template):
+    """train_spm's model as a model's "tokenizer" (bos:eos, the pair template),
+    its training checked: (the model's path, the tokenizer object)."""
+    from lphelp import check
+    model, r = train_spm(tmp)
+    check("spm_train trained a model on %s" % TEXT, r.returncode == 0, r.stderr[-300:])
+    return model, {"sentencepiece": model, "extra_options": "bos:eos", "pair_template": template}
+
+
 def start(cmd, log):
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+
+
+def start_emulators(emulator, tmp, modes, procs):
+    """One emulator (shapes 4x64, both wires) per list of extra flags in modes,
+    each on a free port, appended to procs and answering: their ports."""
+    from lphelp import free_port, wait_http
+    ports = []
+    for i, flags in enumerate(modes):
+        ports.append(free_port())
+        procs.append(start([emulator, "--shapes", "4x64", "--protocol", "both", "--listen",
+                            "127.0.0.1:%d" % ports[-1]] + flags, os.path.join(tmp, "emu-%d.log" % i)))
+    for p in ports:
+        wait_http(p, "/healthz")
+    return ports
+
+
+def model_cfg(port, tok, **kw):
+    """A model of shape 4x64 behind the backend on port with tokenizer tok, and kw."""
+    d = {"shapes": "4x64", "max_wait_ms": 1, "backends": ["http://127.0.0.1:%d" % port], "tokenizer": tok}
+    d.update(kw)
+    return d

@@ -15,7 +15,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lphelp import check, finish, free_port, stop_all, tei_error, wait_http  # noqa: E402
-from teihelp import train_spm, emu_h, f32, post, sigmoid, spm_ids, start  # noqa: E402
+from teihelp import emu_h, f32, model_cfg, post, sigmoid, spm_ids, start, spm_tokenizer, start_emulators  # noqa: E402
 
 TEMPLATE = "<s> $A </s></s> $B </s>"
 
@@ -28,26 +28,15 @@ def main():
     lanepack, emulator = sys.argv[1], sys.argv[2]
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
-        model, r = train_spm(tmp)
-        check("spm_train trained a model", r.returncode == 0, r.stderr[-300:])
-        tok = {"sentencepiece": model, "extra_options": "bos:eos", "pair_template": TEMPLATE}
-        pt, ps, pv, pl = free_port(), free_port(), free_port(), free_port()
+        model, tok = spm_tokenizer(tmp, TEMPLATE)
+        pl = free_port()
         try:
-            base = [emulator, "--shapes", "4x64", "--protocol", "both"]
-            procs.append(start(base + ["--listen", "127.0.0.1:%d" % pt], os.path.join(tmp, "emu-tok.log")))
-            procs.append(start(base + ["--per-segment", "--listen", "127.0.0.1:%d" % ps],
-                               os.path.join(tmp, "emu-score.log")))
-            procs.append(start(base + ["--per-segment", "--dims", "4", "--listen", "127.0.0.1:%d" % pv],
-                               os.path.join(tmp, "emu-vec.log")))
-            for p in (pt, ps, pv):
-                wait_http(p, "/healthz")
+            pt, ps, pv = start_emulators(emulator, tmp, [[], ["--per-segment"], ["--per-segment", "--dims", "4"]],
+                                         procs)
             v2 = {"model": "lanepack_{lanes}x{bucket}"}
 
             def m(port, **kw):
-                d = {"shapes": "4x64", "max_wait_ms": 1, "max_retries": 0,
-                     "backends": ["http://127.0.0.1:%d" % port], "tokenizer": tok}
-                d.update(kw)
-                return d
+                return model_cfg(port, tok, max_retries=0, **kw)
             cfg = {"listen": "127.0.0.1:%d" % pl, "log_level": "warn", "models": {
                 "tok": m(pt), "tokv2": m(pt, protocol="v2", v2=v2),
                 "score": m(ps), "scorev2": m(ps, protocol="v2", v2=dict(v2, output_kind="per_segment")),

@@ -185,7 +185,7 @@ def run_checks(pl, model, tmp, lanepack, p1, pe):
     st, js = post(pl, "/embed", None, raw=b'{"inputs": ')
     check("malformed JSON: 400 naming it", tei_error(st, js, 400, "Validation", "not valid JSON"), (st, js))
     for body, word in (({"model": "emb", "inputs": 5}, "inputs"), ({"model": "emb", "inputs": "a", "normalize": 1},
-                       "normalize"), ({"model": "emb", "input": "a"}, "input"),
+                       "normalize"), ({"model": "emb", "input": "a"}, "inputs"),
                        ({"model": "emb", "inputs": "a", "truncation_direction": "up"}, "truncation_direction")):
         st, js = post(pl, "/embed", body)
         check("/embed %s: 422 naming `%s`" % (json.dumps(body), word),

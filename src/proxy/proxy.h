@@ -336,6 +336,8 @@ struct lp_job_s {
   int tei_normalize;      /* ... /embed: unit-length vectors */
   int tei_raw_scores;     /* ... /rerank: scores without the sigmoid */
   char *tei_texts;        /* ... /rerank with return_text: the texts, NUL-separated; owned */
+  uint32_t tei_dims;      /* ... /embed: vectors cut to their first values (its "dimensions"); 0 = whole */
+  int tei_single;         /* ... /predict of one input: answered without the outer list */
   int v2_binary;          /* ... in binary */
   size_t v2_rows;         /* k of its [k, n] input_ids */
   /* its outputs as a v2 backend answered them: each sequence's out holds raw
@@ -971,9 +973,23 @@ void lp__tei_reject(lp_front_t *f, lp_http_req_t *req, int route, int status, co
  * 429 overloaded, too long 422 tokenizer, a backend's failure 424 backend). */
 void lp__tei_reject_job(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *code,
                         const char *msg, const lp_job_t *job);
-/* The answer's body: /embed's vectors, /rerank's ranks by score. -EPROTO when
- * an output is not a vector of numbers, -ENOMEM. */
+/* The answer's body: /embed's vectors, /rerank's ranks by score, and (in
+ * teiapi.c) /predict's, /embed_all's and /similarity's. -ENOTSUP when an
+ * output is not of the kind the route needs, -EPROTO when it is not numbers,
+ * -ENOMEM. */
 int lp__tei_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
+
+/* front/teiapi.c: the rest of TEI 1.9's API. GET /info (the model's limits from
+ * the configuration) and POST /decode are answered at once; GET /health is
+ * readiness in TEI's shape (pages.c). */
+void lp__tei_info(lp_front_t *f, lp_http_req_t *req);
+void lp__tei_decode(lp_front_t *f, lp_http_req_t *req, const lp_tei_req_t *r, const lp_tok_t *t);
+int lp__tei_predict_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
+int lp__tei_embed_all_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
+int lp__tei_similarity_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
+/* Whether the model's configured outputs can serve TEI's route kind
+ * (LP_TEI_*): NULL, or TEI's message for a model of the wrong type. */
+const char *lp__tei_wrong_kind(const lp_model_config_t *mc, int kind);
 
 /* embeddings.c (a front's): POST /v1/embeddings, OpenAI's embeddings API. */
 void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req);

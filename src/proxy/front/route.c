@@ -129,7 +129,7 @@ void lp__on_admin_request(lp_http_req_t *req, void *ud) { route(ud, req, 1); }
 
 /* Routes: with an admin listener, its routes live there only and inference
  * never does; probes answer on both. Client routes under /v1/ and /v2/models
- * and TEI's (/embed, /rerank, /tokenize) need a bearer token when tokens are configured, and so do the admin routes
+ * and TEI's (/embed, /rerank, /info, ...; not /health) need a bearer token when tokens are configured, and so do the admin routes
  * when they share the client port (/metrics shows backend URLs and load); the
  * admin listener (loopback by default) and the probes do not. The live view's
  * page (GET /) lives where /metrics does but holds no data: it is served
@@ -138,7 +138,8 @@ static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
   lp_buf_t *b = &f->scratch;
   lp_buf_reset(b);
   static const char prefix[] = "/v1/models/";
-  int probe = path_is(req, "/healthz") || path_is(req, "/readyz");
+  /* TEI's /health is a probe too (TEI serves it without its API key) */
+  int probe = path_is(req, "/healthz") || path_is(req, "/readyz") || path_is(req, "/health");
   int has_admin = f->cfg->admin_listen[0] != 0;
   if (!probe && has_admin && on_admin != is_admin_route(req)) {
     lp_proxy_reject(f, req, LP_ROUTE_OTHER, 404, NULL, "not_found",
@@ -163,7 +164,14 @@ static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
     handle_infer(f, req, NULL, 0);
   } else if (path_is(req, "/v1/embeddings")) {
     lp__embeddings_request(f, req);
-  } else if (tei == LP_ROUTE_TEI_EMBED || tei == LP_ROUTE_TEI_RERANK || tei == LP_ROUTE_TEI_TOKENIZE) {
+  } else if (tei == LP_ROUTE_TEI_INFO) {
+    lp__tei_info(f, req);
+  } else if (tei == LP_ROUTE_TEI_HEALTH) {
+    if (req->method != LP_HTTP_GET && req->method != LP_HTTP_HEAD)
+      lp__tei_reject(f, req, tei, 405, LP_TEI_VALIDATION, "method_not_allowed", "use GET", NULL);
+    else
+      lp__front_page(f, req, LP_ROUTE_TEI_HEALTH, 0);
+  } else if (tei) {
     lp__tei_request(f, req, tei);
   } else if (req->path_len > sizeof(prefix) - 1 && strncmp(req->url, prefix, sizeof(prefix) - 1) == 0) {
     const char *name = req->url + sizeof(prefix) - 1;
