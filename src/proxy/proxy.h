@@ -963,10 +963,9 @@ void lp__backend_shape_missing(lp_backend_t *b, int k);
 /* Shape k is there after all: nothing to ask about it. */
 void lp__backend_shape_found(lp_backend_t *b, int k);
 
-/* front/tei.c: text-embeddings-inference's routes, POST /embed, /rerank and
- * /tokenize (route: LP_ROUTE_TEI_*). */
+/* front/tei.c: text-embeddings-inference's POST routes (route: LP_ROUTE_TEI_*). */
 void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route);
-/* An error in TEI's shape, counted under route and logged as every refusal. */
+/* reject.c: an error in TEI's shape, counted under route and logged as every refusal. */
 void lp__tei_reject(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *type,
                     const char *code, const char *msg, const lp_job_t *job);
 /* A finished TEI job's error: lanepack's status and code as TEI's (queue full
