@@ -215,6 +215,8 @@ def run_checks(pl, model):
     st, js = post(pl, "/decode", {"model": "emb", "ids": [tid, plain], "skip_special_tokens": False})
     check("/decode skip_special_tokens false: the control pieces by name",
           st == 200 and js == ["<s>" + text + "</s>", text], (st, js))
+    st, js = post(pl, "/decode", {"model": "emb", "ids": [[], plain]})
+    check("/decode of an empty list of ids: an empty text", st == 200 and js == ["", text], (st, js))
     st, js = post(pl, "/decode", {"model": "emb", "ids": [100000]})
     check("/decode of an id past the vocabulary: 422 Tokenizer", tei_error(st, js, 422, "Tokenizer"), (st, js))
 

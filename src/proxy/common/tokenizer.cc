@@ -165,7 +165,7 @@ extern "C" long lp_tok_decode(const lp_tok_t *t, const int32_t *ids, size_t n, i
       }
     }
     if (!flush()) return -EINVAL;
-    if (text.size() <= cap) std::memcpy(out, text.data(), text.size());
+    if (!text.empty() && text.size() <= cap) std::memcpy(out, text.data(), text.size());
     return static_cast<long>(text.size());
   } catch (const std::bad_alloc &) {
     return -ENOMEM;
