@@ -75,7 +75,8 @@ def main():
 
             def m(port, **kw):
                 return model_cfg(port, tok, **kw)
-            cfg = {"listen": "127.0.0.1:%d" % pl, "log_level": "warn", "max_sequences_per_request": 50,
+            # two fronts: answers and /health cross threads as every job and page does
+            cfg = {"listen": "127.0.0.1:%d" % pl, "log_level": "warn", "max_sequences_per_request": 50, "threads": 2,
                    "models": {
                        "emb": m(pv, outputs="per_segment", embedding={"dimensions": DIMS}),
                        "cls": m(pv, outputs="score", labels=LABELS),
