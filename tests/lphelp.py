@@ -124,3 +124,49 @@ def finish():
     """Prints the count and exits 0 only if every check passed."""
     print("%d of %d checks passed" % (sum(_results), len(_results)))
     raise SystemExit(0 if _results and all(_results) else 1)
+
+
+def read_answer(s, timeout=10.0):
+    """One HTTP answer from socket s: (status, {lower name: value}, body bytes);
+    status 0 if the connection closed before a whole answer."""
+    s.settimeout(timeout)
+    data = b""
+    end = time.time() + timeout
+    while b"\r\n\r\n" not in data and time.time() < end:
+        try:
+            got = s.recv(65536)
+        except OSError:
+            got = b""
+        if not got:
+            return 0, {}, data
+        data += got
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    try:
+        status = int(lines[0].split()[1])
+    except (IndexError, ValueError):
+        return 0, {}, data
+    hdrs = {}
+    for l in lines[1:]:
+        k, _, v = l.partition(b":")
+        hdrs[k.strip().lower().decode("latin-1")] = v.strip()
+    n = int(hdrs.get("content-length", b"0"))
+    while len(body) < n and time.time() < end:
+        try:
+            got = s.recv(65536)
+        except OSError:
+            break
+        if not got:
+            break
+        body += got
+    return status, hdrs, body
+
+
+def raw(port, data, timeout=10.0):
+    """Sends data on a new connection and reads one answer."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        return read_answer(s, timeout)
+    finally:
+        s.close()

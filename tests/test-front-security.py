@@ -18,56 +18,10 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, raw, read_answer, wait_http  # noqa: E402
 
 lanepack = sys.argv[1]
 VALID_ID = re.compile(r"[!#-\[\]-~]{1,63}")  # printable ASCII, no quote, no backslash
-
-
-def read_answer(s, timeout=10.0):
-    """One HTTP answer from socket s: (status, {lower name: value}, body bytes);
-    status 0 if the connection closed before a whole answer."""
-    s.settimeout(timeout)
-    data = b""
-    end = time.time() + timeout
-    while b"\r\n\r\n" not in data and time.time() < end:
-        try:
-            got = s.recv(65536)
-        except OSError:
-            got = b""
-        if not got:
-            return 0, {}, data
-        data += got
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    try:
-        status = int(lines[0].split()[1])
-    except (IndexError, ValueError):
-        return 0, {}, data
-    hdrs = {}
-    for l in lines[1:]:
-        k, _, v = l.partition(b":")
-        hdrs[k.strip().lower().decode("latin-1")] = v.strip()
-    n = int(hdrs.get("content-length", b"0"))
-    while len(body) < n and time.time() < end:
-        try:
-            got = s.recv(65536)
-        except OSError:
-            break
-        if not got:
-            break
-        body += got
-    return status, hdrs, body
-
-
-def raw(port, data, timeout=10.0):
-    """Sends data on a new connection and reads one answer."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    try:
-        s.sendall(data)
-        return read_answer(s, timeout)
-    finally:
-        s.close()
 
 
 def get(port, path, headers=b"", method=b"GET", body=b""):

@@ -3,7 +3,8 @@
 hundred sequences of mixed lengths sent at once (so they share lanes), each
 answer compared with the same model run on that sequence alone: per-token
 outputs, per-segment embeddings (pooled vectors) and a reranker's scores (the
-score head, per segment and per token). Then the controls: with the segment
+score head, per segment and per token), and /rerank's scores behind the
+reference cross-encoder. Then the controls: with the segment
 mask off, the same comparison must find mismatches, for vectors and scores.
 
 Usage: test-reference-model.py LANEPACK SERVER_PY"""
@@ -108,7 +109,64 @@ def run(mask, outputs, segment_mask=True, protocol="lanepack", head="vector"):
         backend.wait(10)
 
 
+def rerank_run(protocol):
+    """/rerank behind the reference cross-encoder (--outputs per-segment --head
+    score, lanepack's "outputs": "score"): each pair's raw score against the
+    model's score of that pair alone. Returns (pairs, largest difference)."""
+    bport, pport = free_port(), free_port()
+    tmp = tempfile.mkdtemp()
+    prefix = os.path.join(tmp, "spm")
+    subprocess.run(["spm_train", "--input=/usr/share/common-licenses/GPL-3", "--model_prefix=" + prefix,
+                    "--vocab_size=400", "--character_coverage=1.0"], capture_output=True, check=True)
+    backend = subprocess.Popen([sys.executable, server_py, "--listen", "127.0.0.1:%d" % bport, "--shapes", SHAPES,
+                                "--outputs", "per-segment", "--head", "score", "--vocab", "1000"],
+                               stderr=open(os.path.join(tmp, "backend.log"), "w"))
+    model_cfg = {"shapes": SHAPES, "backends": ["http://127.0.0.1:%d" % bport], "max_wait_ms": 50,
+                 "outputs": "score", "tokenizer": {"sentencepiece": prefix + ".model", "extra_options": "bos:eos",
+                                                   "pair_template": "<s> $A </s></s> $B </s>"}}
+    if protocol == "v2":
+        model_cfg.update({"protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}", "output": "output",
+                                                   "datatype": "INT64"}})
+    cfg = os.path.join(tmp, "lp.json")
+    with open(cfg, "w") as f:
+        json.dump({"listen": "127.0.0.1:%d" % pport, "health_interval_ms": 200, "models": {"ce": model_cfg}}, f)
+    proxy = subprocess.Popen([lanepack, "--config", cfg], stderr=open(os.path.join(tmp, "proxy.log"), "w"))
+    try:
+        wait("http://127.0.0.1:%d/healthz" % bport)
+        wait("http://127.0.0.1:%d/readyz" % pport)
+        lines = [ln.strip() for ln in open("/usr/share/common-licenses/GPL-3") if len(ln.strip()) > 20]
+        query, texts = "what does the license say about warranty?", lines[30:70]
+        got = post("http://127.0.0.1:%d/rerank" % pport, {"query": query, "texts": texts, "raw_scores": True})
+        enc = subprocess.run(["spm_encode", "--model=" + prefix + ".model", "--output_format=id"],
+                             input=("\n".join([query] + texts) + "\n").encode(), capture_output=True, check=True)
+        ids = [[int(x) for x in ln.split()] for ln in enc.stdout.decode().splitlines()]
+        model = server.Encoder(1000, 256, seed=0).eval()
+        worst = 0.0
+        for r in got:
+            pair = [1] + ids[0] + [2, 2] + ids[1 + r["index"]] + [2]
+            hidden, _ = server.run_alone(model, pair, causal=False)
+            with torch.no_grad():
+                want = float(model.score(hidden.mean(dim=0)))
+            worst = max(worst, abs(r["score"] - want))
+        if sorted(r["index"] for r in got) != list(range(len(texts))):
+            raise AssertionError("/rerank did not rank every text once: %s" % got)
+        return len(got), worst
+    finally:
+        proxy.terminate()
+        backend.terminate()
+        proxy.wait(10)
+        backend.wait(10)
+
+
 passed = failed = 0
+# a cross-encoder's one score per pair is /rerank's score, on both wires
+for protocol in ("lanepack", "v2"):
+    n, worst = rerank_run(protocol)
+    ok = worst <= TOL
+    print("%-8s /rerank behind --outputs per-segment --head score: %d pairs, largest difference %.3g: %s"
+          % (protocol, n, worst, "ok" if ok else "FAIL"), flush=True)
+    passed += ok
+    failed += not ok
 cases = [(m, o, "lanepack", "vector") for m in ("bidirectional", "causal") for o in ("per-token", "per-segment")]
 cases += [("bidirectional", o, "v2", "vector") for o in ("per-token", "per-segment")]
 cases += [("bidirectional", "per-segment", p, "score") for p in ("lanepack", "v2")]

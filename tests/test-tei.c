@@ -47,6 +47,52 @@ START_TEST(requests_and_defaults) {
   ck_assert_int_eq(parse(LP_TEI_TOKENIZE, "{\"inputs\": [\"x\"], \"add_special_tokens\": false}", &r, &st, &ty, err), 0);
   ck_assert_int_eq(r.add_special_tokens, 0);
   lp_tei_req_free(&r);
+  /* TEI 1.9: token ids, mixed inputs, dimensions; fields a route lacks ignored */
+  ck_assert_int_eq(parse(LP_TEI_EMBED, "{\"inputs\": [5, 6, 7], \"dimensions\": 2, \"raw_scores\": 1, \"x\": {}}",
+                         &r, &st, &ty, err), 0);
+  ck_assert_uint_eq(r.ntexts, 1);
+  ck_assert_ptr_null(r.texts[0].s);
+  ck_assert_uint_eq(r.texts[0].nids, 3);
+  ck_assert_int_eq(r.texts[0].ids[2], 7);
+  ck_assert_uint_eq(r.dimensions, 2);
+  lp_tei_req_free(&r);
+  ck_assert_int_eq(parse(LP_TEI_EMBED, "{\"inputs\": [\"ab\", [1, 2], []]}", &r, &st, &ty, err), 0);
+  ck_assert_uint_eq(r.ntexts, 3);
+  ck_assert_uint_eq(r.texts[0].len, 2);
+  ck_assert_int_eq(r.texts[1].ids[1], 2);
+  ck_assert_uint_eq(r.texts[2].nids, 0);
+  lp_tei_req_free(&r);
+  /* /predict: one text, one pair, a batch of both */
+  ck_assert_int_eq(parse(LP_TEI_PREDICT, "{\"inputs\": \"a\", \"raw_scores\": true}", &r, &st, &ty, err), 0);
+  ck_assert_int_eq(r.single, 1);
+  ck_assert_int_eq(r.raw_scores, 1);
+  lp_tei_req_free(&r);
+  ck_assert_int_eq(parse(LP_TEI_PREDICT, "{\"inputs\": [\"a\", \"bc\"]}", &r, &st, &ty, err), 0);
+  ck_assert_int_eq(r.single, 1);
+  ck_assert_uint_eq(r.ntexts, 1);
+  ck_assert_int_eq(r.texts[0].pair, 1);
+  ck_assert_uint_eq(r.texts[0].blen, 2);
+  lp_tei_req_free(&r);
+  ck_assert_int_eq(parse(LP_TEI_PREDICT, "{\"inputs\": [[\"a\"], [\"b\", \"c\"]]}", &r, &st, &ty, err), 0);
+  ck_assert_int_eq(r.single, 0);
+  ck_assert_uint_eq(r.ntexts, 2);
+  ck_assert_int_eq(r.texts[0].pair, 0);
+  ck_assert_int_eq(r.texts[1].pair, 1);
+  lp_tei_req_free(&r);
+  /* /similarity: the source first; its parameters */
+  ck_assert_int_eq(parse(LP_TEI_SIMILARITY, "{\"inputs\": {\"source_sentence\": \"s\", \"sentences\": [\"a\", \"b\"]}, "
+                                            "\"parameters\": {\"truncate\": true, \"truncation_direction\": \"Left\"}}",
+                         &r, &st, &ty, err), 0);
+  ck_assert_uint_eq(r.ntexts, 3);
+  ck_assert_uint_eq(r.texts[0].len, 1);
+  ck_assert_int_eq(r.truncate, 1);
+  ck_assert_int_eq(r.left, 1);
+  lp_tei_req_free(&r);
+  ck_assert_int_eq(parse(LP_TEI_DECODE, "{\"ids\": [[1, 2], [3]], \"skip_special_tokens\": false}", &r, &st, &ty, err), 0);
+  ck_assert_uint_eq(r.ntexts, 2);
+  ck_assert_int_eq(r.skip_special_tokens, 0);
+  ck_assert_int_eq(r.texts[1].ids[0], 3);
+  lp_tei_req_free(&r);
 }
 END_TEST
 
@@ -66,7 +112,14 @@ START_TEST(bad_requests) {
       {LP_TEI_EMBED, "{\"inputs\": [\"a\", \"b\", \"c\", \"d\"]}", 413, LP_TEI_VALIDATION, "4 > maximum allowed batch size 3"},
       {LP_TEI_EMBED, "{\"inputs\": \"a\", \"normalize\": 1}", 422, LP_TEI_VALIDATION, "`normalize`"},
       {LP_TEI_EMBED, "{\"inputs\": \"a\", \"truncation_direction\": \"Up\"}", 422, LP_TEI_VALIDATION, "`truncation_direction`"},
-      {LP_TEI_EMBED, "{\"inputs\": \"a\", \"raw_scores\": true}", 422, LP_TEI_VALIDATION, "`raw_scores`"},
+      {LP_TEI_EMBED, "{\"inputs\": [5, -1]}", 422, LP_TEI_VALIDATION, "`inputs`"},
+      {LP_TEI_EMBED, "{\"inputs\": [[5], [1.5]]}", 422, LP_TEI_VALIDATION, "`inputs`"},
+      {LP_TEI_EMBED, "{\"inputs\": \"a\", \"dimensions\": 0}", 422, LP_TEI_VALIDATION, "`dimensions`"},
+      {LP_TEI_PREDICT, "{\"inputs\": [[\"a\", \"b\", \"c\"]]}", 422, LP_TEI_VALIDATION, "`inputs`"},
+      {LP_TEI_SIMILARITY, "{\"inputs\": {\"source_sentence\": \"a\"}}", 422, LP_TEI_VALIDATION, "`inputs`"},
+      {LP_TEI_SIMILARITY, "{\"inputs\": {\"source_sentence\": \"a\", \"sentences\": []}}", 400, LP_TEI_EMPTY, "`sentences`"},
+      {LP_TEI_DECODE, "{\"ids\": [\"a\"]}", 422, LP_TEI_VALIDATION, "`ids`"},
+      {LP_TEI_DECODE, "{}", 422, LP_TEI_VALIDATION, "`ids`"},
       {LP_TEI_EMBED, "{\"inputs\": \"a\", \"prompt_name\": \"query\"}", 422, LP_TEI_VALIDATION, "`prompt_name`"},
       {LP_TEI_EMBED, "{\"inputs\": \"a\", \"inputs\": \"b\"}", 400, LP_TEI_VALIDATION, "JSON"},
       {LP_TEI_EMBED, "{\"inputs\": \"a\", \"model\": 3}", 422, LP_TEI_VALIDATION, "`model`"},
@@ -75,7 +128,6 @@ START_TEST(bad_requests) {
       {LP_TEI_RERANK, "{\"query\": \"q\", \"texts\": \"a\"}", 422, LP_TEI_VALIDATION, "`texts`"},
       {LP_TEI_RERANK, "{\"query\": \"q\", \"texts\": []}", 400, LP_TEI_EMPTY, "`texts`"},
       {LP_TEI_RERANK, "{\"query\": 1, \"texts\": [\"a\"]}", 422, LP_TEI_VALIDATION, "`query`"},
-      {LP_TEI_TOKENIZE, "{\"inputs\": \"a\", \"truncate\": true}", 422, LP_TEI_VALIDATION, "`truncate`"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     lp_tei_req_t r;

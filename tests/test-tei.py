@@ -12,19 +12,18 @@ types, a model without a tokenizer or pair template, 424 a failing backend,
 naming a piece the vocabulary lacks refused by --check-config.
 Arguments: the lanepack and emulator binaries."""
 import json
-import math
 import os
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lphelp import check, finish, free_port, tei_error, wait_http  # noqa: E402
+import teihelp  # noqa: E402
+from teihelp import train_spm, emu_h, f32, normalized, post, sigmoid, spm_ids, start  # noqa: E402
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 DIMS = 8
@@ -32,70 +31,16 @@ LIMIT = 64  # the largest bucket of the shapes below
 TEMPLATE = "<s> $A </s></s> $B </s>"
 
 
-def f32(x):
-    return struct.unpack("<f", struct.pack("<f", x))[0]
-
-
-def emu_h(ids):
-    h = 7
-    for t in ids:
-        h = (h * 31 + t + 1) % 1000000007
-    return h
-
-
 def emu_vector(ids):
-    h = emu_h(ids)
-    return [f32((h % 1000) + 0.25 * k) for k in range(DIMS)]
-
-
-def normalized(v):
-    s = sum(x * x for x in v)
-    k = 1.0 / math.sqrt(s) if s > 0 else 0
-    return [f32(x * k) for x in v] if s > 0 else v
-
-
-def sigmoid(x):
-    return f32(1.0 / (1.0 + math.exp(-x)))
-
-
-def spm_ids(model, texts, opts=None):
-    args = ["spm_encode", "--model=" + model, "--output_format=id"]
-    if opts:
-        args.append("--extra_options=" + opts)
-    r = subprocess.run(args, input=("\n".join(texts) + "\n").encode(), capture_output=True, check=True)
-    return [[int(x) for x in line.split()] for line in r.stdout.decode().splitlines()]
-
-
-def post(port, path, body, token=None, raw=None):
-    data = raw if raw is not None else json.dumps(body).encode()
-    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=data,
-                                 headers={"Content-Type": "application/json"})
-    if token:
-        req.add_header("Authorization", "Bearer " + token)
-    try:
-        with urllib.request.urlopen(req, timeout=20) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        text = e.read()
-        try:
-            return e.code, json.loads(text)
-        except ValueError:
-            return e.code, text
-
-
-def start(cmd, log):
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    return teihelp.emu_vector(ids, DIMS)
 
 
 def main():
     lanepack, emulator = sys.argv[1], sys.argv[2]
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
-        prefix = os.path.join(tmp, "spm")
-        r = subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=400",
-                            "--character_coverage=1.0"], capture_output=True)
+        model, r = train_spm(tmp)
         check("spm_train trained a model on %s" % TEXT, r.returncode == 0, r.stderr[-300:])
-        model = prefix + ".model"
         tok = {"sentencepiece": model, "extra_options": "bos:eos", "pair_template": TEMPLATE}
         pe, pf, ps, pl, p1 = free_port(), free_port(), free_port(), free_port(), free_port()
         try:
@@ -240,7 +185,7 @@ def run_checks(pl, model, tmp, lanepack, p1, pe):
     st, js = post(pl, "/embed", None, raw=b'{"inputs": ')
     check("malformed JSON: 400 naming it", tei_error(st, js, 400, "Validation", "not valid JSON"), (st, js))
     for body, word in (({"model": "emb", "inputs": 5}, "inputs"), ({"model": "emb", "inputs": "a", "normalize": 1},
-                       "normalize"), ({"model": "emb", "input": "a"}, "input"),
+                       "normalize"), ({"model": "emb", "input": "a"}, "inputs"),
                        ({"model": "emb", "inputs": "a", "truncation_direction": "up"}, "truncation_direction")):
         st, js = post(pl, "/embed", body)
         check("/embed %s: 422 naming `%s`" % (json.dumps(body), word),

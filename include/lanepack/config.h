@@ -25,9 +25,26 @@ typedef struct lp_v2_config_s {
   int binary;             /* binary tensors both ways (else JSON data) */
   char output[64];        /* the output to read; "" = the answer's first */
   int per_segment;        /* output_kind: per_segment, else per_token */
+  int kind_set;           /* output_kind was given (else it follows the model's outputs) */
   char inputs[3][64];     /* names of input_ids, segment_ids, position_ids; "" = not sent */
   int int64;              /* INT64 token tensors, else INT32 */
 } lp_v2_config_t;
+
+/* What a model's backend returns per sequence (its "outputs"). ANY: what
+ * each answer says it is (the JSON contract's member, v2's output_kind and
+ * the output's shape), checked route by route; the others are also checked
+ * against every answer, which must be of that kind. */
+typedef enum {
+  LP_OUTPUTS_ANY = 0,
+  LP_OUTPUTS_PER_TOKEN,   /* a value or a vector per token (a token model, hidden states) */
+  LP_OUTPUTS_PER_SEGMENT, /* a vector per sequence (an embedding model) */
+  LP_OUTPUTS_SCORE        /* one score per sequence (a cross-encoder), or one per label (a classifier) */
+} lp_outputs_t;
+const char *lp_outputs_name(lp_outputs_t o);
+
+/* A classifier's labels (TEI's id2label, in id order): /predict names each score by them. */
+#define LP_MAX_LABELS 64 /* emotion sets have 28; more is a vocabulary, not classes */
+#define LP_LABEL_MAX 48
 
 typedef struct lp_model_config_s {
   char name[LP_NAME_MAX];
@@ -69,6 +86,9 @@ typedef struct lp_model_config_s {
   /* "embedding": what /v1/embeddings does with the backend's vectors */
   int embed_normalize;            /* scaled to unit length (L2) */
   uint32_t embed_dimensions;      /* their length, which clients may cut them to (Matryoshka); 0 = not cut */
+  lp_outputs_t outputs;           /* what the backend returns per sequence */
+  char labels[LP_MAX_LABELS][LP_LABEL_MAX]; /* "labels": a classifier's, score k named labels[k] */
+  size_t nlabels;
 } lp_model_config_t;
 
 typedef struct lp_config_s {

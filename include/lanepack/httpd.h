@@ -87,10 +87,14 @@ typedef struct lp_httpd_config_s {
    * before on_request returns. */
   void (*on_cancel)(lp_http_req_t *req, void *ud);
   /* The server itself refuses a request (a limit, bad framing, a repeated
-   * header, a timeout; code is the error's code): called just before the
-   * answer is written, for counting and logging. req's url may be "" and its
-   * method -1 when the refusal came before they were read. May be NULL. */
-  void (*on_reject)(lp_http_req_t *req, int status, const char *code, void *ud);
+   * header, a timeout; code is the error's code, msg its message, headers
+   * the extra header lines it would send or NULL): called for counting and
+   * logging, and to answer req in the dialect of its route. Returns 1 when it
+   * answered req, 0 for the server's own answer ({"error": {"code",
+   * "message"}}). req's url may be "" and its method -1 when the refusal came
+   * before they were read. May be NULL. */
+  int (*on_reject)(lp_http_req_t *req, int status, const char *code, const char *msg, const char *headers,
+                   void *ud);
   void *ud;
   size_t max_header_bytes;   /* request line and headers; over it: 431 */
   size_t max_body_bytes;     /* over it: 413 */

@@ -1,5 +1,5 @@
 /* The codec of text-embeddings-inference's (TEI's) routes, POST /embed,
- * /rerank and /tokenize: their request bodies decoded into plain structs, a
+ * /rerank, /tokenize, /predict, /embed_all, /similarity, /decode: their request bodies decoded into plain structs, a
  * model's pair template, and the answers and errors written in TEI's shapes,
  * which its clients parse. No I/O. */
 #ifndef LANEPACK_TEI_H
@@ -10,7 +10,8 @@
 
 #include "lanepack/buf.h"
 
-enum { LP_TEI_EMBED = 1, LP_TEI_RERANK, LP_TEI_TOKENIZE };
+enum { LP_TEI_EMBED = 1, LP_TEI_RERANK, LP_TEI_TOKENIZE, LP_TEI_PREDICT, LP_TEI_EMBED_ALL, LP_TEI_SIMILARITY,
+       LP_TEI_DECODE, LP_TEI_EMBED_SPARSE };
 
 /* TEI's error types (its "error_type" member), spelt as TEI's server writes
  * them (serde's names of its ErrorType variants, capitalised; the lowercase
@@ -24,9 +25,16 @@ enum { LP_TEI_EMBED = 1, LP_TEI_RERANK, LP_TEI_TOKENIZE };
 #define LP_TEI_EMPTY "Empty"
 #define LP_TEI_UNHEALTHY "Unhealthy"
 
+/* One input: a text, token ids given instead (ids set), or (/predict) a
+ * pair of texts. */
 typedef struct lp_tei_text_s {
-  const char *s;          /* borrowed from the request's decoded JSON */
+  const char *s;          /* borrowed from the request's decoded JSON; NULL for ids */
   size_t len;
+  const int32_t *ids;     /* token ids as the client gave them, in the request's ids block */
+  size_t nids;
+  const char *b;          /* a pair's second text (pair set), borrowed */
+  size_t blen;
+  int pair;
 } lp_tei_text_t;
 
 typedef struct lp_tei_req_s {
@@ -41,14 +49,21 @@ typedef struct lp_tei_req_s {
   int raw_scores;         /* /rerank: scores as the model gave them, else through a sigmoid */
   int return_text;        /* /rerank: each rank carries its text */
   int add_special_tokens; /* /tokenize: the model's special tokens too (default 1) */
+  int skip_special_tokens; /* /decode: control pieces left out (default 1) */
+  uint32_t dimensions;    /* /embed: vectors cut to their first values; 0 = whole */
+  int single;             /* one input not in a list (/predict, /decode answer it alone) */
+  int32_t *ids;           /* every input's token ids given as numbers; owned */
   void *root;             /* the decoded JSON; owned */
 } lp_tei_req_t;
 
-/* Decodes body[0..len) as route's request (LP_TEI_*). Returns 0, or -EPROTO
- * with *status and *type saying how TEI answers it (400 not JSON, 422 a field
- * missing, unknown or of the wrong type, 400 "empty" no inputs, 413 more than
- * max_inputs) and err naming the field, or -ENOMEM. r is to be freed with
- * lp_tei_req_free either way. */
+/* Decodes body[0..len) as route's request (LP_TEI_*), as TEI 1.9's
+ * openapi.json describes it: /embed's inputs strings, token ids or both mixed;
+ * /predict's a string, a pair or a list of both; /similarity's source first in
+ * texts; /decode's ids; fields a route does not have are ignored. Returns 0,
+ * or -EPROTO with *status and *type saying how TEI answers it (400 not JSON,
+ * 422 a field missing or of the wrong type, 400 "empty" no inputs, 413 more
+ * than max_inputs) and err naming the field, or -ENOMEM. r is to be freed
+ * with lp_tei_req_free either way. */
 int lp_tei_parse(int route, const char *body, size_t len, size_t max_inputs, lp_tei_req_t *r, int *status,
                  const char **type, char *err, size_t errlen);
 void lp_tei_req_free(lp_tei_req_t *r);
@@ -106,6 +121,12 @@ void lp_tei_vector(lp_buf_t *b, const float *v, size_t n);
 void lp_tei_rank_item(lp_buf_t *b, size_t index, float score, const char *text, size_t text_len);
 void lp_tei_token(lp_buf_t *b, int32_t id, const char *text, size_t len, int special, size_t start,
                   size_t stop);
+
+/* A classifier's n scores as /predict answers them: as they are when raw,
+ * else one through a sigmoid and several through a softmax (TEI's rule). */
+void lp_tei_scores(float *v, size_t n, int raw);
+/* One /predict prediction: {"score", "label"}. */
+void lp_tei_prediction(lp_buf_t *b, float score, const char *label);
 
 /* TEI's error body: {"error": msg, "error_type": type}. */
 void lp_tei_error(lp_buf_t *b, const char *msg, const char *type);

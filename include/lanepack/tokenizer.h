@@ -60,6 +60,13 @@ long lp_tok_pieces(const lp_tok_t *t, const char *text, size_t len, int special,
  * t is; "" for an id out of range. */
 const char *lp_tok_piece_name(const lp_tok_t *t, int32_t id);
 
+/* ids as text (UTF-8, not NUL-terminated) into out, at most cap bytes, as
+ * SentencePiece decodes them; control pieces ("<s>", "</s>") left out with
+ * skip_special, else written by their names. Returns the length (more than
+ * cap: out holds nothing; call again with room), or -EINVAL (an id out of the
+ * vocabulary) / -ENOMEM. */
+long lp_tok_decode(const lp_tok_t *t, const int32_t *ids, size_t n, int skip_special, char *out, size_t cap);
+
 /* The model's vocabulary size: every id is below it. */
 int32_t lp_tok_vocab(const lp_tok_t *t);
 

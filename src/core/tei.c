@@ -28,14 +28,61 @@ static int get_bool(json_t *v, const char *key, int *out, int *status, const cha
   return 0;
 }
 
-/* A string or an array of strings (want_list: an array only) into r->texts. */
-static int get_texts(lp_tei_req_t *r, json_t *v, const char *key, int want_list, size_t max_inputs,
-                     int *status, const char **type, char *err, size_t errlen) {
-  int one = json_is_string(v) && !want_list;
-  if (!one && !json_is_array(v))
-    return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen,
-               want_list ? "`%s` must be an array of strings" : "`%s` must be a string or an array of strings",
-               key);
+/* Token ids given as numbers: each in [0, 2^31) (TEI's u32 ids, lanepack's
+ * int32 ones). */
+static int is_ids(json_t *v) {
+  if (!json_is_array(v)) return 0;
+  size_t i;
+  json_t *e;
+  json_array_foreach(v, i, e) if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+                                  json_integer_value(e) > INT32_MAX) return 0;
+  return 1;
+}
+
+/* Room for r->n inputs, and the ids block sized by counting every id the
+ * inputs hold (each a text, an array of ids, or a pair). */
+static int alloc_inputs(lp_tei_req_t *r, size_t n, size_t nids) {
+  r->texts = calloc(n ? n : 1, sizeof(*r->texts));
+  r->ids = malloc((nids ? nids : 1) * sizeof(*r->ids));
+  if (!r->texts || !r->ids) return -ENOMEM;
+  return 0;
+}
+
+/* One input e: a string, or (ids_ok) token ids, or (pairs_ok) a list of one
+ * or two strings; into r->texts[r->ntexts++] (ids appended to r->ids at *at). */
+static int put_input(lp_tei_req_t *r, json_t *e, int ids_ok, int pairs_ok, size_t *at) {
+  lp_tei_text_t *t = &r->texts[r->ntexts];
+  if (json_is_string(e)) {
+    *t = (lp_tei_text_t){.s = json_string_value(e), .len = json_string_length(e)};
+  } else if (ids_ok && is_ids(e)) {
+    size_t n = json_array_size(e);
+    for (size_t k = 0; k < n; k++) r->ids[*at + k] = (int32_t)json_integer_value(json_array_get(e, k));
+    *t = (lp_tei_text_t){.ids = r->ids + *at, .nids = n};
+    *at += n;
+  } else if (pairs_ok && json_is_array(e) && (json_array_size(e) == 1 || json_array_size(e) == 2) &&
+             json_is_string(json_array_get(e, 0)) && json_is_string(json_array_get(e, json_array_size(e) - 1))) {
+    json_t *a = json_array_get(e, 0), *b = json_array_get(e, 1);
+    *t = (lp_tei_text_t){.s = json_string_value(a), .len = json_string_length(a)};
+    if (b) *t = (lp_tei_text_t){.s = t->s, .len = t->len, .b = json_string_value(b), .blen = json_string_length(b), .pair = 1};
+  } else {
+    return -EPROTO;
+  }
+  r->ntexts++;
+  return 0;
+}
+
+/* route's inputs into r->texts: a string or an array of strings; with ids_ok
+ * (/embed, /embed_all, /embed_sparse, /decode) token ids or an array mixing
+ * strings and token ids; /predict's one string, one pair [a, b] or an array
+ * of [a] and [a, b]. */
+static int get_inputs(lp_tei_req_t *r, json_t *v, const char *key, int want_list, int ids_ok, int pairs,
+                      size_t max_inputs, int *status, const char **type, char *err, size_t errlen) {
+  const char *want = pairs ? "`%s` must be a string, a pair of strings or a list of [string] and [string, string]"
+                     : ids_ok ? "`%s` must be a string, token ids or a list of strings and token ids"
+                     : want_list ? "`%s` must be an array of strings" : "`%s` must be a string or an array of strings";
+  int one = (json_is_string(v) && !want_list) || (ids_ok && json_array_size(v) > 0 && is_ids(v)) ||
+            (pairs && json_array_size(v) == 2 && json_is_string(json_array_get(v, 0)));
+  if (!one && !json_is_array(v)) return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, want, key);
   size_t n = one ? 1 : json_array_size(v);
   if (n == 0) return bad(status, type, 400, LP_TEI_EMPTY, err, errlen, "`%s` cannot be empty", key);
   if (n > max_inputs) {
@@ -43,29 +90,100 @@ static int get_texts(lp_tei_req_t *r, json_t *v, const char *key, int want_list,
     snprintf(msg, sizeof(msg), "batch size %zu > maximum allowed batch size %zu", n, max_inputs);
     return bad(status, type, 413, LP_TEI_VALIDATION, err, errlen, "%s", msg);
   }
-  r->texts = calloc(n, sizeof(*r->texts));
-  if (!r->texts) return -ENOMEM;
-  r->ntexts = n;
+  size_t nids = 0;
+  for (size_t i = 0; ids_ok && i < n; i++) {
+    json_t *e = one ? v : json_array_get(v, i);
+    if (is_ids(e)) nids += json_array_size(e);
+  }
+  if (alloc_inputs(r, n, nids)) return -ENOMEM;
+  r->single = one;
+  size_t at = 0;
   for (size_t i = 0; i < n; i++) {
     json_t *e = one ? v : json_array_get(v, i);
-    if (!json_is_string(e))
-      return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` must hold strings only", key);
-    r->texts[i] = (lp_tei_text_t){json_string_value(e), json_string_length(e)};
+    /* a single pair is the pair itself, not a list of two inputs */
+    int rc = one && pairs && json_is_array(v) ? put_input(r, v, 0, 1, &at) : put_input(r, e, ids_ok, pairs && !one, &at);
+    if (rc) return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, want, key);
   }
   return 0;
 }
 
-/* Whether key is one of route's fields. */
+/* /similarity's "inputs": {"source_sentence", "sentences"}: the source first. */
+static int get_similarity(lp_tei_req_t *r, json_t *v, size_t max_inputs, int *status, const char **type, char *err,
+                          size_t errlen) {
+  json_t *src = json_object_get(v, "source_sentence"), *all = json_object_get(v, "sentences");
+  if (!json_is_object(v) || !json_is_string(src) || !json_is_array(all))
+    return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` must be {\"source_sentence\": string, "
+               "\"sentences\": [string, ...]}", "inputs");
+  size_t n = json_array_size(all);
+  if (n == 0) return bad(status, type, 400, LP_TEI_EMPTY, err, errlen, "`%s` cannot be empty", "sentences");
+  if (n + 1 > max_inputs) {
+    char msg[160];
+    snprintf(msg, sizeof(msg), "batch size %zu > maximum allowed batch size %zu", n + 1, max_inputs);
+    return bad(status, type, 413, LP_TEI_VALIDATION, err, errlen, "%s", msg);
+  }
+  if (alloc_inputs(r, n + 1, 0)) return -ENOMEM;
+  size_t at = 0;
+  put_input(r, src, 0, 0, &at);
+  for (size_t i = 0; i < n; i++)
+    if (put_input(r, json_array_get(all, i), 0, 0, &at))
+      return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` must hold strings only", "sentences");
+  return 0;
+}
+
+/* truncate / truncation_direction (/similarity's are in "parameters"). */
+static int get_truncation(lp_tei_req_t *r, const char *key, json_t *v, int *status, const char **type, char *err,
+                          size_t errlen) {
+  if (strcmp(key, "truncation_direction") == 0) {
+    /* TEI's spellings, and the lower case its clients' docs use */
+    const char *d = json_is_string(v) ? json_string_value(v) : "";
+    if (strcmp(d, "Left") == 0 || strcmp(d, "left") == 0) r->left = 1;
+    else if (strcmp(d, "Right") != 0 && strcmp(d, "right") != 0)
+      return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` must be \"Right\" or \"Left\"", key);
+    return 0;
+  }
+  /* TEI takes null for an optional truncate: the default */
+  return json_is_null(v) ? 0 : get_bool(v, key, &r->truncate, status, type, err, errlen);
+}
+
+/* Whether key is one of route's fields; any other is ignored, as TEI's
+ * server ignores it. */
 static int known(int route, const char *key) {
-  static const char *const common[] = {"model", "truncate", "truncation_direction", NULL};
-  static const char *const embed[] = {"inputs", "normalize", "prompt_name", NULL};
-  static const char *const rerank[] = {"query", "texts", "raw_scores", "return_text", NULL};
+  static const char *const embed[] = {"inputs", "normalize", "prompt_name", "dimensions", "truncate",
+                                      "truncation_direction", NULL};
+  static const char *const rerank[] = {"query", "texts", "raw_scores", "return_text", "truncate",
+                                       "truncation_direction", NULL};
   static const char *const tokenize[] = {"inputs", "add_special_tokens", "prompt_name", NULL};
-  const char *const *own = route == LP_TEI_EMBED ? embed : route == LP_TEI_RERANK ? rerank : tokenize;
-  for (size_t i = 0; common[i]; i++)
-    if (strcmp(key, common[i]) == 0) return route != LP_TEI_TOKENIZE || strcmp(key, "model") == 0;
+  static const char *const predict[] = {"inputs", "raw_scores", "truncate", "truncation_direction", NULL};
+  static const char *const all[] = {"inputs", "prompt_name", "truncate", "truncation_direction", NULL};
+  static const char *const similarity[] = {"inputs", "parameters", NULL};
+  static const char *const decode[] = {"ids", "skip_special_tokens", NULL};
+  const char *const *own = route == LP_TEI_EMBED        ? embed
+                           : route == LP_TEI_RERANK     ? rerank
+                           : route == LP_TEI_TOKENIZE   ? tokenize
+                           : route == LP_TEI_PREDICT    ? predict
+                           : route == LP_TEI_SIMILARITY ? similarity
+                           : route == LP_TEI_DECODE     ? decode
+                                                        : all;
+  if (strcmp(key, "model") == 0) return 1; /* lanepack's: which of its models */
   for (size_t i = 0; own[i]; i++)
     if (strcmp(key, own[i]) == 0) return 1;
+  return 0;
+}
+
+/* /similarity's "parameters": {truncate, truncation_direction, prompt_name} or null. */
+static int get_parameters(lp_tei_req_t *r, json_t *v, int *status, const char **type, char *err, size_t errlen) {
+  if (json_is_null(v)) return 0;
+  if (!json_is_object(v)) return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` must be an object", "parameters");
+  const char *key;
+  json_t *p;
+  json_object_foreach(v, key, p) {
+    int rc = 0;
+    if (strcmp(key, "truncate") == 0 || strcmp(key, "truncation_direction") == 0)
+      rc = get_truncation(r, key, p, status, type, err, errlen);
+    else if (strcmp(key, "prompt_name") == 0 && !json_is_null(p))
+      rc = bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` is not supported: no prompts are configured", key);
+    if (rc) return rc;
+  }
   return 0;
 }
 
@@ -75,6 +193,7 @@ int lp_tei_parse(int route, const char *body, size_t len, size_t max_inputs, lp_
   r->route = route;
   r->normalize = 1;
   r->add_special_tokens = 1;
+  r->skip_special_tokens = 1;
   json_error_t je;
   /* no duplicate keys: which of two "inputs" would a client have meant */
   json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
@@ -85,46 +204,59 @@ int lp_tei_parse(int route, const char *body, size_t len, size_t max_inputs, lp_
   const char *key;
   json_t *v;
   int rc = 0;
+  int ids_ok = route == LP_TEI_EMBED || route == LP_TEI_EMBED_ALL || route == LP_TEI_EMBED_SPARSE;
   json_object_foreach(root, key, v) {
-    if (!known(route, key)) return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "unknown field `%.100s`", key);
+    if (!known(route, key)) continue;
     if (strcmp(key, "model") == 0) {
       if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= sizeof(r->model))
         return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` must be a model's name", key);
       memcpy(r->model, json_string_value(v), json_string_length(v) + 1);
-    } else if (strcmp(key, "truncation_direction") == 0) {
-      /* TEI's spellings, and the lower case its clients' docs use */
-      const char *d = json_is_string(v) ? json_string_value(v) : "";
-      if (strcmp(d, "Left") == 0 || strcmp(d, "left") == 0) r->left = 1;
-      else if (strcmp(d, "Right") != 0 && strcmp(d, "right") != 0)
-        return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` must be \"Right\" or \"Left\"", key);
+    } else if (strcmp(key, "truncation_direction") == 0 || strcmp(key, "truncate") == 0) {
+      rc = get_truncation(r, key, v, status, type, err, errlen);
     } else if (strcmp(key, "prompt_name") == 0) {
       if (!json_is_null(v)) /* no model here has prompts configured */
         return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen,
                    "`%s` is not supported: no prompts are configured", key);
+    } else if (strcmp(key, "dimensions") == 0) {
+      if (!json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX))
+        return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` must be a number of dimensions", key);
+      if (json_is_integer(v) && json_integer_value(v) == 0)
+        return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` should be positive", key);
+      r->dimensions = json_is_integer(v) ? (uint32_t)json_integer_value(v) : 0;
     } else if (strcmp(key, "query") == 0) {
       if (!json_is_string(v)) return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` must be a string", key);
-      r->query = (lp_tei_text_t){json_string_value(v), json_string_length(v)};
-    } else if (strcmp(key, "inputs") == 0 || strcmp(key, "texts") == 0) {
-      rc = get_texts(r, v, key, route == LP_TEI_RERANK, max_inputs, status, type, err, errlen);
+      r->query = (lp_tei_text_t){.s = json_string_value(v), .len = json_string_length(v)};
+    } else if (strcmp(key, "parameters") == 0) {
+      rc = get_parameters(r, v, status, type, err, errlen);
+    } else if (strcmp(key, "inputs") == 0 && route == LP_TEI_SIMILARITY) {
+      rc = get_similarity(r, v, max_inputs, status, type, err, errlen);
+    } else if (strcmp(key, "inputs") == 0 || strcmp(key, "texts") == 0 || strcmp(key, "ids") == 0) {
+      rc = get_inputs(r, v, key, route == LP_TEI_RERANK, ids_ok || route == LP_TEI_DECODE, route == LP_TEI_PREDICT,
+                      max_inputs, status, type, err, errlen);
+      if (!rc && route == LP_TEI_DECODE)
+        for (size_t i = 0; i < r->ntexts; i++)
+          if (!r->texts[i].ids)
+            return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` must be token ids or lists of them", key);
     } else {
-      int *flag = strcmp(key, "truncate") == 0      ? &r->truncate
-                  : strcmp(key, "normalize") == 0   ? &r->normalize
-                  : strcmp(key, "raw_scores") == 0  ? &r->raw_scores
-                  : strcmp(key, "return_text") == 0 ? &r->return_text
-                                                    : &r->add_special_tokens;
-      /* TEI takes null for an optional truncate: the default */
-      if (!(json_is_null(v) && flag == &r->truncate)) rc = get_bool(v, key, flag, status, type, err, errlen);
+      int *flag = strcmp(key, "normalize") == 0            ? &r->normalize
+                  : strcmp(key, "raw_scores") == 0         ? &r->raw_scores
+                  : strcmp(key, "return_text") == 0        ? &r->return_text
+                  : strcmp(key, "skip_special_tokens") == 0 ? &r->skip_special_tokens
+                                                            : &r->add_special_tokens;
+      rc = get_bool(v, key, flag, status, type, err, errlen);
     }
     if (rc) return rc;
   }
   const char *need = route == LP_TEI_RERANK ? (!r->query.s ? "query" : !r->texts ? "texts" : NULL)
-                                             : (!r->texts ? "inputs" : NULL);
+                     : route == LP_TEI_DECODE ? (!r->texts ? "ids" : NULL)
+                                              : (!r->texts ? "inputs" : NULL);
   if (need) return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "missing field `%s`", need);
   return 0;
 }
 
 void lp_tei_req_free(lp_tei_req_t *r) {
   free(r->texts);
+  free(r->ids);
   json_decref(r->root);
   memset(r, 0, sizeof(*r));
 }
@@ -253,6 +385,27 @@ void lp_tei_token(lp_buf_t *b, int32_t id, const char *text, size_t len, int spe
   lp_buf_json_str(b, text, len);
   if (special) lp_buf_puts(b, ",\"special\":true,\"start\":null,\"stop\":null}");
   else lp_buf_printf(b, ",\"special\":false,\"start\":%zu,\"stop\":%zu}", start, stop);
+}
+
+void lp_tei_scores(float *v, size_t n, int raw) {
+  if (raw || n == 0) return;
+  if (n == 1) {
+    v[0] = lp_tei_sigmoid(v[0]);
+    return;
+  }
+  /* softmax, shifted by the largest value (TEI shifts by the value of
+   * largest magnitude; the result is the same where neither overflows) */
+  double max = v[0], den = 0;
+  for (size_t i = 1; i < n; i++)
+    if (v[i] > max) max = v[i];
+  for (size_t i = 0; i < n; i++) den += exp((double)v[i] - max);
+  for (size_t i = 0; i < n; i++) v[i] = (float)(exp((double)v[i] - max) / den);
+}
+
+void lp_tei_prediction(lp_buf_t *b, float score, const char *label) {
+  lp_buf_printf(b, "{\"score\":%.9g,\"label\":", (double)score);
+  lp_buf_json_str(b, label, strlen(label));
+  lp_buf_puts(b, "}");
 }
 
 void lp_tei_error(lp_buf_t *b, const char *msg, const char *type) {

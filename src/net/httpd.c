@@ -924,8 +924,9 @@ static void conn_reject(lp_http_conn_t *c, int status, const char *code, const c
   c->linger = 1;
   c->discard = 1; /* the parser is done with this connection; keep reading, drop */
   lp_httpd_t *s = conn_srv(c);
-  if (s->cfg.on_reject) s->cfg.on_reject(r, status, code, s->cfg.ud);
-  lp_http_respond_error(r, status, headers, code, msg, extra);
+  /* the app may answer in its route's dialect (OpenAI's, TEI's) */
+  if (!s->cfg.on_reject || !s->cfg.on_reject(r, status, code, msg, headers, s->cfg.ud))
+    lp_http_respond_error(r, status, headers, code, msg, extra);
   if (!c->closed) {
     conn_update_reading(c);
     conn_arm_timer(c);

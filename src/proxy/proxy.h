@@ -129,7 +129,7 @@ typedef struct lp_alog_s {
   lp_buf_t buf;           /* whole lines not yet written */
 } lp_alog_t;
 
-#define LP_ROUTE_COUNT 15
+#define LP_ROUTE_COUNT 22
 #define LP_STATUS_SLOTS 22
 /* A shape found missing on a backend (a shape mismatch, a v2 404 or "not
  * ready") may be back soon: Triton answers 404 while it reloads a model. The
@@ -230,6 +230,10 @@ unsigned lp__snap_parts(int route);
  * or done. */
 enum { LP_SEQ_WAITING = 0, LP_SEQ_DONE };
 
+/* What one sequence's output is: a value (or vector) per token, one number
+ * for the sequence (a score), or one vector for it. */
+enum { LP_OUT_TOKENS = 0, LP_OUT_SCORE, LP_OUT_VECTOR };
+
 typedef struct lp_seq_s {
   lp_job_t *job;
   const int32_t *tokens;  /* into job->tokens */
@@ -249,6 +253,7 @@ typedef struct lp_seq_s {
   const char *out;
   size_t out_len;
   int out_wrap;
+  int out_kind;           /* LP_OUT_*: what the output is, per token or per sequence */
   /* or, from a v2 backend (out NULL): elements [out_first, + out_n) of
    * ans->out, out_inner of them per token (or per segment) */
   size_t out_first, out_n, out_inner;
@@ -330,6 +335,8 @@ struct lp_job_s {
   int tei_normalize;      /* ... /embed: unit-length vectors */
   int tei_raw_scores;     /* ... /rerank: scores without the sigmoid */
   char *tei_texts;        /* ... /rerank with return_text: the texts, NUL-separated; owned */
+  uint32_t tei_dims;      /* ... /embed: vectors cut to their first values (its "dimensions"); 0 = whole */
+  int tei_single;         /* ... /predict of one input: answered without the outer list */
   int v2_binary;          /* ... in binary */
   size_t v2_rows;         /* k of its [k, n] input_ids */
   /* its outputs as a v2 backend answered them: each sequence's out holds raw
@@ -421,6 +428,8 @@ struct lp_batch_s {
   size_t max_answer;      /* the most answer bytes it can need (answer_bound) */
   int v2;                 /* an Open Inference Protocol batch */
   int v2_per_segment;     /* its output is one value per segment */
+  int outputs;            /* its model's lp_outputs_t when sent: what the answer must be */
+  uint32_t nlabels;       /* ... and its labels (LP_OUTPUTS_SCORE: scores per sequence, 0: one) */
   char v2_output[64];     /* the output to read; "": the answer's first */
   /* a body written by lp__transfer_start, on the front that sends it (a JSON
    * batch's, a v2 gathered one's): what it reads beside the fields above, the
@@ -686,7 +695,10 @@ void lp__reject_job(lp_front_t *f, lp_http_req_t *req, int route, int status, co
 void lp__on_request(lp_http_req_t *req, void *ud);
 void lp__on_admin_request(lp_http_req_t *req, void *ud);
 void lp__on_cancel(lp_http_req_t *req, void *ud);
-void lp__on_reject(lp_http_req_t *req, int status, const char *code, void *ud);
+int lp__on_reject(lp_http_req_t *req, int status, const char *code, const char *msg, const char *headers,
+                  void *ud);
+/* The TEI route (LP_ROUTE_TEI_*) req's path names, or 0. */
+int lp__tei_route(const lp_http_req_t *req);
 
 /* A page of the scheduler's state (/metrics, /v1/models, advice, readiness,
  * v2 metadata, recent batches) as rendered: its status, and on an error its
@@ -948,19 +960,32 @@ void lp__backend_shape_missing(lp_backend_t *b, int k);
 /* Shape k is there after all: nothing to ask about it. */
 void lp__backend_shape_found(lp_backend_t *b, int k);
 
-/* front/tei.c: text-embeddings-inference's routes, POST /embed, /rerank and
- * /tokenize (route: LP_ROUTE_TEI_*). */
+/* front/tei.c: text-embeddings-inference's POST routes (route: LP_ROUTE_TEI_*). */
 void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route);
-/* An error in TEI's shape, counted under route and logged as every refusal. */
+/* reject.c: an error in TEI's shape, counted under route and logged as every refusal. */
 void lp__tei_reject(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *type,
                     const char *code, const char *msg, const lp_job_t *job);
 /* A finished TEI job's error: lanepack's status and code as TEI's (queue full
  * 429 overloaded, too long 422 tokenizer, a backend's failure 424 backend). */
 void lp__tei_reject_job(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *code,
                         const char *msg, const lp_job_t *job);
-/* The answer's body: /embed's vectors, /rerank's ranks by score. -EPROTO when
- * an output is not a vector of numbers, -ENOMEM. */
+/* The answer's body: /embed's vectors, /rerank's ranks by score, and (in
+ * teiapi.c) /predict's, /embed_all's and /similarity's. -ENOTSUP when an
+ * output is not of the kind the route needs, -EPROTO when it is not numbers,
+ * -ENOMEM. */
 int lp__tei_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
+
+/* front/teiapi.c: the rest of TEI 1.9's API. GET /info (the model's limits from
+ * the configuration) and POST /decode are answered at once; GET /health is
+ * readiness in TEI's shape (pages.c). */
+void lp__tei_info(lp_front_t *f, lp_http_req_t *req);
+void lp__tei_decode(lp_front_t *f, lp_http_req_t *req, const lp_tei_req_t *r, const lp_tok_t *t);
+int lp__tei_predict_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
+int lp__tei_embed_all_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
+int lp__tei_similarity_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
+/* Whether the model's configured outputs can serve TEI's route kind
+ * (LP_TEI_*): NULL, or TEI's message for a model of the wrong type. */
+const char *lp__tei_wrong_kind(const lp_model_config_t *mc, int kind);
 
 /* embeddings.c (a front's): POST /v1/embeddings, OpenAI's embeddings API. */
 void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req);
@@ -972,8 +997,9 @@ void lp__openai_reject(lp_front_t *f, lp_http_req_t *req, int status, const char
  * usage. -EPROTO when an output is not a vector of numbers, -ENOMEM. */
 int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
 /* A finished sequence's output read as a vector into f->vec: the count, or
- * -EPROTO when it is not an array of numbers (a lone number is a vector of
- * one when scalar_ok), -ENOMEM. */
+ * -ENOTSUP when it is not one output for the sequence (a value per token; a
+ * score unless scalar_ok, which reads it as a vector of one), -EPROTO when it
+ * is not an array of numbers, -ENOMEM. */
 long lp__seq_vector(lp_front_t *f, const lp_seq_t *s, int scalar_ok);
 /* A backend's vector of n values for one of job's embeddings: n, or -EPROTO when it is empty, shorter than the model's
  * embedding.dimensions (job->embed_dims) or not as long as the request's
@@ -1009,6 +1035,8 @@ void lp__advice_free(lp_proxy_t *p);
 
 enum { LP_ROUTE_INFER = 0, LP_ROUTE_MODELS, LP_ROUTE_HEALTHZ, LP_ROUTE_READYZ, LP_ROUTE_METRICS,
        LP_ROUTE_ADVICE, LP_ROUTE_OTHER, LP_ROUTE_V2_INFER, LP_ROUTE_V2, LP_ROUTE_EMBEDDINGS,
-       LP_ROUTE_TEI_EMBED, LP_ROUTE_TEI_RERANK, LP_ROUTE_TEI_TOKENIZE, LP_ROUTE_BATCHES, LP_ROUTE_VIEW };
+       LP_ROUTE_TEI_EMBED, LP_ROUTE_TEI_RERANK, LP_ROUTE_TEI_TOKENIZE, LP_ROUTE_BATCHES, LP_ROUTE_VIEW,
+       LP_ROUTE_TEI_PREDICT, LP_ROUTE_TEI_EMBED_ALL, LP_ROUTE_TEI_SIMILARITY, LP_ROUTE_TEI_DECODE,
+       LP_ROUTE_TEI_EMBED_SPARSE, LP_ROUTE_TEI_INFO, LP_ROUTE_TEI_HEALTH };
 
 #endif

@@ -19,7 +19,7 @@ static int32_t lookup(const void *ud, const char *piece) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  for (int route = LP_TEI_EMBED; route <= LP_TEI_TOKENIZE; route++) {
+  for (int route = LP_TEI_EMBED; route <= LP_TEI_EMBED_SPARSE; route++) {
     lp_tei_req_t r;
     int status = 0;
     const char *type = NULL;
@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc == 0) {
       if (r.ntexts == 0 || r.ntexts > FUZZ_MAX_INPUTS || (route == LP_TEI_RERANK && !r.query.s)) abort();
       for (size_t i = 0; i < r.ntexts; i++)
-        if (!r.texts[i].s) abort();
+        if (!r.texts[i].s != !!r.texts[i].ids || (r.texts[i].pair && !r.texts[i].b)) abort();
     }
     lp_tei_req_free(&r);
   }

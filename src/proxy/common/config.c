@@ -172,6 +172,7 @@ static int load_v2(ctx_t *x, lp_v2_config_t *c, json_t *o, const char *vpath) {
       if (strcmp(s, "per_token") == 0) c->per_segment = 0;
       else if (strcmp(s, "per_segment") == 0) c->per_segment = 1;
       else return fail(x, path, "must be \"per_token\" or \"per_segment\"");
+      c->kind_set = 1;
     } else if (strcmp(key, "datatype") == 0) {
       const char *s = json_is_string(v) ? json_string_value(v) : "";
       if (strcmp(s, "INT32") == 0) c->int64 = 0;
@@ -218,6 +219,38 @@ static const char *dead_key(const char *key) {
   for (size_t i = 0; i < sizeof(dead) / sizeof(dead[0]); i++)
     if (strcmp(key, dead[i].key) == 0) return dead[i].why;
   return NULL;
+}
+
+const char *lp_outputs_name(lp_outputs_t o) {
+  static const char *const names[] = {"any", "per_token", "per_segment", "score"};
+  return (unsigned)o < sizeof(names) / sizeof(names[0]) ? names[o] : "any";
+}
+
+/* "labels": a classifier's label per score, in id order (TEI's id2label). */
+static int load_labels(ctx_t *x, lp_model_config_t *m, json_t *v, const char *path) {
+  if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > LP_MAX_LABELS)
+    return fail(x, path, "must be a list of 1 to %d label names, in the order of the backend's scores", LP_MAX_LABELS);
+  size_t i;
+  json_t *s;
+  json_array_foreach(v, i, s) {
+    if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) >= LP_LABEL_MAX)
+      return fail(x, path, "label %zu must be a name of 1 to %d bytes", i, LP_LABEL_MAX - 1);
+    memcpy(m->labels[i], json_string_value(s), json_string_length(s) + 1);
+  }
+  m->nlabels = json_array_size(v);
+  return 0;
+}
+
+/* The model's "outputs" and its v2 output_kind agree: a given kind decides
+ * the other where it was not given. */
+static int settle_outputs(ctx_t *x, lp_model_config_t *m, const char *mpath) {
+  if (m->outputs == LP_OUTPUTS_ANY) return 0;
+  int per_segment = m->outputs != LP_OUTPUTS_PER_TOKEN;
+  if (!m->v2.kind_set) m->v2.per_segment = per_segment;
+  else if (m->v2.per_segment != per_segment)
+    return fail(x, mpath, "outputs \"%s\" and v2.output_kind \"%s\" disagree (leave output_kind out: outputs "
+                "decides it)", lp_outputs_name(m->outputs), m->v2.per_segment ? "per_segment" : "per_token");
+  return 0;
 }
 
 static int load_model(ctx_t *x, lp_model_config_t *m, json_t *o, const char *mpath) {
@@ -363,13 +396,21 @@ static int load_model(ctx_t *x, lp_model_config_t *m, json_t *o, const char *mpa
       if (load_tokenizer(x, m, v, path)) return -EINVAL;
     } else if (strcmp(key, "embedding") == 0) {
       if (load_embedding(x, m, v, path)) return -EINVAL;
+    } else if (strcmp(key, "outputs") == 0) {
+      const char *s = json_is_string(v) ? json_string_value(v) : "";
+      int k = 0;
+      while (k <= LP_OUTPUTS_SCORE && strcmp(s, lp_outputs_name((lp_outputs_t)k)) != 0) k++;
+      if (k > LP_OUTPUTS_SCORE) return fail(x, path, "must be \"any\", \"per_token\", \"per_segment\" or \"score\"");
+      m->outputs = (lp_outputs_t)k;
+    } else if (strcmp(key, "labels") == 0) {
+      if (load_labels(x, m, v, path)) return -EINVAL;
     } else if ((why = dead_key(key)) != NULL) {
       return fail(x, path, "is no longer used: %s", why);
     } else {
       return fail(x, path, "unknown key");
     }
   }
-  return 0;
+  return settle_outputs(x, m, mpath);
 }
 
 int lp_config_load_text(lp_config_t *c, const char *text, size_t len, const char *name, char *err,
@@ -526,6 +567,8 @@ int lp_config_validate(const lp_config_t *c, char *err, size_t errlen) {
     snprintf(path, sizeof(path), "models.%s", m->name);
     if (m->nbackends == 0) return fail(&x, path, "needs at least one backend");
     if (!m->ragged && m->shapes.count == 0) return fail(&x, path, "needs at least one shape");
+    if (m->nlabels && m->outputs != LP_OUTPUTS_SCORE)
+      return fail(&x, path, "labels name a classifier's scores: set \"outputs\": \"score\"");
     for (size_t k = 0; k < m->shapes.count; k++) {
       const lp_shape_t *sh = &m->shapes.shapes[k];
       if (sh->lanes > LP_MAX_LANES || sh->bucket > LP_MAX_BUCKET ||
@@ -656,6 +699,12 @@ char *lp_config_dump(const lp_config_t *c) {
       json_object_set_new(tk, "extra_options", json_string(m->sentencepiece_options));
       if (m->pair_template[0]) json_object_set_new(tk, "pair_template", json_string(m->pair_template));
       json_object_set_new(o, "tokenizer", tk);
+    }
+    if (m->outputs != LP_OUTPUTS_ANY) json_object_set_new(o, "outputs", json_string(lp_outputs_name(m->outputs)));
+    if (m->nlabels) {
+      json_t *ls = json_array();
+      for (size_t k = 0; k < m->nlabels; k++) json_array_append_new(ls, json_string(m->labels[k]));
+      json_object_set_new(o, "labels", ls);
     }
     if (m->embed_normalize || m->embed_dimensions) {
       json_t *em = json_object();

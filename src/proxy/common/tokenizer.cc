@@ -142,6 +142,38 @@ extern "C" const char *lp_tok_piece_name(const lp_tok_t *t, int32_t id) {
   return t->sp.IdToPiece(id).c_str();
 }
 
+extern "C" long lp_tok_decode(const lp_tok_t *t, const int32_t *ids, size_t n, int skip_special, char *out,
+                              size_t cap) {
+  try {
+    const auto &sp = t->raw();
+    std::string text, part;
+    std::vector<int> run; // ids between control pieces, decoded together (spaces join across pieces)
+    auto flush = [&]() {
+      if (run.empty()) return true;
+      if (!sp.Decode(run, &part).ok()) return false;
+      text += part;
+      run.clear();
+      return true;
+    };
+    for (size_t i = 0; i < n; i++) {
+      if (ids[i] < 0 || ids[i] >= sp.GetPieceSize()) return -EINVAL;
+      if (!sp.IsControl(ids[i])) {
+        run.push_back(ids[i]);
+      } else if (!skip_special) { // the control piece by its name, as Hugging Face's decode writes it
+        if (!flush()) return -EINVAL;
+        text += sp.IdToPiece(ids[i]);
+      }
+    }
+    if (!flush()) return -EINVAL;
+    if (!text.empty() && text.size() <= cap) std::memcpy(out, text.data(), text.size());
+    return static_cast<long>(text.size());
+  } catch (const std::bad_alloc &) {
+    return -ENOMEM;
+  } catch (const std::exception &) {
+    return -EINVAL;
+  }
+}
+
 extern "C" int32_t lp_tok_vocab(const lp_tok_t *t) { return t->sp.GetPieceSize(); }
 
 extern "C" void lp_tok_free(lp_tok_t *t) { delete t; }

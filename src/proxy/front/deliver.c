@@ -116,7 +116,21 @@ static int write_success(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
   return 0;
 }
 
+/* Why job's outputs cannot be its route's answer (lp__tei_body's or
+ * lp__openai_body's -ENOTSUP): what the route needs, naming the model's key. */
+static const char *wrong_kind(lp_front_t *f, const lp_job_t *job, char *why, size_t len) {
+  const char *name = f->cfg->models[job->model - f->proxy->models].name; /* the front's own configuration */
+  const char *got = "a value per token, or a score", *want = "\"per_segment\"";
+  if (job->tei == LP_ROUTE_TEI_RERANK) got = "a value per token", want = "\"score\" or \"per_segment\"";
+  else if (job->tei == LP_ROUTE_TEI_PREDICT) got = "a value per token", want = "\"score\"";
+  else if (job->tei == LP_ROUTE_TEI_EMBED_ALL) got = "one output per input", want = "\"per_token\"";
+  snprintf(why, len, "the backend's answer is not what this route needs (it gave %s): it needs a model whose "
+           "outputs are %s (models.%s.outputs)", got, want, name);
+  return why;
+}
+
 void lp__job_deliver(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
+  char why[320];
   int status = job->res_status ? job->res_status : 503;
   const char *code = job->res_status ? job->res_code : "out_of_memory";
   const char *msg = job->res_status ? job->res_msg : "proxy out of memory";
@@ -127,6 +141,7 @@ void lp__job_deliver(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
     status = rc == -ENOMEM ? 503 : 502;
     code = rc == -ENOMEM ? "out_of_memory" : "bad_backend_answer";
     msg = rc == -ENOMEM ? "proxy out of memory"
+          : rc == -ENOTSUP ? wrong_kind(f, job, why, sizeof(why))
           : rc == -EPROTO && (job->openai || job->tei) ? "the backend's outputs are not vectors of numbers: use /v1/infer for this model"
           : rc == -EPROTO ? "the backend's outputs are not numbers: use /v1/infer for this model"
                           : "the backends answered this request's sequences in different datatypes or shapes";

@@ -72,6 +72,12 @@ void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req) {
     snprintf(err, sizeof(err), "'input' has %zu inputs, more than this proxy's max_sequences_per_request (%u)",
              r.ninputs, f->cfg->max_sequences_per_request);
     lp__openai_reject(f, req, 400, NULL, "too_many_sequences", err, "input", NULL);
+  } else if (f->cfg->models[m - f->proxy->models].outputs == LP_OUTPUTS_PER_TOKEN ||
+             f->cfg->models[m - f->proxy->models].outputs == LP_OUTPUTS_SCORE) {
+    /* its configuration says it gives no vector per input: not worth a batch */
+    snprintf(err, sizeof(err), "the model '%.100s' gives no embeddings: its outputs are %s (use /v1/infer)", r.model,
+             lp_outputs_name(f->cfg->models[m - f->proxy->models].outputs));
+    lp__openai_reject(f, req, 400, NULL, "invalid_request", err, "model", NULL);
   } else if (r.dimensions && !f->cfg->models[m - f->proxy->models].embed_dimensions) {
     /* a vector cut short is only right for a model trained for it
      * (Matryoshka), which its configuration says */
@@ -142,20 +148,20 @@ int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
 }
 
 long lp__seq_vector(lp_front_t *f, const lp_seq_t *s, int scalar_ok) {
+  /* a value per token is never a sequence's vector, whatever its length */
+  if (s->out_kind == LP_OUT_TOKENS || (s->out_kind == LP_OUT_SCORE && !scalar_ok)) return -ENOTSUP;
   lp_buf_t *text = &f->vec_text;
   lp_buf_reset(text);
+  lp_buf_puts(text, "[");
   lp__put_output(text, s);
-  if (scalar_ok && text->len && text->data[0] != '[') { /* one number per segment */
-    lp_buf_puts(text, "]");
-    if (!text->oom) {
-      memmove(text->data + 1, text->data, text->len - 1);
-      text->data[0] = '[';
-    }
-  }
+  lp_buf_puts(text, "]");
+  /* one number per segment is read as [x]; a vector as it is */
+  const char *p = s->out_kind == LP_OUT_VECTOR ? text->data + 1 : text->data;
+  size_t len = s->out_kind == LP_OUT_VECTOR ? text->len - 2 : text->len;
   /* at most one value per two bytes of "[1,2]" text: room for them all */
-  size_t most = text->len / 2 + 1;
+  size_t most = len / 2 + 1;
   if (text->oom || lp__grow((void **)&f->vec, &f->vec_cap, most, sizeof(*f->vec))) return -ENOMEM;
-  long n = lp_openai_floats(text->data, text->len, f->vec, most);
+  long n = lp_openai_floats(p, len, f->vec, most);
   return n >= 0 ? n : n == -ENOMEM ? -ENOMEM : -EPROTO;
 }
 

@@ -9,13 +9,16 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "lanepack/tei.h"
 #include "lanepack/v2.h"
 #include "lanepack/urlpath.h"
 #include "proxy.h"
 
 static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", "readyz",
                                                   "metrics", "advice", "other", "v2_infer", "v2", "embeddings",
-                                                  "embed", "rerank", "tokenize", "batches", "view"};
+                                                  "embed", "rerank", "tokenize", "batches", "view",
+                                                  "predict", "embed_all", "similarity", "decode",
+                                                  "embed_sparse", "info", "health"};
 
 #ifndef LP_VERSION
 #define LP_VERSION "0.1.0"
@@ -442,6 +445,12 @@ static void render_page(lp_front_t *f, const lp_snap_t *s, int route, int v2r, c
     lp_buf_printf(b, "{\"ready\": %s%s}\n", ready ? "true" : "false",
                   s->unready ? ", \"reason\": \"shutting down\"" : "");
     pg->status = ready ? 200 : 503;
+  } else if (route == LP_ROUTE_TEI_HEALTH) {
+    /* TEI's GET /health: 200 with no body, or 503 in its error shape */
+    if (!all_ready(s)) {
+      lp_tei_error(b, "unhealthy", LP_TEI_UNHEALTHY);
+      pg->status = 503;
+    }
   } else if (route == LP_ROUTE_METRICS) {
     render_metrics(f, s, b);
     pg->ctype = "text/plain; version=0.0.4; charset=utf-8";

@@ -1,10 +1,11 @@
 /* Runs on a front thread: counting answers by route and status, and writing a
  * refusal in each route's dialect (lanepack's, the Open Inference Protocol's,
- * OpenAI's), logged like any answer. */
+ * OpenAI's, TEI's), logged like any answer. */
 #include <stdio.h>
 #include <string.h>
 
 #include "lanepack/openai.h"
+#include "lanepack/tei.h"
 #include "lanepack/v2.h"
 #include "proxy.h"
 
@@ -83,4 +84,26 @@ void lp__openai_reject(lp_front_t *f, lp_http_req_t *req, int status, const char
   lp__access_log_refused(f, req, status, code, job);
   if (!hdr && (status == 429 || status == 503)) hdr = "Retry-After: 1\r\n";
   lp_http_respond(req, status, hdr, "application/json", b->data, b->len);
+}
+
+void lp__tei_reject(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *type,
+                    const char *code, const char *msg, const lp_job_t *job) {
+  lp_buf_t *b = &f->scratch;
+  lp_buf_reset(b);
+  lp_tei_error(b, msg, type);
+  lp_proxy_count(f, route, status);
+  lp__count_rejection(f, code);
+  lp__access_log_refused(f, req, status, code, job);
+  const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
+  lp_http_respond(req, status, hdr, "application/json", b->data, b->len);
+}
+
+void lp__tei_reject_job(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *code,
+                        const char *msg, const lp_job_t *job) {
+  const char *type = LP_TEI_VALIDATION;
+  if (status == 429) type = LP_TEI_OVERLOADED;
+  else if (status == 413 && strcmp(code, "sequence_too_long") == 0) status = 422, type = LP_TEI_TOKENIZER;
+  else if (status == 503) type = LP_TEI_UNHEALTHY;
+  else if (status >= 500) status = 424, type = LP_TEI_BACKEND; /* a batch that failed: TEI's backend error */
+  lp__tei_reject(f, req, route, status, type, code, msg, job);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "lanepack/tei.h"
 #include "lanepack/urlpath.h"
 #include "proxy.h"
 
@@ -68,13 +69,52 @@ static int is_admin_route(const lp_http_req_t *req) {
          path_is(req, "/v1/batches/recent") || path_is(req, "/");
 }
 
+/* text-embeddings-inference's routes, by path. */
+int lp__tei_route(const lp_http_req_t *req) {
+  static const struct {
+    const char *path;
+    int route;
+  } tei[] = {{"/embed", LP_ROUTE_TEI_EMBED},           {"/rerank", LP_ROUTE_TEI_RERANK},
+             {"/tokenize", LP_ROUTE_TEI_TOKENIZE},     {"/predict", LP_ROUTE_TEI_PREDICT},
+             {"/embed_all", LP_ROUTE_TEI_EMBED_ALL},   {"/similarity", LP_ROUTE_TEI_SIMILARITY},
+             {"/decode", LP_ROUTE_TEI_DECODE},         {"/embed_sparse", LP_ROUTE_TEI_EMBED_SPARSE},
+             {"/info", LP_ROUTE_TEI_INFO},             {"/health", LP_ROUTE_TEI_HEALTH}};
+  for (size_t i = 0; i < sizeof(tei) / sizeof(tei[0]); i++)
+    if (path_is(req, tei[i].path)) return tei[i].route;
+  return 0;
+}
+
+/* A refusal in the dialect of req's route: OpenAI's on /v1/embeddings, TEI's
+ * on its routes, v2's under /v2/; else 0 (lanepack's own: the caller's). */
+static int reject_in_dialect(lp_front_t *f, lp_http_req_t *req, int status, const char *headers,
+                             const char *code, const char *msg) {
+  int tei = lp__tei_route(req);
+  if (path_is(req, "/v1/embeddings")) {
+    lp__openai_reject(f, req, status, headers, code, msg, NULL, NULL);
+  } else if (tei) {
+    const char *type = status == 429 || strcmp(code, "bodies_in_flight_full") == 0 ? LP_TEI_OVERLOADED
+                       : status >= 500                                             ? LP_TEI_UNHEALTHY
+                                                                                   : LP_TEI_VALIDATION;
+    lp__tei_reject(f, req, tei, status, type, code, msg, NULL);
+  } else if (req->path_len >= 4 && strncmp(req->url, "/v2/", 4) == 0) {
+    lp__v2_reject(f, req, status, code, msg);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
 /* The server refused a request itself (a limit, bad framing, a repeated
- * header, a timeout): counted and logged like any other error. */
-void lp__on_reject(lp_http_req_t *req, int status, const char *code, void *ud) {
+ * header, a timeout): answered in its route's dialect where it has one, and
+ * counted and logged like any other error. */
+int lp__on_reject(lp_http_req_t *req, int status, const char *code, const char *msg, const char *headers,
+                  void *ud) {
   lp_front_t *f = ud;
+  if (reject_in_dialect(f, req, status, headers, code, msg)) return 1;
   lp_proxy_count(f, LP_ROUTE_OTHER, status);
   lp__count_rejection(f, code);
   lp__access_log_refused(f, req, status, code, NULL);
+  return 0;
 }
 
 static void route(lp_front_t *f, lp_http_req_t *req, int on_admin);
@@ -89,7 +129,7 @@ void lp__on_admin_request(lp_http_req_t *req, void *ud) { route(ud, req, 1); }
 
 /* Routes: with an admin listener, its routes live there only and inference
  * never does; probes answer on both. Client routes under /v1/ and /v2/models
- * and TEI's (/embed, /rerank, /tokenize) need a bearer token when tokens are configured, and so do the admin routes
+ * and TEI's (/embed, /rerank, /info, ...; not /health) need a bearer token when tokens are configured, and so do the admin routes
  * when they share the client port (/metrics shows backend URLs and load); the
  * admin listener (loopback by default) and the probes do not. The live view's
  * page (GET /) lives where /metrics does but holds no data: it is served
@@ -98,16 +138,15 @@ static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
   lp_buf_t *b = &f->scratch;
   lp_buf_reset(b);
   static const char prefix[] = "/v1/models/";
-  int probe = path_is(req, "/healthz") || path_is(req, "/readyz");
+  /* TEI's /health is a probe too (TEI serves it without its API key) */
+  int probe = path_is(req, "/healthz") || path_is(req, "/readyz") || path_is(req, "/health");
   int has_admin = f->cfg->admin_listen[0] != 0;
   if (!probe && has_admin && on_admin != is_admin_route(req)) {
     lp_proxy_reject(f, req, LP_ROUTE_OTHER, 404, NULL, "not_found",
                     on_admin ? "not on the admin listener" : "no such route", NULL);
     return;
   }
-  int tei = path_is(req, "/embed") ? LP_ROUTE_TEI_EMBED
-            : path_is(req, "/rerank") ? LP_ROUTE_TEI_RERANK
-            : path_is(req, "/tokenize") ? LP_ROUTE_TEI_TOKENIZE : 0;
+  int tei = lp__tei_route(req);
   int client_route = strncmp(req->url, "/v1/", 4) == 0 || strncmp(req->url, "/v2/models", 10) == 0 ||
                      path_is(req, "/v2") || (is_admin_route(req) && !path_is(req, "/")) || tei;
   if (!on_admin && !probe && client_route && !authorized(f, req)) {
@@ -115,12 +154,23 @@ static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
                     "a valid 'Authorization: Bearer TOKEN' header is required", NULL);
     return;
   }
-  if (!on_admin && lp__v2_route(f, req)) {
+  if (!on_admin && req->method == LP_HTTP_POST && !req->has_body_length &&
+      reject_in_dialect(f, req, 411, NULL, "length_required",
+                        "send the body with Content-Length or chunked encoding")) {
+    /* a POST without a length (/v1/infer says so after its content type) */
+  } else if (!on_admin && lp__v2_route(f, req)) {
     /* the Open Inference Protocol: its own routes and error form */
   } else if (path_is(req, "/v1/infer")) {
     handle_infer(f, req, NULL, 0);
   } else if (path_is(req, "/v1/embeddings")) {
     lp__embeddings_request(f, req);
+  } else if (tei == LP_ROUTE_TEI_INFO) {
+    lp__tei_info(f, req);
+  } else if (tei == LP_ROUTE_TEI_HEALTH) {
+    if (req->method != LP_HTTP_GET && req->method != LP_HTTP_HEAD)
+      lp__tei_reject(f, req, tei, 405, LP_TEI_VALIDATION, "method_not_allowed", "use GET", NULL);
+    else
+      lp__front_page(f, req, LP_ROUTE_TEI_HEALTH, 0);
   } else if (tei) {
     lp__tei_request(f, req, tei);
   } else if (req->path_len > sizeof(prefix) - 1 && strncmp(req->url, prefix, sizeof(prefix) - 1) == 0) {

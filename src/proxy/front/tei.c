@@ -1,7 +1,8 @@
 /* Runs on the front that read the request: text-embeddings-inference's
- * routes. /embed and /rerank become one job of a packed sequence per input
- * (per (query, text) pair), answered in TEI's shapes from the backend's
- * per-segment vectors; /tokenize is answered here at once. */
+ * routes. /embed, /rerank, /predict, /embed_all and /similarity become one job
+ * of a packed sequence per input (per (query, text) pair), answered in TEI's
+ * shapes from the backend's outputs; /tokenize is answered here at once (and
+ * /decode, /info in teiapi.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,28 +13,6 @@
 #include "lanepack/tokenizer.h"
 #include "core/internal.h" /* lp__grow */
 #include "proxy.h"
-
-void lp__tei_reject(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *type,
-                    const char *code, const char *msg, const lp_job_t *job) {
-  lp_buf_t *b = &f->scratch;
-  lp_buf_reset(b);
-  lp_tei_error(b, msg, type);
-  lp_proxy_count(f, route, status);
-  lp__count_rejection(f, code);
-  lp__access_log_refused(f, req, status, code, job);
-  const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
-  lp_http_respond(req, status, hdr, "application/json", b->data, b->len);
-}
-
-void lp__tei_reject_job(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *code,
-                        const char *msg, const lp_job_t *job) {
-  const char *type = LP_TEI_VALIDATION;
-  if (status == 429) type = LP_TEI_OVERLOADED;
-  else if (status == 413 && strcmp(code, "sequence_too_long") == 0) status = 422, type = LP_TEI_TOKENIZER;
-  else if (status == 503) type = LP_TEI_UNHEALTHY;
-  else if (status >= 500) status = 424, type = LP_TEI_BACKEND; /* a batch that failed: TEI's backend error */
-  lp__tei_reject(f, req, route, status, type, code, msg, job);
-}
 
 /* The model a TEI request is for: the one it names, else the only one served
  * (TEI serves one model). NULL after answering the client. */
@@ -134,16 +113,60 @@ static int seq_fail(seq_err_t *e, int rc, int status, const char *type, const ch
   return rc;
 }
 
-/* /embed's inputs, tokenized into f->enc (lens[i] each) within limit tokens,
- * cut when the request says so: 0 or negative with e set. */
-static int embed_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_req_t *r, uint32_t limit, uint32_t *lens,
-                     size_t *ntok, seq_err_t *e) {
+static long plain_ids(const lp_tok_t *t, const lp_tei_text_t *text, int32_t **buf, size_t *cap);
+
+/* Token ids the client gave, as they are (TEI adds no special pieces to
+ * them), cut to limit from the end (or the start when left) with truncate:
+ * the count (more than cap: nothing copied; call again with room). */
+static long given_ids(const lp_tei_text_t *in, const lp_tei_req_t *r, uint32_t limit, int32_t *out, size_t cap) {
+  size_t n = in->nids, from = 0;
+  if (r->truncate && n > limit) {
+    if (r->left) from = n - limit;
+    n = limit;
+  }
+  if (n <= cap) memcpy(out, in->ids + from, n * sizeof(*out));
+  return (long)n;
+}
+
+/* A /predict pair laid out by the model's pair template, its second text cut
+ * with truncate: the count (more than cap: call again with room), -E2BIG when
+ * the first leaves the second no room, -ENOMEM, -EINVAL. */
+static long pair_ids(const lp_tok_t *t, const lp_tei_template_t *tpl, const lp_tei_text_t *in,
+                     const lp_tei_req_t *r, uint32_t limit, int32_t *out, size_t cap) {
+  int32_t *a = NULL, *b = NULL; /* owned here */
+  size_t acap = 0, bcap = 0;
+  const lp_tei_text_t second = {.s = in->b, .len = in->blen};
+  long na = plain_ids(t, in, &a, &acap), nb = na < 0 ? na : plain_ids(t, &second, &b, &bcap), k = nb;
+  if (nb >= 0) {
+    size_t whole = (size_t)na + (size_t)nb + tpl->nparts - 2; /* every part but $A and $B is one piece */
+    size_t want = r->truncate && whole > limit ? limit : whole; /* what the layout holds */
+    k = want > cap ? (long)want
+                   : lp_tei_pair(tpl, a, (size_t)na, b, (size_t)nb, r->truncate ? limit : 0, r->left, out, cap);
+  }
+  free(a);
+  free(b);
+  return k;
+}
+
+/* /embed's (/embed_all's, /similarity's, /predict's) inputs, tokenized into
+ * f->enc (lens[i] each) within limit tokens, cut when the request says so: 0
+ * or negative with e set. Token ids are taken as given; a /predict pair is
+ * laid out by the model's pair template (tpl). */
+static int embed_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_template_t *tpl, const lp_tei_req_t *r,
+                     uint32_t limit, uint32_t *lens, size_t *ntok, seq_err_t *e) {
   size_t n = 0;
   if (lp__grow((void **)&f->enc, &f->enc_cap, 1, sizeof(*f->enc))) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
   for (size_t i = 0; i < r->ntexts; i++) {
     const lp_tei_text_t *in = &r->texts[i];
-    long k = lp_tok_encode(t, in->s, in->len, f->enc + n, f->enc_cap - n);
-    if (k > 0 && (size_t)k > limit && r->truncate) {
+    long k = in->ids ? given_ids(in, r, limit, f->enc + n, f->enc_cap - n)
+             : in->pair ? pair_ids(t, tpl, in, r, limit, f->enc + n, f->enc_cap - n)
+                        : lp_tok_encode(t, in->s, in->len, f->enc + n, f->enc_cap - n);
+    if (k == -E2BIG && in->pair) {
+      snprintf(e->msg, sizeof(e->msg), "the first text of `inputs[%zu]` with the template's pieces leaves the "
+               "second no room within the model's %u tokens", i, limit);
+      return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
+    }
+    if (k > 0 && (size_t)k > limit && r->truncate && !in->ids && !in->pair) {
       k = lp_tok_encode_fit(t, in->s, in->len, limit, r->left, f->enc + n, f->enc_cap - n);
       if (k == -E2BIG) {
         snprintf(e->msg, sizeof(e->msg), "the model's special tokens alone fill its %u tokens", limit);
@@ -267,8 +290,13 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
     lp__tei_reject(f, req, route, 405, LP_TEI_VALIDATION, "method_not_allowed", "use POST", NULL);
     return;
   }
-  int kind = route == LP_ROUTE_TEI_EMBED ? LP_TEI_EMBED : route == LP_ROUTE_TEI_RERANK ? LP_TEI_RERANK
-                                                                                         : LP_TEI_TOKENIZE;
+  static const int kinds[][2] = {{LP_ROUTE_TEI_EMBED, LP_TEI_EMBED},         {LP_ROUTE_TEI_RERANK, LP_TEI_RERANK},
+                                 {LP_ROUTE_TEI_TOKENIZE, LP_TEI_TOKENIZE},   {LP_ROUTE_TEI_PREDICT, LP_TEI_PREDICT},
+                                 {LP_ROUTE_TEI_EMBED_ALL, LP_TEI_EMBED_ALL}, {LP_ROUTE_TEI_SIMILARITY, LP_TEI_SIMILARITY},
+                                 {LP_ROUTE_TEI_DECODE, LP_TEI_DECODE},       {LP_ROUTE_TEI_EMBED_SPARSE, LP_TEI_EMBED_SPARSE}};
+  int kind = LP_TEI_TOKENIZE;
+  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+    if (kinds[i][0] == route) kind = kinds[i][1];
   lp_tei_req_t r;
   int status;
   const char *type;
@@ -294,11 +322,36 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
    * the shapes in force again) */
   uint32_t limit = lp_bucket_set_max_len(&mc->shapes);
   if (!limit) limit = UINT32_MAX; /* shapes only backends report: the scheduler alone judges */
-  if (!t || (kind == LP_TEI_RERANK && !tpl->nparts)) {
-    snprintf(err, sizeof(err), t ? "the model '%s' has no pair template for /rerank (configure "
+  int has_text = kind == LP_TEI_RERANK || kind == LP_TEI_TOKENIZE, pairs = kind == LP_TEI_RERANK;
+  for (size_t i = 0; i < r.ntexts; i++) {
+    has_text |= !r.texts[i].ids;
+    pairs |= r.texts[i].pair;
+  }
+  const char *wrong = lp__tei_wrong_kind(mc, kind);
+  if (wrong) {
+    /* TEI's answer to a route its model does not serve (a classifier's /embed) */
+    snprintf(err, sizeof(err), "%s: the outputs of '%s' are %s", wrong, mc->name, lp_outputs_name(mc->outputs));
+    lp__tei_reject(f, req, route, 424, LP_TEI_BACKEND, "wrong_model_kind", err, NULL);
+  } else if ((has_text && !t) || (pairs && !tpl->nparts)) {
+    snprintf(err, sizeof(err), t ? "the model '%s' has no pair template for pairs of texts (configure "
              "models.%s.tokenizer.pair_template)" : "the model '%s' takes token ids: it has no tokenizer for text "
              "(configure models.%s.tokenizer)", mc->name, mc->name);
     lp__tei_reject(f, req, route, 400, LP_TEI_VALIDATION, "no_tokenizer", err, NULL);
+  } else if (r.dimensions && kind == LP_TEI_EMBED && !mc->embed_dimensions) {
+    snprintf(err, sizeof(err), "`dimensions` is not allowed: the vectors of '%s' may not be cut (configure "
+             "models.%s.embedding.dimensions)", mc->name, mc->name);
+    lp__tei_reject(f, req, route, 422, LP_TEI_VALIDATION, "bad_field", err, NULL);
+  } else if (r.dimensions && kind == LP_TEI_EMBED && r.dimensions > mc->embed_dimensions) {
+    snprintf(err, sizeof(err), "`dimensions` should be smaller than the maximum embedding dimension (%u)",
+             mc->embed_dimensions);
+    lp__tei_reject(f, req, route, 422, LP_TEI_VALIDATION, "bad_field", err, NULL);
+  } else if (kind == LP_TEI_EMBED_SPARSE) {
+    /* sparse vectors need a backend that gives them (a SPLADE head): none does yet */
+    lp__tei_reject(f, req, route, 424, LP_TEI_BACKEND, "wrong_model_kind",
+                   "Model is not an embedding model with SPLADE pooling: lanepack's backends give no sparse outputs",
+                   NULL);
+  } else if (kind == LP_TEI_DECODE) {
+    lp__tei_decode(f, req, &r, t);
   } else if (kind == LP_TEI_TOKENIZE) {
     tokenize(f, req, t, &r, limit);
   } else {
@@ -310,12 +363,12 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
     size_t texts_bytes = 0;
     char *texts = r.return_text && kind == LP_TEI_RERANK ? keep_texts(&r, &texts_bytes) : NULL;
     int grc = !lens || (r.return_text && kind == LP_TEI_RERANK && !texts) ? -ENOMEM
-              : kind == LP_TEI_EMBED                                 ? embed_ids(f, t, &r, limit, lens, &ntok, &se)
-                                              : rerank_ids(f, t, tpl, &r, limit, lens, &ntok, &se);
+              : kind != LP_TEI_RERANK ? embed_ids(f, t, tpl, &r, limit, lens, &ntok, &se)
+                                      : rerank_ids(f, t, tpl, &r, limit, lens, &ntok, &se);
     if (grc) {
       lp__tei_reject(f, req, route, se.status, se.type, se.code, se.msg, NULL);
     } else if ((job = lp__job_new(f, m, f->enc, ntok, lens, r.ntexts, 1, 0, 0, NULL, 0,
-                                  kind == LP_TEI_EMBED ? "inputs" : "texts", &e)) == NULL) {
+                                  kind == LP_TEI_RERANK ? "texts" : "inputs", &e)) == NULL) {
       lp__tei_reject_job(f, req, route, e.status, e.code, e.msg, NULL);
     } else {
       job->tei = route;
@@ -323,7 +376,9 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
       job->tei_raw_scores = r.raw_scores;
       job->tei_texts = texts;
       job->bytes += texts_bytes; /* held while queued: max_queue_bytes counts them */
-      job->embed_dims = kind == LP_TEI_EMBED ? mc->embed_dimensions : 0;
+      job->embed_dims = kind == LP_TEI_EMBED || kind == LP_TEI_SIMILARITY ? mc->embed_dimensions : 0;
+      job->tei_dims = r.dimensions;
+      job->tei_single = r.single;
       texts = NULL;
       /* the ids and texts were copied out: a queued request holds no body */
       free(req->body);
@@ -338,6 +393,9 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
 }
 
 int lp__tei_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
+  if (job->tei == LP_ROUTE_TEI_PREDICT) return lp__tei_predict_body(f, out, job);
+  if (job->tei == LP_ROUTE_TEI_EMBED_ALL) return lp__tei_embed_all_body(f, out, job);
+  if (job->tei == LP_ROUTE_TEI_SIMILARITY) return lp__tei_similarity_body(f, out, job);
   int rerank = job->tei == LP_ROUTE_TEI_RERANK;
   lp_tei_rank_t *ranks = rerank ? malloc(job->nseq * sizeof(*ranks)) : NULL; /* owned here */
   if (rerank && !ranks) return -ENOMEM;
@@ -348,13 +406,15 @@ int lp__tei_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
     long n = lp__seq_vector(f, &job->seqs[i], rerank);
     if (n < 0 || (rerank && n == 0)) {
       free(ranks);
-      return n == -ENOMEM ? -ENOMEM : -EPROTO;
+      return n < 0 ? (int)n : -EPROTO;
     }
     if (rerank) {
       ranks[i] = (lp_tei_rank_t){job->tei_raw_scores ? f->vec[0] : lp_tei_sigmoid(f->vec[0]), i};
       continue;
     }
     if ((n = lp__check_vector(job, n, &first)) < 0) return (int)n;
+    /* tei_dims <= embed_dims <= n: admission and lp__check_vector saw to it */
+    if (job->tei_dims) n = (long)job->tei_dims;
     if (job->tei_normalize) lp_openai_normalize(f->vec, (size_t)n);
     if (i) lp_buf_puts(out, ",");
     lp_tei_vector(out, f->vec, (size_t)n);

@@ -260,6 +260,8 @@ void lp__batch_send(lp_model_t *m, const lp_disp_action_t *a) {
   bt->expect_ns = a->send.expect_ns;
   bt->v2 = m->cfg->protocol == LP_PROTO_V2;
   bt->v2_per_segment = m->cfg->v2.per_segment;
+  bt->outputs = (int)m->cfg->outputs;
+  bt->nlabels = (uint32_t)m->cfg->nlabels;
   snprintf(bt->v2_output, sizeof(bt->v2_output), "%s", m->cfg->v2.output);
   bt->backend = &m->backends[a->send.backend < m->nbackends ? a->send.backend : 0];
   memcpy(bt->items, a->send.items, n * sizeof(*bt->items));

@@ -108,7 +108,7 @@ void lp__job_cancel(lp_job_t *job) {
  * and g: the batch and segment that answered (the answer reports that batch
  * and place) */
 static void seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_answer_t *ans,
-                     const char *slice, size_t len, int per_segment, int wrap) {
+                     const char *slice, size_t len, int per_segment, int wrap, int kind) {
   lp_job_t *job = s->job;
   if (s->state == LP_SEQ_DONE) return; /* the core says each once; kept as a guard */
   /* a later copy (a hedge) answered: what hedging bought */
@@ -137,6 +137,7 @@ static void seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, l
   s->out = slice;
   s->out_len = len;
   s->out_wrap = wrap && !per_segment;
+  s->out_kind = kind;
   if (job->unresolved) return;
   uint64_t now = lp__now(), queue_ns, backend_ns;
   lp__job_times(job, &queue_ns, &backend_ns);
@@ -149,7 +150,11 @@ static void seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, l
 
 void lp__seq_done(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_answer_t *ans,
                   const char *slice, size_t len, int per_segment) {
-  seq_done(s, bt, g, ans, slice, len, per_segment, 1);
+  /* a segment's value is a vector or one number: its text says which */
+  size_t k = 0;
+  while (per_segment && k < len && (slice[k] == ' ' || slice[k] == '\n' || slice[k] == '\t' || slice[k] == '\r')) k++;
+  int kind = !per_segment ? LP_OUT_TOKENS : k < len && slice[k] == '[' ? LP_OUT_VECTOR : LP_OUT_SCORE;
+  seq_done(s, bt, g, ans, slice, len, per_segment, 1, kind);
 }
 
 void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *g, lp_answer_t *ans,
@@ -173,7 +178,9 @@ void lp__seq_done_tensor(lp_seq_t *s, const lp_batch_t *bt, const lp_segment_t *
   s->out_n = n;
   s->out_inner = inner;
   /* a /v1 client's part is JSON text, wrapped as a slice of per-token text is */
-  seq_done(s, bt, g, ans, NULL, n * lp_dtype_size(dtype), per_segment, !job->v2);
+  /* a segment's part of [lanes, segments] is a number, of [lanes, segments, K...] a vector */
+  int kind = !per_segment ? LP_OUT_TOKENS : ndim >= 1 ? LP_OUT_VECTOR : LP_OUT_SCORE;
+  seq_done(s, bt, g, ans, NULL, n * lp_dtype_size(dtype), per_segment, !job->v2, kind);
 }
 
 

@@ -8,6 +8,24 @@
 
 #include "proxy.h"
 
+/* The answer is of the kind its model's "outputs" says (ANY: whatever it
+ * says it is): per token or per segment, and per segment a vector, or a
+ * score (a number, or a classifier's scores). 0 or -EPROTO with err. */
+static int check_kind(const lp_batch_t *bt, int per_segment, int vectors, char *err, size_t errlen) {
+  static const char *const said[] = {"per-token outputs", "a number per segment", "a vector per segment"};
+  int got = !per_segment ? LP_OUT_TOKENS : vectors ? LP_OUT_VECTOR : LP_OUT_SCORE;
+  int ok = bt->outputs == LP_OUTPUTS_ANY || (bt->outputs == LP_OUTPUTS_PER_TOKEN && got == LP_OUT_TOKENS) ||
+           (bt->outputs == LP_OUTPUTS_PER_SEGMENT && got == LP_OUT_VECTOR) ||
+           (bt->outputs == LP_OUTPUTS_SCORE && got == (bt->nlabels > 1 ? LP_OUT_VECTOR : LP_OUT_SCORE));
+  if (ok) return 0;
+  const char *want = bt->outputs == LP_OUTPUTS_PER_TOKEN     ? "per_token"
+                     : bt->outputs == LP_OUTPUTS_PER_SEGMENT ? "per_segment (a vector per segment)"
+                     : bt->nlabels > 1                       ? "score (a vector of scores per segment, one per label)"
+                                                             : "score (one number per segment)";
+  snprintf(err, errlen, "the answer has %s; the model's outputs are %s", said[got], want);
+  return -EPROTO;
+}
+
 static int open_json(lp_batch_t *bt) {
   lp_scatter_t *sc = &bt->scatter;
   char *err = bt->open_err;
@@ -25,7 +43,21 @@ static int open_json(lp_batch_t *bt) {
                (unsigned long long)sc->batch_id, (unsigned long long)bt->id);
     rc = -EPROTO;
   }
-  return rc;
+  /* per segment: every segment's value of the one kind (the first says which) */
+  int vectors = 0;
+  for (size_t i = 0; !rc && sc->per_segment && i < bt->layout.nsegs && bt->outputs != LP_OUTPUTS_ANY; i++) {
+    const char *p;
+    size_t n, k = 0;
+    lp_scatter_slice(sc, &bt->layout.segs[i], &p, &n);
+    while (k < n && (p[k] == ' ' || p[k] == '\n' || p[k] == '\t' || p[k] == '\r')) k++;
+    int v = k < n && p[k] == '[';
+    if (i && v != vectors) {
+      snprintf(err, errlen, "the answer's segment_outputs mix numbers and arrays");
+      return -EPROTO;
+    }
+    vectors = v;
+  }
+  return rc ? rc : check_kind(bt, sc->per_segment, vectors, err, errlen);
 }
 
 static int open_v2(lp_batch_t *bt) {
@@ -81,6 +113,12 @@ static int open_v2(lp_batch_t *bt) {
     else
       snprintf(err, errlen, "output '%s' has shape [%s], the batch needs [%llu, %s%llu, ...]", t->name,
                got, (unsigned long long)rows, per_segment ? ">= " : "", (unsigned long long)cols);
+    return -EPROTO;
+  }
+  if (check_kind(bt, per_segment, t->ndim > lead, err, errlen)) return -EPROTO;
+  if (bt->outputs == LP_OUTPUTS_SCORE && bt->nlabels > 1 && (t->ndim != lead + 1 || t->shape[lead] != bt->nlabels)) {
+    snprintf(err, errlen, "output '%s' has %lld scores per segment, the model has %u labels", t->name,
+             (long long)inner, bt->nlabels);
     return -EPROTO;
   }
   bt->v2out = t;

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""The HTTP layer's refusals in each route's dialect (issue 35): a POST
+without Content-Length (not chunked) is 411 on every route, and 411, 413 (a
+body over max_body_bytes) and 400 (Content-Length with Transfer-Encoding) come
+in OpenAI's error shape on /v1/embeddings, TEI's on its routes, v2's under
+/v2/ and lanepack's own on /v1/infer. Raw HTTP over sockets.
+Arguments: the lanepack binary."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lphelp import check, finish, free_port, raw, stop_all, wait_http  # noqa: E402
+
+MAX_BODY = 4096
+TEI_ROUTES = ["/embed", "/rerank", "/tokenize", "/predict", "/embed_all", "/similarity", "/decode"]
+
+
+def openai_shape(st, body, status, code):
+    try:
+        e = json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return st == status and set(e) == {"message", "type", "param", "code"} and e["code"] == code
+
+
+def tei_shape(st, body, status):
+    try:
+        js = json.loads(body)
+    except ValueError:
+        return False
+    return st == status and isinstance(js, dict) and set(js) == {"error", "error_type"} \
+        and js["error_type"] == "Validation"
+
+
+def v2_shape(st, body, status, code):
+    try:
+        js = json.loads(body)
+    except ValueError:
+        return False
+    return st == status and set(js) == {"error"} and isinstance(js["error"], str) and code in js["error"]
+
+
+def lanepack_shape(st, body, status, code):
+    try:
+        e = json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return st == status and isinstance(e, dict) and e.get("code") == code
+
+
+def main():
+    lanepack = sys.argv[1]
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = {"listen": "127.0.0.1:%d" % port, "log_level": "warn", "max_body_bytes": MAX_BODY,
+               "models": {"m": {"shapes": "4x64", "backends": ["http://127.0.0.1:%d" % free_port()]}}}
+        path = os.path.join(tmp, "lp.json")
+        json.dump(cfg, open(path, "w"))
+        proc = subprocess.Popen([lanepack, "--config", path], stdout=subprocess.DEVNULL,
+                                stderr=open(os.path.join(tmp, "lp.log"), "w"))
+        try:
+            wait_http(port, "/healthz")
+            run_checks(port)
+        finally:
+            stop_all([proc])
+    finish()
+
+
+def post(port, path, headers):
+    return raw(port, b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               + headers + b"\r\n")
+
+
+def run_checks(port):
+    no_length = b"Connection: close\r\n"
+    too_large = b"Content-Length: %d\r\n" % (MAX_BODY + 1)
+    both = b"Content-Length: 2\r\nTransfer-Encoding: chunked\r\n"
+
+    st, _, body = post(port, "/v1/embeddings", no_length)
+    check("/v1/embeddings POST without a length: 411 in OpenAI's shape", openai_shape(st, body, 411, "length_required"),
+          (st, body))
+    st, _, body = post(port, "/v1/embeddings", too_large)
+    check("/v1/embeddings body over max_body_bytes: 413 in OpenAI's shape",
+          openai_shape(st, body, 413, "body_too_large"), (st, body))
+    st, _, body = post(port, "/v1/embeddings", both)
+    check("/v1/embeddings with Content-Length and Transfer-Encoding: 400 in OpenAI's shape",
+          st == 400 and openai_shape(st, body, 400, json.loads(body)["error"]["code"]), (st, body))
+    for route in TEI_ROUTES:
+        for name, hdrs, status in (("without a length", no_length, 411), ("over max_body_bytes", too_large, 413),
+                                   ("with both lengths", both, 400)):
+            st, _, body = post(port, route, hdrs)
+            check("%s POST %s: %d in TEI's shape" % (route, name, status), tei_shape(st, body, status), (st, body))
+    st, _, body = post(port, "/v2/models/m/infer", no_length)
+    check("/v2/models/m/infer without a length: 411 in v2's shape", v2_shape(st, body, 411, "length_required"),
+          (st, body))
+    st, _, body = post(port, "/v1/infer", no_length)
+    check("/v1/infer without a length: 411 in lanepack's shape", lanepack_shape(st, body, 411, "length_required"),
+          (st, body))
+    st, _, body = post(port, "/v1/infer", too_large)
+    check("/v1/infer over max_body_bytes: 413 in lanepack's shape", lanepack_shape(st, body, 413, "body_too_large"),
+          (st, body))
+
+
+if __name__ == "__main__":
+    main()
