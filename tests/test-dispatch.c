@@ -253,6 +253,39 @@ START_TEST(shape_by_device_time_per_token) {
 }
 END_TEST
 
+/* The lane each of a job's sequences went to in the first batch, by seq. */
+static void lanes_of_first_send(uint32_t *lane, size_t n) {
+  const act_t *s = nth(LP_DISP_ACT_SEND, 0);
+  ck_assert_ptr_nonnull(s);
+  ck_assert_uint_eq(s->a.send.n, n);
+  for (size_t i = 0; i < s->a.send.n; i++) lane[s->it[i].seq] = s->it[i].lane;
+}
+
+START_TEST(the_configured_packer_fills_the_lanes) {
+  /* bucket 10: 8 | 5 4 | 3, then the 1 goes to the first lane with room under
+   * first fit (beside the 8) but to the tightest gap under best fit (beside 5 4) */
+  static const uint32_t lens[] = {8, 5, 4, 3, 1};
+  uint32_t lane[5];
+  lp_disp_config_t c;
+  base(&c, "3x10", (uint64_t[]){10}, 1);
+  ck_assert_int_eq(c.packer, LP_ALGO_BFD); /* the default */
+  lp_disp_t *d = make(&c);
+  ck_assert_int_eq(lp_disp_admit(d, 1, 5, lens, 0, 0, 0), 0);
+  drain_at(d, 0);
+  lanes_of_first_send(lane, 5);
+  ck_assert_uint_eq(lane[4], lane[1]);
+  ck_assert_uint_ne(lane[4], lane[0]);
+  lp_disp_free(d);
+  c.packer = LP_ALGO_FFD;
+  d = make(&c);
+  ck_assert_int_eq(lp_disp_admit(d, 1, 5, lens, 0, 0, 0), 0);
+  drain_at(d, 0);
+  lanes_of_first_send(lane, 5);
+  ck_assert_uint_eq(lane[4], lane[0]);
+  lp_disp_free(d);
+}
+END_TEST
+
 START_TEST(shape_never_by_counting_due_items) {
   lp_disp_config_t c;
   base(&c, "4x8192,8x2048", (uint64_t[]){20, 8}, 1);
@@ -1163,7 +1196,7 @@ START_TEST(stall_time_once_the_clock_learns) {
 }
 END_TEST
 
-LP_TEST_MAIN("dispatch", idle_device_gets_a_batch_at_once, idle_backends_take_turns, just_in_time_while_busy_and_lead_learned,
+LP_TEST_MAIN("dispatch", the_configured_packer_fills_the_lanes, idle_device_gets_a_batch_at_once, idle_backends_take_turns, just_in_time_while_busy_and_lead_learned,
              shape_by_device_time_per_token, shape_never_by_counting_due_items,
              oldest_must_go_and_long_rides_large, stall_hedges_with_bounded_copies,
              bisect_on_5xx_and_poison_fails_alone, slow_errors_teach_the_clock,
