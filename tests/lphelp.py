@@ -1,6 +1,7 @@
 """Shared by the Python tests: a free loopback port, waiting until an HTTP
 route answers 200, a lanepack-loadgen run read back from its --json report,
-and TAP-like checks with a closing count."""
+stopping servers (a lanepack checked to exit 0), and TAP-like checks with a
+closing count."""
 import http.client
 import json
 import socket
@@ -53,6 +54,24 @@ def stop_all(procs, grace=10.0):
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def stop_proxy(p, what="lanepack", grace=30.0):
+    """Stops a lanepack the test started (its Popen) with SIGTERM and checks it
+    exits 0: a drain that hangs, a crash at exit or a sanitizer's report at exit
+    fails the test. One that already ended is checked as it ended. Returns its
+    exit status ("hung" when SIGKILL was needed after grace seconds)."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            check("%s exits 0 on SIGTERM" % what, False, "hung: killed after %g s" % grace)
+            return "hung"
+    check("%s exits 0 on SIGTERM" % what, p.returncode == 0, p.returncode)
+    return p.returncode
 
 
 _results = []

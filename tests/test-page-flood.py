@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 
-from lphelp import check, finish, free_port, wait_http
+from lphelp import check, finish, free_port, stop_proxy, wait_http
 
 MOD = 1000000007
 
@@ -100,9 +100,7 @@ def main():
               [l for l in text.splitlines() if "down" in l][:3])
     finally:
         stop.set()
-        if proxy.poll() is None:
-            proxy.kill()
-            proxy.wait()
+        stop_proxy(proxy)
         emu_p.terminate()
         emu_p.wait()
     finish()

@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, tei_error, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, stop_proxy, tei_error, wait_http  # noqa: E402
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 DIMS = 8
@@ -133,6 +133,9 @@ def main():
                 raise
             run_checks(pl, model, tmp, lanepack, p1, pe)
         finally:
+            for p in procs:
+                if p.args[0] == lanepack:
+                    stop_proxy(p)
             for p in procs:
                 p.terminate()
             for p in procs:
@@ -308,8 +311,7 @@ def run_checks(pl, model, tmp, lanepack, p1, pe):
         check("the only model serves a request naming none",
               st == 200 and js == [emu_vector(want[1])], (st, js))
     finally:
-        one.terminate()
-        one.wait(timeout=5)
+        stop_proxy(one, "the one-model lanepack")
     bad = dict(cfg1)
     bad["models"] = {"only": dict(cfg1["models"]["only"])}
     bad["models"]["only"]["tokenizer"] = {"sentencepiece": model, "pair_template": "<s> $A <zz> $B </s>"}

@@ -108,9 +108,14 @@ def scenario(lanepack, emulator, emu_args, model_cfg, title):
                                                                          None if arr is None else list(arr.shape)))
             status, head, arr = infer(pp, "m", rng.integers(0, 30000, size=(2, 4)), binary, dtype=np.int32)
             check(status == 200 and arr.shape == (2, 4), "%s INT32 input" % form)
-        # Triton's schedule policy: a timeout shorter than the work is a 504 at once or in time
+        # Triton's schedule policy: a timeout longer than the work is answered ...
         status, head, _ = infer(pp, "m", [[1, 2, 3]], False, params={"priority": 5, "timeout": 2000000})
         check(status == 200, "priority and timeout parameters accepted")
+        # ... and one shorter than the work (1 us: over before the scheduler sees the
+        # request, far less than a batch's millisecond) is a 504 at once or in time
+        status, body, _ = infer(pp, "m", [[1, 2, 3]], False, params={"timeout": 1})
+        check(status == 504 and "deadline" in str(body.get("error")),
+              "a timeout shorter than the work: 504 %s" % (body if status != 200 else ""))
         # errors in the v2 form
         status, body, _ = infer(pp, "m", np.zeros((1, 100000), dtype=np.int64), False)
         check(status == 413 and isinstance(body.get("error"), str), "too long: 413 %s" % body)
@@ -153,7 +158,12 @@ def scenario(lanepack, emulator, emu_args, model_cfg, title):
     finally:
         p.terminate()
         e.terminate()
-        p.wait(10)
+        try:
+            code = p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            code = "hung"
+        check(code == 0, "lanepack exits 0 on SIGTERM (%s)" % code)
         e.wait(10)
         os.unlink(cfg.name)
 
