@@ -14,20 +14,9 @@ import sys
 import tempfile
 import time
 
-from lphelp import free_port, wait_http
+from lphelp import emu_outputs, free_port, wait_http
 
 import numpy as np
-
-MOD = 1000000007
-
-
-def emu(tokens):
-    h, out = 7, []
-    for t in tokens:
-        h = (h * 31 + int(t) + 1) % MOD
-        out.append(h)
-    return out
-
 
 def call(port, method, path, body=None, headers=None):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -101,7 +90,7 @@ def scenario(lanepack, emulator, emu_args, model_cfg, title):
                 status, head, arr = infer(pp, "m", ids, binary, rid="req-%s-%d" % (form, len(shape)),
                                           want_binary_out=binary)
                 rows = ids.reshape(-1, shape[-1])
-                want = np.array([emu(r) for r in rows])
+                want = np.array([emu_outputs(r) for r in rows])
                 good = status == 200 and arr.shape == (rows.shape[0], shape[-1]) and \
                     np.array_equal(arr.astype(np.int64), want) and head.get("id") == "req-%s-%d" % (form, len(shape))
                 check(good, "%s input_ids %s -> output %s, id echoed" % (form, list(shape),
