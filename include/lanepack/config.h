@@ -129,6 +129,12 @@ int lp_config_validate(const lp_config_t *c, char *err, size_t errlen);
 /* The effective configuration as JSON text (malloc'd, caller frees). */
 char *lp_config_dump(const lp_config_t *c);
 
+/* Whether next changes a key that applies only at restart (the table's
+ * "at restart": listen, threads, the set of models, a model's shapes, wire
+ * and tokenizer...): 1 with its path and values in what, e.g. "threads
+ * changed (1 -> 2)", "models.m.shapes changed"; else 0. A reload refuses such a file. */
+int lp_config_restart_diff(const lp_config_t *running, const lp_config_t *next, char *what, size_t whatlen);
+
 /* Every key as doc/configuration.md's tables write it (markdown: name, type,
  * default, range, when it applies, what it does), from the table that loads
  * them; malloc'd, caller frees; NULL without memory. `lanepack --config-keys`. */

@@ -83,6 +83,7 @@ struct keydef_s {
   void (*reset)(void *base);
   int (*check)(ctx_t *x, const void *base, const char *path); /* KEY_OBJ: once its keys are read */
   int (*present)(const void *base);                          /* KEY_OBJ: dumped only when true */
+  int (*same)(const void *a, const void *b);                 /* KEY_OWN: whether two bases hold one value */
   key_apply_t applies;
   /* The listing's words where the type and range above do not say it all. */
   const char *type_doc, *def_doc, *range_doc;
@@ -158,6 +159,14 @@ static json_t *dump_shapes(const void *base, const lp_config_t *top) {
 }
 
 static void reset_shapes(void *base) { lp_bucket_set_init(&((MODEL *)base)->shapes); }
+
+static int same_shapes(const void *a, const void *b) {
+  const lp_bucket_set_t *x = &((const MODEL *)a)->shapes, *y = &((const MODEL *)b)->shapes;
+  if (x->count != y->count) return 0;
+  for (size_t i = 0; i < x->count; i++)
+    if (x->shapes[i].lanes != y->shapes[i].lanes || x->shapes[i].bucket != y->shapes[i].bucket) return 0;
+  return 1;
+}
 
 static int parse_backends(ctx_t *x, void *base, json_t *v, const char *path) {
   MODEL *m = base;
@@ -273,6 +282,12 @@ static json_t *dump_v2_inputs(const void *base, const lp_config_t *top) {
   return in;
 }
 
+static int same_v2_inputs(const void *a, const void *b) {
+  for (int k = 0; k < 3; k++)
+    if (strcmp(((const V2 *)a)->inputs[k], ((const V2 *)b)->inputs[k])) return 0;
+  return 1;
+}
+
 static void reset_v2_inputs(void *base) {
   V2 *c = base;
   for (int k = 0; k < 3; k++) snprintf(c->inputs[k], sizeof(c->inputs[k]), "%s", v2_input_keys[k]);
@@ -329,6 +344,7 @@ static const keydef_t v2_keys[] = {
     {"datatype", KEY_ENUM, FIELD(V2, int64), .names = datatypes, .applies = APPLY_AT_RESTART,
      .doc = "the token tensors' type"},
     {"inputs", KEY_OWN, .parse = parse_v2_inputs, .dump = dump_v2_inputs, .reset = reset_v2_inputs,
+     .same = same_v2_inputs,
      .applies = APPLY_AT_RESTART, .type_doc = "object", .def_doc = "the same names",
      .range_doc = "`input_ids`, `segment_ids`, `position_ids`",
      .doc = "the backend's names for the three inputs (`null` leaves one out; never `input_ids`)"},
@@ -362,7 +378,7 @@ static const keydef_t embedding_keys[] = {
 
 /* A model: "models": {"NAME": {...}}. The dump prints them in this order. */
 static const keydef_t model_keys[] = {
-    {"shapes", KEY_OWN, .parse = parse_shapes, .dump = dump_shapes, .reset = reset_shapes,
+    {"shapes", KEY_OWN, .parse = parse_shapes, .dump = dump_shapes, .reset = reset_shapes, .same = same_shapes,
      .applies = APPLY_AT_RESTART, .type_doc = "`\"4x8192,8x2048\"` or a list of `\"LxB\"` / `[lanes, bucket]`",
      .def_doc = "required", .range_doc = "lanes x bucket <= `max_batch_tokens`",
      .doc = "the batch shapes (lanes x bucket) the backends run"},
@@ -667,6 +683,80 @@ static json_t *dump_models(const void *base, const lp_config_t *top) {
   for (size_t i = 0; i < c->nmodels; i++)
     json_object_set_new(models, c->models[i].name, dump_keys(model_keys, &c->models[i], top));
   return models;
+}
+
+/* The first key of keys (all of them, or those that apply at restart) whose
+ * value differs between bases a and b: "PATH changed (A -> B)" into what.
+ * Returns 1 for one, else 0. Keys read by their own hooks compare only with a
+ * `same` hook; the set of models is compared by lp_config_restart_diff. */
+static int diff_keys(const keydef_t *keys, const void *a, const void *b, const char *prefix, int all, char *what,
+                     size_t cap) {
+  for (const keydef_t *k = keys; k->name; k++) {
+    if (k->type == KEY_DEAD || (!all && k->applies != APPLY_AT_RESTART)) continue;
+    const void *pa = at_c(a, k), *pb = at_c(b, k);
+    int n = -1; /* the length written, once one differs */
+    if (k->same) {
+      if (!k->same(a, b)) n = snprintf(what, cap, "%s%s changed", prefix, k->name);
+    } else {
+      switch (k->type) {
+        case KEY_UINT:
+          if (get_uint(pa, k->size) != get_uint(pb, k->size))
+            n = snprintf(what, cap, "%s%s changed (%llu -> %llu)", prefix, k->name, (unsigned long long)get_uint(pa, k->size),
+                         (unsigned long long)get_uint(pb, k->size));
+          break;
+        case KEY_INT32:
+          if (*(const int32_t *)pa != *(const int32_t *)pb)
+            n = snprintf(what, cap, "%s%s changed (%d -> %d)", prefix, k->name, *(const int32_t *)pa, *(const int32_t *)pb);
+          break;
+        case KEY_REAL:
+          if (*(const double *)pa != *(const double *)pb)
+            n = snprintf(what, cap, "%s%s changed (%g -> %g)", prefix, k->name, *(const double *)pa, *(const double *)pb);
+          break;
+        case KEY_BOOL:
+          if (*(const int *)pa != *(const int *)pb)
+            n = snprintf(what, cap, "%s%s changed (%s -> %s)", prefix, k->name, *(const int *)pa ? "true" : "false",
+                         *(const int *)pb ? "true" : "false");
+          break;
+        case KEY_ENUM:
+          if (*(const int *)pa != *(const int *)pb)
+            n = snprintf(what, cap, "%s%s changed (%s -> %s)", prefix, k->name, k->names[*(const int *)pa],
+                         k->names[*(const int *)pb]);
+          break;
+        case KEY_STR:
+          if (strcmp(pa, pb)) n = snprintf(what, cap, "%s%s changed ('%s' -> '%s')", prefix, k->name, (const char *)pa,
+                                           (const char *)pb);
+          break;
+        case KEY_OBJ: {
+          char sub[128];
+          snprintf(sub, sizeof(sub), "%s%s.", prefix, k->name);
+          if (diff_keys(k->sub, pa, pb, sub, 1, what, cap)) return 1;
+          break;
+        }
+        case KEY_OWN:
+        case KEY_DEAD: break;
+      }
+    }
+    if (n >= 0) return 1;
+  }
+  return 0;
+}
+
+int lp_config_restart_diff(const lp_config_t *running, const lp_config_t *next, char *what, size_t whatlen) {
+  if (diff_keys(top_keys, running, next, "", 0, what, whatlen)) return 1;
+  int same_set = running->nmodels == next->nmodels;
+  for (size_t i = 0; same_set && i < running->nmodels; i++) same_set = lp_config_model(next, running->models[i].name) != NULL;
+  if (!same_set) {
+    snprintf(what, whatlen, "the set of models changed");
+    return 1;
+  }
+  for (size_t i = 0; i < running->nmodels; i++) {
+    char prefix[LP_NAME_MAX + 16];
+    snprintf(prefix, sizeof(prefix), "models.%s.", running->models[i].name);
+    if (diff_keys(model_keys, &running->models[i], lp_config_model(next, running->models[i].name), prefix, 0, what,
+                  whatlen))
+      return 1;
+  }
+  return 0;
 }
 
 /* ---- the entry points ---- */
