@@ -11,10 +11,12 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential meson ninja-build pkg-config libuv1-dev node-llhttp libjansson-dev
       libcurl4-openssl-dev libsentencepiece-dev curl python3)
 # What only the tests need: Check, the sanitizer build's clang, the Python
-# tests' yaml, promtool (from prometheus) for the metrics' format, and the reference model server's framework (torch and numpy,
+# tests' yaml, promtool (from prometheus) for the metrics' format, logrotate (the
+# deploy test runs it on the shipped snippet), and the reference model server's framework (torch and numpy,
 # which the v2 client test uses too). LP_SETUP_TORCH=0 leaves out torch alone.
+# A test whose tool is missing fails (tests/missing-tool.sh), it is not left out.
 if [ "${LP_SETUP_TESTS:-0}" = 1 ] || [ "${LP_SETUP_ASAN:-0}" = 1 ] || [ "${LP_SETUP_TSAN:-0}" = 1 ]; then
-  PKGS+=(check clang libclang-rt-14-dev python3-yaml prometheus sentencepiece)
+  PKGS+=(check clang libclang-rt-14-dev python3-yaml prometheus sentencepiece logrotate)
   # a real browser for the live view's test (view): chromium headless draws GET /
   PKGS+=(chromium)
   if [ "${LP_SETUP_TORCH:-1}" = 1 ]; then PKGS+=(python3-torch python3-numpy); fi

@@ -369,7 +369,7 @@ int h_stack_start_at(h_stack_t *s, const char *emu_args, const char *top, const 
 }
 
 int h_stack_stop(h_stack_t *s) {
-  int rc = h_stop(s->proxy, 8000);
+  int rc = h_stop(s->proxy, 15000); /* its drain may wait out a batch in flight */
   h_stop(s->emu, 5000);
   return rc;
 }

@@ -1,12 +1,42 @@
-"""Shared by the Python tests: a free loopback port, waiting until an HTTP
-route answers 200, a lanepack-loadgen run read back from its --json report,
-and TAP-like checks with a closing count."""
+"""Shared by the Python tests: the emulator's answer function, a free loopback
+port, waiting until an HTTP route answers 200, a lanepack-loadgen run read back from its --json report,
+stopping servers (a lanepack checked to exit 0), and TAP-like checks with a
+closing count."""
 import http.client
 import json
 import os
 import socket
 import subprocess
 import time
+
+
+# The emulator's answer function, as include/lanepack/emu.h has it: the k-th
+# output of a sequence is h(k), h(-1) = EMU_SEED, h(k) = (h(k-1) * 31 + t(k) + 1)
+# mod EMU_MOD, so a misplaced token or a leak across sequences changes it.
+EMU_MOD = 1000000007
+EMU_SEED = 7
+
+
+def emu_outputs(tokens):
+    """The emulator's per-token outputs for one sequence."""
+    h, out = EMU_SEED, []
+    for t in tokens:
+        h = (h * 31 + int(t) + 1) % EMU_MOD
+        out.append(h)
+    return out
+
+
+def emu_last(tokens):
+    """The emulator's per-sequence output: the last of its per-token ones."""
+    h = EMU_SEED
+    for t in tokens:
+        h = (h * 31 + int(t) + 1) % EMU_MOD
+    return h
+
+
+def emu_feature(h, k):
+    """Feature k of output h in the emulator's float form (vectors): FP32 holds it exactly."""
+    return (h % 1000) + 0.25 * k
 
 
 def free_port():
@@ -94,6 +124,24 @@ def stop_all(procs, grace=10.0):
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def stop_proxy(p, what="lanepack", grace=30.0):
+    """Stops a lanepack the test started (its Popen) with SIGTERM and checks it
+    exits 0: a drain that hangs, a crash at exit or a sanitizer's report at exit
+    fails the test. One that already ended is checked as it ended. Returns its
+    exit status ("hung" when SIGKILL was needed after grace seconds)."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            check("%s exits 0 on SIGTERM" % what, False, "hung: killed after %g s" % grace)
+            return "hung"
+    check("%s exits 0 on SIGTERM" % what, p.returncode == 0, p.returncode)
+    return p.returncode
 
 
 _results = []

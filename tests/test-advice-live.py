@@ -15,7 +15,7 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, stop_proxy, wait_http  # noqa: E402
 
 lanepack, emulator = sys.argv[1], sys.argv[2]
 
@@ -112,8 +112,7 @@ with tempfile.TemporaryDirectory() as tmp:
             check("?%s: 400 with a JSON error naming %s" % (q, name),
                   st == 400 and isinstance(b, dict) and name in text, (st, b))
     finally:
-        lp.terminate()
-        lp.wait(timeout=10)
+        stop_proxy(lp)
         emu.terminate()
         emu.wait(timeout=10)
 finish()

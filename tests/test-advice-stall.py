@@ -17,20 +17,11 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import check, emu_outputs, finish, free_port, wait_http  # noqa: E402
 
-MOD = 1000000007
 # the steady load: one request every STEP_S on each of CLIENTS connections
 CLIENTS, STEP_S = 2, 0.02
 QUIET_S, FLOOD_S = 3.0, 4.0
-
-
-def emu(tokens):
-    h, out = 7, []
-    for t in tokens:
-        h = (h * 31 + int(t) + 1) % MOD
-        out.append(h)
-    return out
 
 
 def get(port, path, timeout=30):
@@ -79,7 +70,7 @@ def main():
                 r = c.getresponse()
                 body = r.read()
                 dt = time.time() - t0
-                if r.status != 200 or json.loads(body)["output"] != emu(toks):
+                if r.status != 200 or json.loads(body)["output"] != emu_outputs(toks):
                     wrong.append((r.status, body[:120]))
                 lat[phase["name"]].append(dt)
             except (OSError, http.client.HTTPException) as e:

@@ -162,8 +162,11 @@ check("the Service targets lanepack's client port only (not the model server, no
 
 # ---- manual pages: every key, metric, signal and emulator flag ----
 man = open(os.path.join(src, "doc", "lanepack.1")).read().replace("\\-", "-").replace("\\fB", "").replace("\\fR", "")
-cfg_src = open(os.path.join(src, "src", "proxy", "common", "config.c")).read()
-keys = sorted(set(re.findall(r'strcmp\(key, "([a-z_0-9]+)"\)', cfg_src)))
+# the keys the loader's table holds (refused ones aside), as --config-keys lists them;
+# a key inside an object ("v2.output_kind") by its own name
+listing = subprocess.run([lanepack, "--config-keys"], capture_output=True, text=True, timeout=30).stdout
+keys = sorted(set(m.group(1).split(".")[-1] for m in re.finditer(r"^\| `([a-z_0-9.]+)` \|(.*)$", listing, re.M)
+                  if "| refused |" not in m.group(2)))
 missing = [k for k in keys if k not in man]
 check("lanepack(1) documents every configuration key (%d)" % len(keys), keys and not missing, missing)
 metrics = sorted(set(re.findall(r'"((?:lanepack|process)_[a-z_]+)"', open(os.path.join(src, "src", "proxy", "front", "pages.c")).read())))
@@ -304,9 +307,12 @@ check("logrotate's postrotate sends lanepack SIGHUP (it reopens the log)",
       post and "HUP" in post.group(1) and "lanepack" in post.group(1), post.group(1) if post else rot_text[-200:])
 check("logrotate lets lanepack create the new file and copies nothing (nocreate, no copytruncate)",
       re.search(r"^\s*nocreate\s*$", rot_text, re.M) and not re.search(r"^\s*copytruncate", rot_text, re.M))
-if shutil.which("logrotate"):
+# logrotate itself reads the snippet (setup installs it: a missing one fails here)
+logrotate = shutil.which("logrotate") or shutil.which("/usr/sbin/logrotate")
+check("logrotate is installed (LP_SETUP_TESTS=1 scripts/setup.sh installs it)", logrotate)
+if logrotate:
     with tempfile.TemporaryDirectory() as d:
-        r = subprocess.run(["logrotate", "--debug", "--state", os.path.join(d, "state"),
+        r = subprocess.run([logrotate, "--debug", "--state", os.path.join(d, "state"),
                             os.path.join(src, "deploy", "logrotate", "lanepack")], capture_output=True, text=True)
         check("logrotate --debug reads the snippet", r.returncode == 0 and "error" not in r.stderr.lower(),
               r.stderr[-300:])

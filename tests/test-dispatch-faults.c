@@ -5,60 +5,23 @@
 #include <check.h>
 #include <string.h>
 
+#include "disprec.h"
 #include "testutil.h"
 #include "lanepack/dispatch.h"
 
 #define MS 1000000ull
 
-typedef struct act_s {
-  lp_disp_action_t a;
-  lp_disp_item_t it[64];
-  uint64_t at;
-} act_t;
-
-static act_t A[1024];
-static int NA;
-
-static void drain_at(lp_disp_t *d, uint64_t now) {
-  lp_disp_action_t a;
-  while (lp_disp_next(d, &a)) {
-    REQUIRE(NA < (int)(sizeof(A) / sizeof(A[0])));
-    act_t *x = &A[NA++];
-    x->a = a;
-    x->at = now;
-    if (a.kind == LP_DISP_ACT_SEND) {
-      REQUIRE(a.send.n <= 64);
-      memcpy(x->it, a.send.items, a.send.n * sizeof(*a.send.items));
-      x->a.send.items = x->it;
-    }
-  }
-}
-
-/* The latest SEND holding job (after index from), or NULL. */
-static const act_t *send_of(uint64_t job, int from) {
-  const act_t *found = NULL;
-  for (int j = from; j < NA; j++)
-    if (A[j].a.kind == LP_DISP_ACT_SEND)
-      for (size_t i = 0; i < A[j].a.send.n; i++)
-        if (A[j].it[i].job_id == job) found = &A[j];
-  return found;
-}
-
-static const act_t *answer_of(uint64_t job) {
-  for (int j = 0; j < NA; j++)
-    if (A[j].a.kind == LP_DISP_ACT_ANSWER && A[j].a.answer.job_id == job) return &A[j];
-  return NULL;
-}
+static rec_t R; /* every action the core gave, in order */
 
 static void admit(lp_disp_t *d, uint64_t job, uint32_t len, uint64_t now) {
   ck_assert_int_eq(lp_disp_admit(d, job, 1, &len, 0, 0, now), 0);
-  drain_at(d, now);
+  rec_drain(&R, d, now);
 }
 
-static void ok(lp_disp_t *d, const act_t *s, uint64_t now) {
+static void ok(lp_disp_t *d, const rec_act_t *s, uint64_t now) {
   lp_disp_result_t r = {.outcome = LP_DISP_OK, .device_ns = 8 * MS};
   ck_assert_int_eq(lp_disp_result(d, s->a.send.batch_id, &r, now), 0);
-  drain_at(d, now);
+  rec_drain(&R, d, now);
 }
 
 /* Ticks at each wake the core asks for up to `until`. */
@@ -66,18 +29,18 @@ static void run_until(lp_disp_t *d, uint64_t until) {
   for (int i = 0; i < 1000 && lp_disp_wake_at(d) <= until; i++) {
     uint64_t at = lp_disp_wake_at(d);
     lp_disp_tick(d, at);
-    drain_at(d, at);
+    rec_drain(&R, d, at);
   }
 }
 
 /* Ticks as asked up to `until` or until a SEND holding job appears after
  * index from; returns that SEND or NULL. */
-static const act_t *run_until_sent(lp_disp_t *d, uint64_t job, int from, uint64_t until) {
+static const rec_act_t *run_until_sent(lp_disp_t *d, uint64_t job, int from, uint64_t until) {
   for (int i = 0; i < 1000 && lp_disp_wake_at(d) <= until; i++) {
     uint64_t at = lp_disp_wake_at(d);
     lp_disp_tick(d, at);
-    drain_at(d, at);
-    const act_t *s = send_of(job, from);
+    rec_drain(&R, d, at);
+    const rec_act_t *s = rec_send_of(&R, job, from);
     if (s) return s;
   }
   return NULL;
@@ -101,28 +64,28 @@ static lp_disp_t *two_backends(void) {
   c.backend_timeout_ns = 30000 * MS;
   lp_disp_t *d = lp_disp_new(&c);
   ck_assert_ptr_nonnull(d);
-  NA = 0;
+  rec_clear(&R);
   return d;
 }
 
 START_TEST(stall_timed_by_another_backends_clock) {
   lp_disp_t *d = two_backends();
   admit(d, 1, 1500, 0);
-  const act_t *s1 = send_of(1, 0);
+  const rec_act_t *s1 = rec_send_of(&R, 1, 0);
   ck_assert_ptr_nonnull(s1);
   uint32_t stuck = s1->a.send.backend;
   admit(d, 2, 1500, 1 * MS);
-  const act_t *s2 = send_of(2, 0);
+  const rec_act_t *s2 = rec_send_of(&R, 2, 0);
   ck_assert_ptr_nonnull(s2);
   ck_assert_uint_ne(s2->a.send.backend, stuck); /* idle backends take turns */
   ok(d, s2, 10 * MS); /* the other backend's clock learns 8 ms */
-  ck_assert_ptr_nonnull(answer_of(2));
+  ck_assert_ptr_nonnull(rec_answer_of(&R, 2));
   /* job 1 is hedged well before any transfer timeout, and answered */
-  const act_t *h = run_until_sent(d, 1, (int)(s1 - A) + 1, 1000 * MS);
+  const rec_act_t *h = run_until_sent(d, 1, (int)(s1 - R.acts) + 1, 1000 * MS);
   ck_assert_msg(h != NULL, "the stalled batch on the backend that knows no time was not hedged within 1 s");
   ok(d, h, h->at + 9 * MS);
-  ck_assert_ptr_nonnull(answer_of(1));
-  ck_assert_int_eq(answer_of(1)->a.answer.status, LP_DISP_ST_OK);
+  ck_assert_ptr_nonnull(rec_answer_of(&R, 1));
+  ck_assert_int_eq(rec_answer_of(&R, 1)->a.answer.status, LP_DISP_ST_OK);
 
   lp_disp_free(d);
 }
@@ -135,24 +98,24 @@ END_TEST
 START_TEST(stall_timed_when_sent_to_an_untaught_backend) {
   lp_disp_t *d = two_backends();
   admit(d, 1, 1500, 0);
-  const act_t *s1 = send_of(1, 0);
+  const rec_act_t *s1 = rec_send_of(&R, 1, 0);
   uint32_t untaught = s1->a.send.backend;
   admit(d, 2, 1500, 1 * MS);
-  const act_t *s2 = send_of(2, 0);
+  const rec_act_t *s2 = rec_send_of(&R, 2, 0);
   ck_assert_uint_ne(s2->a.send.backend, untaught);
   lp_disp_result_t reset = {.outcome = LP_DISP_RESET};
   ck_assert_int_eq(lp_disp_result(d, s1->a.send.batch_id, &reset, 5 * MS), 0);
-  drain_at(d, 5 * MS);
+  rec_drain(&R, d, 5 * MS);
   ok(d, s2, 10 * MS);
   /* more requests until one goes to the untaught backend; the rest are answered */
   uint64_t t = 20 * MS;
-  const act_t *s3 = NULL;
+  const rec_act_t *s3 = NULL;
   for (uint64_t job = 3; job < 20 && !s3; job++, t += 20 * MS) {
-    int mark = NA;
+    int mark = (int)R.n;
     admit(d, job, 1500, t);
     run_until(d, t + 10 * MS);
-    for (int j = mark; j < NA; j++) {
-      const act_t *s = &A[j];
+    for (int j = mark; j < (int)R.n; j++) {
+      const rec_act_t *s = &R.acts[j];
       if (s->a.kind != LP_DISP_ACT_SEND) continue;
       if (s->a.send.backend == untaught) s3 = s;
       else ok(d, s, t + 10 * MS);
@@ -160,12 +123,12 @@ START_TEST(stall_timed_when_sent_to_an_untaught_backend) {
   }
   ck_assert_ptr_nonnull(s3);
   uint64_t job3 = s3->it[0].job_id;
-  int mark = (int)(s3 - A) + 1;
-  const act_t *h3 = run_until_sent(d, job3, mark, s3->at + 1000 * MS);
+  int mark = (int)(s3 - R.acts) + 1;
+  const rec_act_t *h3 = run_until_sent(d, job3, mark, s3->at + 1000 * MS);
   ck_assert_msg(h3 != NULL, "a batch sent to the backend whose clock knows no time was not hedged within 1 s");
   ok(d, h3, h3->at + 9 * MS);
-  ck_assert_ptr_nonnull(answer_of(job3));
-  ck_assert_int_eq(answer_of(job3)->a.answer.status, LP_DISP_ST_OK);
+  ck_assert_ptr_nonnull(rec_answer_of(&R, job3));
+  ck_assert_int_eq(rec_answer_of(&R, job3)->a.answer.status, LP_DISP_ST_OK);
   lp_disp_free(d);
 }
 END_TEST
@@ -191,36 +154,36 @@ START_TEST(last_copy_stalled_given_up) {
   for (int late_answer = 0; late_answer < 2; late_answer++) {
     lp_disp_t *d = lp_disp_new(&c);
     ck_assert_ptr_nonnull(d);
-    NA = 0;
+    rec_clear(&R);
     admit(d, 1, 1500, 0);
     lp_disp_result_t reset = {.outcome = LP_DISP_RESET};
     for (int i = 0; i < 2; i++) { /* two copies spent on resets */
-      const act_t *s = send_of(1, 0);
+      const rec_act_t *s = rec_send_of(&R, 1, 0);
       ck_assert_int_eq(lp_disp_result(d, s->a.send.batch_id, &reset, s->at + 1 * MS), 0);
-      drain_at(d, s->at + 1 * MS);
+      rec_drain(&R, d, s->at + 1 * MS);
       run_until(d, s->at + 100 * MS);
     }
-    const act_t *last = send_of(1, 0);
+    const rec_act_t *last = rec_send_of(&R, 1, 0);
     ck_assert_ptr_nonnull(last);
-    ck_assert_ptr_null(answer_of(1));
+    ck_assert_ptr_null(rec_answer_of(&R, 1));
     if (late_answer) {
       /* stalled (past 3 x 8 ms and 100 ms more), answered 10 s later: served */
       run_until(d, last->at + 10000 * MS);
-      ck_assert_ptr_null(answer_of(1));
+      ck_assert_ptr_null(rec_answer_of(&R, 1));
       ok(d, last, last->at + 10000 * MS);
-      ck_assert_ptr_nonnull(answer_of(1));
-      ck_assert_int_eq(answer_of(1)->a.answer.status, LP_DISP_ST_OK);
+      ck_assert_ptr_nonnull(rec_answer_of(&R, 1));
+      ck_assert_int_eq(rec_answer_of(&R, 1)->a.answer.status, LP_DISP_ST_OK);
     } else {
       run_until(d, last->at + 15000 * MS);
-      ck_assert_msg(answer_of(1) != NULL, "a request whose last copy stalled was not answered within 15 s");
-      ck_assert_int_eq(answer_of(1)->a.answer.status, LP_DISP_ST_BACKEND_TIMEOUT);
-      ck_assert_int_eq(send_of(1, 0) == last, 1); /* no copy beyond the budget */
+      ck_assert_msg(rec_answer_of(&R, 1) != NULL, "a request whose last copy stalled was not answered within 15 s");
+      ck_assert_int_eq(rec_answer_of(&R, 1)->a.answer.status, LP_DISP_ST_BACKEND_TIMEOUT);
+      ck_assert_int_eq(rec_send_of(&R, 1, 0) == last, 1); /* no copy beyond the budget */
       /* the batch's timeout, later, changes nothing */
-      int before = NA;
+      int before = (int)R.n;
       lp_disp_result_t to = {.outcome = LP_DISP_TIMEOUT};
       ck_assert_int_eq(lp_disp_result(d, last->a.send.batch_id, &to, last->at + 30000 * MS), 0);
-      drain_at(d, last->at + 30000 * MS);
-      ck_assert_int_eq(NA, before);
+      rec_drain(&R, d, last->at + 30000 * MS);
+      ck_assert_int_eq((int)R.n, before);
     }
     lp_disp_stats_t st;
     lp_disp_stats(d, &st);
@@ -248,31 +211,31 @@ START_TEST(refused_connection_costs_no_copy) {
   c.unhealthy_after = 10; /* the dead one stays up here: every batch may try it */
   lp_disp_t *d = lp_disp_new(&c);
   ck_assert_ptr_nonnull(d);
-  NA = 0;
+  rec_clear(&R);
   admit(d, 1, 1500, 0);
-  const act_t *s = send_of(1, 0);
+  const rec_act_t *s = rec_send_of(&R, 1, 0);
   uint32_t dead = s->a.send.backend;
   lp_disp_result_t refused = {.outcome = LP_DISP_UNSENT};
   ck_assert_int_eq(lp_disp_result(d, s->a.send.batch_id, &refused, 1 * MS), 0);
-  drain_at(d, 1 * MS);
+  rec_drain(&R, d, 1 * MS);
   /* at once, and to the other backend */
-  const act_t *s2 = send_of(1, (int)(s - A) + 1);
+  const rec_act_t *s2 = rec_send_of(&R, 1, (int)(s - R.acts) + 1);
   ck_assert_ptr_nonnull(s2);
   ck_assert_uint_ne(s2->a.send.backend, dead);
   /* two resets there spend the two copies left; a third would fail it */
   lp_disp_result_t reset = {.outcome = LP_DISP_RESET};
-  const act_t *x = s2;
+  const rec_act_t *x = s2;
   for (int i = 0; i < 2; i++) {
-    int from = NA;
+    int from = (int)R.n;
     ck_assert_int_eq(lp_disp_result(d, x->a.send.batch_id, &reset, x->at + 1 * MS), 0);
-    drain_at(d, x->at + 1 * MS);
-    ck_assert_ptr_null(answer_of(1));
+    rec_drain(&R, d, x->at + 1 * MS);
+    ck_assert_ptr_null(rec_answer_of(&R, 1));
     x = run_until_sent(d, 1, from, x->at + 1000 * MS);
     ck_assert_ptr_nonnull(x);
   }
   ok(d, x, x->at + 9 * MS);
-  ck_assert_ptr_nonnull(answer_of(1));
-  ck_assert_int_eq(answer_of(1)->a.answer.status, LP_DISP_ST_OK);
+  ck_assert_ptr_nonnull(rec_answer_of(&R, 1));
+  ck_assert_int_eq(rec_answer_of(&R, 1)->a.answer.status, LP_DISP_ST_OK);
   lp_disp_free(d);
 }
 END_TEST

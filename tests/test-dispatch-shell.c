@@ -6,39 +6,11 @@
 #include <errno.h>
 #include <string.h>
 
+#include "disprec.h"
 #include "testutil.h"
 #include "lanepack/dispatch.h"
 
 #define MS 1000000ull
-
-typedef struct {
-  int sends, answers;
-  lp_disp_action_t last_send;
-  lp_disp_item_t items[64];
-  uint64_t sent_jobs[256];
-  int nsent_jobs;
-} seen_t;
-
-static void drain(lp_disp_t *d, seen_t *s) {
-  lp_disp_action_t a;
-  while (lp_disp_next(d, &a)) {
-    if (a.kind == LP_DISP_ACT_SEND) {
-      s->sends++;
-      s->last_send = a;
-      REQUIRE(a.send.n <= 64);
-      memcpy(s->items, a.send.items, a.send.n * sizeof(*a.send.items));
-      s->last_send.send.items = s->items;
-      for (size_t i = 0; i < a.send.n && s->nsent_jobs < 256; i++) s->sent_jobs[s->nsent_jobs++] = a.send.items[i].job_id;
-    }
-    if (a.kind == LP_DISP_ACT_ANSWER) s->answers++;
-  }
-}
-
-static int was_sent(const seen_t *s, uint64_t job) {
-  for (int i = 0; i < s->nsent_jobs; i++)
-    if (s->sent_jobs[i] == job) return 1;
-  return 0;
-}
 
 static lp_disp_t *make(const char *shapes, uint64_t cost_ms, double stall_factor) {
   lp_disp_config_t c;
@@ -59,27 +31,28 @@ static lp_disp_t *make(const char *shapes, uint64_t cost_ms, double stall_factor
  * slot), and the first is not hedged (it stalled after stall_min). */
 START_TEST(no_clock_no_early_send_no_stall) {
   lp_disp_t *d = make("1x8", 0, 3.0);
-  seen_t s = {0};
+  rec_t s = {0};
   uint32_t len = 4;
   ck_assert_int_eq(lp_disp_admit(d, 1, 1, &len, 0, 0, 0), 0);
-  drain(d, &s);
-  ck_assert_int_eq(s.sends, 1);
-  ck_assert_uint_eq(s.last_send.send.expect_ns, 0); /* unknown */
-  uint64_t first = s.last_send.send.batch_id;
+  rec_drain(&s, d, 0);
+  ck_assert_int_eq(rec_count(&s, LP_DISP_ACT_SEND), 1);
+  ck_assert_uint_eq(rec_last(&s, LP_DISP_ACT_SEND)->a.send.expect_ns, 0); /* unknown */
+  uint64_t first = rec_last(&s, LP_DISP_ACT_SEND)->a.send.batch_id;
   ck_assert_int_eq(lp_disp_admit(d, 2, 1, &len, 0, 0, 1 * MS), 0);
-  drain(d, &s);
-  ck_assert_int_eq(s.sends, 1); /* waits for the answer */
+  rec_drain(&s, d, 0);
+  ck_assert_int_eq(rec_count(&s, LP_DISP_ACT_SEND), 1); /* waits for the answer */
   for (uint64_t t = 10 * MS; t <= 390 * MS; t += 10 * MS) {
     lp_disp_tick(d, t);
-    drain(d, &s);
+    rec_drain(&s, d, 0);
   }
-  ck_assert_int_eq(s.sends, 1); /* no hedge of the first */
+  ck_assert_int_eq(rec_count(&s, LP_DISP_ACT_SEND), 1); /* no hedge of the first */
   lp_disp_result_t r = {.outcome = LP_DISP_OK, .http_status = 200};
   ck_assert_int_eq(lp_disp_result(d, first, &r, 400 * MS), 0);
-  drain(d, &s);
-  ck_assert_int_eq(s.sends, 2);
-  ck_assert(was_sent(&s, 2));
+  rec_drain(&s, d, 0);
+  ck_assert_int_eq(rec_count(&s, LP_DISP_ACT_SEND), 2);
+  ck_assert((rec_send_of(&s, 2, 0) != NULL));
   lp_disp_free(d);
+  rec_free(&s);
 }
 END_TEST
 
@@ -98,31 +71,32 @@ START_TEST(oldest_aged_goes_whatever_its_priority) {
   c.request_bound_ns = 100000 * MS;
   lp_disp_t *d = lp_disp_new(&c);
   ck_assert_ptr_nonnull(d);
-  seen_t s = {0};
+  rec_t s = {0};
   uint32_t len = 60;
   uint64_t id = 100;
   for (int i = 0; i < 12; i++) ck_assert_int_eq(lp_disp_admit(d, id++, 1, &len, 5, 0, 0), 0);
   uint32_t short_len = 10;
   ck_assert_int_eq(lp_disp_admit(d, 1, 1, &short_len, 0, 0, 1 * MS), 0);
-  drain(d, &s);
+  rec_drain(&s, d, 0);
   /* each answer frees the device; four new priority-5 requests per batch keep
    * the queue full (twice the device's rate): each batch carries the oldest,
    * so the priority-0 one leaves once the twelve older ones have (it never
    * did while the flood lasted) */
   uint64_t t = 0, low_sent_at = 0;
   for (int round = 0; round < 40 && !low_sent_at; round++) {
-    ck_assert_int_ge(s.sends, 1);
-    uint64_t b = s.last_send.send.batch_id;
+    ck_assert_int_ge(rec_count(&s, LP_DISP_ACT_SEND), 1);
+    uint64_t b = rec_last(&s, LP_DISP_ACT_SEND)->a.send.batch_id;
     t += 20 * MS;
     for (int k = 0; k < 4; k++) ck_assert_int_eq(lp_disp_admit(d, id++, 1, &len, 5, 0, t), 0);
     lp_disp_result_t r = {.outcome = LP_DISP_OK, .http_status = 200};
     ck_assert_int_eq(lp_disp_result(d, b, &r, t), 0);
-    drain(d, &s);
-    if (was_sent(&s, 1)) low_sent_at = t;
+    rec_drain(&s, d, 0);
+    if ((rec_send_of(&s, 1, 0) != NULL)) low_sent_at = t;
   }
   ck_assert_msg(low_sent_at && low_sent_at <= 13 * 20 * MS, "the priority-0 one left at %llu ms (0: never)",
                 (unsigned long long)(low_sent_at / MS));
   lp_disp_free(d);
+  rec_free(&s);
 }
 END_TEST
 
@@ -132,18 +106,19 @@ START_TEST(queue_depth_zero) {
   for (int depth = 0; depth < 2; depth++) {
     lp_disp_t *d = make("1x8", 20, 0);
     lp_disp_set_queue_depth(d, (uint32_t)depth);
-    seen_t s = {0};
+    rec_t s = {0};
     uint32_t len = 4;
     ck_assert_int_eq(lp_disp_admit(d, 1, 1, &len, 0, 0, 0), 0);
-    drain(d, &s);
+    rec_drain(&s, d, 0);
     ck_assert_int_eq(lp_disp_admit(d, 2, 1, &len, 0, 0, 5 * MS), 0);
-    drain(d, &s);
+    rec_drain(&s, d, 0);
     for (uint64_t t = 6 * MS; t < 40 * MS; t += MS) {
       lp_disp_tick(d, t);
-      drain(d, &s);
+      rec_drain(&s, d, 0);
     }
-    ck_assert_int_eq(s.sends, depth ? 2 : 1);
+    ck_assert_int_eq(rec_count(&s, LP_DISP_ACT_SEND), depth ? 2 : 1);
     lp_disp_free(d);
+    rec_free(&s);
   }
 }
 END_TEST
@@ -152,7 +127,7 @@ END_TEST
  * freed, what only it held is refused. A reload's tunables apply. */
 START_TEST(shape_slots_and_reconfigure) {
   lp_disp_t *d = make("1x8", 10, 0);
-  seen_t s = {0};
+  rec_t s = {0};
   uint32_t len = 12;
   ck_assert_int_eq(lp_disp_admit(d, 1, 1, &len, 0, 0, 0), -EMSGSIZE);
   ck_assert_int_eq(lp_disp_set_shape(d, 1, 1, 16), 0);
@@ -160,13 +135,13 @@ START_TEST(shape_slots_and_reconfigure) {
   lp_shape_state_t st[2] = {LP_SHAPE_COMPILED, LP_SHAPE_COMPILED};
   ck_assert_int_eq(lp_disp_backend_shapes(d, 0, st, 2, 0), 0);
   ck_assert_int_eq(lp_disp_admit(d, 1, 1, &len, 0, 0, 0), 0);
-  drain(d, &s);
-  ck_assert_int_eq(s.sends, 1);
-  ck_assert_int_eq(s.last_send.send.shape, 1);
-  ck_assert_uint_eq(s.last_send.send.bucket, 16);
+  rec_drain(&s, d, 0);
+  ck_assert_int_eq(rec_count(&s, LP_DISP_ACT_SEND), 1);
+  ck_assert_int_eq(rec_last(&s, LP_DISP_ACT_SEND)->a.send.shape, 1);
+  ck_assert_uint_eq(rec_last(&s, LP_DISP_ACT_SEND)->a.send.bucket, 16);
   lp_disp_result_t r = {.outcome = LP_DISP_OK, .http_status = 200};
-  ck_assert_int_eq(lp_disp_result(d, s.last_send.send.batch_id, &r, 5 * MS), 0);
-  drain(d, &s);
+  ck_assert_int_eq(lp_disp_result(d, rec_last(&s, LP_DISP_ACT_SEND)->a.send.batch_id, &r, 5 * MS), 0);
+  rec_drain(&s, d, 0);
   ck_assert_int_eq(lp_disp_set_shape(d, 1, 0, 0), 0);
   ck_assert_int_eq(lp_disp_backend_shapes(d, 0, st, 1, 5 * MS), 0);
   ck_assert_int_eq(lp_disp_admit(d, 2, 1, &len, 0, 0, 6 * MS), -EMSGSIZE);
@@ -179,8 +154,9 @@ START_TEST(shape_slots_and_reconfigure) {
   uint32_t small = 4;
   ck_assert_int_eq(lp_disp_admit(d, 3, 1, &small, 0, 0, 7 * MS), 0);
   ck_assert_int_eq(lp_disp_admit(d, 4, 1, &small, 0, 0, 7 * MS), -ENOBUFS);
-  drain(d, &s);
+  rec_drain(&s, d, 0);
   lp_disp_free(d);
+  rec_free(&s);
 }
 END_TEST
 

@@ -6,6 +6,7 @@
 #include <check.h>
 #include <string.h>
 
+#include "disprec.h"
 #include "testutil.h"
 #include "lanepack/dispatch.h"
 
@@ -23,18 +24,23 @@ static uint64_t dev_free, sends, copies_sent, answered_ok;
 static int shapes_sent[256];
 static uint64_t cost_of[2] = {20 * MS, 8 * MS};
 
+static rec_t R; /* every action the core gave since fresh() */
+
+/* Records the core's actions and runs each new SEND on the modelled device. */
 static void drain(lp_disp_t *d, uint64_t now) {
-  lp_disp_action_t a;
-  while (lp_disp_next(d, &a)) {
-    if (a.kind == LP_DISP_ACT_ANSWER && a.answer.status == LP_DISP_ST_OK) answered_ok++;
-    if (a.kind != LP_DISP_ACT_SEND) continue;
-    if (sends < 256) shapes_sent[sends] = a.send.shape;
+  size_t from = R.n;
+  rec_drain(&R, d, now);
+  for (size_t i = from; i < R.n; i++) {
+    const lp_disp_action_t *a = &R.acts[i].a;
+    if (a->kind == LP_DISP_ACT_ANSWER && a->answer.status == LP_DISP_ST_OK) answered_ok++;
+    if (a->kind != LP_DISP_ACT_SEND) continue;
+    if (sends < 256) shapes_sent[sends] = a->send.shape;
     sends++;
-    copies_sent += a.send.copies;
+    copies_sent += a->send.copies;
     REQUIRE(npend < 64);
     uint64_t start = dev_free > now ? dev_free : now;
-    dev_free = start + cost_of[a.send.shape];
-    pend[npend++] = (pend_t){.batch = a.send.batch_id, .done = dev_free, .shape = a.send.shape};
+    dev_free = start + cost_of[a->send.shape];
+    pend[npend++] = (pend_t){.batch = a->send.batch_id, .done = dev_free, .shape = a->send.shape};
   }
 }
 
@@ -51,6 +57,7 @@ static lp_disp_t *fresh(const char *shapes, double stall_factor) {
   ck_assert_ptr_nonnull(d);
   npend = 0;
   dev_free = sends = copies_sent = answered_ok = 0;
+  rec_clear(&R);
   return d;
 }
 

@@ -2,18 +2,19 @@
 """The documentation holds together: README.md is short (at most 16 KB) and
 opens with the two commands; every relative link in README.md, CHANGES.md and
 doc/*.md reaches a file (and its #anchor); every key the configuration loader
-accepts is documented in doc/configuration.md; the reference pages exist.
+accepts is documented in doc/configuration.md as its table says; the reference pages exist.
 
-Usage: test-docs.py SOURCE_ROOT"""
+Usage: test-docs.py SOURCE_ROOT LANEPACK"""
 import glob
 import os
 import re
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lphelp import check, finish  # noqa: E402
 
-root = sys.argv[1]
+root, lanepack = sys.argv[1], sys.argv[2]
 # 16 KB: a README read in five minutes (issue 27); the reference lives in doc/.
 README_MAX_BYTES = 16 * 1024
 # The two commands must be met at once: within the README's first lines.
@@ -107,9 +108,22 @@ def documented(source, pattern, page, what):
         check("%s documents `%s`" % (page, n), "`%s`" % n in doc)
 
 
-# Keys the loader accepts: those it compares with strcmp(key, "...") (the refused
-# ones it compares through its list of reasons, and documents as refused).
-documented("src/proxy/common/config.c", r'strcmp\(key, "([a-z0-9_]+)"\)', "doc/configuration.md", "keys")
+# Keys: the loader's table, as `lanepack --config-keys` lists it (name, type,
+# default, range, when it applies, what it does), is doc/configuration.md's
+# tables row for row: a key added, changed or dropped in the table and not on
+# the page fails here (regenerate the rows with `lanepack --config-keys`).
+listing = subprocess.run([lanepack, "--config-keys"], capture_output=True, text=True, timeout=30)
+check("lanepack --config-keys exits 0", listing.returncode == 0, listing.stderr)
+conf_doc = read(os.path.join(root, "doc", "configuration.md")).split("\n")
+rows = [ln for ln in listing.stdout.split("\n") if ln.startswith("| `")]
+check("the listing has the keys", len(rows) > 60, len(rows))
+at = [conf_doc.index(r) if r in conf_doc else -1 for r in rows]
+for r, i in zip(rows, at):
+    check("doc/configuration.md has the row %s" % r.split(" | ")[0].strip("| "), i >= 0, r)
+check("doc/configuration.md has the rows in the table's order", at == sorted(at), at)
+documented_rows = [ln for ln in conf_doc if re.match(r"\| `[a-z0-9_.]+` \| ", ln) and ln.count(" | ") == 5]
+extra = sorted(set(documented_rows) - set(rows))
+check("doc/configuration.md lists no key the table does not have", not extra, extra)
 # Metrics the status page exports.
 documented("src/proxy/front/pages.c", r'"(lanepack_[a-z0-9_]+)"', "doc/metrics.md", "metrics")
 finish()

@@ -17,6 +17,10 @@
 
 #include "lanepack/httpd.h"
 
+/* each test drives a server with thousands of connections */
+#define LP_TEST_TIMEOUT_S 120
+#include "testutil.h"
+
 /* Idle connections measured: enough that a page more or less is 2 bytes per
  * connection; fewer when the process may not open that many files. */
 #define IDLE_CONNS 2000
@@ -239,16 +243,4 @@ START_TEST(churn_served) {
 }
 END_TEST
 
-int main(void) {
-  Suite *su = suite_create("httpd");
-  TCase *tc = tcase_create("idle");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, idle_connection_bytes);
-  tcase_add_test(tc, churn_served);
-  suite_add_tcase(su, tc);
-  SRunner *sr = srunner_create(su);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+LP_TEST_MAIN("httpd", idle_connection_bytes, churn_served)

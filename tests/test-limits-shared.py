@@ -14,7 +14,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, stop_proxy, wait_http  # noqa: E402
 
 FRONTS = 8
 MAX_CONNS = 200
@@ -115,13 +115,7 @@ def main():
         for s in socks:
             s.close()
     finally:
-        if proxy.poll() is None:
-            proxy.terminate()
-            try:
-                proxy.wait(20)
-            except subprocess.TimeoutExpired:
-                proxy.kill()
-                proxy.wait()
+        stop_proxy(proxy)
         emu_p.terminate()
         emu_p.wait()
     finish()

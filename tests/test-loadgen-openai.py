@@ -14,7 +14,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lphelp import (check, finish, free_port, run_loadgen_bounded, start_emulators, start_proxy,  # noqa: E402
-                    train_spm)
+                    stop_proxy, train_spm)
 
 lanepack, emulator, loadgen = sys.argv[1], sys.argv[2], sys.argv[3]
 TEXT = "/usr/share/common-licenses/GPL-3"
@@ -82,6 +82,9 @@ def main():
                       and "mismatch: data[0]" in err,
                       (rc, {k: rep.get(k) for k in ("ok", "mismatches", "by_status")}, err[-300:]))
         finally:
+            for p in procs:
+                if p.args[0] == lanepack:
+                    stop_proxy(p)
             for p in procs:
                 p.terminate()
             for p in procs:

@@ -8,6 +8,7 @@
 #include <uv.h>
 
 #include "proxy.h"
+#include "testutil.h"
 
 #define PRODUCERS 4
 #define PER_PRODUCER 20000
@@ -186,17 +187,4 @@ START_TEST(test_jobs_and_batches) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("mailbox");
-  TCase *tc = tcase_create("mailbox");
-  tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, test_take_empty);
-  tcase_add_test(tc, test_jobs_and_batches);
-  tcase_add_test(tc, test_many_producers);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
-}
+LP_TEST_MAIN("mailbox", test_take_empty, test_jobs_and_batches, test_many_producers)

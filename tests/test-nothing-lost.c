@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "harness.h"
+/* each test drives a proxy and its backends for up to a minute */
+#define LP_TEST_TIMEOUT_S 120
 #include "testutil.h"
 #include "lanepack/buf.h"
 #include "lanepack/rng.h"
@@ -107,7 +109,7 @@ static void client(const drive_t *d, int id, tally_t *t) {
     free(body);
     t->sent++;
     h_resp_t resp;
-    if (h_read_response(fd, &resp, (int)d->bound_ms + 5000) != 0) {
+    if (h_read_response(fd, &resp, 3 * (int)d->bound_ms + 5000) != 0) {
       t->lost++;
       close(fd);
       fd = -1;
@@ -115,7 +117,9 @@ static void client(const drive_t *d, int id, tally_t *t) {
     }
     double ms = ms_since(&t0);
     if (ms > t->max_ms) t->max_ms = ms;
-    if (ms > d->bound_ms + 1000) t->late++;
+    /* late: past twice the bound (the proxy answers at the bound; the slack is
+     * for a client and proxy beside a sanitizer build on two busy cores) */
+    if (ms > 2 * d->bound_ms) t->late++;
     t->answered++;
     t->by_status[resp.status > 0 && resp.status < 600 ? resp.status : 0]++;
     if (resp.status == 200) {
@@ -207,14 +211,15 @@ START_TEST(two_backends_different_shapes) {
   snprintf(rest, sizeof(rest),
            "\"models\": {\"m\": {\"shapes\": \"4x64,8x16,2x128\", \"backends\": "
            "[\"http://127.0.0.1:%d\", \"http://127.0.0.1:%d\"], \"max_wait_ms\": 2, "
-           "\"backend_timeout_ms\": 3000}}", pa, pb);
+           "\"backend_timeout_ms\": 20000}}", pa, pb);
   pid_t proxy = h_start_proxy(rest, "/readyz", &port);
   ck_assert_int_gt(proxy, 0);
-  usleep(300000); /* both have reported their shapes */
-  /* one sequence only b can hold, one only a can: both served at once */
+  usleep(1000000); /* both have reported their shapes, even on a busy machine */
+  /* one sequence only b can hold, one only a can: both served at once (not
+   * after a 20 s backend timeout on the backend that lacks its shape) */
   double ms;
   ck_assert_int_eq(infer(port, 100, NULL, &ms, NULL), 200);
-  ck_assert_msg(ms < 1000, "a 100-token sequence took %.0f ms", ms);
+  ck_assert_msg(ms < 5000, "a 100-token sequence took %.0f ms", ms);
   ck_assert_int_eq(infer(port, 60, NULL, &ms, NULL), 200);
   drive_t d = {.port = port, .clients = 8, .per_client = 60, .max_len = 128, .bound_ms = 4000};
   tally_t t = drive(&d, NULL, NULL);
@@ -238,13 +243,13 @@ END_TEST
  * "shape mismatch" ends the wait at once, not after backend_timeout_ms. */
 START_TEST(hidden_missing_shape_fails_at_once) {
   one_t o = one_backend("--shapes 4x64 --cost-ms 2 --hide-shapes", "",
-                        "\"shapes\": \"4x64,2x128\", \"max_wait_ms\": 2, \"backend_timeout_ms\": 6000");
+                        "\"shapes\": \"4x64,2x128\", \"max_wait_ms\": 2, \"backend_timeout_ms\": 30000");
   int port = o.port;
   double ms;
   char *body = NULL;
   int st = infer(port, 100, NULL, &ms, &body);
   ck_assert_msg(st == 503 && body && strstr(body, "no_shape_available"), "%d %s", st, body);
-  ck_assert_msg(ms < 2000, "waited %.0f ms after the backend said shape mismatch", ms);
+  ck_assert_msg(ms < 10000, "waited %.0f ms after the backend said shape mismatch (timeout 30 s)", ms);
   free(body);
   /* now known: refused at admission, with the limit */
   st = infer(port, 100, NULL, &ms, &body);
@@ -257,22 +262,23 @@ START_TEST(hidden_missing_shape_fails_at_once) {
 END_TEST
 
 /* A backend that never answers: the request is answered at the proxy's bound
- * (max_request_ms), not left to the backend timeout. */
+ * (max_request_ms, 4 s), not left to the backend timeout (60 s); a client's
+ * 300 ms deadline holds before the bound. */
 START_TEST(bound_holds_when_backend_stalls) {
   one_t o = one_backend("--shapes 4x64 --stall-rate 1", "",
                         "\"shapes\": \"4x64\", \"max_wait_ms\": 2, \"backend_timeout_ms\": 60000, "
-                        "\"max_request_ms\": 1500");
+                        "\"max_request_ms\": 4000");
   int port = o.port;
   double ms;
   char *body = NULL;
   int st = infer(port, 10, NULL, &ms, &body);
   ck_assert_msg(st == 504 && strstr(body, "request_bound_exceeded"), "%d %s", st, body);
-  ck_assert_msg(ms > 1400 && ms < 3500, "answered after %.0f ms", ms);
+  ck_assert_msg(ms > 3900 && ms < 20000, "answered after %.0f ms", ms);
   free(body);
   /* a client deadline shorter than the bound is the one that holds */
   st = infer(port, 10, ", \"deadline_ms\": 300", &ms, &body);
   ck_assert_msg(st == 504 && strstr(body, "deadline_exceeded"), "%d %s", st, body);
-  ck_assert_msg(ms < 1200, "answered after %.0f ms", ms);
+  ck_assert_msg(ms < 3000, "answered after %.0f ms", ms);
   free(body);
   pid_t all[] = {o.proxy, o.emu};
   stop_all(all, 2);
@@ -519,14 +525,14 @@ START_TEST(deep_queue_does_not_block_the_loop) {
   h_resp_free(&r);
   printf("deep queue: %.0f sequences queued, /healthz behind 4 priority requests: %.1f ms\n", queued, ms);
   ck_assert_msg(queued >= 140000, "only %.0f queued", queued);
-  ck_assert_msg(ms < 1000, "/healthz took %.0f ms", ms);
+  ck_assert_msg(ms < 3000, "/healthz took %.0f ms", ms);
   /* the drain fails all of it and the proxy exits promptly */
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  int rc = h_stop(proxy, 10000);
+  int rc = h_stop(proxy, 20000);
   double stop_ms = ms_since(&t0);
   printf("deep queue: stopped in %.0f ms (drain timeout 500 ms)\n", stop_ms);
   ck_assert_int_eq(rc, 0);
-  ck_assert_msg(stop_ms < 5000, "stop took %.0f ms", stop_ms);
+  ck_assert_msg(stop_ms < 10000, "stop took %.0f ms (drain timeout 500 ms)", stop_ms);
   for (int c = 0; c < 8; c++) close(fds[c]);
   close(pfd);
   lp_buf_free(&one);
@@ -557,7 +563,7 @@ START_TEST(loadgen_against_failing_backends) {
   int rc = h_run(argv, "/tmp/lp-lg-failing.log");
   double ms = ms_since(&t0);
   ck_assert_msg(rc == 0, "loadgen exit %d, see /tmp/lp-lg-failing.log", rc);
-  ck_assert_msg(ms < 2000 + 4000 + 3000, "ran %.0f ms", ms);
+  ck_assert_msg(ms < 2000 + 4000 + 6000, "ran %.0f ms (--duration 2s, --timeout 4s)", ms);
   json_error_t je;
   json_t *j = json_load_file(json, 0, &je);
   ck_assert_ptr_nonnull(j);
@@ -717,25 +723,7 @@ START_TEST(config_errors_named) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("nothing-lost");
-  TCase *tc = tcase_create("integration");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, two_backends_different_shapes);
-  tcase_add_test(tc, hidden_missing_shape_fails_at_once);
-  tcase_add_test(tc, bound_holds_when_backend_stalls);
-  tcase_add_test(tc, answered_once_within_bound_random);
-  tcase_add_test(tc, queued_bodies_hold_nothing);
-  tcase_add_test(tc, absurd_backend_shapes_ignored);
-  tcase_add_test(tc, deep_queue_does_not_block_the_loop);
-  tcase_add_test(tc, loadgen_against_failing_backends);
-  tcase_add_test(tc, poison_sequence_isolated);
-  tcase_add_test(tc, queue_bytes_budget);
-  tcase_add_test(tc, config_errors_named);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_VERBOSE);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
-}
+LP_TEST_MAIN("nothing-lost", two_backends_different_shapes, hidden_missing_shape_fails_at_once,
+             bound_holds_when_backend_stalls, answered_once_within_bound_random, queued_bodies_hold_nothing,
+             absurd_backend_shapes_ignored, deep_queue_does_not_block_the_loop, loadgen_against_failing_backends,
+             poison_sequence_isolated, queue_bytes_budget, config_errors_named)

@@ -18,7 +18,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_all, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, stop_all, stop_proxy, wait_http  # noqa: E402
 
 lanepack, emulator = sys.argv[1], sys.argv[2]
 
@@ -265,6 +265,9 @@ try:
     check("the backend received the request id in the batch (v2 wire, request parameter)",
           st == 200 and h.get("x-request-id") == "v2-req-1" and got, (st, h, read_lines(emu_logs[1], "batch")[-2:]))
 finally:
+    for p in procs:
+        if p.args[0] == lanepack:
+            stop_proxy(p, "lanepack --config %s" % p.args[2])
     stop_all(procs)
 
 finish()

@@ -16,18 +16,7 @@ import tempfile
 import threading
 import time
 
-from lphelp import check, finish, free_port, wait_http
-
-MOD = 1000000007
-
-
-def emu(tokens):
-    h, out = 7, []
-    for t in tokens:
-        h = (h * 31 + int(t) + 1) % MOD
-        out.append(h)
-    return out
-
+from lphelp import check, emu_outputs, finish, free_port, stop_proxy, wait_http
 
 def main():
     proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
@@ -80,7 +69,7 @@ def main():
                           headers={"Content-Type": "application/json"})
                 r = c.getresponse()
                 body = r.read()
-                ok = r.status == 200 and json.loads(body)["output"] == emu(toks)
+                ok = r.status == 200 and json.loads(body)["output"] == emu_outputs(toks)
                 results.append((ok, r.status, round(time.time() - t0, 3)))
                 c.close()
             except (OSError, http.client.HTTPException) as e:
@@ -100,9 +89,7 @@ def main():
               [l for l in text.splitlines() if "down" in l][:3])
     finally:
         stop.set()
-        if proxy.poll() is None:
-            proxy.kill()
-            proxy.wait()
+        stop_proxy(proxy)
         emu_p.terminate()
         emu_p.wait()
     finish()

@@ -105,8 +105,13 @@ def run(mask, outputs, segment_mask=True, protocol="lanepack", head="vector"):
     finally:
         proxy.terminate()
         backend.terminate()
-        proxy.wait(10)
+        try:
+            code = proxy.wait(30)
+        except subprocess.TimeoutExpired:
+            proxy.kill()
+            code = "hung"
         backend.wait(10)
+        exits.append(code)
 
 
 def rerank_run(protocol):
@@ -154,11 +159,17 @@ def rerank_run(protocol):
     finally:
         proxy.terminate()
         backend.terminate()
-        proxy.wait(10)
+        try:
+            code = proxy.wait(30)
+        except subprocess.TimeoutExpired:
+            proxy.kill()
+            code = "hung"
         backend.wait(10)
+        exits.append(code)
 
 
 passed = failed = 0
+exits = []  # lanepack's exit status after each run's SIGTERM
 # a cross-encoder's one score per pair is /rerank's score, on both wires
 for protocol in ("lanepack", "v2"):
     n, worst = rerank_run(protocol)
@@ -187,5 +198,9 @@ for outputs, head in (("per-token", "vector"), ("per-segment", "score")):
           flush=True)
     passed += ok
     failed += not ok
+ok = exits and all(code == 0 for code in exits)
+print("lanepack exits 0 on SIGTERM after every run: %s" % ("ok" if ok else "FAIL %s" % exits), flush=True)
+passed += bool(ok)
+failed += not ok
 print("%d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)

@@ -28,7 +28,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, stop_proxy, wait_http  # noqa: E402
 
 lanepack, emulator = sys.argv[1], sys.argv[2]
 tmp = tempfile.mkdtemp()
@@ -234,7 +234,7 @@ def uaf_on_shape_loss():
             st, _ = call(port, "GET", "/healthz")
             check("uaf: and serves on", st == 200, st)
     finally:
-        stop(lp)
+        stop_proxy(lp)
         fake.close()
 
 
@@ -270,7 +270,7 @@ def transient_missing():
         st, _ = call(admin, "GET", "/readyz")
         check("transient: /readyz is 200 again", st == 200, st)
     finally:
-        stop(lp)
+        stop_proxy(lp)
         for e in emus:
             stop(e)
 
@@ -307,7 +307,7 @@ def retired_shapes():
         check("retired: the batch in flight at the removed backend still ends there (200)", st == 200, (st, ans))
         check("retired: the short ones are served", infer(port, [1, 2, 3])[0] == 200)
     finally:
-        stop(lp)
+        stop_proxy(lp)
         small.close()
         wide.close()
 
@@ -361,7 +361,7 @@ def churn():
         check("churn: the reused slot serves its new shape, counted from 0",
               st == 200 and metric(port, "lanepack_batches_total", 'shape="1x214"') == 1, (st, ans))
     finally:
-        stop(lp)
+        stop_proxy(lp)
         fake.close()
 
 
@@ -407,7 +407,7 @@ def layout_failure():
               [o[0] for o in outs] == [200] * 3, [(o[0], code_of(o[1])) for o in outs])
         check("layout: lanepack runs on", lp.poll() is None and infer(port, [1, 2])[0] == 200)
     finally:
-        stop(lp)
+        stop_proxy(lp)
         stop(emu)
 
 
@@ -433,7 +433,7 @@ def reload_devices():
               wait_for(lambda: metric(port, "lanepack_backend_devices") == 3, 3), metric(port, "lanepack_backend_devices"))
         check("devices: and it serves", infer(port, [1, 2])[0] == 200)
     finally:
-        stop(lp)
+        stop_proxy(lp)
         stop(emu)
 
 
@@ -479,7 +479,7 @@ def access_log():
         check("access log: the rotated file keeps the lines before it", len(old) == 3, len(old))
         check("access log: a refused reload reopens it too", len(new) == 2, (len(old), len(mid), len(new)))
     finally:
-        stop(lp)
+        stop_proxy(lp)
 
     # a disk that fills: the file may not grow past 2,000 bytes
     port = free_port()
@@ -507,7 +507,7 @@ def access_log():
         time.sleep(1.2)
         check("full disk: the count goes on", metric(port, "lanepack_access_log_dropped_lines_total") == (dropped or 0) + 1)
     finally:
-        stop(lp)
+        stop_proxy(lp)
         stop(emu)
 
 
@@ -559,7 +559,7 @@ def access_log_pipe():
         while time.time() < deadline and sum(b'"after-' in ln for ln in lines_now()) < after:
             time.sleep(0.2)
     finally:
-        stop(lp)
+        stop_proxy(lp)
     reader.join(10)
     os.close(rfd)
     lines = lines_now()

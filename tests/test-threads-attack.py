@@ -10,15 +10,7 @@ Arguments: the lanepack and lanepack-emulator binaries, the thread count and
 the seconds of hostile load."""
 import http.client, json, os, random, signal, socket, subprocess, sys, tempfile, threading, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http
-
-MOD = 1000000007
-def emu(tokens):
-    h, out = 7, []
-    for t in tokens:
-        h = (h * 31 + int(t) + 1) % MOD
-        out.append(h)
-    return out
+from lphelp import check, emu_outputs, finish, free_port, wait_http
 
 proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
 nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 3
@@ -55,7 +47,7 @@ def honest(k):
                           headers={"Content-Type": "application/json", "X-Request-Id": "h%d-%d" % (k, rng.randrange(1 << 30))})
                 r = c.getresponse(); d = r.read()
                 if r.status == 200:
-                    if json.loads(d)["output"] != emu(toks): bad.append(("wrong", d[:200]))
+                    if json.loads(d)["output"] != emu_outputs(toks): bad.append(("wrong", d[:200]))
                     else: good[0] += 1
                 elif r.status not in (429, 503):  # busy, said as such
                     bad.append((r.status, d[:200]))

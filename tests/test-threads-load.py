@@ -3,7 +3,8 @@
 2 and 3 front threads in front of the emulator, the bundled load generator on
 the JSON route and the v2 binary route over many connections, clients that
 leave mid-flight, a SIGHUP reload under load, then SIGTERM. Checked: every
-answer right, nothing failed, the proxy healthy after, it exits 0 and no
+answer right, nothing failed, the proxy healthy after, the --threads flag
+winning over the file's own value (at start and across the reload), it exits 0 and no
 sanitizer wrote a report (in the ThreadSanitizer build, a data race between the
 threads fails here: scripts/test.sh runs it there with halt_on_error).
 
@@ -54,24 +55,43 @@ def healthy(port):
     return r.status == 200, (r.status, data[:200])
 
 
+# The file asks for this many front threads more than the flag does.
+FILE_EXTRA_THREADS = 2
+
+
+def front_threads(pid):
+    """The front loops a process runs: its threads named lp-front-N."""
+    n = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                n += f.read().startswith("lp-front-")
+        except OSError:
+            pass
+    return n
+
+
 def run(threads, tmp):
     emu_port, lp_port = free_port(), free_port()
     emu_err = open(os.path.join(tmp, "emu-%d.log" % threads), "w+")
     emu = subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % emu_port, "--shapes", "8x512,4x1024",
                             "--cost-ms", "1", "--protocol", "both"], stderr=emu_err)
-    cfg = {"listen": "127.0.0.1:%d" % lp_port, "log_level": "warn", "threads": threads,
+    # the file asks for other than the flag: the flag must win, at start and on reload
+    cfg = {"listen": "127.0.0.1:%d" % lp_port, "log_level": "warn", "threads": threads + FILE_EXTRA_THREADS,
            "models": {"default": {"shapes": "8x512,4x1024",
                                   "backends": ["http://127.0.0.1:%d" % emu_port], "max_wait_ms": 2}}}
     path = os.path.join(tmp, "lp-%d.json" % threads)
     with open(path, "w") as f:
         json.dump(cfg, f)
     lp_err = open(os.path.join(tmp, "lp-%d.log" % threads), "w+")
-    # the configuration says `threads`; the flag must win over it
     lp = subprocess.Popen([lanepack, "--config", path, "--threads", str(threads)], stderr=lp_err)
     try:
         wait_http(emu_port, "/healthz", 30)
         wait_http(lp_port, "/readyz", 30)
         tag = "%d threads" % threads
+        fronts = front_threads(lp.pid)
+        check(tag + ": --threads %d wins over the file's %d (front threads running)"
+              % (threads, threads + FILE_EXTRA_THREADS), fronts == threads, fronts)
         rc, js, err = load(lp_port, tmp, "json-%d" % threads, [])
         check(tag + ": JSON route, every answer right", rc == 0 and js.get("ok") == REQUESTS
               and js.get("mismatches") == 0 and js.get("failed") == 0, (rc, js, err[-300:]))
@@ -83,6 +103,9 @@ def run(threads, tmp):
               (rc, js, err[-300:]))
         ok, detail = healthy(lp_port)
         check(tag + ": healthy after clients left mid-flight", ok, detail)
+        lp_err.seek(0)
+        check(tag + ": the reload kept the flag's threads (not refused as a change)",
+              "reload refused" not in lp_err.read() and front_threads(lp.pid) == threads, front_threads(lp.pid))
         lp.send_signal(signal.SIGTERM)
         try:
             code = lp.wait(timeout=60)

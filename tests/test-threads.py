@@ -20,18 +20,7 @@ import tempfile
 import threading
 import time
 
-from lphelp import check, finish, free_port, wait_http
-
-MOD = 1000000007
-
-
-def emu(tokens):
-    h, out = 7, []
-    for t in tokens:
-        h = (h * 31 + int(t) + 1) % MOD
-        out.append(h)
-    return out
-
+from lphelp import check, emu_outputs, finish, free_port, wait_http
 
 def post(c, body, headers=None):
     h = {"Content-Type": "application/json"}
@@ -67,11 +56,11 @@ def load(port, nconn, per_conn, seed, errors, served, headers=None):
                     seqs = [[rng.randrange(50000) for _ in range(rng.randint(1, 64))] for _ in range(rng.randint(2, 4))]
                     st, body = post(c, {"inputs": seqs, "id": k}, headers)
                     ans = json.loads(body) if st == 200 else None
-                    ok = st == 200 and ans["id"] == k and ans["outputs"] == [emu(s) for s in seqs]
+                    ok = st == 200 and ans["id"] == k and ans["outputs"] == [emu_outputs(s) for s in seqs]
                 else:
                     toks = [rng.randrange(50000) for _ in range(rng.randint(1, 64))]
                     st, body = post(c, {"input_ids": toks}, headers)
-                    ok = st == 200 and json.loads(body)["output"] == emu(toks)
+                    ok = st == 200 and json.loads(body)["output"] == emu_outputs(toks)
             except (OSError, http.client.HTTPException, ValueError) as e:
                 ok, st, body = False, type(e).__name__, str(e)
             if ok:
@@ -183,7 +172,7 @@ def main():
             toks = [random.randrange(50000) for _ in range(random.randint(1, 64))]
             st, data = get("/v2/models/m/infer", json.dumps(
                 {"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [len(toks)], "data": toks}]}))
-            pages.append(st == 200 and json.loads(data)["outputs"][0]["data"] == [float(x) for x in emu(toks)])
+            pages.append(st == 200 and json.loads(data)["outputs"][0]["data"] == [float(x) for x in emu_outputs(toks)])
             st, data = get("/v1/infer", json.dumps({"input_ids": list(range(65))}))
             pages.append(st == 413 and json.loads(data)["error"]["code"] == "sequence_too_long"
                          and json.loads(data)["error"]["max_len"] == 64)
@@ -255,7 +244,7 @@ def main():
 
         def lane(i):
             st, body = post(conns[i], {"input_ids": seqs[i]})
-            outs[i] = st == 200 and json.loads(body)["output"] == emu(seqs[i])
+            outs[i] = st == 200 and json.loads(body)["output"] == emu_outputs(seqs[i])
         ts = [threading.Thread(target=lane, args=(i,)) for i in range(24)]
         for t in ts:
             t.start()
@@ -286,7 +275,7 @@ def main():
                 sent[i] = True
                 r = c.getresponse()
                 st, body = r.status, r.read()
-                results[i] = st == 200 and json.loads(body)["output"] == emu(seqs[i])
+                results[i] = st == 200 and json.loads(body)["output"] == emu_outputs(seqs[i])
             except (OSError, http.client.HTTPException, ValueError) as e:
                 results[i] = repr(e)
         ts = [threading.Thread(target=one, args=(i,)) for i in range(6)]
@@ -329,7 +318,7 @@ def main():
                 c = http.client.HTTPConnection("127.0.0.1", port2, timeout=20)
                 st, body = post(c, {"input_ids": toks})
                 o = json.loads(body)
-                answers[i] = (st == 200 and o["output"] == emu(toks)) or \
+                answers[i] = (st == 200 and o["output"] == emu_outputs(toks)) or \
                     (st == 503 and o["error"]["code"] == "shutting_down")
             except (OSError, http.client.HTTPException, ValueError) as e:
                 answers[i] = repr(e)

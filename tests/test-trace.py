@@ -20,7 +20,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, stop_proxy, wait_http  # noqa: E402
 
 TP = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -144,8 +144,7 @@ def main():
         check("a batch's traces are traceparents in segment order, one per segment",
               all(TP.match(t) for e in traced for t in as_list(e["traces"])), traced)
     finally:
-        lp.terminate()
-        lp.wait(20)
+        stop_proxy(lp)
         emu.terminate()
         emu.wait()
     finish()

@@ -1,7 +1,7 @@
 /* The ThreadSanitizer build must stop at a data race: two threads bump one
  * counter with no lock between them (what a metric shard written by two
- * fronts would be). Registered to fail in that build, so a build that stops
- * instrumenting threads is seen. Run alone it prints the count it reached. */
+ * fronts would be). In that build it must fail with TSan's report
+ * (tests/expect-report.sh), so a build that stops instrumenting threads is seen. Run alone it prints the count it reached. */
 #include <pthread.h>
 #include <stdio.h>
 

@@ -1,7 +1,7 @@
 /* The sanitizer build must stop at a float-to-integer cast out of range (the
  * undefined behaviour a 9e18 v2 timeout once hit in infer.c, and which GCC 12's
  * -fsanitize=undefined leaves unchecked): this program makes one, and in that
- * build it is registered to fail. Run alone it says whether the cast went by. */
+ * build it must fail with UBSan's report (tests/expect-report.sh). Run alone it says whether the cast went by. */
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "lanepack/urlpath.h"
+#include "testutil.h"
 
 static long dec(const char *in, char *out, size_t cap) { return lp_urlpath_decode(in, strlen(in), out, cap); }
 
@@ -42,15 +43,4 @@ START_TEST(test_refuses) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("urlpath");
-  TCase *tc = tcase_create("urlpath");
-  tcase_add_test(tc, test_decodes);
-  tcase_add_test(tc, test_refuses);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
-}
+LP_TEST_MAIN("urlpath", test_decodes, test_refuses)

@@ -14,20 +14,9 @@ import sys
 import tempfile
 import time
 
-from lphelp import free_port, wait_http
+from lphelp import emu_outputs, free_port, wait_http
 
 import numpy as np
-
-MOD = 1000000007
-
-
-def emu(tokens):
-    h, out = 7, []
-    for t in tokens:
-        h = (h * 31 + int(t) + 1) % MOD
-        out.append(h)
-    return out
-
 
 def call(port, method, path, body=None, headers=None):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -101,16 +90,21 @@ def scenario(lanepack, emulator, emu_args, model_cfg, title):
                 status, head, arr = infer(pp, "m", ids, binary, rid="req-%s-%d" % (form, len(shape)),
                                           want_binary_out=binary)
                 rows = ids.reshape(-1, shape[-1])
-                want = np.array([emu(r) for r in rows])
+                want = np.array([emu_outputs(r) for r in rows])
                 good = status == 200 and arr.shape == (rows.shape[0], shape[-1]) and \
                     np.array_equal(arr.astype(np.int64), want) and head.get("id") == "req-%s-%d" % (form, len(shape))
                 check(good, "%s input_ids %s -> output %s, id echoed" % (form, list(shape),
                                                                          None if arr is None else list(arr.shape)))
             status, head, arr = infer(pp, "m", rng.integers(0, 30000, size=(2, 4)), binary, dtype=np.int32)
             check(status == 200 and arr.shape == (2, 4), "%s INT32 input" % form)
-        # Triton's schedule policy: a timeout shorter than the work is a 504 at once or in time
+        # Triton's schedule policy: a timeout longer than the work is answered ...
         status, head, _ = infer(pp, "m", [[1, 2, 3]], False, params={"priority": 5, "timeout": 2000000})
         check(status == 200, "priority and timeout parameters accepted")
+        # ... and one shorter than the work (1 us: over before the scheduler sees the
+        # request, far less than a batch's millisecond) is a 504 at once or in time
+        status, body, _ = infer(pp, "m", [[1, 2, 3]], False, params={"timeout": 1})
+        check(status == 504 and "deadline" in str(body.get("error")),
+              "a timeout shorter than the work: 504 %s" % (body if status != 200 else ""))
         # errors in the v2 form
         status, body, _ = infer(pp, "m", np.zeros((1, 100000), dtype=np.int64), False)
         check(status == 413 and isinstance(body.get("error"), str), "too long: 413 %s" % body)
@@ -153,7 +147,12 @@ def scenario(lanepack, emulator, emu_args, model_cfg, title):
     finally:
         p.terminate()
         e.terminate()
-        p.wait(10)
+        try:
+            code = p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            code = "hung"
+        check(code == 0, "lanepack exits 0 on SIGTERM (%s)" % code)
         e.wait(10)
         os.unlink(cfg.name)
 

@@ -58,7 +58,7 @@ typedef struct lp_model_config_s {
   uint64_t max_wait_ms;
   size_t max_queue_requests;
   uint64_t max_queue_tokens;
-  uint32_t max_inflight;        /* safety cap on batches in flight per backend; 0 = 2 x devices */
+  uint32_t max_inflight;        /* cap on batches in flight per backend; 0 = none beyond one waiting per device (2 x devices) */
   uint32_t devices;             /* per backend, until a backend reports its own */
   double stall_factor;          /* a batch past this many times its expected time is hedged; 0 = never */
   uint64_t stall_min_ms;        /* ... and past its expected time by at least this much */
@@ -148,6 +148,17 @@ int lp_config_validate(const lp_config_t *c, char *err, size_t errlen);
 
 /* The effective configuration as JSON text (malloc'd, caller frees). */
 char *lp_config_dump(const lp_config_t *c);
+
+/* Whether next changes a key that applies only at restart (the table's
+ * "at restart": listen, threads, the set of models, a model's shapes, wire
+ * and tokenizer...): 1 with its path and values in what, e.g. "threads
+ * changed (1 -> 2)", "models.m.shapes changed"; else 0. A reload refuses such a file. */
+int lp_config_restart_diff(const lp_config_t *running, const lp_config_t *next, char *what, size_t whatlen);
+
+/* Every key as doc/configuration.md's tables write it (markdown: name, type,
+ * default, range, when it applies, what it does), from the table that loads
+ * them; malloc'd, caller frees; NULL without memory. `lanepack --config-keys`. */
+char *lp_config_keys_doc(void);
 
 /* A piece's id in a tokenizer (ud: its lp_tok_t), or -1: the lookup
  * lp_tei_template_load is given. */

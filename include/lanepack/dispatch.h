@@ -25,6 +25,7 @@
 
 #include "lanepack/bucket.h"
 #include "lanepack/devclock.h"
+#include "lanepack/packer.h"
 
 #define LP_DISP_MAX_BACKENDS 16
 /* Times in the core are nanoseconds; configurations speak milliseconds. */
@@ -42,6 +43,7 @@ typedef struct lp_disp_config_s {
   uint32_t nbackends;                          /* 1..LP_DISP_MAX_BACKENDS */
   uint32_t devices[LP_DISP_MAX_BACKENDS];      /* devices per backend; 0 = 1 */
   uint32_t max_segments;      /* sequences per lane; 0 = no limit */
+  lp_algo_t packer;           /* how a shape's lanes are filled; default best-fit decreasing */
   uint32_t ragged;            /* 1: one flat lane (GPU); shapes holds one 1 x budget shape */
 
   /* When a batch leaves and what it must hold. */

@@ -7,9 +7,10 @@
 
 
 int lp_disp_reconfigure(lp_disp_t *d, const lp_disp_config_t *cfg) {
-  if (d == NULL || cfg == NULL) return -EINVAL;
+  if (d == NULL || cfg == NULL || (unsigned)cfg->packer >= LP_ALGO_COUNT) return -EINVAL;
   lp_disp_config_t *c = &d->cfg;
   c->max_segments = cfg->max_segments;
+  c->packer = cfg->packer;
   c->max_wait_ns = cfg->max_wait_ns;
   c->high_util = cfg->high_util;
   c->max_queued_at_device = cfg->max_queued_at_device;

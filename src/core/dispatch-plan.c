@@ -380,7 +380,7 @@ static int choose_once(lp_disp_t *d, const view_t *v, uint32_t k, size_t n, size
     while (c + 1 < v->ncls && v->cls[c] > sh->bucket) c++;
     lp_pack_params_t prm = {.capacity = sh->bucket, .max_bins = sh->lanes,
                             .max_segments = d->cfg.max_segments, .n_pinned = (uint32_t)(npin + starve_ge[c])};
-    long placed = lp_packer_pack(d->packer, LP_ALGO_BFD, &prm, d->lens, n, d->trial, NULL);
+    long placed = lp_packer_pack(d->packer, d->cfg.packer, &prm, d->lens, n, d->trial, NULL);
     if (placed < 0) return (int)placed;
     if (placed == 0) continue;
     uint64_t real = 0;

@@ -83,6 +83,7 @@ void lp_disp_config_default(lp_disp_config_t *c) {
   memset(c, 0, sizeof(*c));
   lp_bucket_set_init(&c->shapes);
   c->nbackends = 1;
+  c->packer = LP_ALGO_BFD;
   c->max_wait_ns = 5 * MS;
   c->high_util = 0.85;
   c->max_copies = DISP_DEFAULT_MAX_COPIES;
@@ -97,7 +98,8 @@ void lp_disp_config_default(lp_disp_config_t *c) {
 
 lp_disp_t *lp_disp_new(const lp_disp_config_t *cfg) {
   if (cfg == NULL || cfg->shapes.count == 0 || cfg->nbackends == 0 ||
-      cfg->nbackends > LP_DISP_MAX_BACKENDS || cfg->shapes.count > LP_BUCKET_MAX_SHAPES)
+      cfg->nbackends > LP_DISP_MAX_BACKENDS || cfg->shapes.count > LP_BUCKET_MAX_SHAPES ||
+      (unsigned)cfg->packer >= LP_ALGO_COUNT)
     return NULL;
   lp_disp_t *d = calloc(1, sizeof(*d));
   if (d == NULL) return NULL;

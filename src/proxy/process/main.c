@@ -23,7 +23,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: lanepack [--config FILE] [--listen HOST:PORT] [--backend URL]...\n"
           "                [--shapes 4x8192,8x2048] [--max-wait-ms N] [--log-level LEVEL]\n"
-          "                [--model NAME] [--threads N] [--check-config] [--version] [--help]\n"
+          "                [--model NAME] [--threads N] [--check-config] [--config-keys] [--version] [--help]\n"
           "       lanepack --probe URL   (exit 0 if GET URL answers 2xx within 2 s)\n"
           "Flags override the file. --backend, --shapes and --max-wait-ms apply to the\n"
           "model named by --model (default: the only model, or 'default').\n");
@@ -119,6 +119,7 @@ int main(int argc, char **argv) {
       {"model", required_argument, 0, 'm'},       {"check-config", no_argument, 0, 'C'},
       {"version", no_argument, 0, 'V'},           {"help", no_argument, 0, 'h'},
       {"probe", required_argument, 0, 'P'},       {"threads", required_argument, 0, 'T'},
+      {"config-keys", no_argument, 0, 'K'},
       {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -156,6 +157,13 @@ int main(int argc, char **argv) {
       case 'm': cli.model = optarg; break;
       case 'C': check = 1; break;
       case 'V': printf("lanepack %s\n", LP_VERSION); return 0;
+      case 'K': { /* every key, as doc/configuration.md lists them (the doc test compares) */
+        char *keys = lp_config_keys_doc();
+        if (!keys) return 1;
+        fputs(keys, stdout);
+        free(keys);
+        return 0;
+      }
       case 'P': {
         char perr[300];
         int prc = lp_probe(optarg, 2000, perr, sizeof(perr));

@@ -24,21 +24,6 @@ static int refuse(char *err, size_t errlen, const char *fmt, ...) {
   return -EINVAL;
 }
 
-static int same_shapes(const lp_bucket_set_t *a, const lp_bucket_set_t *b) {
-  if (a->count != b->count) return 0;
-  for (size_t i = 0; i < a->count; i++)
-    if (a->shapes[i].lanes != b->shapes[i].lanes || a->shapes[i].bucket != b->shapes[i].bucket) return 0;
-  return 1;
-}
-
-static int same_v2(const lp_v2_config_t *a, const lp_v2_config_t *b) {
-  if (strcmp(a->model, b->model) || a->binary != b->binary || strcmp(a->output, b->output) ||
-      a->per_segment != b->per_segment || a->int64 != b->int64)
-    return 0;
-  for (int k = 0; k < 3; k++)
-    if (strcmp(a->inputs[k], b->inputs[k])) return 0;
-  return 1;
-}
 
 static lp_backend_t *find_backend(lp_model_t *m, const char *url) {
   for (size_t k = 0; k < m->nbackends; k++)
@@ -53,32 +38,17 @@ static size_t backends_needed(lp_model_t *m, const lp_model_config_t *c) {
   return n;
 }
 
-/* Everything that cannot change in place; 0 or -EINVAL with err. */
+/* Everything that cannot change in place; 0 or -EINVAL with err. The keys
+ * that apply only at restart are the configuration table's (config.c):
+ * listen addresses, threads, the set of models, a model's shapes, wire and
+ * tokenizer (the fronts read the tokenizer loaded at start, without a lock). */
 static int check(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errlen) {
-  if (strcmp(n->listen, p->cfg.listen))
-    return refuse(err, errlen, "listen changed (%s -> %s): restart to apply", p->cfg.listen, n->listen);
-  if (strcmp(n->admin_listen, p->cfg.admin_listen))
-    return refuse(err, errlen, "admin_listen changed ('%s' -> '%s'): restart to apply",
-                  p->cfg.admin_listen, n->admin_listen);
-  if (n->threads != p->cfg.threads)
-    return refuse(err, errlen, "threads changed (%u -> %u): restart to apply", p->cfg.threads, n->threads);
-  if (n->nmodels != p->nmodels)
-    return refuse(err, errlen, "the set of models changed: restart to apply");
+  char what[400];
+  if (lp_config_restart_diff(&p->cfg, n, what, sizeof(what)))
+    return refuse(err, errlen, "%s: restart to apply", what);
   for (size_t i = 0; i < p->nmodels; i++) {
     lp_model_t *m = &p->models[i];
     const lp_model_config_t *c = lp_config_model(n, m->cfg->name);
-    if (!c) return refuse(err, errlen, "model '%s' is gone: restart to apply", m->cfg->name);
-    if (!same_shapes(&c->shapes, &m->cfg->shapes))
-      return refuse(err, errlen, "models.%s.shapes changed: restart to apply", m->cfg->name);
-    if (c->protocol != m->cfg->protocol || c->ragged != m->cfg->ragged ||
-        c->ragged_max_tokens != m->cfg->ragged_max_tokens || !same_v2(&c->v2, &m->cfg->v2) ||
-        c->pad_id != m->cfg->pad_id)
-      return refuse(err, errlen, "models.%s: protocol, ragged, v2 or pad_id changed: restart to apply",
-                    m->cfg->name);
-    /* the fronts read the tokenizer loaded at start, without a lock */
-    if (strcmp(c->sentencepiece, m->cfg->sentencepiece) || strcmp(c->sentencepiece_options, m->cfg->sentencepiece_options) ||
-        strcmp(c->pair_template, m->cfg->pair_template))
-      return refuse(err, errlen, "models.%s.tokenizer changed: restart to apply", m->cfg->name);
     if (m->nbackends + backends_needed(m, c) > LP_MAX_BACKENDS)
       return refuse(err, errlen, "models.%s: too many backends over time (retired ones keep their "
                     "slots): restart to apply", m->cfg->name);

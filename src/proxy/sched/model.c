@@ -36,6 +36,7 @@ void lp__disp_config(const lp_config_t *pc, const lp_model_config_t *cfg, const 
   c->nbackends = cfg->nbackends ? (uint32_t)cfg->nbackends : 1;
   for (size_t b = 0; b < c->nbackends; b++) c->devices[b] = cfg->devices ? cfg->devices : 1;
   c->max_segments = cfg->max_segments_per_lane;
+  c->packer = cfg->packer;
   c->ragged = cfg->ragged;
   c->max_wait_ns = cfg->max_wait_ms * LP_NS_PER_MS;
   c->max_copies = cfg->max_retries + 1;
