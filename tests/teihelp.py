@@ -9,23 +9,23 @@ import subprocess
 import urllib.error
 import urllib.request
 
+from lphelp import emu_feature, emu_last
+
 
 def f32(x):
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
 def emu_h(ids):
-    """The emulator's hash of a segment's ids: its value per segment without --dims."""
-    h = 7
-    for t in ids:
-        h = (h * 31 + t + 1) % 1000000007
-    return h
+    """The emulator's hash of a segment's ids: its value per segment without
+    --dims (lphelp's emu_last: the formula is written once)."""
+    return emu_last(ids)
 
 
 def emu_vector(ids, dims):
     """The emulator's vector of a segment (--per-segment --dims dims)."""
     h = emu_h(ids)
-    return [f32((h % 1000) + 0.25 * k) for k in range(dims)]
+    return [f32(emu_feature(h, k)) for k in range(dims)]
 
 
 def normalized(v):

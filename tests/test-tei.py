@@ -124,7 +124,7 @@ def run_checks(pl, model, tmp, lanepack, p1, pe):
     docs = gpl[40:52]
     q = spm_ids(model, [query])[0]
     pairs = [[1] + q + [2, 2] + d + [2] for d in spm_ids(model, docs)]
-    raw = [f32(emu_last(p) % 1000) for p in pairs]
+    raw = [f32(emu_h(p) % 1000) for p in pairs]
     order = sorted(range(len(docs)), key=lambda i: (-raw[i], i))
     for name in ("emb", "v2"):
         st, js = post(pl, "/rerank", {"model": name, "query": query, "texts": docs, "raw_scores": True})
@@ -141,7 +141,7 @@ def run_checks(pl, model, tmp, lanepack, p1, pe):
     st, js = post(pl, "/rerank", {"model": "emb", "query": query, "texts": small})
     check("/rerank sigmoid of small logits in (0, 1): the values themselves",
           st == 200 and sorted((r["index"], f32(r["score"])) for r in js)
-          == [(i, sigmoid(f32(emu_last(p) % 1000))) for i, p in enumerate(sp)], (st, js))
+          == [(i, sigmoid(f32(emu_h(p) % 1000))) for i, p in enumerate(sp)], (st, js))
     hundred = [gpl[i % len(gpl)][:60] for i in range(100)]
     st, js = post(pl, "/rerank", {"model": "emb", "query": query, "texts": hundred, "raw_scores": True})
     check("/rerank of 100 passages: 100 ranks, every index once",
@@ -152,7 +152,7 @@ def run_checks(pl, model, tmp, lanepack, p1, pe):
                                       "truncate": True, "truncation_direction": direction})
         ids = [1] + q + [2, 2] + cut + [2]
         check("/rerank truncate %s: the text cut, the query and the template's pieces kept" % direction,
-              st == 200 and js == [{"index": 0, "score": f32(emu_last(ids) % 1000)}], (st, js))
+              st == 200 and js == [{"index": 0, "score": f32(emu_h(ids) % 1000)}], (st, js))
     st, js = post(pl, "/rerank", {"model": "emb", "query": query, "texts": [long_text]})
     check("/rerank too long without truncate: 422 tokenizer naming the limit",
           tei_error(st, js, 422, "Tokenizer", "at most %d tokens" % LIMIT), (st, js))
