@@ -90,15 +90,21 @@ static const act_t *run_until_sent(lp_disp_t *d, uint64_t job, int from, uint64_
  * the stalled batch had no stall time and its request waited for the 30 s
  * transfer timeout, past the client's (seed 107). A backend whose own clock
  * knows no time is timed for stalls by the others'. */
+/* The proxy's stall settings (stall_factor 3, stall_min_ms 100, a 30 s
+ * transfer timeout) on shapes. */
+static void proxy_config(lp_disp_config_t *c, const char *shapes) {
+  lp_disp_config_default(c);
+  char err[128];
+  ck_assert_int_eq(lp_bucket_set_parse(&c->shapes, shapes, err, sizeof(err)), 0);
+  c->stall_factor = 3;
+  c->stall_min_ns = 100 * MS;
+  c->backend_timeout_ns = 30000 * MS;
+}
+
 static lp_disp_t *two_backends(void) {
   lp_disp_config_t c;
-  lp_disp_config_default(&c);
-  char err[128];
-  ck_assert_int_eq(lp_bucket_set_parse(&c.shapes, "8x2048", err, sizeof(err)), 0);
+  proxy_config(&c, "8x2048");
   c.nbackends = 2;
-  c.stall_factor = 3;
-  c.stall_min_ns = 100 * MS;
-  c.backend_timeout_ns = 30000 * MS;
   lp_disp_t *d = lp_disp_new(&c);
   ck_assert_ptr_nonnull(d);
   NA = 0;
@@ -277,5 +283,66 @@ START_TEST(refused_connection_costs_no_copy) {
 }
 END_TEST
 
+/* Issue 33: a model frozen for 30 s under stalls, resets and 5xx together.
+ * A device held by batches that never answer is given up at their stall
+ * times, whatever else ends on it meanwhile. Before, each event on the
+ * device (here the timeouts of earlier stalled batches, 30 s after each was
+ * sent: a few a second in a soak) re-timed the batch holding it from now, and
+ * stall_factor pushed its stall time further each time: it held the device,
+ * and the whole queue behind it, up to its own 30 s transfer timeout. */
+START_TEST(stalled_batch_holds_device_until_its_stall_time_only) {
+  lp_disp_config_t c;
+  proxy_config(&c, "8x512,4x2048");
+  c.seed_cost_ns[0] = c.seed_cost_ns[1] = 2 * MS;
+  c.max_wait_ns = 3 * MS;
+  lp_disp_t *d = lp_disp_new(&c);
+  ck_assert_ptr_nonnull(d);
+  NA = 0;
+  char why[256];
+  /* twenty batches that stall, each hedged and the hedge answered: lost
+   * batches whose timeouts come later */
+  enum { LOST = 20 };
+  uint64_t lost[LOST];
+  for (int i = 0; i < LOST; i++) {
+    uint64_t t = (uint64_t)i * 300 * MS, job = 100 + (uint64_t)i;
+    int from = NA;
+    admit(d, job, 100, t);
+    const act_t *s = send_of(job, from);
+    ck_assert_ptr_nonnull(s);
+    lost[i] = s->a.send.batch_id;
+    const act_t *h = run_until_sent(d, job, (int)(s - A) + 1, t + 250 * MS);
+    ck_assert_msg(h != NULL, "stalled batch %d not hedged", i);
+    ok(d, h, h->at + 2 * MS);
+    ck_assert_ptr_nonnull(answer_of(job));
+    ck_assert_int_eq(lp_disp_check(d, h->at + 2 * MS, why, sizeof(why)), 0);
+  }
+  /* two batches that never answer hold the device (one runs, one waits) */
+  uint64_t t0 = 7000 * MS;
+  admit(d, 1, 100, t0);
+  ck_assert_ptr_nonnull(send_of(1, 0));
+  admit(d, 2, 100, t0 + 1 * MS);
+  ck_assert_ptr_nonnull(run_until_sent(d, 2, 0, t0 + 20 * MS));
+  admit(d, 3, 100, t0 + 30 * MS);
+  /* the lost batches' timeouts, one every 100 ms */
+  const act_t *s3 = NULL;
+  for (int i = 0; i < LOST && !s3; i++) {
+    uint64_t t = t0 + 50 * MS + (uint64_t)i * 100 * MS;
+    run_until(d, t);
+    lp_disp_result_t to = {.outcome = LP_DISP_TIMEOUT};
+    ck_assert_int_eq(lp_disp_result(d, lost[i], &to, t), 0);
+    drain_at(d, t);
+    ck_assert_msg(lp_disp_check(d, t, why, sizeof(why)) == 0, "%s", why);
+    s3 = send_of(3, 0);
+  }
+  if (!s3) s3 = run_until_sent(d, 3, 0, t0 + 3000 * MS);
+  ck_assert_msg(s3 != NULL, "job 3 was not sent within 3 s: batches that never answered held the device");
+  ck_assert_msg(s3->at <= t0 + 500 * MS,
+                "job 3 waited %.0f ms behind batches that never answered (their stall times: about 110 ms)",
+                (double)(s3->at - t0 - 30 * MS) / 1e6);
+  lp_disp_free(d);
+}
+END_TEST
+
 LP_TEST_MAIN("dispatch-faults", stall_timed_by_another_backends_clock, stall_timed_when_sent_to_an_untaught_backend,
-             last_copy_stalled_given_up, refused_connection_costs_no_copy)
+             last_copy_stalled_given_up, refused_connection_costs_no_copy,
+             stalled_batch_holds_device_until_its_stall_time_only)

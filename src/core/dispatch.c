@@ -174,6 +174,8 @@ int lp_disp_next(lp_disp_t *d, lp_disp_action_t *a) {
 static void begin(lp_disp_t *d, uint64_t now) {
   if (d->acts_head == d->nacts) d->acts_head = d->nacts = d->nitems = 0;
   if (now > d->now) d->now = now;
+  if (d->idle_work && now > d->idle_work_at) d->st.idle_with_work_ns += now - d->idle_work_at;
+  d->idle_work_at = now > d->idle_work_at ? now : d->idle_work_at;
 }
 
 uint64_t lp_disp_wake_at(const lp_disp_t *d) { return d->wake; }
@@ -310,6 +312,7 @@ static void finish(lp_disp_t *d, uint64_t now) {
   if ((t = lp_theap_top(&d->retries)) && t->at < wake) wake = t->at;
   if ((t = lp_theap_top(&d->stalls)) && t->at < wake) wake = t->at;
   d->wake = wake != UINT64_MAX && wake < now ? now : wake;
+  d->idle_work = lp__disp_idle_with_work(d, now, NULL, NULL);
 }
 
 /* The earliest a job's longest sequence can be answered, from now: the wait for
@@ -448,14 +451,30 @@ static uint64_t stall_cost(const lp_disp_t *d, uint32_t b, int shape) {
   return worst;
 }
 
+/* When the first batch holding a device could have started: on arrival, or
+ * when the one ahead of it ended while holding the device, or, behind one
+ * that never did (now presumed lost), when that one was expected to end at its
+ * send. Never later because time passed. */
+static uint64_t anchored_start(const disp_batch_t *x, uint64_t lead) {
+  uint64_t from = x->sent_ns + lead;
+  if (x->ahead_ns) return x->ahead_ns > from ? x->ahead_ns : from;
+  return x->start_ns > from ? x->start_ns : from;
+}
+
 /* The expected answers of the batches on device k of backend b that are not
  * presumed lost, in order from now: each runs after the one ahead of it, or
  * once it has arrived. A lost batch (stalled, or overtaken) holds nothing up
- * and keeps its stall time. Their stall times move with them; the clock mirrors it. */
+ * and keeps its stall time. The clock mirrors their expected answers. Their
+ * stall times count from anchored starts, not from now: a batch that never
+ * answers is presumed lost at a time fixed by its send and the answers ahead
+ * of it (when each event on its device, a late answer or the timeout of a lost
+ * batch, moved it to now plus its time, stall_factor pushed its stall further
+ * each time: a stalled batch held its device up to its 30 s transfer timeout
+ * while the queue waited, issue 33). */
 static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
   disp_backend_t *be = &d->be[b];
   disp_dev_t *dv = &be->dev[k];
-  uint64_t prev = now, lead = lp_devclock_lead(&be->clock);
+  uint64_t prev = now, lead = lp_devclock_lead(&be->clock), aprev = 0;
   for (disp_batch_t *x = dv->first; x; x = x->dnext) {
     /* one sent before the clock knew has no stall time yet: it gets one now
      * (a lost one from its own send), or it waits out its transfer timeout;
@@ -471,10 +490,13 @@ static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
       continue;
     }
     uint64_t start = x->sent_ns + lead > prev ? x->sent_ns + lead : prev;
-    x->expect_ns = start + (cost ? cost : lp__disp_cost(d, x->backend, x->shape));
+    uint64_t c = cost ? cost : lp__disp_cost(d, x->backend, x->shape);
+    x->expect_ns = start + c;
     prev = x->expect_ns;
+    uint64_t astart = aprev ? (x->sent_ns + lead > aprev ? x->sent_ns + lead : aprev) : anchored_start(x, lead);
+    aprev = astart + c;
     if (cost && (lp_theap_contains(&x->stall) || untimed) && d->cfg.stall_factor > 0) {
-      uint64_t wait = lp__disp_stall_wait(d, x->expect_ns - x->sent_ns);
+      uint64_t wait = lp__disp_stall_wait(d, aprev - x->sent_ns);
       (void)lp_theap_set(&d->stalls, &x->stall, x->sent_ns + wait); /* re-keying never grows */
     }
   }
@@ -536,6 +558,7 @@ static void device_release(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
   if (bt->lost && dv->lost) dv->lost--;
   lp_theap_remove(&d->stalls, &bt->stall);
   if (next) next->prev_answer_ns = now;
+  if (next && !bt->lost) next->ahead_ns = now;
   device_chain(d, bt->backend, bt->device, now);
 }
 

@@ -1,6 +1,6 @@
 /* The simulator's world: an event heap at virtual time, the arrivals, and the
  * modelled backends whose devices run one batch at a time (cost per shape,
- * jitter, stalls, failures, slow answers and slow errors, a lead time before a
+ * jitter, stalls, failures, resets, slow answers and slow errors, a lead time before a
  * batch reaches its backend). It drives one policy and keeps its figures. */
 #include <errno.h>
 #include <stdio.h>
@@ -247,6 +247,8 @@ static int start(world_t *w, uint32_t bk) {
         t = m->slow_error_ns;
       } else if ((u -= m->slow_rate) < 0) {
         t += m->slow_ns;
+      } else if ((u -= m->reset_rate) < 0) { /* drawn last: the other faults' draws are as before */
+        b->status = SIM_RESET;
       }
     }
     b->device_ns = t;
@@ -257,6 +259,13 @@ static int start(world_t *w, uint32_t bk) {
     if (rc) return rc;
   }
   return 0;
+}
+
+/* The policy's failure rc in err, with what broke when it says. */
+static void failed(const world_t *w, int rc, char *err, size_t errlen) {
+  const char *why = rc == -EPROTO && w->p->broken ? w->p->broken(w->p->st) : NULL;
+  if (why) snprintf(err, errlen, "%s broke an invariant at %.6f s: %s", w->p->name, (double)w->now / 1e9, why);
+  else snprintf(err, errlen, "%s failed: %s", w->p->name, strerror(-rc));
 }
 
 static int step(world_t *w, const ev_t *e, char *err, size_t errlen) {
@@ -294,6 +303,7 @@ static int step(world_t *w, const ev_t *e, char *err, size_t errlen) {
       sim_result_t r = {.batch = b->id, .status = b->status, .sent_ns = b->sent_ns,
                         .answered_ns = w->now, .device_ns = b->device_ns};
       rc = w->p->result(w->p->st, w->now, &r);
+      if (rc) failed(w, rc, err, errlen);
     }
     free(b->items);
     b->items = NULL;
@@ -308,7 +318,7 @@ static int step(world_t *w, const ev_t *e, char *err, size_t errlen) {
     break;
   }
   if (rc) {
-    snprintf(err, errlen, "%s failed: %s", w->p->name, strerror(-rc));
+    failed(w, rc, err, errlen);
     return rc;
   }
   return drain(w, err, errlen);
