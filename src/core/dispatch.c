@@ -25,6 +25,11 @@
  * with each stall past DISP_SUSPECT_STALLS up to 2^4 times */
 #define DEVICE_PROBE_MIN_NS (10 * MS)
 #define DEVICE_PROBE_DOUBLINGS_MAX 4
+/* a sequence whose copies are spent and all stalled is given up this many of
+ * its last copy's stall waits after that copy's send: one more wait for a slow
+ * answer, then a 504 (it waited half the transfer timeout before, 15 s, while
+ * the client held its connection, issue 33) */
+#define STRANDED_WAITS 2
 
 /* ---- names ---- */
 
@@ -878,8 +883,8 @@ static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
   disp_backend_t *be = &d->be[bt->backend];
   disp_dev_t *dv = &be->dev[bt->device];
   if (bt->stalled) {
-    /* half its transfer timeout: the stranded are given up (the whole
-     * timeout would outlast a client that waits as long as the proxy does) */
+    /* one more stall wait (at most half its transfer timeout): the stranded
+     * are given up, long before the transfer timeout (issue 33) */
     lp_theap_remove(&d->stalls, &bt->stall);
     for (uint32_t i = 0; i < bt->n; i++)
       if (stranded(d, bt->seqs[i])) job_answer(d, bt->seqs[i]->job, LP_DISP_ST_BACKEND_TIMEOUT);
@@ -913,12 +918,15 @@ static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
     s->free_next = 0;
     if (seq_enqueue(d, s, 1) == 0) d->st.hedges++;
   }
-  /* its sequences that no copy can carry now wait for it up to half its
-   * transfer timeout from its send (a slow answer by then still serves them),
-   * not the whole of it */
+  /* its sequences that no copy can carry now (their copies are spent) wait
+   * for it as long again as it has run (a slow answer by then still serves
+   * them), at most half its transfer timeout from its send, and are then
+   * answered 504: a sequence whose every copy failed or stalled is answered
+   * long before the transfer timeout */
   for (uint32_t i = 0; i < bt->n; i++)
     if (stranded(d, bt->seqs[i])) {
-      uint64_t at = bt->sent_ns + d->cfg.backend_timeout_ns / 2;
+      uint64_t ran = now > bt->sent_ns ? now - bt->sent_ns : 0, half = d->cfg.backend_timeout_ns / 2;
+      uint64_t at = bt->sent_ns + (STRANDED_WAITS * ran < half ? STRANDED_WAITS * ran : half);
       (void)lp_theap_set(&d->stalls, &bt->stall, at > now ? at : now); /* without it: the timeout */
       break;
     }
