@@ -37,8 +37,10 @@ typedef struct sim_model_s {
   double slow_error_rate; /* a batch answers 500 after slow_error_ns on its device */
   uint64_t slow_error_ns;
   double reset_rate;      /* a batch's connection is reset after it ran (no answer) */
-  int check;              /* the policy checks its invariants after every step (the core:
-                             lp_disp_check); a broken one ends the run with -EPROTO */
+  int check;              /* invariants after every step: the policy's own (the core:
+                             lp_disp_check), and the world's: no request waits on no batch
+                             that can answer it for 2 s while a device is idle; a broken
+                             one ends the run with -EPROTO */
 } sim_model_t;
 
 /* ---- the policy interface ---- */
