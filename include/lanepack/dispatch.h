@@ -305,7 +305,8 @@ void lp_disp_stats(const lp_disp_t *d, lp_disp_stats_t *out);
  * batch holding a device has a stall time; every sequence of a live job is
  * queued, in backoff with a retry time, in flight with a live (not stalled)
  * copy, or, its copies spent and all stalled, on a timer that gives it up by
- * half the transfer timeout. 0, or -EPROTO with what broke in why[0..n). Costs
+ * half the transfer timeout. As of the last event (a later now is taken as its
+ * time). 0, or -EPROTO with what broke in why[0..n). Costs
  * a walk over the live jobs: lanepack-sim runs it at every step, the proxy's
  * debug build after every event. */
 int lp_disp_check(const lp_disp_t *d, uint64_t now, char *why, size_t n);

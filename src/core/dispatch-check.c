@@ -69,6 +69,8 @@ static int fail(char *why, size_t n, const char *fmt, ...) {
 
 int lp_disp_check(const lp_disp_t *d, uint64_t now, char *why, size_t n) {
   uint32_t b = 0, k = 0;
+  /* as of its last event: a probe time passed since is the next event's */
+  if (now > d->now) now = d->now;
   if (why && n) why[0] = '\0';
   /* 1. no device that could run a waiting sequence is left idle: the event
    * that freed it (or queued the sequence) sends at once */
