@@ -17,6 +17,7 @@ Usage: test-soak.py LANEPACK EMULATOR LOADGEN [--threads N] [--seconds S]
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,12 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lphelp  # noqa: E402
 from lphelp import check, finish, free_port, rss_kb, stop_all, wait_http  # noqa: E402
+
+
+def lphelp_results():
+    return lphelp._results
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 SHAPES = "8x512,4x2048"
@@ -165,6 +171,8 @@ def main():
                   "%d KiB at 1 min, %d KiB at most after" % (after[0], max(after)))
     finally:
         stop_all(procs)
+    if not a.keep and all(_ok for _ok in lphelp_results()):
+        shutil.rmtree(tmp, ignore_errors=True)  # kept (and named above) when a check failed
     finish()
 
 

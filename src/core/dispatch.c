@@ -30,6 +30,10 @@
  * answer, then a 504 (it waited half the transfer timeout before, 15 s, while
  * the client held its connection, issue 33) */
 #define STRANDED_WAITS 2
+/* ... and no sooner than this after it (a loaded host answers late: with one
+ * stall wait alone, a debug build under the soak's load gave up answers that
+ * came; 1 s keeps the answer well inside a client's patience) */
+#define STRANDED_MIN_NS (1000 * MS)
 
 /* ---- names ---- */
 
@@ -919,14 +923,16 @@ static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
     if (seq_enqueue(d, s, 1) == 0) d->st.hedges++;
   }
   /* its sequences that no copy can carry now (their copies are spent) wait
-   * for it as long again as it has run (a slow answer by then still serves
-   * them), at most half its transfer timeout from its send, and are then
+   * for it as long again as it has run, at least STRANDED_MIN_NS from its send
+   * (a slow answer by then still serves them), at most half its transfer
+   * timeout, and are then
    * answered 504: a sequence whose every copy failed or stalled is answered
    * long before the transfer timeout */
   for (uint32_t i = 0; i < bt->n; i++)
     if (stranded(d, bt->seqs[i])) {
       uint64_t ran = now > bt->sent_ns ? now - bt->sent_ns : 0, half = d->cfg.backend_timeout_ns / 2;
-      uint64_t at = bt->sent_ns + (STRANDED_WAITS * ran < half ? STRANDED_WAITS * ran : half);
+      uint64_t wait = STRANDED_WAITS * ran > STRANDED_MIN_NS ? STRANDED_WAITS * ran : STRANDED_MIN_NS;
+      uint64_t at = bt->sent_ns + (wait < half ? wait : half);
       (void)lp_theap_set(&d->stalls, &bt->stall, at > now ? at : now); /* without it: the timeout */
       break;
     }
