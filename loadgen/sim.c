@@ -52,9 +52,9 @@ static void usage(FILE *f) {
           "usage: lanepack-sim (--lengths FILE|MIX | --trace FILE) --shapes 4x8192,8x2048\n"
           "         --cost-ms SHAPE=MS... (--load 0.2,0.5,0.8 | --rate R) [--duration S]\n"
           "         [--requests N] [--devices N] [--backends N] [--lead-ms MS] [--jitter F]\n"
-          "         [--fail-rate P] [--stall-rate P] [--slow-rate P --slow-ms MS]\n"
+          "         [--fail-rate P] [--stall-rate P] [--reset-rate P] [--slow-rate P --slow-ms MS]\n"
           "         [--slow-error-rate P [--slow-error-ms MS]] [--policy core|legacy]\n"
-          "         [--compare core|legacy]\n"
+          "         [--compare core|legacy] [--check]\n"
           "         [--capacity-s S] [--no-ideal] [--seed N] [--json] [--version]\n"
           "       lanepack-sim --lengths FILE|MIX --shapes ... --cost-ms ... --advise K\n"
           "         --p99-ms X --rate R [--devices N] [--candidates SHAPES]\n"
@@ -127,7 +127,8 @@ static int parse(int argc, char **argv, opts_t *o) {
       {"fail-rate", required_argument, 0, 'F'}, {"stall-rate", required_argument, 0, 'S'},
       {"slow-rate", required_argument, 0, 'W'}, {"slow-ms", required_argument, 0, 'w'},
       {"slow-error-rate", required_argument, 0, 'E'},
-      {"slow-error-ms", required_argument, 0, 'x'},
+      {"slow-error-ms", required_argument, 0, 'x'}, {"reset-rate", required_argument, 0, 'R'},
+      {"check", no_argument, 0, 'k'},
       {"policy", required_argument, 0, 'p'},    {"capacity-s", required_argument, 0, 'C'},
       {"no-ideal", no_argument, 0, 'I'},        {"seed", required_argument, 0, 'z'},
       {"json", no_argument, 0, 'J'},            {"help", no_argument, 0, 'h'},
@@ -186,6 +187,10 @@ static int parse(int argc, char **argv, opts_t *o) {
       break;
     case 'S':
       if (parse_double(a, 0, 1, &m->stall_rate)) return bad("--stall-rate: expected 0..1, got '%s'", a);
+      break;
+    case 'k': m->check = 1; break;
+    case 'R':
+      if (parse_double(a, 0, 1, &m->reset_rate)) return bad("--reset-rate: expected 0..1, got '%s'", a);
       break;
     case 'W':
       if (parse_double(a, 0, 1, &m->slow_rate)) return bad("--slow-rate: expected 0..1, got '%s'", a);
@@ -268,7 +273,7 @@ static int parse(int argc, char **argv, opts_t *o) {
   if (o->trace && (o->nloads || rate_set || o->requests))
     return bad("%s", "--trace brings its own arrivals: --load, --rate and --requests do not apply");
   if (!o->trace && !o->nloads == !rate_set) return bad("%s", "give one of --load LIST and --rate R");
-  if (m->fail_rate + m->stall_rate + m->slow_rate + m->slow_error_rate > 1)
+  if (m->fail_rate + m->stall_rate + m->slow_rate + m->slow_error_rate + m->reset_rate > 1)
     return bad("%s", "the fault rates add up to more than 1");
   if (!o->policy) o->policy = "core";
   if (o->compare && !strcmp(o->compare, o->policy))

@@ -54,6 +54,20 @@ if [ "${LP_TEST_FAULTS:-0}" = 1 ]; then
     fi
   done
 fi
+# issue 33's soak runs in the suite for 60 s (tests 'fault-soak-1', 'fault-soak-2');
+# LP_TEST_SOAK=1 runs it for 30 minutes with threads 1 and 2 (an hour in all)
+if [ "${LP_TEST_SOAK:-0}" = 1 ]; then
+  for threads in 1 2; do
+    echo "== the soak, 30 minutes, threads $threads (LP_TEST_SOAK=1)"
+    if python3 tests/test-soak.py build/src/lanepack build/loadgen/lanepack-emulator \
+        build/loadgen/lanepack-loadgen --threads "$threads" --seconds 1800; then
+      echo "Ok: 1" >> "$log"
+    else
+      echo "Fail: 1" >> "$log"
+      status=1
+    fi
+  done
+fi
 # the container image, built and run (minutes; needs podman): opt-in
 if [ "${LP_TEST_CONTAINER:-0}" = 1 ]; then
   echo "== the container image (LP_TEST_CONTAINER=1)"

@@ -46,6 +46,17 @@ static const rec_act_t *run_until_sent(lp_disp_t *d, uint64_t job, int from, uin
   return NULL;
 }
 
+/* The proxy's stall settings (stall_factor 3, stall_min_ms 100, a 30 s
+ * transfer timeout) on shapes. */
+static void proxy_config(lp_disp_config_t *c, const char *shapes) {
+  lp_disp_config_default(c);
+  char err[128];
+  ck_assert_int_eq(lp_bucket_set_parse(&c->shapes, shapes, err, sizeof(err)), 0);
+  c->stall_factor = 3;
+  c->stall_min_ns = 100 * MS;
+  c->backend_timeout_ns = 30000 * MS;
+}
+
 /* Two backends, nothing seeded (the fault benchmark configures no cost_ms).
  * The first batch goes to backend 0 and stalls there; backend 1 answers
  * everything else. Backend 0's own clock never learns a time (it gets no other
@@ -55,13 +66,8 @@ static const rec_act_t *run_until_sent(lp_disp_t *d, uint64_t job, int from, uin
  * knows no time is timed for stalls by the others'. */
 static lp_disp_t *two_backends(void) {
   lp_disp_config_t c;
-  lp_disp_config_default(&c);
-  char err[128];
-  ck_assert_int_eq(lp_bucket_set_parse(&c.shapes, "8x2048", err, sizeof(err)), 0);
+  proxy_config(&c, "8x2048");
   c.nbackends = 2;
-  c.stall_factor = 3;
-  c.stall_min_ns = 100 * MS;
-  c.backend_timeout_ns = 30000 * MS;
   lp_disp_t *d = lp_disp_new(&c);
   ck_assert_ptr_nonnull(d);
   rec_clear(&R);
@@ -137,9 +143,10 @@ END_TEST
  * connection refused) and whose last copy stalls: nothing hedges it (a
  * sequence has a fixed number of copies), and it waited for that batch's 30 s
  * transfer timeout, past the client's (seed 129: copies 3 of 3, the last in a
- * stalled batch). It is given up (504 backend_timeout) half that timeout after
- * its stalled copy was sent (a client that waits as long as the proxy does
- * still gets it); a slow answer before then still serves it. */
+ * stalled batch). It is given up (504 backend_timeout) one more stall wait
+ * after its copy stalled, at least 1 s after its send (issue 33: half the
+ * transfer timeout, 15 s, held a client that long); a slow answer before then
+ * still serves it. */
 START_TEST(last_copy_stalled_given_up) {
   lp_disp_config_t c;
   lp_disp_config_default(&c);
@@ -167,15 +174,16 @@ START_TEST(last_copy_stalled_given_up) {
     ck_assert_ptr_nonnull(last);
     ck_assert_ptr_null(rec_answer_of(&R, 1));
     if (late_answer) {
-      /* stalled (past 3 x 8 ms and 100 ms more), answered 10 s later: served */
-      run_until(d, last->at + 10000 * MS);
+      /* stalled (past 3 x 8 ms and 100 ms more, about 110 ms), answered 50 ms
+       * later: served */
+      run_until(d, last->at + 160 * MS);
       ck_assert_ptr_null(rec_answer_of(&R, 1));
-      ok(d, last, last->at + 10000 * MS);
+      ok(d, last, last->at + 160 * MS);
       ck_assert_ptr_nonnull(rec_answer_of(&R, 1));
       ck_assert_int_eq(rec_answer_of(&R, 1)->a.answer.status, LP_DISP_ST_OK);
     } else {
-      run_until(d, last->at + 15000 * MS);
-      ck_assert_msg(rec_answer_of(&R, 1) != NULL, "a request whose last copy stalled was not answered within 15 s");
+      run_until(d, last->at + 1500 * MS);
+      ck_assert_msg(rec_answer_of(&R, 1) != NULL, "a request whose last copy stalled was not answered within 1.5 s");
       ck_assert_int_eq(rec_answer_of(&R, 1)->a.answer.status, LP_DISP_ST_BACKEND_TIMEOUT);
       ck_assert_int_eq(rec_send_of(&R, 1, 0) == last, 1); /* no copy beyond the budget */
       /* the batch's timeout, later, changes nothing */
@@ -240,5 +248,66 @@ START_TEST(refused_connection_costs_no_copy) {
 }
 END_TEST
 
+/* Issue 33: a model frozen for 30 s under stalls, resets and 5xx together.
+ * A device held by batches that never answer is given up at their stall
+ * times, whatever else ends on it meanwhile. Before, each event on the
+ * device (here the timeouts of earlier stalled batches, 30 s after each was
+ * sent: a few a second in a soak) re-timed the batch holding it from now, and
+ * stall_factor pushed its stall time further each time: it held the device,
+ * and the whole queue behind it, up to its own 30 s transfer timeout. */
+START_TEST(stalled_batch_holds_device_until_its_stall_time_only) {
+  lp_disp_config_t c;
+  proxy_config(&c, "8x512,4x2048");
+  c.seed_cost_ns[0] = c.seed_cost_ns[1] = 2 * MS;
+  c.max_wait_ns = 3 * MS;
+  lp_disp_t *d = lp_disp_new(&c);
+  ck_assert_ptr_nonnull(d);
+  rec_clear(&R);
+  char why[256];
+  /* twenty batches that stall, each hedged and the hedge answered: lost
+   * batches whose timeouts come later */
+  enum { LOST = 20 };
+  uint64_t lost[LOST];
+  for (int i = 0; i < LOST; i++) {
+    uint64_t t = (uint64_t)i * 300 * MS, job = 100 + (uint64_t)i;
+    size_t from = R.n;
+    admit(d, job, 100, t);
+    const rec_act_t *s = rec_send_of(&R, job, from);
+    ck_assert_ptr_nonnull(s);
+    lost[i] = s->a.send.batch_id;
+    const rec_act_t *h = run_until_sent(d, job, (int)(s - R.acts) + 1, t + 250 * MS);
+    ck_assert_msg(h != NULL, "stalled batch %d not hedged", i);
+    ok(d, h, h->at + 2 * MS);
+    ck_assert_ptr_nonnull(rec_answer_of(&R, job));
+    ck_assert_int_eq(lp_disp_check(d, h->at + 2 * MS, why, sizeof(why)), 0);
+  }
+  /* two batches that never answer hold the device (one runs, one waits) */
+  uint64_t t0 = 7000 * MS;
+  admit(d, 1, 100, t0);
+  ck_assert_ptr_nonnull(rec_send_of(&R, 1, 0));
+  admit(d, 2, 100, t0 + 1 * MS);
+  ck_assert_ptr_nonnull(run_until_sent(d, 2, 0, t0 + 20 * MS));
+  admit(d, 3, 100, t0 + 30 * MS);
+  /* the lost batches' timeouts, one every 100 ms */
+  const rec_act_t *s3 = NULL;
+  for (int i = 0; i < LOST && !s3; i++) {
+    uint64_t t = t0 + 50 * MS + (uint64_t)i * 100 * MS;
+    run_until(d, t);
+    lp_disp_result_t to = {.outcome = LP_DISP_TIMEOUT};
+    ck_assert_int_eq(lp_disp_result(d, lost[i], &to, t), 0);
+    rec_drain(&R, d, t);
+    ck_assert_msg(lp_disp_check(d, t, why, sizeof(why)) == 0, "%s", why);
+    s3 = rec_send_of(&R, 3, 0);
+  }
+  if (!s3) s3 = run_until_sent(d, 3, 0, t0 + 3000 * MS);
+  ck_assert_msg(s3 != NULL, "job 3 was not sent within 3 s: batches that never answered held the device");
+  ck_assert_msg(s3->at <= t0 + 500 * MS,
+                "job 3 waited %.0f ms behind batches that never answered (their stall times: about 110 ms)",
+                (double)(s3->at - t0 - 30 * MS) / 1e6);
+  lp_disp_free(d);
+}
+END_TEST
+
 LP_TEST_MAIN("dispatch-faults", stall_timed_by_another_backends_clock, stall_timed_when_sent_to_an_untaught_backend,
-             last_copy_stalled_given_up, refused_connection_costs_no_copy)
+             last_copy_stalled_given_up, refused_connection_costs_no_copy,
+             stalled_batch_holds_device_until_its_stall_time_only)

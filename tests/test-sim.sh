@@ -99,6 +99,16 @@ print("ok")
 PY
 check "faults: every request answered once" "grep -q '^ok$' '$tmp/check' || { cat '$tmp/check'; false; }"
 
+# ---- issue 33: mixed faults with the invariants checked at every step ----
+# (the core's own, and no request waiting 2 s on nothing while a device is
+# idle). Seed 1 with 5% stalls broke the second at 33 s before stall times were
+# anchored (a stalled batch held its device to its 30 s transfer timeout).
+"$sim" --lengths 'lognormal:mu=4.5,sigma=1,max=2000' --shapes 8x512,4x2048 --cost-ms 8x512=2 \
+  --cost-ms 4x2048=2 --rate 800 --duration 60 --seed 1 --lead-ms 1 --jitter 0.2 --fail-rate 0.02 \
+  --reset-rate 0.01 --stall-rate 0.05 --no-ideal --check > "$tmp/inv.txt" 2>&1
+check "faults: the invariants hold at every step (stalls, resets, 5xx)" \
+  "[ $? -eq 0 ] || { cat '$tmp/inv.txt'; false; }"
+
 # ---- a trace ----
 printf '# ms len prio deadline\n0 100\n0.5 3000 1\n1,9000\n2 500 0 50\n\n30 7000\n' > "$tmp/trace"
 "$sim" --trace "$tmp/trace" "${base[@]}" --json > "$tmp/t.json" 2> "$tmp/err"
@@ -179,6 +189,8 @@ bad "negative rate" "--rate: expected" "${L[@]}" "${base[@]}" --rate -3
 bad "zero devices" "--devices: expected" "${L[@]}" "${base[@]}" --rate 5 --devices 0
 bad "too many backends for the core" "at most 16" "${L[@]}" "${base[@]}" --rate 5 --backends 17
 bad "fault rates over 1" "more than 1" "${L[@]}" "${base[@]}" --rate 5 --fail-rate 0.6 --stall-rate 0.6
+bad "reset rate over 1" "--reset-rate: expected 0..1" "${L[@]}" "${base[@]}" --rate 5 --reset-rate 2
+bad "fault rates with resets over 1" "more than 1" "${L[@]}" "${base[@]}" --rate 5 --fail-rate 0.6 --reset-rate 0.6
 bad "unknown option" "unknown option .--frobnicate" "${L[@]}" "${base[@]}" --rate 5 --frobnicate
 bad "missing value" "--seed needs a value" "${L[@]}" "${base[@]}" --rate 5 --seed
 bad "unknown policy" "--policy: expected" "${L[@]}" "${base[@]}" --rate 5 --policy magic

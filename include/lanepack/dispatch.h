@@ -295,9 +295,23 @@ typedef struct lp_disp_stats_s {
   size_t queued_jobs, queued_seqs;
   uint64_t queued_tokens;
   uint32_t inflight;           /* batches sent and not ended */
+  uint64_t idle_with_work_ns;  /* time with a sequence waiting while a healthy device that could
+                                  run it was idle (by the core's own view: 0 when it keeps its
+                                  rules; a stalled batch counts as busy until its stall time) */
 } lp_disp_stats_t;
 
 void lp_disp_stats(const lp_disp_t *d, lp_disp_stats_t *out);
+/* The core's invariants, between events (dispatch-check.c): no device that is
+ * free (healthy, nothing live on it, not a hung one before its probe time) and
+ * has a compiled shape is idle while a sequence it could run is queued; every
+ * batch holding a device has a stall time; every sequence of a live job is
+ * queued, in backoff with a retry time, in flight with a live (not stalled)
+ * copy, or, its copies spent and all stalled, on a timer that gives it up by
+ * half the transfer timeout. As of the last event (a later now is taken as its
+ * time). 0, or -EPROTO with what broke in why[0..n). Costs
+ * a walk over the live jobs: lanepack-sim runs it at every step, the proxy's
+ * debug build after every event. */
+int lp_disp_check(const lp_disp_t *d, uint64_t now, char *why, size_t n);
 /* Backend b's device clock (learned costs, lead time, utilization), or NULL. */
 const lp_devclock_t *lp_disp_clock(const lp_disp_t *d, uint32_t b);
 /* 1 when backend b is healthy. */

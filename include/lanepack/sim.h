@@ -36,6 +36,11 @@ typedef struct sim_model_s {
   uint64_t slow_ns;
   double slow_error_rate; /* a batch answers 500 after slow_error_ns on its device */
   uint64_t slow_error_ns;
+  double reset_rate;      /* a batch's connection is reset after it ran (no answer) */
+  int check;              /* invariants after every step: the policy's own (the core:
+                             lp_disp_check), and the world's: no request waits on no batch
+                             that can answer it for 2 s while a device is idle; a broken
+                             one ends the run with -EPROTO */
 } sim_model_t;
 
 /* ---- the policy interface ---- */
@@ -60,10 +65,13 @@ typedef struct sim_action_s {
   uint64_t at;
 } sim_action_t;
 
+/* A batch's status when its connection was reset after it ran (no HTTP status). */
+#define SIM_RESET 0
+
 /* A batch's outcome as the policy hears it. */
 typedef struct sim_result_s {
   uint64_t batch;
-  int status;             /* 200, 500 */
+  int status;             /* 200, 500, or SIM_RESET: the connection was reset */
   uint64_t sent_ns;       /* when the policy sent it */
   uint64_t answered_ns;   /* when the answer came back (now) */
   uint64_t device_ns;     /* device time, as X-Device-Time-Us tells it */
@@ -80,6 +88,8 @@ typedef struct sim_policy_s {
   int (*tick)(void *st, uint64_t now);
   int (*next)(void *st, sim_action_t *a);
   void (*free)(void *st);
+  /* what broke when a call returned -EPROTO (NULL: the policy does not say) */
+  const char *(*broken)(void *st);
   uint64_t lead_ns;       /* the lead time this policy's batches see (the ideal: 0) */
   int faultless;          /* this policy's devices never fail (the ideal) */
 } sim_policy_t;

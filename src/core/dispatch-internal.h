@@ -79,6 +79,12 @@ struct disp_batch_s {
   int shape;
   uint64_t sent_ns;        /* the SEND's time */
   uint64_t expect_ns;      /* expected answer; 0 = unknown */
+  uint64_t start_ns;       /* when it was expected to start on its device at its send (after
+                              the lead time, or after what was ahead of it then): its stall
+                              time counts from this, or from ahead_ns */
+  uint64_t ahead_ns;       /* when the batch ahead of it ended while holding the device (not
+                              presumed lost: a lost one's late answer or timeout says nothing
+                              of when this one started); 0 = none */
   uint64_t prev_answer_ns; /* when the batch ahead of it on its device answered; 0 = none */
   int behind;              /* a batch was ahead of it on its device when it was sent */
   int lost;                /* presumed lost: stalled, or overtaken on its device by one sent
@@ -162,6 +168,9 @@ struct lp_disp_s {
   disp_job_t *job_spare;          /* freed one-sequence jobs kept for reuse (a bounded
                                      pool: an allocation less per request) */
   size_t njob_spare;
+  int idle_work;                  /* at the end of the last event a device that could run
+                                     a waiting sequence was idle (lp__disp_idle_with_work) */
+  uint64_t idle_work_at;          /* ... since then: the time counts into st.idle_with_work_ns */
 };
 
 /* dispatch-state.c: the bottom layer, calling neither file above it */
@@ -186,6 +195,11 @@ void lp__disp_batch_destroy(disp_batch_t *bt);
 void *lp__disp_map_get(const disp_map_t *m, uint64_t key);
 int lp__disp_map_put(disp_map_t *m, uint64_t key, void *val);
 void lp__disp_map_del(disp_map_t *m, uint64_t key);
+
+/* dispatch-check.c: 1 when a device of a healthy backend that runs nothing
+ * live (and is no hung device before its probe time) could take a queued
+ * sequence now; *backend and *device (may be NULL) name it. */
+int lp__disp_idle_with_work(const lp_disp_t *d, uint64_t now, uint32_t *backend, uint32_t *device);
 
 /* dispatch-plan.c: sends what may leave now and sets d->wake's share of it. */
 int lp__disp_schedule(lp_disp_t *d, uint64_t now, uint64_t *wake);

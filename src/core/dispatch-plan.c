@@ -491,6 +491,7 @@ static int send(lp_disp_t *d, const view_t *v, uint32_t k, int shape, size_t n, 
   bt->behind = dv->n > dv->lost;
   uint64_t start = now + lead;
   if (bt->behind && cd->free_ns > start) start = cd->free_ns;
+  bt->start_ns = start;
   bt->expect_ns = start + cost;
   dv->util = UTIL_KEEP * dv->util + (bt->behind ? 1 - UTIL_KEEP : 0.0);
   bt->dprev = dv->last;

@@ -25,6 +25,15 @@
  * with each stall past DISP_SUSPECT_STALLS up to 2^4 times */
 #define DEVICE_PROBE_MIN_NS (10 * MS)
 #define DEVICE_PROBE_DOUBLINGS_MAX 4
+/* a sequence whose copies are spent and all stalled is given up this many of
+ * its last copy's stall waits after that copy's send: one more wait for a slow
+ * answer, then a 504 (it waited half the transfer timeout before, 15 s, while
+ * the client held its connection, issue 33) */
+#define STRANDED_WAITS 2
+/* ... and no sooner than this after it (a loaded host answers late: with one
+ * stall wait alone, a debug build under the soak's load gave up answers that
+ * came; 1 s keeps the answer well inside a client's patience) */
+#define STRANDED_MIN_NS (1000 * MS)
 
 /* ---- names ---- */
 
@@ -176,6 +185,8 @@ int lp_disp_next(lp_disp_t *d, lp_disp_action_t *a) {
 static void begin(lp_disp_t *d, uint64_t now) {
   if (d->acts_head == d->nacts) d->acts_head = d->nacts = d->nitems = 0;
   if (now > d->now) d->now = now;
+  if (d->idle_work && now > d->idle_work_at) d->st.idle_with_work_ns += now - d->idle_work_at;
+  d->idle_work_at = now > d->idle_work_at ? now : d->idle_work_at;
 }
 
 uint64_t lp_disp_wake_at(const lp_disp_t *d) { return d->wake; }
@@ -312,6 +323,7 @@ static void finish(lp_disp_t *d, uint64_t now) {
   if ((t = lp_theap_top(&d->retries)) && t->at < wake) wake = t->at;
   if ((t = lp_theap_top(&d->stalls)) && t->at < wake) wake = t->at;
   d->wake = wake != UINT64_MAX && wake < now ? now : wake;
+  d->idle_work = lp__disp_idle_with_work(d, now, NULL, NULL);
 }
 
 /* The earliest a job's longest sequence can be answered, from now: the wait for
@@ -450,14 +462,30 @@ static uint64_t stall_cost(const lp_disp_t *d, uint32_t b, int shape) {
   return worst;
 }
 
+/* When the first batch holding a device could have started: on arrival, or
+ * when the one ahead of it ended while holding the device, or, behind one
+ * that never did (now presumed lost), when that one was expected to end at its
+ * send. Never later because time passed. */
+static uint64_t anchored_start(const disp_batch_t *x, uint64_t lead) {
+  uint64_t from = x->sent_ns + lead;
+  if (x->ahead_ns) return x->ahead_ns > from ? x->ahead_ns : from;
+  return x->start_ns > from ? x->start_ns : from;
+}
+
 /* The expected answers of the batches on device k of backend b that are not
  * presumed lost, in order from now: each runs after the one ahead of it, or
  * once it has arrived. A lost batch (stalled, or overtaken) holds nothing up
- * and keeps its stall time. Their stall times move with them; the clock mirrors it. */
+ * and keeps its stall time. The clock mirrors their expected answers. Their
+ * stall times count from anchored starts, not from now: a batch that never
+ * answers is presumed lost at a time fixed by its send and the answers ahead
+ * of it (when each event on its device, a late answer or the timeout of a lost
+ * batch, moved it to now plus its time, stall_factor pushed its stall further
+ * each time: a stalled batch held its device up to its 30 s transfer timeout
+ * while the queue waited, issue 33). */
 static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
   disp_backend_t *be = &d->be[b];
   disp_dev_t *dv = &be->dev[k];
-  uint64_t prev = now, lead = lp_devclock_lead(&be->clock);
+  uint64_t prev = now, lead = lp_devclock_lead(&be->clock), aprev = 0;
   for (disp_batch_t *x = dv->first; x; x = x->dnext) {
     /* one sent before the clock knew has no stall time yet: it gets one now
      * (a lost one from its own send), or it waits out its transfer timeout;
@@ -473,10 +501,13 @@ static void device_chain(lp_disp_t *d, uint32_t b, uint32_t k, uint64_t now) {
       continue;
     }
     uint64_t start = x->sent_ns + lead > prev ? x->sent_ns + lead : prev;
-    x->expect_ns = start + (cost ? cost : lp__disp_cost(d, x->backend, x->shape));
+    uint64_t c = cost ? cost : lp__disp_cost(d, x->backend, x->shape);
+    x->expect_ns = start + c;
     prev = x->expect_ns;
+    uint64_t astart = aprev ? (x->sent_ns + lead > aprev ? x->sent_ns + lead : aprev) : anchored_start(x, lead);
+    aprev = astart + c;
     if (cost && (lp_theap_contains(&x->stall) || untimed) && d->cfg.stall_factor > 0) {
-      uint64_t wait = lp__disp_stall_wait(d, x->expect_ns - x->sent_ns);
+      uint64_t wait = lp__disp_stall_wait(d, aprev - x->sent_ns);
       (void)lp_theap_set(&d->stalls, &x->stall, x->sent_ns + wait); /* re-keying never grows */
     }
   }
@@ -538,6 +569,7 @@ static void device_release(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
   if (bt->lost && dv->lost) dv->lost--;
   lp_theap_remove(&d->stalls, &bt->stall);
   if (next) next->prev_answer_ns = now;
+  if (next && !bt->lost) next->ahead_ns = now;
   device_chain(d, bt->backend, bt->device, now);
 }
 
@@ -857,8 +889,8 @@ static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
   disp_backend_t *be = &d->be[bt->backend];
   disp_dev_t *dv = &be->dev[bt->device];
   if (bt->stalled) {
-    /* half its transfer timeout: the stranded are given up (the whole
-     * timeout would outlast a client that waits as long as the proxy does) */
+    /* one more stall wait (at most half its transfer timeout): the stranded
+     * are given up, long before the transfer timeout (issue 33) */
     lp_theap_remove(&d->stalls, &bt->stall);
     for (uint32_t i = 0; i < bt->n; i++)
       if (stranded(d, bt->seqs[i])) job_answer(d, bt->seqs[i]->job, LP_DISP_ST_BACKEND_TIMEOUT);
@@ -892,12 +924,17 @@ static void stall(lp_disp_t *d, disp_batch_t *bt, uint64_t now) {
     s->free_next = 0;
     if (seq_enqueue(d, s, 1) == 0) d->st.hedges++;
   }
-  /* its sequences that no copy can carry now wait for it up to half its
-   * transfer timeout from its send (a slow answer by then still serves them),
-   * not the whole of it */
+  /* its sequences that no copy can carry now (their copies are spent) wait
+   * for it as long again as it has run, at least STRANDED_MIN_NS from its send
+   * (a slow answer by then still serves them), at most half its transfer
+   * timeout, and are then
+   * answered 504: a sequence whose every copy failed or stalled is answered
+   * long before the transfer timeout */
   for (uint32_t i = 0; i < bt->n; i++)
     if (stranded(d, bt->seqs[i])) {
-      uint64_t at = bt->sent_ns + d->cfg.backend_timeout_ns / 2;
+      uint64_t ran = now > bt->sent_ns ? now - bt->sent_ns : 0, half = d->cfg.backend_timeout_ns / 2;
+      uint64_t wait = STRANDED_WAITS * ran > STRANDED_MIN_NS ? STRANDED_WAITS * ran : STRANDED_MIN_NS;
+      uint64_t at = bt->sent_ns + (wait < half ? wait : half);
       (void)lp_theap_set(&d->stalls, &bt->stall, at > now ? at : now); /* without it: the timeout */
       break;
     }

@@ -198,6 +198,7 @@ typedef struct lp_snap_model_s {
   uint64_t batches_by_shape[LP_BUCKET_MAX_SHAPES];
   uint64_t real_tokens, pad_tokens, sequences_done;
   uint64_t waiting, running; /* its requests as one walk of its live jobs found them */
+  uint64_t idle_with_work_ns; /* the core's: time with work waiting and a usable device idle */
   double saturation;       /* lp_saturation_update's, sampled when taken */
   lp_hist_t fill, duration, service, service_error, queue_delay;
   lp_hist_t fill_by_shape[LP_BUCKET_MAX_SHAPES];

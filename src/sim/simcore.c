@@ -33,6 +33,7 @@ typedef struct core_s {
   uint64_t wake_at, now;
   uint64_t probe_at[SIM_MAX_BACKENDS]; /* 0: up, else when the prober says so */
   sim_actq_t aq;
+  char why[256];        /* the invariant that broke (m->check) */
 } core_t;
 
 static int mark(core_t *s, uint64_t id) {
@@ -121,6 +122,7 @@ static int settle(core_t *s, uint64_t now) {
       for (size_t i = s->pn; i-- > s->phead && s->pend[i].at == 0;) s->pend[i].at = now + s->timeout_ns;
     }
   if (rc) return rc;
+  if (s->m->check && lp_disp_check(s->d, now, s->why, sizeof(s->why))) return -EPROTO;
   uint64_t wake = lp_disp_wake_at(s->d);
   for (uint32_t b = 0; b < s->m->backends; b++)
     if (s->probe_at[b] && s->probe_at[b] < wake) wake = s->probe_at[b];
@@ -149,7 +151,9 @@ static int core_result(void *st, uint64_t now, const sim_result_t *res) {
   if (res->batch < s->capended && s->ended[res->batch]) return settle(s, now); /* timed out already */
   if (mark(s, res->batch)) return -ENOMEM;
   s->ended[res->batch] = 1;
-  lp_disp_result_t r = {.outcome = res->status == 200 ? LP_DISP_OK : LP_DISP_ERR_5XX,
+  lp_disp_result_t r = {.outcome = res->status == 200        ? LP_DISP_OK
+                                   : res->status == SIM_RESET ? LP_DISP_RESET
+                                                              : LP_DISP_ERR_5XX,
                         .http_status = res->status, .sent_ns = res->sent_ns, .device_ns = res->device_ns};
   lp_disp_result(s->d, res->batch, &r, now);
   return settle(s, now);
@@ -161,6 +165,8 @@ static int core_tick(void *st, uint64_t now) {
   lp_disp_tick(s->d, now);
   return settle(s, now);
 }
+
+static const char *core_broken(void *st) { return ((core_t *)st)->why; }
 
 static int core_next(void *st, sim_action_t *a) {
   core_t *s = st;
@@ -207,6 +213,7 @@ int sim_core_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs) {
   p->tick = core_tick;
   p->next = core_next;
   p->free = core_free;
+  p->broken = core_broken;
   p->lead_ns = m->lead_ns;
   return 0;
 }

@@ -1,6 +1,6 @@
 /* The simulator's world: an event heap at virtual time, the arrivals, and the
  * modelled backends whose devices run one batch at a time (cost per shape,
- * jitter, stalls, failures, slow answers and slow errors, a lead time before a
+ * jitter, stalls, failures, resets, slow answers and slow errors, a lead time before a
  * batch reaches its backend). It drives one policy and keeps its figures. */
 #include <errno.h>
 #include <stdio.h>
@@ -25,6 +25,7 @@ typedef struct wbatch_s {
   uint32_t *items;      /* owned */
   uint64_t real;
   int cancelled, running, done;
+  int carrying;         /* counted in its requests' carried (it may still answer) */
 } wbatch_t;
 
 typedef struct backend_s {
@@ -51,7 +52,21 @@ typedef struct world_s {
   uint64_t *sent;       /* per request: its first send + 1, 0 = none */
   /* figures */
   uint64_t busy_ns, real_tokens, slots, batches, failed, doubles, last_answer, window_ok, window_tokens;
+  /* the idle check (m->check): per request, the batches carrying it that may
+   * still answer, and since when it has waited on none (+ 1; 0: carried or
+   * not arrived); a heap of (since, request) entries, stale ones skipped */
+  uint32_t *carried;
+  uint64_t *since;
+  ev_t *waiting;
+  size_t nwaiting, capwaiting;
 } world_t;
+
+/* The longest a request may wait on nothing that can answer it while a device
+ * of its backend is idle: the policy's own waits (its batching wait, a stall
+ * time, a hung device's probe backoff, a retry backoff) are each under a second
+ * at the core's defaults; a stalled batch that held its device to the transfer
+ * timeout held it 30 s (issue 33). */
+#define IDLE_BOUND_NS 2000000000ull
 
 #define NONE UINT32_MAX
 
@@ -91,6 +106,57 @@ static ev_t pop(world_t *w) {
   }
   if (n) w->heap[i] = last;
   return top;
+}
+
+/* Request req waits on nothing from now (the idle check). */
+static int wait_from(world_t *w, uint32_t req) {
+  if (!w->m->check || w->answered[req] || w->carried[req]) return 0;
+  if (w->nwaiting == w->capwaiting) {
+    size_t c = w->capwaiting ? w->capwaiting * 2 : 1024;
+    ev_t *h = realloc(w->waiting, c * sizeof(*h));
+    if (!h) return -ENOMEM;
+    w->waiting = h;
+    w->capwaiting = c;
+  }
+  w->since[req] = w->now + 1;
+  ev_t e = {w->now, req, 0, req};
+  size_t i = w->nwaiting++;
+  while (i > 0 && w->waiting[(i - 1) / 2].t > e.t) {
+    w->waiting[i] = w->waiting[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  w->waiting[i] = e;
+  return 0;
+}
+
+/* The batch no longer carries its requests (it ended, stalled or was dropped). */
+static int uncarry(world_t *w, wbatch_t *b) {
+  if (!b->carrying) return 0;
+  b->carrying = 0;
+  int rc = 0;
+  for (uint32_t i = 0; i < b->n && !rc; i++)
+    if (--w->carried[b->items[i]] == 0) rc = wait_from(w, b->items[i]);
+  return rc;
+}
+
+/* The oldest request that waits on nothing (stale entries dropped), or NONE. */
+static uint32_t oldest_waiting(world_t *w) {
+  while (w->nwaiting) {
+    ev_t top = w->waiting[0];
+    if (!w->answered[top.idx] && !w->carried[top.idx] && w->since[top.idx] == top.t + 1) return top.idx;
+    ev_t last = w->waiting[--w->nwaiting];
+    size_t i = 0, n = w->nwaiting;
+    for (;;) {
+      size_t c = 2 * i + 1;
+      if (c >= n) break;
+      if (c + 1 < n && w->waiting[c + 1].t < w->waiting[c].t) c++;
+      if (last.t <= w->waiting[c].t) break;
+      w->waiting[i] = w->waiting[c];
+      i = c;
+    }
+    if (n) w->waiting[i] = last;
+  }
+  return UINT32_MAX;
 }
 
 static size_t hslot(const world_t *w, uint64_t id) {
@@ -148,7 +214,9 @@ static int add_batch(world_t *w, const sim_action_t *a, uint32_t *out) {
   for (uint32_t i = 0; i < a->n; i++) {
     b->real += w->reqs[a->items[i]].len;
     if (!w->sent[a->items[i]]) w->sent[a->items[i]] = w->now + 1;
+    if (w->m->check) w->carried[a->items[i]]++;
   }
+  b->carrying = w->m->check;
   size_t s = hslot(w, b->id);
   while (w->map[s]) s = (s + 1) & (w->capmap - 1);
   w->map[s] = (uint32_t)(w->nb + 1);
@@ -229,6 +297,7 @@ static int start(world_t *w, uint32_t bk) {
     if (be->qhead == NONE) be->qtail = NONE;
     if (b->cancelled) {
       b->done = 1;
+      if (uncarry(w, b)) return -ENOMEM;
       continue;
     }
     double j = m->jitter > 0 ? 1 + m->jitter * (2 * lp_rng_double(&w->rng) - 1) : 1;
@@ -241,12 +310,15 @@ static int start(world_t *w, uint32_t bk) {
       } else if ((u -= m->stall_rate) < 0) {
         b->done = 1; /* never answers; the device is free again */
         w->failed++;
+        if (uncarry(w, b)) return -ENOMEM;
         continue;
       } else if ((u -= m->slow_error_rate) < 0) {
         b->status = 500;
         t = m->slow_error_ns;
       } else if ((u -= m->slow_rate) < 0) {
         t += m->slow_ns;
+      } else if ((u -= m->reset_rate) < 0) { /* drawn last: the other faults' draws are as before */
+        b->status = SIM_RESET;
       }
     }
     b->device_ns = t;
@@ -259,6 +331,13 @@ static int start(world_t *w, uint32_t bk) {
   return 0;
 }
 
+/* The policy's failure rc in err, with what broke when it says. */
+static void failed(const world_t *w, int rc, char *err, size_t errlen) {
+  const char *why = rc == -EPROTO && w->p->broken ? w->p->broken(w->p->st) : NULL;
+  if (why) snprintf(err, errlen, "%s broke an invariant at %.6f s: %s", w->p->name, (double)w->now / 1e9, why);
+  else snprintf(err, errlen, "%s failed: %s", w->p->name, strerror(-rc));
+}
+
 static int step(world_t *w, const ev_t *e, char *err, size_t errlen) {
   int rc = 0;
   switch (e->type) {
@@ -267,7 +346,9 @@ static int step(world_t *w, const ev_t *e, char *err, size_t errlen) {
     if (i + 1 < w->n && (!w->horizon || w->reqs[i + 1].arrive_ns <= w->horizon))
       if ((rc = push(w, w->reqs[i + 1].arrive_ns, EV_ARRIVE, i + 1))) return rc;
     rc = w->p->admit(w->p->st, w->now, i, &w->reqs[i]);
-    break;
+    if (rc) break;
+    if ((rc = drain(w, err, errlen))) return rc;
+    return wait_from(w, i);
   }
   case EV_DELIVER: {
     wbatch_t *b = &w->b[e->idx];
@@ -294,11 +375,13 @@ static int step(world_t *w, const ev_t *e, char *err, size_t errlen) {
       sim_result_t r = {.batch = b->id, .status = b->status, .sent_ns = b->sent_ns,
                         .answered_ns = w->now, .device_ns = b->device_ns};
       rc = w->p->result(w->p->st, w->now, &r);
+      if (rc) failed(w, rc, err, errlen);
     }
-    free(b->items);
-    b->items = NULL;
     uint32_t bk = b->backend; /* drain may move the batches */
-    if (!rc && (rc = drain(w, err, errlen)) == 0) rc = start(w, bk);
+    if (!rc && (rc = drain(w, err, errlen)) == 0) rc = uncarry(w, &w->b[e->idx]);
+    free(w->b[e->idx].items);
+    w->b[e->idx].items = NULL;
+    if (!rc) rc = start(w, bk);
     return rc;
   }
   case EV_WAKE:
@@ -308,10 +391,28 @@ static int step(world_t *w, const ev_t *e, char *err, size_t errlen) {
     break;
   }
   if (rc) {
-    snprintf(err, errlen, "%s failed: %s", w->p->name, strerror(-rc));
+    failed(w, rc, err, errlen);
     return rc;
   }
   return drain(w, err, errlen);
+}
+
+/* The idle check: no request waits on nothing for longer than IDLE_BOUND_NS
+ * while a device of a backend is idle (nothing runs on it, nothing waits at
+ * it). 0 or -EPROTO with err saying which. */
+static int check_idle(world_t *w, char *err, size_t errlen) {
+  uint32_t r = oldest_waiting(w);
+  if (r == UINT32_MAX || w->now - (w->since[r] - 1) <= IDLE_BOUND_NS) return 0;
+  for (uint32_t b = 0; b < w->m->backends; b++)
+    if (w->be[b].busy < w->m->devices && w->be[b].qhead == NONE) {
+      snprintf(err, errlen,
+               "%s broke an invariant at %.6f s: request %u (length %u) has waited %.3f s on no batch that can "
+               "answer it while backend %u has an idle device",
+               w->p->name, (double)w->now / 1e9, r, w->reqs[r].len,
+               (double)(w->now - (w->since[r] - 1)) / 1e9, b);
+      return -EPROTO;
+    }
+  return 0;
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -413,7 +514,11 @@ int sim_run(const sim_model_t *m, sim_policy_t *p, const sim_req_t *reqs, size_t
   w.answered = calloc(w.n ? w.n : 1, sizeof(*w.answered));
   w.status = calloc(w.n ? w.n : 1, sizeof(*w.status));
   w.sent = calloc(w.n ? w.n : 1, sizeof(*w.sent));
-  if (!w.answered || !w.status || !w.sent) {
+  if (m->check) {
+    w.carried = calloc(w.n ? w.n : 1, sizeof(*w.carried));
+    w.since = calloc(w.n ? w.n : 1, sizeof(*w.since));
+  }
+  if (!w.answered || !w.status || !w.sent || (m->check && (!w.carried || !w.since))) {
     snprintf(err, errlen, "out of memory");
     goto done;
   }
@@ -424,6 +529,7 @@ int sim_run(const sim_model_t *m, sim_policy_t *p, const sim_req_t *reqs, size_t
     if (horizon_ns && e.t > horizon_ns) break;
     w.now = e.t;
     if ((rc = step(&w, &e, err, errlen))) goto done;
+    if (m->check && (rc = check_idle(&w, err, errlen))) goto done;
   }
   figures(&w, out);
 done:
@@ -434,5 +540,8 @@ done:
   free(w.answered);
   free(w.status);
   free(w.sent);
+  free(w.carried);
+  free(w.since);
+  free(w.waiting);
   return rc;
 }

@@ -45,6 +45,7 @@ static uint64_t m_qtokens(const lp_snap_model_t *m) { return m->queued_tokens; }
 static uint64_t m_done(const lp_snap_model_t *m) { return m->sequences_done; }
 static uint64_t m_waiting(const lp_snap_model_t *m) { return m->waiting; }
 static uint64_t m_running(const lp_snap_model_t *m) { return m->running; }
+static uint64_t m_idle_work(const lp_snap_model_t *m) { return m->idle_with_work_ns; }
 static uint64_t b_up(const lp_snap_backend_t *b) { return (uint64_t)b->healthy; }
 static uint64_t b_inflight(const lp_snap_backend_t *b) { return b->inflight; }
 static uint64_t b_failures(const lp_snap_backend_t *b) { return b->failures; }
@@ -61,14 +62,21 @@ static void per_model_hist(lp_buf_t *b, const lp_snap_t *s, const char *name, co
   }
 }
 
-static void per_model(lp_buf_t *b, const lp_snap_t *s, const char *name, const char *type, const char *help,
-                      model_value_fn value) {
+/* Per model: value(m), or with per not 0 value(m) / per (nanoseconds as seconds). */
+static void per_model_scaled(lp_buf_t *b, const lp_snap_t *s, const char *name, const char *type, const char *help,
+                             model_value_fn value, double per) {
   char labels[LP_LABELS_MODEL];
   lp_metric_family(b, name, type, help);
   for (size_t i = 0; i < s->nmodels; i++) {
     snprintf(labels, sizeof(labels), "model=\"%s\"", ML(s->models[i].name));
-    lp_metric_sample_u64(b, name, labels, value(&s->models[i]));
+    if (per) lp_metric_sample(b, name, labels, (double)value(&s->models[i]) / per);
+    else lp_metric_sample_u64(b, name, labels, value(&s->models[i]));
   }
+}
+
+static void per_model(lp_buf_t *b, const lp_snap_t *s, const char *name, const char *type, const char *help,
+                      model_value_fn value) {
+  per_model_scaled(b, s, name, type, help, value, 0);
 }
 
 /* Per backend: value(be), or (value NULL) the nanoseconds at offset in
@@ -229,6 +237,10 @@ static void render_metrics(lp_front_t *self, const lp_snap_t *s, lp_buf_t *b) {
             "Requests sent to a backend whole and not yet answered, by model "
             "(the endpoint picker's TotalRunningRequests).",
             m_running);
+  per_model_scaled(b, s, "lanepack_idle_with_work_seconds_total", "counter",
+                   "Seconds a model had a sequence waiting while a healthy device that could run it was idle "
+                   "(the dispatch core's own view; 0 while it keeps its rules).",
+                   m_idle_work, 1e9);
   lp_metric_family(b, "lanepack_saturation", "gauge",
                    "Mean queue delay over mean device time per batch, last 30 s, by model: "
                    "the autoscaling target (0.7, see Scaling out).");

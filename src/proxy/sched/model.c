@@ -169,6 +169,14 @@ void lp__model_pump(lp_model_t *m) {
   m->pumping = 0;
   take_stats(m);
   arm_wake(m);
+#ifdef LP_CHECK_INVARIANTS
+  /* the debug build: the core's invariants after every event (assert-like) */
+  char why[256];
+  if (lp_disp_check(m->disp, lp__now(), why, sizeof(why))) {
+    lp_log(LP_LOG_ERROR, "dispatch invariant broken", "\"model\": \"%s\", \"what\": \"%s\"", m->cfg->name, why);
+    abort();
+  }
+#endif
 }
 
 void lp__model_schedule(lp_model_t *m) {

@@ -85,6 +85,7 @@ static void take_model(const lp_model_t *m, unsigned parts, lp_snap_model_t *sm)
   sm->ready = lp__model_ready(m);
   sm->v2_dtype = v2_out_dtype(m);
   sm->queued_seqs = m->st.queued_seqs;
+  sm->idle_with_work_ns = m->st.idle_with_work_ns;
   sm->queued_tokens = m->st.queued_tokens;
   sm->shapes = m->shapes;
   for (size_t k = 0; k < m->nbackends; k++) take_backend(m, k, parts, &sm->backends[k]);
