@@ -17,8 +17,9 @@ import sys
 # What each folder may call besides itself. The order is the design's
 # (doc/design.md): calls go down by name, up only through callbacks.
 BELOW = {
-    "process": {"front", "sched", "relay", "handoff", "common", "net", "core", "sim"},
-    "front": {"sched", "relay", "handoff", "common", "net", "core"},
+    "process": {"front", "sched", "relay", "tokwork", "handoff", "common", "net", "core", "sim"},
+    "front": {"sched", "relay", "tokwork", "handoff", "common", "net", "core"},
+    "tokwork": {"handoff", "common", "core"},
     "sched": {"relay", "handoff", "common", "net", "core", "sim"},
     "relay": {"handoff", "common", "net", "core"},
     "handoff": {"common", "core"},

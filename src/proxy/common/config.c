@@ -50,6 +50,7 @@ void lp_config_default(lp_config_t *c) {
   c->max_connections = 10000;
   c->max_pipeline = 64;
   c->threads = 1;
+  c->tokenizer_queue_bytes = LP_TOKENIZER_QUEUE_DEFAULT;
   c->max_unsent_bytes = 1024 * 1024;
   c->idle_timeout_ms = 60000;
   c->request_timeout_ms = 30000;
@@ -436,6 +437,11 @@ int lp_config_load_text(lp_config_t *c, const char *text, size_t len, const char
     } else if (strcmp(key, "threads") == 0) {
       uint64_t t = 0;
       if (!(rc = get_u64(&x, v, key, 0, LP_MAX_THREADS, &t))) c->threads = (uint32_t)t;
+    } else if (strcmp(key, "tokenizer_threads") == 0) {
+      uint64_t t = 0;
+      if (!(rc = get_u64(&x, v, key, 0, LP_MAX_THREADS, &t))) c->tokenizer_threads = (uint32_t)t;
+    } else if (strcmp(key, "tokenizer_queue_bytes") == 0) {
+      rc = get_u64(&x, v, key, 4096, 1ull << 40, &c->tokenizer_queue_bytes);
     } else if (strcmp(key, "drain_delay_ms") == 0) {
       rc = get_u64(&x, v, key, 0, 3600000, &c->drain_delay_ms);
     } else if (strcmp(key, "health_interval_ms") == 0) {
@@ -509,6 +515,12 @@ size_t lp_config_body_budget(const lp_config_t *c) {
 uint32_t lp_config_threads(const lp_config_t *c) {
   if (c->threads) return c->threads;
   unsigned n = uv_available_parallelism(); /* the affinity mask's cores (sched_getaffinity) */
+  return n < 1 ? 1 : n > LP_MAX_THREADS ? LP_MAX_THREADS : n;
+}
+
+uint32_t lp_config_tokenizer_threads(const lp_config_t *c) {
+  if (c->tokenizer_threads) return c->tokenizer_threads;
+  unsigned n = uv_available_parallelism();
   return n < 1 ? 1 : n > LP_MAX_THREADS ? LP_MAX_THREADS : n;
 }
 
@@ -593,6 +605,8 @@ char *lp_config_dump(const lp_config_t *c) {
   json_object_set_new(root, "drain_timeout_ms", json_integer((json_int_t)c->drain_timeout_ms));
   json_object_set_new(root, "drain_delay_ms", json_integer((json_int_t)c->drain_delay_ms));
   json_object_set_new(root, "threads", json_integer((json_int_t)c->threads));
+  json_object_set_new(root, "tokenizer_threads", json_integer((json_int_t)c->tokenizer_threads));
+  json_object_set_new(root, "tokenizer_queue_bytes", json_integer((json_int_t)c->tokenizer_queue_bytes));
   json_object_set_new(root, "health_interval_ms", json_integer((json_int_t)c->health_interval_ms));
   json_object_set_new(root, "unhealthy_after", json_integer(c->unhealthy_after));
   json_t *models = json_object();

@@ -1,7 +1,8 @@
 /* Runs on the front that read the request: text-embeddings-inference's
- * routes. /embed and /rerank become one job of a packed sequence per input
+ * routes. Their texts are tokenized on the tokenizer workers (tokwork/);
+ * then /embed and /rerank become one job of a packed sequence per input
  * (per (query, text) pair), answered in TEI's shapes from the backend's
- * per-segment vectors; /tokenize is answered here at once. */
+ * per-segment vectors, and /tokenize is answered with the pieces. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +10,6 @@
 
 #include "lanepack/openai.h"
 #include "lanepack/tei.h"
-#include "lanepack/tokenizer.h"
 #include "core/internal.h" /* lp__grow */
 #include "proxy.h"
 
@@ -56,54 +56,29 @@ static lp_model_t *pick_model(lp_front_t *f, lp_http_req_t *req, int route, cons
   return NULL;
 }
 
-/* /tokenize: each input's pieces with their ids and where they lie in it,
- * each input at most limit pieces, as /embed's without truncate (an answer
- * takes some 60 bytes a piece: the bound keeps it near its model's sizes). */
-static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tok_t *t, const lp_tei_req_t *r,
-                     uint32_t limit) {
+/* /tokenize's answer from the workers' units (one per input, each at most
+ * limit pieces, as /embed's without truncate: an answer takes some 60 bytes
+ * a piece, and the bound keeps it near its model's sizes). */
+static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tokjob_t *tj, uint32_t limit) {
   lp_buf_t out;
   lp_buf_init(&out);
-  lp_tok_piece_t *pc = NULL; /* owned here */
-  size_t cap = 0;
   int rc = 0;
   char msg[256];
   lp_buf_puts(&out, "[");
-  for (size_t i = 0; i < r->ntexts && !rc; i++) {
-    const lp_tei_text_t *in = &r->texts[i];
-    long n = lp_tok_pieces(t, in->s, in->len, r->add_special_tokens, pc, cap);
-    if (n > (long)cap) {
-      lp_tok_piece_t *p2 = realloc(pc, (size_t)n * sizeof(*pc));
-      if (!p2) {
-        rc = -ENOMEM;
-        break;
-      }
-      pc = p2;
-      cap = (size_t)n;
-      n = lp_tok_pieces(t, in->s, in->len, r->add_special_tokens, pc, cap);
-    }
-    if (n < 0 || n > (long)cap) {
-      rc = n == -ENOMEM ? -ENOMEM : -EINVAL;
-      break;
-    }
-    if ((size_t)n > limit) {
-      snprintf(msg, sizeof(msg), "Input validation error: `inputs[%zu]` must have at most %u tokens. Given: %ld", i,
-               limit, n);
+  for (size_t i = 0; i < tj->nunits && !rc; i++) {
+    const lp_tokunit_t *u = &tj->units[i];
+    if (u->n == -E2BIG) {
+      snprintf(msg, sizeof(msg), "Input validation error: `inputs[%zu]` must have at most %u tokens. Given: %s%ld",
+               i, limit, u->over_prefix ? "at least " : "", u->over);
       rc = -E2BIG;
-      break;
+    } else if (u->n < 0) {
+      rc = u->n == -ENOMEM ? -ENOMEM : -EINVAL;
+    } else {
+      if (i) lp_buf_puts(&out, ",");
+      lp_buf_append(&out, u->json.data, u->json.len);
     }
-    lp_buf_puts(&out, i ? ",[" : "[");
-    for (long k = 0; k < n; k++) {
-      if (k) lp_buf_puts(&out, ",");
-      const lp_tok_piece_t *p = &pc[k];
-      const char *name = lp_tok_piece_name(t, p->id);
-      int in_text = !p->special && p->begin <= p->end && p->end <= in->len;
-      lp_tei_token(&out, p->id, in_text ? in->s + p->begin : name, in_text ? p->end - p->begin : strlen(name),
-                   !in_text, p->begin, p->end);
-    }
-    lp_buf_puts(&out, "]");
   }
   lp_buf_puts(&out, "]\n");
-  free(pc);
   if (rc == -E2BIG) {
     lp__tei_reject(f, req, LP_ROUTE_TEI_TOKENIZE, 422, LP_TEI_TOKENIZER, "sequence_too_long", msg, NULL);
   } else if (rc == -EINVAL) {
@@ -134,42 +109,37 @@ static int seq_fail(seq_err_t *e, int rc, int status, const char *type, const ch
   return rc;
 }
 
-/* /embed's inputs, tokenized into f->enc (lens[i] each) within limit tokens,
- * cut when the request says so: 0 or negative with e set. */
-static int embed_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_req_t *r, uint32_t limit, uint32_t *lens,
+/* /embed's inputs, tokenized by the workers (tj's units, one per input,
+ * cut when the request says so), into f->enc (lens[i] each) within limit
+ * tokens: 0 or negative with e set. */
+static int embed_ids(lp_front_t *f, const lp_tokjob_t *tj, const lp_tei_req_t *r, uint32_t limit, uint32_t *lens,
                      size_t *ntok, seq_err_t *e) {
   size_t n = 0;
-  if (lp__grow((void **)&f->enc, &f->enc_cap, 1, sizeof(*f->enc))) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
   for (size_t i = 0; i < r->ntexts; i++) {
-    const lp_tei_text_t *in = &r->texts[i];
-    long k = lp_tok_encode(t, in->s, in->len, f->enc + n, f->enc_cap - n);
-    if (k > 0 && (size_t)k > limit && r->truncate) {
-      k = lp_tok_encode_fit(t, in->s, in->len, limit, r->left, f->enc + n, f->enc_cap - n);
-      if (k == -E2BIG) {
-        snprintf(e->msg, sizeof(e->msg), "the model's special tokens alone fill its %u tokens", limit);
-        return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
-      }
+    const lp_tokunit_t *u = &tj->units[i];
+    long k = u->n;
+    if (k == -E2BIG && r->truncate) {
+      snprintf(e->msg, sizeof(e->msg), "the model's special tokens alone fill its %u tokens", limit);
+      return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
     }
     if (k == -ENOMEM) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
-    if (k < 0) {
+    if (k < 0 && k != -E2BIG) {
       snprintf(e->msg, sizeof(e->msg), "the tokenizer refused `inputs[%zu]`", i);
       return seq_fail(e, -EINVAL, 422, LP_TEI_TOKENIZER, "tokenizer_refused");
     }
-    if ((size_t)k > limit) {
+    if (k == -E2BIG || (size_t)k > limit) {
       snprintf(e->msg, sizeof(e->msg),
-               "Input validation error: `inputs[%zu]` must have at most %u tokens. Given: %ld (or set "
-               "\"truncate\": true)", i, limit, k);
+               "Input validation error: `inputs[%zu]` must have at most %u tokens. Given: %s%ld (or set "
+               "\"truncate\": true)", i, limit, k < 0 && u->over_prefix ? "at least " : "", k < 0 ? u->over : k);
       return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
     }
     if (k == 0) {
       snprintf(e->msg, sizeof(e->msg), "`inputs[%zu]` has no tokens once tokenized", i);
       return seq_fail(e, -ENODATA, 400, LP_TEI_EMPTY, "empty_sequence");
     }
-    if ((size_t)k > f->enc_cap - n) { /* more than there was room for: again with room */
-      if (lp__grow((void **)&f->enc, &f->enc_cap, n + (size_t)k, sizeof(*f->enc))) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
-      i--;
-      continue;
-    }
+    if (lp__grow((void **)&f->enc, &f->enc_cap, n + (size_t)k, sizeof(*f->enc)))
+      return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
+    memcpy(f->enc + n, u->ids, (size_t)k * sizeof(*f->enc));
     lens[i] = (uint32_t)k;
     n += (size_t)k;
   }
@@ -177,32 +147,29 @@ static int embed_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_req_t *r, ui
   return 0;
 }
 
-/* The ids of text without the encode options into *buf (grown; owned by the
- * caller): the count, or negative. */
-static long plain_ids(const lp_tok_t *t, const lp_tei_text_t *text, int32_t **buf, size_t *cap) {
-  long k = lp_tok_encode_plain(t, text->s, text->len, *buf, *cap);
-  if (k > (long)*cap) {
-    int32_t *b = realloc(*buf, (size_t)k * sizeof(*b));
-    if (!b) return -ENOMEM;
-    *buf = b;
-    *cap = (size_t)k;
-    k = lp_tok_encode_plain(t, text->s, text->len, *buf, *cap);
-    if (k > (long)*cap) return -EINVAL;
-  }
-  return k;
-}
-
 /* /rerank's (query, text) pairs laid out by the model's template into f->enc
- * (lens[i] each) within limit tokens, each text cut when the request says so:
- * 0 or negative with e set. */
-static int rerank_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_template_t *tpl, const lp_tei_req_t *r,
+ * (lens[i] each) within limit tokens from the workers' ids without the
+ * encode options (tj's unit 0 the query's, unit i + 1 text i's, each text's
+ * cut to its kept part when the request says so): 0 or negative with e set. */
+static int rerank_ids(lp_front_t *f, const lp_tei_template_t *tpl, const lp_tokjob_t *tj, const lp_tei_req_t *r,
                       uint32_t limit, uint32_t *lens, size_t *ntok, seq_err_t *e) {
-  int32_t *q = NULL, *b = NULL; /* the query's and a text's ids; owned here */
-  size_t qcap = 0, bcap = 0, n = 0;
-  int rc = 0;
-  long nq = plain_ids(t, &r->query, &q, &qcap);
-  for (size_t i = 0; i < r->ntexts && nq >= 0 && !rc; i++) {
-    long nb = plain_ids(t, &r->texts[i], &b, &bcap);
+  size_t n = 0;
+  const lp_tokunit_t *q = &tj->units[0];
+  long nq = q->n;
+  if (nq == -E2BIG) { /* the query alone is over the limit */
+    snprintf(e->msg, sizeof(e->msg), "the query with the template's pieces has %s%ld tokens: no room for a text "
+             "within the model's %u", q->over_prefix ? "at least " : "", q->over + (long)tpl->nparts - 2, limit);
+    return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
+  }
+  for (size_t i = 0; i < r->ntexts && nq >= 0; i++) {
+    const lp_tokunit_t *b = &tj->units[i + 1];
+    long nb = b->n;
+    if (nb == -E2BIG) {
+      snprintf(e->msg, sizeof(e->msg),
+               "Input validation error: the query with `texts[%zu]` must have at most %u tokens. Given: at least "
+               "%ld (or set \"truncate\": true)", i, limit, b->over + nq);
+      return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
+    }
     if (nb < 0) {
       nq = nb;
       break;
@@ -212,30 +179,27 @@ static int rerank_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_template_t 
       nq = -ENOMEM;
       break;
     }
-    long k = lp_tei_pair(tpl, q, (size_t)nq, b, (size_t)nb, r->truncate ? limit : 0, r->left, f->enc + n,
-                         f->enc_cap - n);
+    long k = lp_tei_pair(tpl, q->ids, (size_t)nq, b->ids, (size_t)nb, r->truncate ? limit : 0, r->left,
+                         f->enc + n, f->enc_cap - n);
     if (k == -E2BIG) {
       snprintf(e->msg, sizeof(e->msg), "the query with the template's pieces has %zu tokens: no room for a text "
                "within the model's %u", (size_t)nq + tpl->nparts - 2, limit);
-      rc = seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
+      return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
     } else if (k > (long)limit) {
       snprintf(e->msg, sizeof(e->msg),
                "Input validation error: the query with `texts[%zu]` must have at most %u tokens. Given: %ld "
                "(or set \"truncate\": true)", i, limit, k);
-      rc = seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
+      return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
     } else if (k < 0) {
       nq = k;
     } else if (k == 0) { /* an empty query and text, a template of no pieces */
       snprintf(e->msg, sizeof(e->msg), "the query with `texts[%zu]` has no tokens once tokenized", i);
-      rc = seq_fail(e, -ENODATA, 400, LP_TEI_EMPTY, "empty_sequence");
+      return seq_fail(e, -ENODATA, 400, LP_TEI_EMPTY, "empty_sequence");
     } else {
       lens[i] = (uint32_t)k;
       n += (size_t)k;
     }
   }
-  free(q);
-  free(b);
-  if (rc) return rc;
   if (nq == -ENOMEM) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
   if (nq < 0) {
     snprintf(e->msg, sizeof(e->msg), "the tokenizer refused the query or a text");
@@ -260,6 +224,78 @@ static char *keep_texts(const lp_tei_req_t *r, size_t *size) {
     off[i + 1] = off[i] + r->texts[i].len;
   }
   return (char *)off;
+}
+
+/* What a request keeps while its texts are at the tokenizer workers: its
+ * parsed form (the texts point into it) and what its answer needs. */
+typedef struct tei_ctx_s {
+  lp_tei_req_t r;
+  int route, kind;
+  lp_model_t *m;
+  uint32_t limit;
+} tei_ctx_t;
+
+static void tei_ctx_free(void *p) {
+  tei_ctx_t *c = p;
+  lp_tei_req_free(&c->r);
+  free(c);
+}
+
+/* The request's texts are tokenized: /tokenize answered, /embed and /rerank
+ * made into a job for the scheduler (or refused). */
+static void tei_tokenized(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req) {
+  tei_ctx_t *c = tj->ctx;
+  const lp_tei_req_t *r = &c->r;
+  int route = c->route, kind = c->kind;
+  if (kind == LP_TEI_TOKENIZE) {
+    tokenize(f, req, tj, c->limit);
+    return;
+  }
+  size_t mi = (size_t)(c->m - f->proxy->models);
+  const lp_model_config_t *mc = &f->cfg->models[mi];
+  const lp_tei_template_t *tpl = &f->proxy->pair[mi];
+  uint32_t *lens = malloc(r->ntexts * sizeof(*lens)); /* owned here */
+  seq_err_t se = {.status = 503, .type = LP_TEI_UNHEALTHY, .code = "out_of_memory", .msg = "proxy out of memory"};
+  size_t ntok = 0;
+  lp_perr_t e = {0};
+  lp_job_t *job = NULL;
+  size_t texts_bytes = 0;
+  char *texts = r->return_text && kind == LP_TEI_RERANK ? keep_texts(r, &texts_bytes) : NULL;
+  int grc = !lens || (r->return_text && kind == LP_TEI_RERANK && !texts) ? -ENOMEM
+            : kind == LP_TEI_EMBED ? embed_ids(f, tj, r, c->limit, lens, &ntok, &se)
+                                   : rerank_ids(f, tpl, tj, r, c->limit, lens, &ntok, &se);
+  if (grc) {
+    lp__tei_reject(f, req, route, se.status, se.type, se.code, se.msg, NULL);
+  } else if ((job = lp__job_new(f, c->m, f->enc, ntok, lens, r->ntexts, 1, 0, 0, NULL, 0,
+                                kind == LP_TEI_EMBED ? "inputs" : "texts", &e)) == NULL) {
+    lp__tei_reject_job(f, req, route, e.status, e.code, e.msg, NULL);
+  } else {
+    job->tei = route;
+    job->tei_normalize = r->normalize;
+    job->tei_raw_scores = r->raw_scores;
+    job->tei_texts = texts;
+    job->bytes += texts_bytes; /* held while queued: max_queue_bytes counts them */
+    job->embed_dims = kind == LP_TEI_EMBED ? mc->embed_dimensions : 0;
+    texts = NULL;
+    lp__job_bind(job, req);
+    lp__front_submit(f, req, job);
+  }
+  free(texts);
+  free(lens);
+}
+
+/* A unit for text s of the request: what the route needs of it. */
+static void tei_unit(lp_tokunit_t *u, const lp_tei_text_t *s, int op, const lp_tei_req_t *r, uint32_t limit,
+                     int cut) {
+  u->text = s->s;
+  u->len = s->len;
+  u->op = op;
+  u->special = r->add_special_tokens;
+  /* with truncation only the kept part is read; without, more than the
+   * limit is refused as soon as a prefix shows it */
+  u->keep = cut && r->truncate && limit != UINT32_MAX ? limit : 0;
+  u->left = r->left;
+  u->limit = u->keep || limit == UINT32_MAX ? 0 : limit;
 }
 
 void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
@@ -294,45 +330,40 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
    * the shapes in force again) */
   uint32_t limit = lp_bucket_set_max_len(&mc->shapes);
   if (!limit) limit = UINT32_MAX; /* shapes only backends report: the scheduler alone judges */
+  tei_ctx_t *c = NULL;
+  lp_tokjob_t *tj = NULL;
   if (!t || (kind == LP_TEI_RERANK && !tpl->nparts)) {
     snprintf(err, sizeof(err), t ? "the model '%s' has no pair template for /rerank (configure "
              "models.%s.tokenizer.pair_template)" : "the model '%s' takes token ids: it has no tokenizer for text "
              "(configure models.%s.tokenizer)", mc->name, mc->name);
     lp__tei_reject(f, req, route, 400, LP_TEI_VALIDATION, "no_tokenizer", err, NULL);
-  } else if (kind == LP_TEI_TOKENIZE) {
-    tokenize(f, req, t, &r, limit);
+  } else if (!(c = malloc(sizeof(*c))) || !(tj = lp__tokjob_new(f, t, r.ntexts + (kind == LP_TEI_RERANK)))) {
+    lp__tei_reject(f, req, route, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory", NULL);
+    free(c);
   } else {
-    uint32_t *lens = malloc(r.ntexts * sizeof(*lens)); /* owned here */
-    seq_err_t se = {.status = 503, .type = LP_TEI_UNHEALTHY, .code = "out_of_memory", .msg = "proxy out of memory"};
-    size_t ntok = 0;
-    lp_perr_t e = {0};
-    lp_job_t *job = NULL;
-    size_t texts_bytes = 0;
-    char *texts = r.return_text && kind == LP_TEI_RERANK ? keep_texts(&r, &texts_bytes) : NULL;
-    int grc = !lens || (r.return_text && kind == LP_TEI_RERANK && !texts) ? -ENOMEM
-              : kind == LP_TEI_EMBED                                 ? embed_ids(f, t, &r, limit, lens, &ntok, &se)
-                                              : rerank_ids(f, t, tpl, &r, limit, lens, &ntok, &se);
-    if (grc) {
-      lp__tei_reject(f, req, route, se.status, se.type, se.code, se.msg, NULL);
-    } else if ((job = lp__job_new(f, m, f->enc, ntok, lens, r.ntexts, 1, 0, 0, NULL, 0,
-                                  kind == LP_TEI_EMBED ? "inputs" : "texts", &e)) == NULL) {
-      lp__tei_reject_job(f, req, route, e.status, e.code, e.msg, NULL);
+    /* the texts to the tokenizer workers: this loop goes on serving */
+    c->r = r;
+    memset(&r, 0, sizeof(r)); /* the job's now */
+    c->route = route;
+    c->kind = kind;
+    c->m = m;
+    c->limit = limit;
+    tj->ctx = c;
+    tj->ctx_free = tei_ctx_free;
+    tj->done = tei_tokenized;
+    lp_tokunit_t *u = tj->units;
+    if (kind == LP_TEI_RERANK) tei_unit(u++, &c->r.query, LP_TOKOP_PLAIN, &c->r, limit, 0);
+    int op = kind == LP_TEI_EMBED ? LP_TOKOP_IDS : kind == LP_TEI_RERANK ? LP_TOKOP_PLAIN : LP_TOKOP_PIECES;
+    for (size_t i = 0; i < c->r.ntexts; i++) tei_unit(u++, &c->r.texts[i], op, &c->r, limit, kind != LP_TEI_TOKENIZE);
+    if (lp__front_tokenize(f, req, tj)) {
+      lp__tei_reject(f, req, route, 429, LP_TEI_OVERLOADED, "tokenizer_busy",
+                     "Model is overloaded: too much text is waiting to be tokenized", NULL);
+      lp__tokjob_free(tj);
     } else {
-      job->tei = route;
-      job->tei_normalize = r.normalize;
-      job->tei_raw_scores = r.raw_scores;
-      job->tei_texts = texts;
-      job->bytes += texts_bytes; /* held while queued: max_queue_bytes counts them */
-      job->embed_dims = kind == LP_TEI_EMBED ? mc->embed_dimensions : 0;
-      texts = NULL;
-      /* the ids and texts were copied out: a queued request holds no body */
+      /* the texts live in the parsed request: the body is not needed */
       free(req->body);
       req->body = NULL;
-      lp__job_bind(job, req);
-      lp__front_submit(f, req, job);
     }
-    free(texts);
-    free(lens);
   }
   lp_tei_req_free(&r);
 }

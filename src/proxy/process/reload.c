@@ -60,6 +60,9 @@ static int check(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errlen) 
   if (strcmp(n->admin_listen, p->cfg.admin_listen))
     return refuse(err, errlen, "admin_listen changed ('%s' -> '%s'): restart to apply",
                   p->cfg.admin_listen, n->admin_listen);
+  if (n->tokenizer_threads != p->cfg.tokenizer_threads)
+    return refuse(err, errlen, "tokenizer_threads changed (%u -> %u): restart to apply", p->cfg.tokenizer_threads,
+                  n->tokenizer_threads);
   if (n->threads != p->cfg.threads)
     return refuse(err, errlen, "threads changed (%u -> %u): restart to apply", p->cfg.threads, n->threads);
   if (n->nmodels != p->nmodels)
