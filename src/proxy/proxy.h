@@ -110,19 +110,37 @@ typedef struct lp_tokjob_s lp_tokjob_t;
 typedef struct lp_tokpool_s lp_tokpool_t;
 
 /* What a unit asks: the ids with the encode options (IDS), without them
- * (PLAIN, a part of a /rerank pair), or /tokenize's pieces (PIECES). */
-enum { LP_TOKOP_IDS = 1, LP_TOKOP_PLAIN, LP_TOKOP_PIECES };
+ * (PLAIN, a part of a /rerank pair), /tokenize's pieces (PIECES), or the
+ * route's own work on its ctx (CALL: decoding a large body, which jansson
+ * does at some 30-80 ms a MiB: no loop waits on it either). */
+enum { LP_TOKOP_IDS = 1, LP_TOKOP_PLAIN, LP_TOKOP_PIECES, LP_TOKOP_CALL };
+
+/* Bodies up to this size are decoded on the front as they come (a few
+ * hundred microseconds at most); larger ones on a tokenizer worker (a CALL
+ * unit), so that a client's 1 MiB text costs the loop a hand-off, not a
+ * decode. */
+#define LP_PARSE_INLINE_MAX (64u << 10)
+/* ... unless the workers already hold this much (text and bodies): then the
+ * body is decoded on the front as it comes, and the loop reads no more
+ * meanwhile (the kernel's buffers hold the rest), so a burst of large bodies
+ * arriving faster than they decode is not all read into memory (16 MiB:
+ * eight 2 MiB bodies parked beside the loop). */
+#define LP_DECODE_QUEUE_MAX (16u << 20)
+/* Whether a body of len bytes is decoded on a worker (front's). */
+int lp__front_decode_off_loop(lp_front_t *f, size_t len);
 
 typedef struct lp_tokunit_s {
   /* asked, by the front */
   const char *text;       /* borrowed from the job's ctx */
-  size_t len;
+  size_t len;             /* its bytes (CALL: those its work reads), held against
+                             tokenizer_queue_bytes until done */
   int op;                 /* LP_TOKOP_* */
   uint32_t keep;          /* truncation: its first (last when left) keep ids; 0: all of them */
   int left;
   uint32_t limit;         /* without keep: more ids than this are refused (-E2BIG), read
                              from a prefix when it already holds more; 0: no limit */
   int special;            /* PIECES: with the encode options' pieces */
+  void (*call)(lp_tokjob_t *job); /* CALL: runs on the worker, reads and writes job->ctx only */
   /* answered, by a worker */
   long n;                 /* ids (pieces), or -E2BIG (over the limit: `over` of them, or at
                              least that many when over_prefix), -ENOMEM, -EINVAL (the

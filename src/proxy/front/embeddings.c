@@ -99,16 +99,23 @@ static void embeddings_submit(lp_front_t *f, lp_http_req_t *req, lp_openai_req_t
   free(lens);
 }
 
-/* What a request keeps while its texts are at the tokenizer workers: its
- * parsed form (the texts point into it) and its model. */
+/* What a request keeps while its body is decoded and its texts tokenized
+ * on the workers: its parsed form (the texts point into it) and its model,
+ * and while a worker decodes it the body and the decoder's verdict. */
 typedef struct emb_ctx_s {
   lp_openai_req_t r;
   lp_model_t *m;
+  char *body;             /* owned until decoded */
+  size_t body_len;
+  int rc;                 /* lp_openai_parse's */
+  char err[256];
 } emb_ctx_t;
 
 static void emb_ctx_free(void *p) {
   emb_ctx_t *c = p;
+  if (!c) return;
   lp_openai_req_free(&c->r);
+  free(c->body);
   free(c);
 }
 
@@ -117,21 +124,17 @@ static void embeddings_tokenized(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *
   embeddings_submit(f, req, &c->r, c->m, tj);
 }
 
-/* The request's texts to the tokenizer workers (r moved into the job);
+/* The request's texts (c, owned here from now on) to the tokenizer workers;
  * the client answered when they cannot take them. */
-static void embeddings_tokenize(lp_front_t *f, lp_http_req_t *req, lp_openai_req_t *r, lp_model_t *m,
-                                const lp_tok_t *t) {
+static void embeddings_tokenize(lp_front_t *f, lp_http_req_t *req, emb_ctx_t *c, lp_model_t *m, const lp_tok_t *t) {
   size_t ntexts = 0;
-  for (size_t i = 0; i < r->ninputs; i++) ntexts += r->in[i].text != NULL;
-  emb_ctx_t *c = malloc(sizeof(*c));
-  lp_tokjob_t *tj = c ? lp__tokjob_new(f, t, ntexts) : NULL;
+  for (size_t i = 0; i < c->r.ninputs; i++) ntexts += c->r.in[i].text != NULL;
+  lp_tokjob_t *tj = lp__tokjob_new(f, t, ntexts);
   if (!tj) {
-    free(c);
     lp__openai_reject(f, req, 503, NULL, "out_of_memory", "proxy out of memory", NULL, NULL);
+    emb_ctx_free(c);
     return;
   }
-  c->r = *r;
-  memset(r, 0, sizeof(*r)); /* the job's now */
   c->m = m;
   tj->ctx = c;
   tj->ctx_free = emb_ctx_free;
@@ -156,49 +159,109 @@ static void embeddings_tokenize(lp_front_t *f, lp_http_req_t *req, lp_openai_req
   req->body = NULL;
 }
 
+/* The request's body is decoded (c, owned here from now on): refused,
+ * submitted, or its texts handed to the tokenizer workers. */
+static void embeddings_decoded(lp_front_t *f, lp_http_req_t *req, emb_ctx_t *c) {
+  lp_openai_req_t *r = &c->r;
+  char err[256];
+  if (c->rc) {
+    if (c->rc == -ENOMEM) lp__openai_reject(f, req, 503, NULL, "out_of_memory", "proxy out of memory", NULL, NULL);
+    else lp__openai_reject(f, req, 400, NULL, "invalid_request", c->err, r->param, NULL);
+    emb_ctx_free(c);
+    return;
+  }
+  lp_model_t *m = find_model(f, r->model);
+  if (!m) {
+    snprintf(err, sizeof(err), "The model '%.100s' does not exist", r->model);
+    lp__openai_reject(f, req, 404, NULL, "model_not_found", err, "model", NULL);
+  } else if (r->ninputs > f->cfg->max_sequences_per_request) {
+    /* each input is one sequence: the proxy's bound on a request's, in
+     * OpenAI's dialect (its own over-the-limit answer is a 400) */
+    snprintf(err, sizeof(err), "'input' has %zu inputs, more than this proxy's max_sequences_per_request (%u)",
+             r->ninputs, f->cfg->max_sequences_per_request);
+    lp__openai_reject(f, req, 400, NULL, "too_many_sequences", err, "input", NULL);
+  } else if (r->dimensions && !f->cfg->models[m - f->proxy->models].embed_dimensions) {
+    /* a vector cut short is only right for a model trained for it
+     * (Matryoshka), which its configuration says */
+    snprintf(err, sizeof(err), "the model '%.40s' does not allow its vectors to be cut: leave out 'dimensions' "
+             "(or configure models.%.40s.embedding.dimensions)", r->model, r->model);
+    lp__openai_reject(f, req, 400, NULL, "invalid_request", err, "dimensions", NULL);
+  } else if (r->dimensions > f->cfg->models[m - f->proxy->models].embed_dimensions) {
+    snprintf(err, sizeof(err), "'dimensions' is %u: the model '%.100s' gives vectors of %u values", r->dimensions,
+             r->model, f->cfg->models[m - f->proxy->models].embed_dimensions);
+    lp__openai_reject(f, req, 400, NULL, "invalid_request", err, "dimensions", NULL);
+  } else {
+    const lp_tok_t *t = f->proxy->tok[m - f->proxy->models];
+    int text = 0;
+    for (size_t i = 0; i < r->ninputs && !text; i++) text = r->in[i].text != NULL;
+    /* text is tokenized on the workers, never here; token ids go on at once */
+    if (text && t) {
+      embeddings_tokenize(f, req, c, m, t);
+      return;
+    }
+    embeddings_submit(f, req, r, m, NULL);
+  }
+  emb_ctx_free(c);
+}
+
+static void embeddings_decode(emb_ctx_t *c) {
+  c->rc = lp_openai_parse(c->body, c->body_len, &c->r, c->err, sizeof(c->err));
+}
+
+/* A worker's: the body decoded, then freed (the texts are in the JSON). */
+static void embeddings_decode_work(lp_tokjob_t *job) {
+  emb_ctx_t *c = job->ctx;
+  embeddings_decode(c);
+  free(c->body);
+  c->body = NULL;
+}
+
+static void embeddings_decoded_back(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req) {
+  emb_ctx_t *c = tj->ctx;
+  tj->ctx = NULL; /* embeddings_decoded's now */
+  embeddings_decoded(f, req, c);
+}
+
 void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req) {
   if (req->method != LP_HTTP_POST) {
     lp__openai_reject(f, req, 405, "Allow: POST\r\n", "method_not_allowed", "use POST", NULL, NULL);
     return;
   }
-  lp_openai_req_t r;
-  char err[256];
-  int rc = lp_openai_parse(req->body, req->body_len, &r, err, sizeof(err));
-  if (rc) {
-    if (rc == -ENOMEM) lp__openai_reject(f, req, 503, NULL, "out_of_memory", "proxy out of memory", NULL, NULL);
-    else lp__openai_reject(f, req, 400, NULL, "invalid_request", err, r.param, NULL);
-    lp_openai_req_free(&r);
+  emb_ctx_t *c = calloc(1, sizeof(*c));
+  lp_tokjob_t *tj = NULL;
+  if (!c) {
+    lp__openai_reject(f, req, 503, NULL, "out_of_memory", "proxy out of memory", NULL, NULL);
     return;
   }
-  lp_model_t *m = find_model(f, r.model);
-  if (!m) {
-    snprintf(err, sizeof(err), "The model '%.100s' does not exist", r.model);
-    lp__openai_reject(f, req, 404, NULL, "model_not_found", err, "model", NULL);
-  } else if (r.ninputs > f->cfg->max_sequences_per_request) {
-    /* each input is one sequence: the proxy's bound on a request's, in
-     * OpenAI's dialect (its own over-the-limit answer is a 400) */
-    snprintf(err, sizeof(err), "'input' has %zu inputs, more than this proxy's max_sequences_per_request (%u)",
-             r.ninputs, f->cfg->max_sequences_per_request);
-    lp__openai_reject(f, req, 400, NULL, "too_many_sequences", err, "input", NULL);
-  } else if (r.dimensions && !f->cfg->models[m - f->proxy->models].embed_dimensions) {
-    /* a vector cut short is only right for a model trained for it
-     * (Matryoshka), which its configuration says */
-    snprintf(err, sizeof(err), "the model '%.40s' does not allow its vectors to be cut: leave out 'dimensions' "
-             "(or configure models.%.40s.embedding.dimensions)", r.model, r.model);
-    lp__openai_reject(f, req, 400, NULL, "invalid_request", err, "dimensions", NULL);
-  } else if (r.dimensions > f->cfg->models[m - f->proxy->models].embed_dimensions) {
-    snprintf(err, sizeof(err), "'dimensions' is %u: the model '%.100s' gives vectors of %u values", r.dimensions,
-             r.model, f->cfg->models[m - f->proxy->models].embed_dimensions);
-    lp__openai_reject(f, req, 400, NULL, "invalid_request", err, "dimensions", NULL);
-  } else {
-    const lp_tok_t *t = f->proxy->tok[m - f->proxy->models];
-    int text = 0;
-    for (size_t i = 0; i < r.ninputs && !text; i++) text = r.in[i].text != NULL;
-    /* text is tokenized on the workers, never here; token ids go on at once */
-    if (text && t) embeddings_tokenize(f, req, &r, m, t);
-    else embeddings_submit(f, req, &r, m, NULL);
+  c->body_len = req->body_len;
+  if (!lp__front_decode_off_loop(f, req->body_len)) {
+    c->body = req->body; /* borrowed */
+    embeddings_decode(c);
+    c->body = NULL;
+    embeddings_decoded(f, req, c);
+    return;
   }
-  lp_openai_req_free(&r);
+  /* a large body is decoded on a worker too */
+  if (!(tj = lp__tokjob_new(f, NULL, 1))) {
+    lp__openai_reject(f, req, 503, NULL, "out_of_memory", "proxy out of memory", NULL, NULL);
+    free(c);
+    return;
+  }
+  c->body = req->body;
+  req->body = NULL;
+  tj->ctx = c;
+  tj->ctx_free = emb_ctx_free;
+  tj->done = embeddings_decoded_back;
+  tj->units[0].op = LP_TOKOP_CALL;
+  tj->units[0].call = embeddings_decode_work;
+  tj->units[0].len = c->body_len;
+  if (lp__front_tokenize(f, req, tj)) {
+    req->body = c->body;
+    c->body = NULL;
+    lp__openai_reject(f, req, 429, NULL, "tokenizer_busy",
+                      "too much text is waiting to be tokenized (tokenizer_queue_bytes): try again", NULL, NULL);
+    lp__tokjob_free(tj);
+  }
 }
 
 int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {

@@ -226,19 +226,40 @@ static char *keep_texts(const lp_tei_req_t *r, size_t *size) {
   return (char *)off;
 }
 
-/* What a request keeps while its texts are at the tokenizer workers: its
- * parsed form (the texts point into it) and what its answer needs. */
+/* What a request keeps while its body is decoded and its texts tokenized
+ * on the workers: its parsed form (the texts point into it), what its answer
+ * needs, and while a worker decodes it the body and the decoder's verdict. */
 typedef struct tei_ctx_s {
   lp_tei_req_t r;
   int route, kind;
   lp_model_t *m;
   uint32_t limit;
+  char *body;             /* owned until decoded */
+  size_t body_len, max_inputs;
+  int rc, status;         /* lp_tei_parse's */
+  const char *type;
+  char err[256];
 } tei_ctx_t;
 
 static void tei_ctx_free(void *p) {
   tei_ctx_t *c = p;
+  if (!c) return;
   lp_tei_req_free(&c->r);
+  free(c->body);
   free(c);
+}
+
+static void tei_decode(tei_ctx_t *c) {
+  c->rc = lp_tei_parse(c->kind, c->body, c->body_len, c->max_inputs, &c->r, &c->status, &c->type, c->err,
+                       sizeof(c->err));
+}
+
+/* A worker's: the body decoded, then freed (the texts are in the JSON). */
+static void tei_decode_work(lp_tokjob_t *job) {
+  tei_ctx_t *c = job->ctx;
+  tei_decode(c);
+  free(c->body);
+  c->body = NULL;
 }
 
 /* The request's texts are tokenized: /tokenize answered, /embed and /rerank
@@ -298,28 +319,21 @@ static void tei_unit(lp_tokunit_t *u, const lp_tei_text_t *s, int op, const lp_t
   u->limit = u->keep || limit == UINT32_MAX ? 0 : limit;
 }
 
-void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
-  if (req->method != LP_HTTP_POST) {
-    lp__tei_reject(f, req, route, 405, LP_TEI_VALIDATION, "method_not_allowed", "use POST", NULL);
-    return;
-  }
-  int kind = route == LP_ROUTE_TEI_EMBED ? LP_TEI_EMBED : route == LP_ROUTE_TEI_RERANK ? LP_TEI_RERANK
-                                                                                         : LP_TEI_TOKENIZE;
-  lp_tei_req_t r;
-  int status;
-  const char *type;
+/* The request's body is decoded (c, owned here from now on): refused, or
+ * its texts handed to the tokenizer workers. */
+static void tei_decoded(lp_front_t *f, lp_http_req_t *req, tei_ctx_t *c) {
+  int route = c->route, kind = c->kind;
   char err[256];
-  int rc = lp_tei_parse(kind, req->body, req->body_len, f->cfg->max_sequences_per_request, &r, &status, &type,
-                        err, sizeof(err));
   lp_model_t *m = NULL;
-  if (rc == -ENOMEM)
+  if (c->rc == -ENOMEM)
     lp__tei_reject(f, req, route, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory", NULL);
-  else if (rc)
-    lp__tei_reject(f, req, route, status, type, status == 413 ? "too_many_sequences" : "bad_field", err, NULL);
+  else if (c->rc)
+    lp__tei_reject(f, req, route, c->status, c->type, c->status == 413 ? "too_many_sequences" : "bad_field",
+                   c->err, NULL);
   else
-    m = pick_model(f, req, route, r.model);
+    m = pick_model(f, req, route, c->r.model);
   if (!m) {
-    lp_tei_req_free(&r);
+    tei_ctx_free(c);
     return;
   }
   size_t mi = (size_t)(m - f->proxy->models);
@@ -330,42 +344,91 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
    * the shapes in force again) */
   uint32_t limit = lp_bucket_set_max_len(&mc->shapes);
   if (!limit) limit = UINT32_MAX; /* shapes only backends report: the scheduler alone judges */
-  tei_ctx_t *c = NULL;
   lp_tokjob_t *tj = NULL;
   if (!t || (kind == LP_TEI_RERANK && !tpl->nparts)) {
     snprintf(err, sizeof(err), t ? "the model '%s' has no pair template for /rerank (configure "
              "models.%s.tokenizer.pair_template)" : "the model '%s' takes token ids: it has no tokenizer for text "
              "(configure models.%s.tokenizer)", mc->name, mc->name);
     lp__tei_reject(f, req, route, 400, LP_TEI_VALIDATION, "no_tokenizer", err, NULL);
-  } else if (!(c = malloc(sizeof(*c))) || !(tj = lp__tokjob_new(f, t, r.ntexts + (kind == LP_TEI_RERANK)))) {
+    tei_ctx_free(c);
+    return;
+  }
+  if (!(tj = lp__tokjob_new(f, t, c->r.ntexts + (kind == LP_TEI_RERANK)))) {
+    lp__tei_reject(f, req, route, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory", NULL);
+    tei_ctx_free(c);
+    return;
+  }
+  /* the texts to the tokenizer workers: this loop goes on serving */
+  c->m = m;
+  c->limit = limit;
+  tj->ctx = c;
+  tj->ctx_free = tei_ctx_free;
+  tj->done = tei_tokenized;
+  lp_tokunit_t *u = tj->units;
+  if (kind == LP_TEI_RERANK) tei_unit(u++, &c->r.query, LP_TOKOP_PLAIN, &c->r, limit, 0);
+  int op = kind == LP_TEI_EMBED ? LP_TOKOP_IDS : kind == LP_TEI_RERANK ? LP_TOKOP_PLAIN : LP_TOKOP_PIECES;
+  for (size_t i = 0; i < c->r.ntexts; i++) tei_unit(u++, &c->r.texts[i], op, &c->r, limit, kind != LP_TEI_TOKENIZE);
+  if (lp__front_tokenize(f, req, tj)) {
+    lp__tei_reject(f, req, route, 429, LP_TEI_OVERLOADED, "tokenizer_busy",
+                   "Model is overloaded: too much text is waiting to be tokenized", NULL);
+    lp__tokjob_free(tj);
+    return;
+  }
+  /* the texts live in the parsed request: the body is not needed */
+  free(req->body);
+  req->body = NULL;
+}
+
+static void tei_decoded_back(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req) {
+  tei_ctx_t *c = tj->ctx;
+  tj->ctx = NULL; /* tei_decoded's now */
+  tei_decoded(f, req, c);
+}
+
+void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
+  if (req->method != LP_HTTP_POST) {
+    lp__tei_reject(f, req, route, 405, LP_TEI_VALIDATION, "method_not_allowed", "use POST", NULL);
+    return;
+  }
+  tei_ctx_t *c = calloc(1, sizeof(*c));
+  lp_tokjob_t *tj = NULL;
+  if (!c) {
+    lp__tei_reject(f, req, route, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory", NULL);
+    return;
+  }
+  c->route = route;
+  c->kind = route == LP_ROUTE_TEI_EMBED ? LP_TEI_EMBED : route == LP_ROUTE_TEI_RERANK ? LP_TEI_RERANK
+                                                                                       : LP_TEI_TOKENIZE;
+  c->max_inputs = f->cfg->max_sequences_per_request;
+  c->body_len = req->body_len;
+  if (!lp__front_decode_off_loop(f, req->body_len)) {
+    c->body = req->body; /* borrowed */
+    tei_decode(c);
+    c->body = NULL;
+    tei_decoded(f, req, c);
+    return;
+  }
+  /* a large body is decoded on a worker too */
+  if (!(tj = lp__tokjob_new(f, NULL, 1))) {
     lp__tei_reject(f, req, route, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory", NULL);
     free(c);
-  } else {
-    /* the texts to the tokenizer workers: this loop goes on serving */
-    c->r = r;
-    memset(&r, 0, sizeof(r)); /* the job's now */
-    c->route = route;
-    c->kind = kind;
-    c->m = m;
-    c->limit = limit;
-    tj->ctx = c;
-    tj->ctx_free = tei_ctx_free;
-    tj->done = tei_tokenized;
-    lp_tokunit_t *u = tj->units;
-    if (kind == LP_TEI_RERANK) tei_unit(u++, &c->r.query, LP_TOKOP_PLAIN, &c->r, limit, 0);
-    int op = kind == LP_TEI_EMBED ? LP_TOKOP_IDS : kind == LP_TEI_RERANK ? LP_TOKOP_PLAIN : LP_TOKOP_PIECES;
-    for (size_t i = 0; i < c->r.ntexts; i++) tei_unit(u++, &c->r.texts[i], op, &c->r, limit, kind != LP_TEI_TOKENIZE);
-    if (lp__front_tokenize(f, req, tj)) {
-      lp__tei_reject(f, req, route, 429, LP_TEI_OVERLOADED, "tokenizer_busy",
-                     "Model is overloaded: too much text is waiting to be tokenized", NULL);
-      lp__tokjob_free(tj);
-    } else {
-      /* the texts live in the parsed request: the body is not needed */
-      free(req->body);
-      req->body = NULL;
-    }
+    return;
   }
-  lp_tei_req_free(&r);
+  c->body = req->body;
+  req->body = NULL;
+  tj->ctx = c;
+  tj->ctx_free = tei_ctx_free;
+  tj->done = tei_decoded_back;
+  tj->units[0].op = LP_TOKOP_CALL;
+  tj->units[0].call = tei_decode_work;
+  tj->units[0].len = c->body_len;
+  if (lp__front_tokenize(f, req, tj)) {
+    req->body = c->body;
+    c->body = NULL;
+    lp__tei_reject(f, req, route, 429, LP_TEI_OVERLOADED, "tokenizer_busy",
+                   "Model is overloaded: too much text is waiting to be tokenized", NULL);
+    lp__tokjob_free(tj);
+  }
 }
 
 int lp__tei_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {

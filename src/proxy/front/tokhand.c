@@ -41,3 +41,8 @@ void lp__front_tok_cancel(lp_front_t *f, lp_tokjob_t *job) {
   job->req = NULL;
   lp__tokpool_cancel(f->proxy->tokpool, job);
 }
+
+int lp__front_decode_off_loop(lp_front_t *f, size_t len) {
+  lp_tokpool_t *p = f->proxy->tokpool; /* none: no model takes text */
+  return p && len > LP_PARSE_INLINE_MAX && lp__tokpool_bytes(p) + len <= LP_DECODE_QUEUE_MAX;
+}

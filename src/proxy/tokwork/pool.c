@@ -151,8 +151,13 @@ static long pieces(const lp_tok_t *t, lp_tokunit_t *u) {
   return n;
 }
 
-static void run_unit(const lp_tok_t *t, lp_tokunit_t *u) {
+static void run_unit(lp_tokjob_t *job, lp_tokunit_t *u) {
+  const lp_tok_t *t = job->tok;
   size_t cap = 0;
+  if (u->op == LP_TOKOP_CALL) {
+    u->call(job);
+    return;
+  }
   if (!u->keep && u->limit) {
     /* refused at once when a prefix already holds more than the limit */
     long at_least = 0;
@@ -215,7 +220,7 @@ static void worker_main(void *arg) {
     if (job->next_unit == job->nunits) ring_remove(p, job); /* every unit taken */
     else p->ring = job->rr_next;                            /* the next job's turn */
     uv_mutex_unlock(&p->lock);
-    run_unit(job->tok, u);
+    run_unit(job, u);
     uv_mutex_lock(&p->lock);
     p->bytes -= u->len;
     if (--job->unfinished) continue;
