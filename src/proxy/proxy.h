@@ -126,8 +126,13 @@ enum { LP_TOKOP_IDS = 1, LP_TOKOP_PLAIN, LP_TOKOP_PIECES, LP_TOKOP_CALL };
  * arriving faster than they decode is not all read into memory (16 MiB:
  * eight 2 MiB bodies parked beside the loop). */
 #define LP_DECODE_QUEUE_MAX (16u << 20)
-/* Whether a body of len bytes is decoded on a worker (front's). */
-int lp__front_decode_off_loop(lp_front_t *f, size_t len);
+/* front/tokhand.c: req's body to a worker to decode (a CALL unit running
+ * call, then done on the front), when it is larger than LP_PARSE_INLINE_MAX
+ * and the workers hold less than LP_DECODE_QUEUE_MAX: 0 with req->body moved
+ * into *body (a field of ctx) and ctx the job's (ctx_free), or -EAGAIN /
+ * -ENOMEM with nothing changed: the caller decodes it here. */
+int lp__front_decode(lp_front_t *f, lp_http_req_t *req, void *ctx, void (*ctx_free)(void *ctx), char **body,
+                     void (*call)(lp_tokjob_t *job), void (*done)(lp_front_t *f, lp_tokjob_t *job, lp_http_req_t *req));
 
 typedef struct lp_tokunit_s {
   /* asked, by the front */

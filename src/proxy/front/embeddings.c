@@ -228,40 +228,18 @@ void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req) {
     return;
   }
   emb_ctx_t *c = calloc(1, sizeof(*c));
-  lp_tokjob_t *tj = NULL;
   if (!c) {
     lp__openai_reject(f, req, 503, NULL, "out_of_memory", "proxy out of memory", NULL, NULL);
     return;
   }
   c->body_len = req->body_len;
-  if (!lp__front_decode_off_loop(f, req->body_len)) {
-    c->body = req->body; /* borrowed */
-    embeddings_decode(c);
-    c->body = NULL;
-    embeddings_decoded(f, req, c);
-    return;
-  }
   /* a large body is decoded on a worker too */
-  if (!(tj = lp__tokjob_new(f, NULL, 1))) {
-    lp__openai_reject(f, req, 503, NULL, "out_of_memory", "proxy out of memory", NULL, NULL);
-    free(c);
+  if (lp__front_decode(f, req, c, emb_ctx_free, &c->body, embeddings_decode_work, embeddings_decoded_back) == 0)
     return;
-  }
-  c->body = req->body;
-  req->body = NULL;
-  tj->ctx = c;
-  tj->ctx_free = emb_ctx_free;
-  tj->done = embeddings_decoded_back;
-  tj->units[0].op = LP_TOKOP_CALL;
-  tj->units[0].call = embeddings_decode_work;
-  tj->units[0].len = c->body_len;
-  if (lp__front_tokenize(f, req, tj)) {
-    req->body = c->body;
-    c->body = NULL;
-    lp__openai_reject(f, req, 429, NULL, "tokenizer_busy",
-                      "too much text is waiting to be tokenized (tokenizer_queue_bytes): try again", NULL, NULL);
-    lp__tokjob_free(tj);
-  }
+  c->body = req->body; /* borrowed */
+  embeddings_decode(c);
+  c->body = NULL;
+  embeddings_decoded(f, req, c);
 }
 
 int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {

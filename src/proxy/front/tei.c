@@ -391,7 +391,6 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
     return;
   }
   tei_ctx_t *c = calloc(1, sizeof(*c));
-  lp_tokjob_t *tj = NULL;
   if (!c) {
     lp__tei_reject(f, req, route, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory", NULL);
     return;
@@ -401,34 +400,12 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
                                                                                        : LP_TEI_TOKENIZE;
   c->max_inputs = f->cfg->max_sequences_per_request;
   c->body_len = req->body_len;
-  if (!lp__front_decode_off_loop(f, req->body_len)) {
-    c->body = req->body; /* borrowed */
-    tei_decode(c);
-    c->body = NULL;
-    tei_decoded(f, req, c);
-    return;
-  }
   /* a large body is decoded on a worker too */
-  if (!(tj = lp__tokjob_new(f, NULL, 1))) {
-    lp__tei_reject(f, req, route, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory", NULL);
-    free(c);
-    return;
-  }
-  c->body = req->body;
-  req->body = NULL;
-  tj->ctx = c;
-  tj->ctx_free = tei_ctx_free;
-  tj->done = tei_decoded_back;
-  tj->units[0].op = LP_TOKOP_CALL;
-  tj->units[0].call = tei_decode_work;
-  tj->units[0].len = c->body_len;
-  if (lp__front_tokenize(f, req, tj)) {
-    req->body = c->body;
-    c->body = NULL;
-    lp__tei_reject(f, req, route, 429, LP_TEI_OVERLOADED, "tokenizer_busy",
-                   "Model is overloaded: too much text is waiting to be tokenized", NULL);
-    lp__tokjob_free(tj);
-  }
+  if (lp__front_decode(f, req, c, tei_ctx_free, &c->body, tei_decode_work, tei_decoded_back) == 0) return;
+  c->body = req->body; /* borrowed */
+  tei_decode(c);
+  c->body = NULL;
+  tei_decoded(f, req, c);
 }
 
 int lp__tei_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {

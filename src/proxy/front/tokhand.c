@@ -42,7 +42,27 @@ void lp__front_tok_cancel(lp_front_t *f, lp_tokjob_t *job) {
   lp__tokpool_cancel(f->proxy->tokpool, job);
 }
 
-int lp__front_decode_off_loop(lp_front_t *f, size_t len) {
+int lp__front_decode(lp_front_t *f, lp_http_req_t *req, void *ctx, void (*ctx_free)(void *ctx), char **body,
+                     void (*call)(lp_tokjob_t *job), void (*done)(lp_front_t *f, lp_tokjob_t *job, lp_http_req_t *req)) {
   lp_tokpool_t *p = f->proxy->tokpool; /* none: no model takes text */
-  return p && len > LP_PARSE_INLINE_MAX && lp__tokpool_bytes(p) + len <= LP_DECODE_QUEUE_MAX;
+  if (!p || req->body_len <= LP_PARSE_INLINE_MAX || lp__tokpool_bytes(p) + req->body_len > LP_DECODE_QUEUE_MAX)
+    return -EAGAIN;
+  lp_tokjob_t *tj = lp__tokjob_new(f, NULL, 1);
+  if (!tj) return -ENOMEM;
+  tj->units[0].op = LP_TOKOP_CALL;
+  tj->units[0].call = call;
+  tj->units[0].len = req->body_len;
+  tj->ctx = ctx; /* before the hand-over: a worker may run call at once */
+  tj->ctx_free = ctx_free;
+  tj->done = done;
+  *body = req->body;
+  req->body = NULL;
+  if (lp__front_tokenize(f, req, tj)) {
+    req->body = *body;
+    *body = NULL;
+    tj->ctx = NULL; /* still the caller's */
+    lp__tokjob_free(tj);
+    return -EAGAIN;
+  }
+  return 0;
 }
