@@ -175,6 +175,10 @@ def main():
             check("SIGTERM with work in the pool: every heavy request answered 200, exit 0",
                   [st for st, _ in results] == [200] * 3 and code == 0,
                   (code, [(st, str(js)[:100]) for st, js in results]))
+        except Exception:
+            err.seek(0)  # what the proxy said (a sanitizer's report first of all) goes with the traceback
+            sys.stderr.write("the proxy (exit %s) said, last 6 KB:\n%s\n" % (procs[-1].poll(), err.read()[-6144:]))
+            raise
         finally:
             stop_all(procs)
             err.seek(0)

@@ -22,9 +22,11 @@ static int gather_ids(lp_front_t *f, const lp_openai_req_t *r, const lp_tokjob_t
   size_t n = 0, u = 0;
   for (size_t i = 0; i < r->ninputs; i++) {
     const lp_openai_input_t *in = &r->in[i];
-    const int32_t *ids = r->tokens + in->off;
+    const int32_t *ids = NULL;
     long k = in->len;
-    if (in->text) {
+    if (!in->text) {
+      if (k) ids = r->tokens + in->off; /* none at all: tokens is NULL */
+    } else {
       if (!tj) return -EINVAL;
       const lp_tokunit_t *tu = &tj->units[u++];
       ids = tu->ids;
