@@ -5,7 +5,9 @@ issue 35): with 2 front threads and 2 workers, many clients' texts
 enough to be decoded on a worker) each answered with the ids spm_encode
 gives; clients that leave while their text is being tokenized (the job
 cancelled, its memory freed once, by whoever holds it last); a reload
-(SIGHUP) with work in the pool, a changed tokenizer_threads refused; and
+(SIGHUP) with work in the pool, whose smaller tokenizer_queue_bytes then
+refuses more text with 429 in each route's dialect, a changed
+tokenizer_threads refused; and
 SIGTERM with work in the pool: every accepted request answered 200, exit 0,
 no sanitizer report. Arguments: lanepack, lanepack-emulator."""
 import http.client
@@ -152,6 +154,32 @@ def main():
                 h.join()
             check("SIGHUP with work in the pool: the 3 heavy requests answered 200",
                   [st for st, _ in results] == [200] * 3, [(st, str(js)[:100]) for st, js in results])
+
+            # the reloaded bound, 4 KiB of text: with heavy work in the pool, more is refused with 429 in
+            # each route's dialect (a request alone always goes in)
+            write_cfg(tokenizer_queue_bytes=4096)
+            proxy.send_signal(signal.SIGHUP)
+            time.sleep(0.5)
+            results.clear()
+            hs = [threading.Thread(target=heavy_client) for _ in range(2)]
+            for h in hs:
+                h.start()
+            time.sleep(0.2)
+            st_tei, js_tei = request(pl, "/embed", {"inputs": [texts[3]] * 4})
+            st_oai, js_oai = request(pl, "/v1/embeddings", {"model": "default", "input": [texts[3]] * 4})
+            for h in hs:
+                h.join()
+            check("past tokenizer_queue_bytes: /embed 429 Overloaded, /v1/embeddings 429 tokenizer_busy",
+                  st_tei == 429 and isinstance(js_tei, dict) and js_tei.get("error_type") == "Overloaded"
+                  and st_oai == 429 and isinstance(js_oai, dict)
+                  and js_oai.get("error", {}).get("code") == "tokenizer_busy",
+                  (st_tei, js_tei, st_oai, js_oai, [st for st, _ in results]))
+            check("... and the 2 heavy requests in the pool first still answered 200 (one at least alone)",
+                  sorted(st for st, _ in results)[0] in (200, 429) and 200 in [st for st, _ in results],
+                  [(st, str(js)[:100]) for st, js in results])
+            write_cfg()
+            proxy.send_signal(signal.SIGHUP)
+            time.sleep(0.5)
             write_cfg(tokenizer_threads=3)
             proxy.send_signal(signal.SIGHUP)
             time.sleep(1)
