@@ -139,6 +139,21 @@ def main():
             check("24 clients gone mid-tokenizing: the proxy serves on",
                   proxy.poll() is None and st == 200 and js == [emu_vector([1] + x + [2]) for x in ids[:2]], (st, js))
 
+            def held():
+                c = http.client.HTTPConnection("127.0.0.1", pl, timeout=30)
+                c.request("GET", "/metrics")
+                text = c.getresponse().read().decode()
+                c.close()
+                for line in text.splitlines():
+                    if line.startswith("lanepack_tokenizer_queue_bytes "):
+                        return int(float(line.split()[1]))
+                return None
+            end = time.time() + 30
+            while held() != 0 and time.time() < end:
+                time.sleep(0.1)
+            check("... and once they are gone the workers hold no text (lanepack_tokenizer_queue_bytes 0)",
+                  held() == 0, held())
+
             # a reload with work in the pool
             results = []
 
