@@ -98,6 +98,12 @@ def main():
             procs.append(proxy)
             wait_http(pl, "/readyz", timeout=30)
 
+            task = "/proc/%d/task" % proxy.pid
+            names = sorted(open(os.path.join(task, t, "comm")).read().strip() for t in os.listdir(task))
+            check("the workers are threads lp-tok-0 and lp-tok-1 beside lp-front-0, lp-front-1 and lp-sched",
+                  all(n in names for n in ("lp-tok-0", "lp-tok-1", "lp-front-0", "lp-front-1", "lp-sched"))
+                  and "lp-tok-2" not in names, names)
+
             # hand-offs: 8 clients at once, every answer the ids' vectors
             bad = []
 
