@@ -64,18 +64,22 @@ static long encode(const lp_tok_t *t, const char *s, size_t n, size_t max, int l
 static int short_text(size_t len, size_t need) { return len / LP_TOKW_BYTES_PER_TOKEN <= need + LP_TOKW_MARGIN; }
 
 /* The plain ids of the shortest window tried (a prefix, a suffix when left)
- * whose ids reach need + LP_TOKW_MARGIN, or of the whole text: their count
- * into *ids, the window [*a, *b), *read the bytes tokenized. */
+ * whose ids reach need + LP_TOKW_MARGIN: their count into *ids, the window
+ * [*a, *b), *read the bytes tokenized. When the next window would be the
+ * whole text, nothing more is tokenized here: 0 with [*a, *b) the whole
+ * text, for the caller to tokenize once in its own form (a text of few ids,
+ * a run of characters the model does not know, costs one pass, not two). */
 static long window(const lp_tok_t *t, const char *text, size_t len, size_t need, int left, int32_t **ids,
                    size_t *cap, size_t *a, size_t *b, size_t *read) {
   size_t want = (need + LP_TOKW_MARGIN) * LP_TOKW_BYTES_PER_TOKEN;
   for (;;) {
     *a = left ? suffix_start(text, len, want) : 0;
     *b = left ? len : prefix_end(text, len, want);
+    if (*a == 0 && *b == len) return 0;
     long n = encode(t, text + *a, *b - *a, 0, 0, ids, cap);
     if (n < 0) return n;
     *read += *b - *a;
-    if ((*a == 0 && *b == len) || (size_t)n >= need + LP_TOKW_MARGIN) return n;
+    if ((size_t)n >= need + LP_TOKW_MARGIN) return n;
     /* at least double; more when the bytes per token seen say so (a quarter
      * over, so the next try is usually the last) */
     size_t next = want * 2;
@@ -96,7 +100,8 @@ long lp_tokw_fit(const lp_tok_t *t, const char *text, size_t len, size_t max, in
     if (n < 0) return n;
   }
   /* the window's first (last) ids past the margin are the whole text's: the
-   * kept ones, with the options applied after the cut as for the whole */
+   * kept ones, with the options applied after the cut as for the whole (or
+   * the whole text, once) */
   long k = encode(t, text + a, b - a, max, left, ids, cap);
   if (read) *read = got + (b - a);
   return k;
@@ -105,9 +110,11 @@ long lp_tokw_fit(const lp_tok_t *t, const char *text, size_t len, size_t max, in
 long lp_tokw_plain(const lp_tok_t *t, const char *text, size_t len, size_t keep, int left, int32_t **ids,
                    size_t *cap, size_t *read) {
   size_t got = 0, a = 0, b = len;
-  long n = short_text(len, keep) ? encode(t, text, len, 0, 0, ids, cap)
-                                 : window(t, text, len, keep, left, ids, cap, &a, &b, &got);
-  if (short_text(len, keep)) got = len;
+  long n = short_text(len, keep) ? 0 : window(t, text, len, keep, left, ids, cap, &a, &b, &got);
+  if (n == 0 && a == 0 && b == len) { /* the whole text */
+    n = encode(t, text, len, 0, 0, ids, cap);
+    got += len;
+  }
   if (read) *read = got;
   if (n < 0 || (size_t)n <= keep) return n;
   if (left) memmove(*ids, *ids + (size_t)n - keep, keep * sizeof(**ids));
