@@ -116,6 +116,12 @@ typedef struct lp_config_s {
   /* front loops (accept, read, parse, answer), each a thread around the one
    * scheduler; 0 = one per core the process may use (lp_config_threads) */
   uint32_t threads;
+  /* tokenizer workers, the threads that turn text into ids off every loop;
+   * 0 = one per core the process may use (lp_config_tokenizer_threads) */
+  uint32_t tokenizer_threads;
+  /* bytes of text the workers may hold (waiting or being tokenized), all
+   * requests together: past it a request with text gets 429 */
+  uint64_t tokenizer_queue_bytes;
   lp_model_config_t models[LP_MAX_MODELS];
   size_t nmodels;
 } lp_config_t;
@@ -130,6 +136,13 @@ size_t lp_config_body_budget(const lp_config_t *c);
 /* The front loops to run: c->threads, or for 0 one per core the process may
  * use (its affinity mask), at most LP_MAX_THREADS. */
 uint32_t lp_config_threads(const lp_config_t *c);
+/* The tokenizer workers to run: c->tokenizer_threads, or for 0 one per core
+ * the process may use, at most LP_MAX_THREADS. */
+uint32_t lp_config_tokenizer_threads(const lp_config_t *c);
+/* The default of tokenizer_queue_bytes: 64 MiB, eight bodies of the default
+ * max_body_bytes, so a burst of large texts waits rather than being refused,
+ * while what a flood of text can pin stays a fraction of the body budget. */
+#define LP_TOKENIZER_QUEUE_DEFAULT (64ull << 20)
 
 /* Defaults: listen 127.0.0.1:8080, no models. */
 void lp_config_default(lp_config_t *c);

@@ -103,6 +103,118 @@ lp_batch_t *lp__mbox_take_batches(lp_mbox_t *mb);
 void lp__mbox_close(lp_mbox_t *mb, uv_close_cb cb);
 void lp__mbox_destroy(lp_mbox_t *mb);
 
+/* ---- tokwork/: the tokenizer workers (threads lp-tok-N). Text is tokenized
+ * there, never on a loop: a front hands over a job of units, one per input,
+ * and takes it back from its tok box (a mailbox woken by an eventfd). ---- */
+typedef struct lp_tokjob_s lp_tokjob_t;
+typedef struct lp_tokpool_s lp_tokpool_t;
+
+/* What a unit asks: the ids with the encode options (IDS), without them
+ * (PLAIN, a part of a /rerank pair), /tokenize's pieces (PIECES), or the
+ * route's own work on its ctx (CALL: decoding a large body, which jansson
+ * does at some 30-80 ms a MiB: no loop waits on it either). */
+enum { LP_TOKOP_IDS = 1, LP_TOKOP_PLAIN, LP_TOKOP_PIECES, LP_TOKOP_CALL };
+
+/* Bodies up to this size are decoded on the front as they come (a few
+ * hundred microseconds at most); larger ones on a tokenizer worker (a CALL
+ * unit), so that a client's 1 MiB text costs the loop a hand-off, not a
+ * decode. */
+#define LP_PARSE_INLINE_MAX (64u << 10)
+/* ... unless the workers already hold this much (text and bodies): then the
+ * body is decoded on the front as it comes, and the loop reads no more
+ * meanwhile (the kernel's buffers hold the rest), so a burst of large bodies
+ * arriving faster than they decode is not all read into memory (16 MiB:
+ * eight 2 MiB bodies parked beside the loop). */
+#define LP_DECODE_QUEUE_MAX (16u << 20)
+/* front/tokhand.c: req's body to a worker to decode (a CALL unit running
+ * call, then done on the front), when it is larger than LP_PARSE_INLINE_MAX
+ * and the workers hold less than LP_DECODE_QUEUE_MAX: 0 with req->body moved
+ * into *body (a field of ctx) and ctx the job's (ctx_free), or -EAGAIN /
+ * -ENOMEM with nothing changed: the caller decodes it here. */
+int lp__front_decode(lp_front_t *f, lp_http_req_t *req, void *ctx, void (*ctx_free)(void *ctx), char **body,
+                     void (*call)(lp_tokjob_t *job), void (*done)(lp_front_t *f, lp_tokjob_t *job, lp_http_req_t *req));
+
+typedef struct lp_tokunit_s {
+  /* asked, by the front */
+  const char *text;       /* borrowed from the job's ctx */
+  size_t len;             /* its bytes (CALL: those its work reads), held against
+                             tokenizer_queue_bytes until done */
+  int op;                 /* LP_TOKOP_* */
+  uint32_t keep;          /* truncation: its first (last when left) keep ids; 0: all of them */
+  int left;
+  uint32_t limit;         /* without keep: more ids than this are refused (-E2BIG), read
+                             from a prefix when it already holds more; 0: no limit */
+  int special;            /* PIECES: with the encode options' pieces */
+  void (*call)(lp_tokjob_t *job); /* CALL: runs on the worker, reads and writes job->ctx only */
+  /* answered, by a worker */
+  long n;                 /* ids (pieces), or -E2BIG (over the limit: `over` of them, or at
+                             least that many when over_prefix), -ENOMEM, -EINVAL (the
+                             tokenizer refused the text) */
+  long over;
+  int over_prefix;        /* ... found so in a prefix, the rest never read */
+  int32_t *ids;           /* owned */
+  lp_buf_t json;          /* PIECES: the input's tokens in /tokenize's shape; owned */
+} lp_tokunit_t;
+
+/* A request's text on its way through the workers. Made by its front,
+ * owned by the pool from lp__tokpool_submit until its last unit is done,
+ * then by its front again (through the tok box), which runs done and frees
+ * it. A client gone meanwhile (lp__tokpool_cancel): its units not yet taken
+ * are dropped, and whoever holds it last (the worker of its last unit, or
+ * the front taking it from the box) frees it unread. */
+struct lp_tokjob_s {
+  lp_front_t *front;      /* whose client it is; its box gets the job back */
+  lp_http_req_t *req;     /* FRONT: the client's request */
+  const lp_tok_t *tok;    /* the model's, kept until the process ends */
+  lp_tokunit_t *units;    /* nunits; owned */
+  size_t nunits;
+  /* FRONT: the route's continuation, with the client still there; it answers
+   * req (or hands a job on) and frees nothing of the job's */
+  void (*done)(lp_front_t *f, lp_tokjob_t *job, lp_http_req_t *req);
+  void *ctx;              /* the route's parsed request (the texts point into it); owned */
+  void (*ctx_free)(void *ctx);
+  /* the pool's, under its lock */
+  size_t next_unit;       /* the next unit a worker takes */
+  size_t unfinished;      /* units not done (queued or running) */
+  int cancelled;          /* its client left */
+  int posted;             /* every unit done: in its front's box */
+  lp_tokjob_t *rr_prev, *rr_next; /* in the pool's round */
+  lp_tokjob_t *done_next; /* in its front's box */
+};
+
+/* A front's box of jobs back from the workers. */
+typedef struct lp_tokbox_s {
+  uv_mutex_t lock;
+  lp_wake_t wake;         /* on the front's loop */
+  lp_tokjob_t *done, **done_tail;
+  int ready;              /* initialised */
+} lp_tokbox_t;
+
+/* tokwork/pool.c. start: nthreads workers, or NULL. submit (a front's):
+ * the job's units queued behind those of every job already there, or
+ * -EAGAIN when the text the pool holds would pass bound bytes (a job alone
+ * always goes in) or the pool stops; the job is the pool's on success.
+ * cancel (its front's, the client gone): see lp_tokjob_t. stop joins the
+ * workers (those running finish their unit); free then frees the jobs never
+ * taken, once no front can cancel any. bytes: the text held now. */
+lp_tokpool_t *lp__tokpool_start(unsigned nthreads);
+int lp__tokpool_submit(lp_tokpool_t *p, lp_tokjob_t *job, size_t bound);
+void lp__tokpool_cancel(lp_tokpool_t *p, lp_tokjob_t *job);
+size_t lp__tokpool_bytes(lp_tokpool_t *p);
+void lp__tokpool_stop(lp_tokpool_t *p);
+void lp__tokpool_free(lp_tokpool_t *p);
+/* A job of nunits zeroed units for the front's client, or NULL. free: its
+ * units' results, its ctx (ctx_free) and itself. */
+lp_tokjob_t *lp__tokjob_new(lp_front_t *f, const lp_tok_t *t, size_t nunits);
+void lp__tokjob_free(lp_tokjob_t *job);
+/* The box on the front's loop (cb runs there after a worker's push); take:
+ * everything in it, by done_next; close stops its polling (the loop must run
+ * after); destroy frees jobs still in it, once no worker runs. */
+int lp__tokbox_init(lp_tokbox_t *b, uv_loop_t *loop, lp_wake_cb cb, void *owner);
+lp_tokjob_t *lp__tokbox_take(lp_tokbox_t *b);
+void lp__tokbox_close(lp_tokbox_t *b);
+void lp__tokbox_destroy(lp_tokbox_t *b);
+
 /* A control message between the scheduler and a front (not per request). */
 enum { LP_CTL_RECONF = 1, LP_CTL_DRAIN, LP_CTL_STOP, LP_CTL_CLOSED, LP_CTL_CANCEL };
 struct lp_ctl_s {
@@ -570,6 +682,7 @@ struct lp_front_s {
   lp_buf_t vec_text;       /* one sequence's output as text, read as a vector (embeddings) */
   float *vec;              /* ... its values; vec_cap of them; owned */
   size_t vec_cap;
+  lp_tokbox_t tokbox;      /* jobs back from the tokenizer workers */
   int32_t *enc;            /* a request's token ids, text inputs tokenized; enc_cap; owned */
   size_t enc_cap;
   int32_t *tok_scratch;    /* token and length arrays lent to each parse; owned */
@@ -617,6 +730,7 @@ struct lp_proxy_s {
   /* each model's /rerank pair template with its pieces' ids (nparts 0: none);
    * set at start, read by every front */
   lp_tei_template_t pair[LP_MAX_MODELS];
+  lp_tokpool_t *tokpool;   /* the tokenizer workers (NULL: no model has a tokenizer); owned */
   char **tokens;           /* bearer tokens clients must show; owned; NULL: none */
   size_t ntokens;
   lp_upstream_t *up;        /* probes; batches too with one thread */
@@ -732,6 +846,22 @@ void lp__fronts_stop(lp_proxy_t *p);
 /* The server limits a configuration sets, and the latency histograms' bounds. */
 void lp__httpd_limits(const lp_config_t *cfg, lp_httpd_config_t *hc);
 const double *lp__latency_bounds(size_t *n);
+
+/* front/tokhand.c: a front's traffic to the tokenizer workers. init: its
+ * tok box on its loop. tokenize hands job (its units and done set) over for
+ * req: 0, or -EAGAIN (the text waiting would pass tokenizer_queue_bytes: the
+ * route answers 429) with the job still the caller's. cancel: req's client
+ * left (lp__on_cancel). */
+int lp__front_tok_init(lp_front_t *f);
+int lp__front_tokenize(lp_front_t *f, lp_http_req_t *req, lp_tokjob_t *job);
+void lp__front_tok_cancel(lp_front_t *f, lp_tokjob_t *job);
+/* req->app while req's text is at the workers: its tokjob with the low bit
+ * set (jobs and tokjobs come from malloc, aligned), so that a client's
+ * leaving tells the two apart. */
+static inline void *lp__app_tokjob(lp_tokjob_t *j) { return (void *)((uintptr_t)j | 1u); }
+static inline lp_tokjob_t *lp__app_as_tokjob(void *app) {
+  return ((uintptr_t)app & 1u) ? (lp_tokjob_t *)((uintptr_t)app & ~(uintptr_t)1u) : NULL;
+}
 
 /* front/submit.c: a front's traffic to the scheduler. Hands a parsed job to
  * the scheduler (directly, or by message). */

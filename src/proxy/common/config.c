@@ -570,6 +570,13 @@ static const keydef_t top_keys[] = {
      .doc = "after SIGTERM, how long to stay up and accepting while `/readyz` already fails"},
     {"threads", KEY_UINT, FIELD(TOP, threads), .max = LP_MAX_THREADS, .def = 1, .applies = APPLY_AT_RESTART,
      .doc = "front loops, each a thread around one scheduler (0: one per usable core); also `--threads N`"},
+    {"tokenizer_threads", KEY_UINT, FIELD(TOP, tokenizer_threads), .max = LP_MAX_THREADS, .applies = APPLY_AT_RESTART,
+     .def_doc = "0 (one per usable core)",
+     .doc = "tokenizer workers (`lp-tok-N`): text is tokenized on them, off every loop, fair across requests"},
+    {"tokenizer_queue_bytes", KEY_UINT, FIELD(TOP, tokenizer_queue_bytes), .min = 4096, .max = 1ull << 40,
+     .def = LP_TOKENIZER_QUEUE_DEFAULT, .applies = APPLY_AT_ONCE,
+     .doc = "bytes of text the workers hold, waiting or being tokenized, all requests together; past it a request "
+            "with text gets 429 in its route's dialect (a request alone always goes in)"},
     {"health_interval_ms", KEY_UINT, FIELD(TOP, health_interval_ms), .min = 10, .max = 3600000, .def = 1000,
      .applies = APPLY_AT_ONCE, .doc = "how often each backend is probed"},
     {"unhealthy_after", KEY_UINT, FIELD(TOP, unhealthy_after), .min = 1, .max = 1000, .def = 3,
@@ -896,6 +903,12 @@ size_t lp_config_body_budget(const lp_config_t *c) {
 uint32_t lp_config_threads(const lp_config_t *c) {
   if (c->threads) return c->threads;
   unsigned n = uv_available_parallelism(); /* the affinity mask's cores (sched_getaffinity) */
+  return n < 1 ? 1 : n > LP_MAX_THREADS ? LP_MAX_THREADS : n;
+}
+
+uint32_t lp_config_tokenizer_threads(const lp_config_t *c) {
+  if (c->tokenizer_threads) return c->tokenizer_threads;
+  unsigned n = uv_available_parallelism();
   return n < 1 ? 1 : n > LP_MAX_THREADS ? LP_MAX_THREADS : n;
 }
 

@@ -181,6 +181,7 @@ static void on_front_inbox(lp_wake_t *w) {
       uv_close((uv_handle_t *)&f->flush_soon, NULL);
       uv_close((uv_handle_t *)&f->pages_soon, NULL);
       lp__mbox_close(&f->inbox, NULL);
+      lp__tokbox_close(&f->tokbox);
       if (f->httpd || f->admin) uv_stop(f->loop); /* last resort: connections left open */
     }
     free(c->cfg);
@@ -368,6 +369,7 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
     if ((rc = uv_loop_init(&f->own_loop)) != 0) return rc;
     f->loop = &f->own_loop;
     if ((rc = lp__mbox_init(&f->inbox, f->loop, on_front_inbox, f)) != 0) return rc;
+    if ((rc = lp__front_tok_init(f)) != 0) return rc;
     /* its batches' answers are bounded by each batch's own max_answer */
     if (!(f->up = lp_upstream_new(f->loop, LP_FRONT_ANSWER_MAX))) return -ENOMEM;
     uv_timer_init(f->loop, &f->tick);
@@ -394,6 +396,7 @@ static void front_free(lp_front_t *f) {
   free(f->enc);
   free(f->tok_scratch);
   free(f->len_scratch);
+  lp__tokbox_destroy(&f->tokbox); /* the workers are stopped: jobs left in it are nobody's */
   lp__alog_close(&f->alog);
   free((void *)f->cfg);
   lp_config_free_tokens(f->tokens, f->ntokens);

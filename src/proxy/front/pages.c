@@ -227,6 +227,9 @@ static void render_metrics(lp_front_t *self, const lp_snap_t *s, lp_buf_t *b) {
   lp_metric_sample_u64(b, "lanepack_access_log_dropped_lines_total", NULL, dropped);
   lp_metric_family(b, "lanepack_connections", "gauge", "Open client connections.");
   lp_metric_sample_u64(b, "lanepack_connections", NULL, conns);
+  lp_metric_family(b, "lanepack_tokenizer_queue_bytes", "gauge",
+                   "Text (and bodies being decoded) the tokenizer workers hold, against tokenizer_queue_bytes.");
+  lp_metric_sample_u64(b, "lanepack_tokenizer_queue_bytes", NULL, p->tokpool ? lp__tokpool_bytes(p->tokpool) : 0);
   lp_metric_family(b, "lanepack_inflight_batches", "gauge", "Batches sent and not yet answered.");
   lp_metric_sample_u64(b, "lanepack_inflight_batches", NULL, s->inflight_batches);
 

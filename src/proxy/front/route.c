@@ -218,6 +218,12 @@ static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
 
 void lp__on_cancel(lp_http_req_t *req, void *ud) {
   lp_front_t *f = ud;
+  lp_tokjob_t *tj = lp__app_as_tokjob(req->app);
+  if (tj) { /* its text is at the tokenizer workers */
+    req->app = NULL;
+    lp__front_tok_cancel(f, tj);
+    return;
+  }
   lp_job_t *job = req->app;
   if (!job) return;
   req->app = NULL;

@@ -1,8 +1,9 @@
 /* Runs on the front that read the request: text-embeddings-inference's
- * routes. /embed, /rerank, /predict, /embed_all and /similarity become one job
+ * routes. Their texts are tokenized on the tokenizer workers (tokwork/);
+ * then /embed, /rerank, /predict, /embed_all and /similarity become one job
  * of a packed sequence per input (per (query, text) pair), answered in TEI's
- * shapes from the backend's outputs; /tokenize is answered here at once (and
- * /decode, /info in teiapi.c). */
+ * shapes from the backend's outputs, and /tokenize is answered with the
+ * pieces (/decode and /info in teiapi.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +11,6 @@
 
 #include "lanepack/openai.h"
 #include "lanepack/tei.h"
-#include "lanepack/tokenizer.h"
 #include "core/internal.h" /* lp__grow */
 #include "proxy.h"
 
@@ -35,54 +35,29 @@ static lp_model_t *pick_model(lp_front_t *f, lp_http_req_t *req, int route, cons
   return NULL;
 }
 
-/* /tokenize: each input's pieces with their ids and where they lie in it,
- * each input at most limit pieces, as /embed's without truncate (an answer
- * takes some 60 bytes a piece: the bound keeps it near its model's sizes). */
-static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tok_t *t, const lp_tei_req_t *r,
-                     uint32_t limit) {
+/* /tokenize's answer from the workers' units (one per input, each at most
+ * limit pieces, as /embed's without truncate: an answer takes some 60 bytes
+ * a piece, and the bound keeps it near its model's sizes). */
+static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tokjob_t *tj, uint32_t limit) {
   lp_buf_t out;
   lp_buf_init(&out);
-  lp_tok_piece_t *pc = NULL; /* owned here */
-  size_t cap = 0;
   int rc = 0;
   char msg[256];
   lp_buf_puts(&out, "[");
-  for (size_t i = 0; i < r->ntexts && !rc; i++) {
-    const lp_tei_text_t *in = &r->texts[i];
-    long n = lp_tok_pieces(t, in->s, in->len, r->add_special_tokens, pc, cap);
-    if (n > (long)cap) {
-      lp_tok_piece_t *p2 = realloc(pc, (size_t)n * sizeof(*pc));
-      if (!p2) {
-        rc = -ENOMEM;
-        break;
-      }
-      pc = p2;
-      cap = (size_t)n;
-      n = lp_tok_pieces(t, in->s, in->len, r->add_special_tokens, pc, cap);
-    }
-    if (n < 0 || n > (long)cap) {
-      rc = n == -ENOMEM ? -ENOMEM : -EINVAL;
-      break;
-    }
-    if ((size_t)n > limit) {
-      snprintf(msg, sizeof(msg), "Input validation error: `inputs[%zu]` must have at most %u tokens. Given: %ld", i,
-               limit, n);
+  for (size_t i = 0; i < tj->nunits && !rc; i++) {
+    const lp_tokunit_t *u = &tj->units[i];
+    if (u->n == -E2BIG) {
+      snprintf(msg, sizeof(msg), "Input validation error: `inputs[%zu]` must have at most %u tokens. Given: %s%ld",
+               i, limit, u->over_prefix ? "at least " : "", u->over);
       rc = -E2BIG;
-      break;
+    } else if (u->n < 0) {
+      rc = u->n == -ENOMEM ? -ENOMEM : -EINVAL;
+    } else {
+      if (i) lp_buf_puts(&out, ",");
+      lp_buf_append(&out, u->json.data, u->json.len);
     }
-    lp_buf_puts(&out, i ? ",[" : "[");
-    for (long k = 0; k < n; k++) {
-      if (k) lp_buf_puts(&out, ",");
-      const lp_tok_piece_t *p = &pc[k];
-      const char *name = lp_tok_piece_name(t, p->id);
-      int in_text = !p->special && p->begin <= p->end && p->end <= in->len;
-      lp_tei_token(&out, p->id, in_text ? in->s + p->begin : name, in_text ? p->end - p->begin : strlen(name),
-                   !in_text, p->begin, p->end);
-    }
-    lp_buf_puts(&out, "]");
   }
   lp_buf_puts(&out, "]\n");
-  free(pc);
   if (rc == -E2BIG) {
     lp__tei_reject(f, req, LP_ROUTE_TEI_TOKENIZE, 422, LP_TEI_TOKENIZER, "sequence_too_long", msg, NULL);
   } else if (rc == -EINVAL) {
@@ -113,85 +88,102 @@ static int seq_fail(seq_err_t *e, int rc, int status, const char *type, const ch
   return rc;
 }
 
-static long plain_ids(const lp_tok_t *t, const lp_tei_text_t *text, int32_t **buf, size_t *cap);
-
 /* Token ids the client gave, as they are (TEI adds no special pieces to
- * them), cut to limit from the end (or the start when left) with truncate:
- * the count (more than cap: nothing copied; call again with room). */
-static long given_ids(const lp_tei_text_t *in, const lp_tei_req_t *r, uint32_t limit, int32_t *out, size_t cap) {
+ * them), cut to limit from the end (or the start when left) with truncate,
+ * into out (room for them made by the caller): the count. */
+static long given_ids(const lp_tei_text_t *in, const lp_tei_req_t *r, uint32_t limit, int32_t *out) {
   size_t n = in->nids, from = 0;
   if (r->truncate && n > limit) {
     if (r->left) from = n - limit;
     n = limit;
   }
-  if (n <= cap) memcpy(out, in->ids + from, n * sizeof(*out));
+  memcpy(out, in->ids + from, n * sizeof(*out));
   return (long)n;
 }
 
-/* A /predict pair laid out by the model's pair template, its second text cut
- * with truncate: the count (more than cap: call again with room), -E2BIG when
- * the first leaves the second no room, -ENOMEM, -EINVAL. */
-static long pair_ids(const lp_tok_t *t, const lp_tei_template_t *tpl, const lp_tei_text_t *in,
-                     const lp_tei_req_t *r, uint32_t limit, int32_t *out, size_t cap) {
-  int32_t *a = NULL, *b = NULL; /* owned here */
-  size_t acap = 0, bcap = 0;
-  const lp_tei_text_t second = {.s = in->b, .len = in->blen};
-  long na = plain_ids(t, in, &a, &acap), nb = na < 0 ? na : plain_ids(t, &second, &b, &bcap), k = nb;
-  if (nb >= 0) {
-    size_t whole = (size_t)na + (size_t)nb + tpl->nparts - 2; /* every part but $A and $B is one piece */
-    size_t want = r->truncate && whole > limit ? limit : whole; /* what the layout holds */
-    k = want > cap ? (long)want
-                   : lp_tei_pair(tpl, a, (size_t)na, b, (size_t)nb, r->truncate ? limit : 0, r->left, out, cap);
-  }
-  free(a);
-  free(b);
-  return k;
-}
+/* Which of a job's units hold input i's ids: unit[i] its text's (or a pair's
+ * first), second[i] a pair's second text's; -1 where none (token ids given). */
+typedef struct unit_map_s {
+  long *unit, *second; /* owned, one block */
+} unit_map_t;
 
-/* /embed's (/embed_all's, /similarity's, /predict's) inputs, tokenized into
- * f->enc (lens[i] each) within limit tokens, cut when the request says so: 0
- * or negative with e set. Token ids are taken as given; a /predict pair is
- * laid out by the model's pair template (tpl). */
-static int embed_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_template_t *tpl, const lp_tei_req_t *r,
-                     uint32_t limit, uint32_t *lens, size_t *ntok, seq_err_t *e) {
+/* /embed's (/embed_all's, /similarity's, /predict's) inputs into f->enc
+ * (lens[i] each) within limit tokens: token ids as given, texts as the
+ * workers tokenized them (tj's units, cut when the request says so), a
+ * /predict pair laid out by the model's pair template (tpl): 0 or negative
+ * with e set. */
+static int embed_ids(lp_front_t *f, const lp_tokjob_t *tj, const unit_map_t *um, const lp_tei_template_t *tpl,
+                     const lp_tei_req_t *r, uint32_t limit, uint32_t *lens, size_t *ntok, seq_err_t *e) {
   size_t n = 0;
-  if (lp__grow((void **)&f->enc, &f->enc_cap, 1, sizeof(*f->enc))) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
   for (size_t i = 0; i < r->ntexts; i++) {
     const lp_tei_text_t *in = &r->texts[i];
-    long k = in->ids ? given_ids(in, r, limit, f->enc + n, f->enc_cap - n)
-             : in->pair ? pair_ids(t, tpl, in, r, limit, f->enc + n, f->enc_cap - n)
-                        : lp_tok_encode(t, in->s, in->len, f->enc + n, f->enc_cap - n);
-    if (k == -E2BIG && in->pair) {
-      snprintf(e->msg, sizeof(e->msg), "the first text of `inputs[%zu]` with the template's pieces leaves the "
-               "second no room within the model's %u tokens", i, limit);
-      return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
-    }
-    if (k > 0 && (size_t)k > limit && r->truncate && !in->ids && !in->pair) {
-      k = lp_tok_encode_fit(t, in->s, in->len, limit, r->left, f->enc + n, f->enc_cap - n);
+    long k;
+    if (in->ids) {
+      size_t want = r->truncate && in->nids > limit ? limit : in->nids;
+      if (lp__grow((void **)&f->enc, &f->enc_cap, n + want + 1, sizeof(*f->enc)))
+        return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
+      k = given_ids(in, r, limit, f->enc + n);
+    } else if (in->pair) {
+      const lp_tokunit_t *a = &tj->units[um->unit[i]], *b = &tj->units[um->second[i]];
+      if (a->n == -ENOMEM || b->n == -ENOMEM) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
+      if (a->n == -E2BIG || b->n == -E2BIG) {
+        snprintf(e->msg, sizeof(e->msg), "Input validation error: `inputs[%zu]` must have at most %u tokens (or set "
+                 "\"truncate\": true)", i, limit);
+        return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
+      }
+      if (a->n < 0 || b->n < 0) {
+        snprintf(e->msg, sizeof(e->msg), "the tokenizer refused `inputs[%zu]`", i);
+        return seq_fail(e, -EINVAL, 422, LP_TEI_TOKENIZER, "tokenizer_refused");
+      }
+      size_t whole = (size_t)a->n + (size_t)b->n + tpl->nparts - 2; /* every part but $A and $B is one piece */
+      if (lp__grow((void **)&f->enc, &f->enc_cap, n + whole + 1, sizeof(*f->enc)))
+        return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
+      k = lp_tei_pair(tpl, a->ids, (size_t)a->n, b->ids, (size_t)b->n, r->truncate ? limit : 0, r->left, f->enc + n,
+                      f->enc_cap - n);
       if (k == -E2BIG) {
+        snprintf(e->msg, sizeof(e->msg), "the first text of `inputs[%zu]` with the template's pieces leaves the "
+                 "second no room within the model's %u tokens", i, limit);
+        return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
+      }
+      if (k > (long)limit) {
+        snprintf(e->msg, sizeof(e->msg), "Input validation error: `inputs[%zu]` must have at most %u tokens. Given: "
+                 "%ld (or set \"truncate\": true)", i, limit, k);
+        return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
+      }
+      if (k < 0) {
+        snprintf(e->msg, sizeof(e->msg), "the tokenizer refused `inputs[%zu]`", i);
+        return seq_fail(e, -EINVAL, 422, LP_TEI_TOKENIZER, "tokenizer_refused");
+      }
+    } else {
+      const lp_tokunit_t *u = &tj->units[um->unit[i]];
+      k = u->n;
+      if (k == -E2BIG && r->truncate) {
         snprintf(e->msg, sizeof(e->msg), "the model's special tokens alone fill its %u tokens", limit);
         return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
       }
+      if (k == -ENOMEM) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
+      if (k < 0 && k != -E2BIG) {
+        snprintf(e->msg, sizeof(e->msg), "the tokenizer refused `inputs[%zu]`", i);
+        return seq_fail(e, -EINVAL, 422, LP_TEI_TOKENIZER, "tokenizer_refused");
+      }
+      if (k == -E2BIG || (size_t)k > limit) {
+        snprintf(e->msg, sizeof(e->msg),
+                 "Input validation error: `inputs[%zu]` must have at most %u tokens. Given: %s%ld (or set "
+                 "\"truncate\": true)", i, limit, k < 0 && u->over_prefix ? "at least " : "", k < 0 ? u->over : k);
+        return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
+      }
+      if (lp__grow((void **)&f->enc, &f->enc_cap, n + (size_t)k + 1, sizeof(*f->enc)))
+        return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
+      memcpy(f->enc + n, u->ids, (size_t)k * sizeof(*f->enc));
     }
-    if (k == -ENOMEM) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
-    if (k < 0) {
-      snprintf(e->msg, sizeof(e->msg), "the tokenizer refused `inputs[%zu]`", i);
-      return seq_fail(e, -EINVAL, 422, LP_TEI_TOKENIZER, "tokenizer_refused");
-    }
-    if ((size_t)k > limit) {
-      snprintf(e->msg, sizeof(e->msg),
-               "Input validation error: `inputs[%zu]` must have at most %u tokens. Given: %ld (or set "
-               "\"truncate\": true)", i, limit, k);
+    if (k > (long)limit) {
+      snprintf(e->msg, sizeof(e->msg), "Input validation error: `inputs[%zu]` must have at most %u tokens. Given: "
+               "%ld (or set \"truncate\": true)", i, limit, k);
       return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
     }
     if (k == 0) {
       snprintf(e->msg, sizeof(e->msg), "`inputs[%zu]` has no tokens once tokenized", i);
       return seq_fail(e, -ENODATA, 400, LP_TEI_EMPTY, "empty_sequence");
-    }
-    if ((size_t)k > f->enc_cap - n) { /* more than there was room for: again with room */
-      if (lp__grow((void **)&f->enc, &f->enc_cap, n + (size_t)k, sizeof(*f->enc))) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
-      i--;
-      continue;
     }
     lens[i] = (uint32_t)k;
     n += (size_t)k;
@@ -200,32 +192,29 @@ static int embed_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_template_t *
   return 0;
 }
 
-/* The ids of text without the encode options into *buf (grown; owned by the
- * caller): the count, or negative. */
-static long plain_ids(const lp_tok_t *t, const lp_tei_text_t *text, int32_t **buf, size_t *cap) {
-  long k = lp_tok_encode_plain(t, text->s, text->len, *buf, *cap);
-  if (k > (long)*cap) {
-    int32_t *b = realloc(*buf, (size_t)k * sizeof(*b));
-    if (!b) return -ENOMEM;
-    *buf = b;
-    *cap = (size_t)k;
-    k = lp_tok_encode_plain(t, text->s, text->len, *buf, *cap);
-    if (k > (long)*cap) return -EINVAL;
-  }
-  return k;
-}
-
 /* /rerank's (query, text) pairs laid out by the model's template into f->enc
- * (lens[i] each) within limit tokens, each text cut when the request says so:
- * 0 or negative with e set. */
-static int rerank_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_template_t *tpl, const lp_tei_req_t *r,
+ * (lens[i] each) within limit tokens from the workers' ids without the
+ * encode options (tj's unit 0 the query's, unit i + 1 text i's, each text's
+ * cut to its kept part when the request says so): 0 or negative with e set. */
+static int rerank_ids(lp_front_t *f, const lp_tei_template_t *tpl, const lp_tokjob_t *tj, const lp_tei_req_t *r,
                       uint32_t limit, uint32_t *lens, size_t *ntok, seq_err_t *e) {
-  int32_t *q = NULL, *b = NULL; /* the query's and a text's ids; owned here */
-  size_t qcap = 0, bcap = 0, n = 0;
-  int rc = 0;
-  long nq = plain_ids(t, &r->query, &q, &qcap);
-  for (size_t i = 0; i < r->ntexts && nq >= 0 && !rc; i++) {
-    long nb = plain_ids(t, &r->texts[i], &b, &bcap);
+  size_t n = 0;
+  const lp_tokunit_t *q = &tj->units[0];
+  long nq = q->n;
+  if (nq == -E2BIG) { /* the query alone is over the limit */
+    snprintf(e->msg, sizeof(e->msg), "the query with the template's pieces has %s%ld tokens: no room for a text "
+             "within the model's %u", q->over_prefix ? "at least " : "", q->over + (long)tpl->nparts - 2, limit);
+    return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
+  }
+  for (size_t i = 0; i < r->ntexts && nq >= 0; i++) {
+    const lp_tokunit_t *b = &tj->units[i + 1];
+    long nb = b->n;
+    if (nb == -E2BIG) {
+      snprintf(e->msg, sizeof(e->msg),
+               "Input validation error: the query with `texts[%zu]` must have at most %u tokens. Given: at least "
+               "%ld (or set \"truncate\": true)", i, limit, b->over + nq);
+      return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
+    }
     if (nb < 0) {
       nq = nb;
       break;
@@ -235,30 +224,27 @@ static int rerank_ids(lp_front_t *f, const lp_tok_t *t, const lp_tei_template_t 
       nq = -ENOMEM;
       break;
     }
-    long k = lp_tei_pair(tpl, q, (size_t)nq, b, (size_t)nb, r->truncate ? limit : 0, r->left, f->enc + n,
-                         f->enc_cap - n);
+    long k = lp_tei_pair(tpl, q->ids, (size_t)nq, b->ids, (size_t)nb, r->truncate ? limit : 0, r->left,
+                         f->enc + n, f->enc_cap - n);
     if (k == -E2BIG) {
       snprintf(e->msg, sizeof(e->msg), "the query with the template's pieces has %zu tokens: no room for a text "
                "within the model's %u", (size_t)nq + tpl->nparts - 2, limit);
-      rc = seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
+      return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
     } else if (k > (long)limit) {
       snprintf(e->msg, sizeof(e->msg),
                "Input validation error: the query with `texts[%zu]` must have at most %u tokens. Given: %ld "
                "(or set \"truncate\": true)", i, limit, k);
-      rc = seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
+      return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
     } else if (k < 0) {
       nq = k;
     } else if (k == 0) { /* an empty query and text, a template of no pieces */
       snprintf(e->msg, sizeof(e->msg), "the query with `texts[%zu]` has no tokens once tokenized", i);
-      rc = seq_fail(e, -ENODATA, 400, LP_TEI_EMPTY, "empty_sequence");
+      return seq_fail(e, -ENODATA, 400, LP_TEI_EMPTY, "empty_sequence");
     } else {
       lens[i] = (uint32_t)k;
       n += (size_t)k;
     }
   }
-  free(q);
-  free(b);
-  if (rc) return rc;
   if (nq == -ENOMEM) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
   if (nq < 0) {
     snprintf(e->msg, sizeof(e->msg), "the tokenizer refused the query or a text");
@@ -285,33 +271,124 @@ static char *keep_texts(const lp_tei_req_t *r, size_t *size) {
   return (char *)off;
 }
 
-void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
-  if (req->method != LP_HTTP_POST) {
-    lp__tei_reject(f, req, route, 405, LP_TEI_VALIDATION, "method_not_allowed", "use POST", NULL);
-    return;
-  }
-  static const int kinds[][2] = {{LP_ROUTE_TEI_EMBED, LP_TEI_EMBED},         {LP_ROUTE_TEI_RERANK, LP_TEI_RERANK},
-                                 {LP_ROUTE_TEI_TOKENIZE, LP_TEI_TOKENIZE},   {LP_ROUTE_TEI_PREDICT, LP_TEI_PREDICT},
-                                 {LP_ROUTE_TEI_EMBED_ALL, LP_TEI_EMBED_ALL}, {LP_ROUTE_TEI_SIMILARITY, LP_TEI_SIMILARITY},
-                                 {LP_ROUTE_TEI_DECODE, LP_TEI_DECODE},       {LP_ROUTE_TEI_EMBED_SPARSE, LP_TEI_EMBED_SPARSE}};
-  int kind = LP_TEI_TOKENIZE;
-  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-    if (kinds[i][0] == route) kind = kinds[i][1];
+/* What a request keeps while its body is decoded and its texts tokenized
+ * on the workers: its parsed form (the texts point into it), what its answer
+ * needs, and while a worker decodes it the body and the decoder's verdict. */
+typedef struct tei_ctx_s {
   lp_tei_req_t r;
-  int status;
+  int route, kind;
+  lp_model_t *m;
+  uint32_t limit;
+  char *body;             /* owned until decoded */
+  unit_map_t um;          /* the inputs' units (embedding kinds) */
+  size_t body_len, max_inputs;
+  int rc, status;         /* lp_tei_parse's */
   const char *type;
   char err[256];
-  int rc = lp_tei_parse(kind, req->body, req->body_len, f->cfg->max_sequences_per_request, &r, &status, &type,
-                        err, sizeof(err));
+} tei_ctx_t;
+
+static void tei_ctx_free(void *p) {
+  tei_ctx_t *c = p;
+  if (!c) return;
+  lp_tei_req_free(&c->r);
+  free(c->body);
+  free(c->um.unit);
+  free(c);
+}
+
+static void tei_decode(tei_ctx_t *c) {
+  c->rc = lp_tei_parse(c->kind, c->body, c->body_len, c->max_inputs, &c->r, &c->status, &c->type, c->err,
+                       sizeof(c->err));
+}
+
+/* A worker's: the body decoded, then freed (the texts are in the JSON). */
+static void tei_decode_work(lp_tokjob_t *job) {
+  tei_ctx_t *c = job->ctx;
+  tei_decode(c);
+  free(c->body);
+  c->body = NULL;
+}
+
+/* The request's ids are known (tj: the workers' units; NULL when it gave
+ * token ids only): made into a job for the scheduler (or refused). */
+static void tei_submit(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req, tei_ctx_t *c) {
+  const lp_tei_req_t *r = &c->r;
+  int route = c->route, kind = c->kind;
+  size_t mi = (size_t)(c->m - f->proxy->models);
+  const lp_model_config_t *mc = &f->cfg->models[mi];
+  const lp_tei_template_t *tpl = &f->proxy->pair[mi];
+  uint32_t *lens = malloc(r->ntexts * sizeof(*lens)); /* owned here */
+  seq_err_t se = {.status = 503, .type = LP_TEI_UNHEALTHY, .code = "out_of_memory", .msg = "proxy out of memory"};
+  size_t ntok = 0;
+  lp_perr_t e = {0};
+  lp_job_t *job = NULL;
+  size_t texts_bytes = 0;
+  char *texts = r->return_text && kind == LP_TEI_RERANK ? keep_texts(r, &texts_bytes) : NULL;
+  int grc = !lens || (r->return_text && kind == LP_TEI_RERANK && !texts) ? -ENOMEM
+            : kind != LP_TEI_RERANK ? embed_ids(f, tj, &c->um, tpl, r, c->limit, lens, &ntok, &se)
+                                    : rerank_ids(f, tpl, tj, r, c->limit, lens, &ntok, &se);
+  if (grc) {
+    lp__tei_reject(f, req, route, se.status, se.type, se.code, se.msg, NULL);
+  } else if ((job = lp__job_new(f, c->m, f->enc, ntok, lens, r->ntexts, 1, 0, 0, NULL, 0,
+                                kind == LP_TEI_RERANK ? "texts" : "inputs", &e)) == NULL) {
+    lp__tei_reject_job(f, req, route, e.status, e.code, e.msg, NULL);
+  } else {
+    job->tei = route;
+    job->tei_normalize = r->normalize;
+    job->tei_raw_scores = r->raw_scores;
+    job->tei_texts = texts;
+    job->bytes += texts_bytes; /* held while queued: max_queue_bytes counts them */
+    job->embed_dims = kind == LP_TEI_EMBED || kind == LP_TEI_SIMILARITY ? mc->embed_dimensions : 0;
+    job->tei_dims = r->dimensions;
+    job->tei_single = r->single;
+    texts = NULL;
+    /* the ids and texts were copied out: a queued request holds no body */
+    free(req->body);
+    req->body = NULL;
+    lp__job_bind(job, req);
+    lp__front_submit(f, req, job);
+  }
+  free(texts);
+  free(lens);
+}
+
+/* The request's texts are tokenized: /tokenize answered, the others made
+ * into a job. */
+static void tei_tokenized(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req) {
+  tei_ctx_t *c = tj->ctx;
+  if (c->kind == LP_TEI_TOKENIZE) tokenize(f, req, tj, c->limit);
+  else tei_submit(f, tj, req, c);
+}
+
+/* A unit for text s of the request: what the route needs of it. */
+static void tei_unit(lp_tokunit_t *u, const lp_tei_text_t *s, int op, const lp_tei_req_t *r, uint32_t limit,
+                     int cut) {
+  u->text = s->s;
+  u->len = s->len;
+  u->op = op;
+  u->special = r->add_special_tokens;
+  /* with truncation only the kept part is read; without, more than the
+   * limit is refused as soon as a prefix shows it */
+  u->keep = cut && r->truncate && limit != UINT32_MAX ? limit : 0;
+  u->left = r->left;
+  u->limit = u->keep || limit == UINT32_MAX ? 0 : limit;
+}
+
+/* The request's body is decoded (c, owned here from now on): refused, or
+ * its texts handed to the tokenizer workers. */
+static void tei_decoded(lp_front_t *f, lp_http_req_t *req, tei_ctx_t *c) {
+  int route = c->route, kind = c->kind;
+  char err[256];
   lp_model_t *m = NULL;
-  if (rc == -ENOMEM)
+  if (c->rc == -ENOMEM)
     lp__tei_reject(f, req, route, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory", NULL);
-  else if (rc)
-    lp__tei_reject(f, req, route, status, type, status == 413 ? "too_many_sequences" : "bad_field", err, NULL);
+  else if (c->rc)
+    lp__tei_reject(f, req, route, c->status, c->type, c->status == 413 ? "too_many_sequences" : "bad_field",
+                   c->err, NULL);
   else
-    m = pick_model(f, req, route, r.model);
+    m = pick_model(f, req, route, c->r.model);
   if (!m) {
-    lp_tei_req_free(&r);
+    tei_ctx_free(c);
     return;
   }
   size_t mi = (size_t)(m - f->proxy->models);
@@ -322,12 +399,17 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
    * the shapes in force again) */
   uint32_t limit = lp_bucket_set_max_len(&mc->shapes);
   if (!limit) limit = UINT32_MAX; /* shapes only backends report: the scheduler alone judges */
+  lp_tokjob_t *tj = NULL;
+  const lp_tei_req_t *r = &c->r;
   int has_text = kind == LP_TEI_RERANK || kind == LP_TEI_TOKENIZE, pairs = kind == LP_TEI_RERANK;
-  for (size_t i = 0; i < r.ntexts; i++) {
-    has_text |= !r.texts[i].ids;
-    pairs |= r.texts[i].pair;
+  size_t nunits = kind == LP_TEI_RERANK; /* the query's */
+  for (size_t i = 0; i < r->ntexts; i++) {
+    has_text |= !r->texts[i].ids;
+    pairs |= r->texts[i].pair;
+    nunits += r->texts[i].ids ? 0 : r->texts[i].pair ? 2 : 1;
   }
   const char *wrong = lp__tei_wrong_kind(mc, kind);
+  int answered = 1;
   if (wrong) {
     /* TEI's answer to a route its model does not serve (a classifier's /embed) */
     snprintf(err, sizeof(err), "%s: the outputs of '%s' are %s", wrong, mc->name, lp_outputs_name(mc->outputs));
@@ -337,11 +419,11 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
              "models.%s.tokenizer.pair_template)" : "the model '%s' takes token ids: it has no tokenizer for text "
              "(configure models.%s.tokenizer)", mc->name, mc->name);
     lp__tei_reject(f, req, route, 400, LP_TEI_VALIDATION, "no_tokenizer", err, NULL);
-  } else if (r.dimensions && kind == LP_TEI_EMBED && !mc->embed_dimensions) {
+  } else if (r->dimensions && kind == LP_TEI_EMBED && !mc->embed_dimensions) {
     snprintf(err, sizeof(err), "`dimensions` is not allowed: the vectors of '%s' may not be cut (configure "
              "models.%s.embedding.dimensions)", mc->name, mc->name);
     lp__tei_reject(f, req, route, 422, LP_TEI_VALIDATION, "bad_field", err, NULL);
-  } else if (r.dimensions && kind == LP_TEI_EMBED && r.dimensions > mc->embed_dimensions) {
+  } else if (r->dimensions && kind == LP_TEI_EMBED && r->dimensions > mc->embed_dimensions) {
     snprintf(err, sizeof(err), "`dimensions` should be smaller than the maximum embedding dimension (%u)",
              mc->embed_dimensions);
     lp__tei_reject(f, req, route, 422, LP_TEI_VALIDATION, "bad_field", err, NULL);
@@ -351,45 +433,107 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
                    "Model is not an embedding model with SPLADE pooling: lanepack's backends give no sparse outputs",
                    NULL);
   } else if (kind == LP_TEI_DECODE) {
-    lp__tei_decode(f, req, &r, t);
-  } else if (kind == LP_TEI_TOKENIZE) {
-    tokenize(f, req, t, &r, limit);
+    lp__tei_decode(f, req, r, t);
   } else {
-    uint32_t *lens = malloc(r.ntexts * sizeof(*lens)); /* owned here */
-    seq_err_t se = {.status = 503, .type = LP_TEI_UNHEALTHY, .code = "out_of_memory", .msg = "proxy out of memory"};
-    size_t ntok = 0;
-    lp_perr_t e = {0};
-    lp_job_t *job = NULL;
-    size_t texts_bytes = 0;
-    char *texts = r.return_text && kind == LP_TEI_RERANK ? keep_texts(&r, &texts_bytes) : NULL;
-    int grc = !lens || (r.return_text && kind == LP_TEI_RERANK && !texts) ? -ENOMEM
-              : kind != LP_TEI_RERANK ? embed_ids(f, t, tpl, &r, limit, lens, &ntok, &se)
-                                      : rerank_ids(f, t, tpl, &r, limit, lens, &ntok, &se);
-    if (grc) {
-      lp__tei_reject(f, req, route, se.status, se.type, se.code, se.msg, NULL);
-    } else if ((job = lp__job_new(f, m, f->enc, ntok, lens, r.ntexts, 1, 0, 0, NULL, 0,
-                                  kind == LP_TEI_RERANK ? "texts" : "inputs", &e)) == NULL) {
-      lp__tei_reject_job(f, req, route, e.status, e.code, e.msg, NULL);
-    } else {
-      job->tei = route;
-      job->tei_normalize = r.normalize;
-      job->tei_raw_scores = r.raw_scores;
-      job->tei_texts = texts;
-      job->bytes += texts_bytes; /* held while queued: max_queue_bytes counts them */
-      job->embed_dims = kind == LP_TEI_EMBED || kind == LP_TEI_SIMILARITY ? mc->embed_dimensions : 0;
-      job->tei_dims = r.dimensions;
-      job->tei_single = r.single;
-      texts = NULL;
-      /* the ids and texts were copied out: a queued request holds no body */
-      free(req->body);
-      req->body = NULL;
-      lp__job_bind(job, req);
-      lp__front_submit(f, req, job);
-    }
-    free(texts);
-    free(lens);
+    answered = 0;
   }
-  lp_tei_req_free(&r);
+  if (answered) {
+    tei_ctx_free(c);
+    return;
+  }
+  c->m = m;
+  c->limit = limit;
+  if (kind != LP_TEI_RERANK && kind != LP_TEI_TOKENIZE) {
+    long *map = malloc(2 * (r->ntexts ? r->ntexts : 1) * sizeof(*map)); /* c's */
+    if (!map) {
+      lp__tei_reject(f, req, route, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory", NULL);
+      tei_ctx_free(c);
+      return;
+    }
+    c->um.unit = map;
+    c->um.second = map + (r->ntexts ? r->ntexts : 1);
+  }
+  if (!nunits) { /* token ids only: nothing to tokenize */
+    tei_submit(f, NULL, req, c);
+    tei_ctx_free(c);
+    return;
+  }
+  if (!(tj = lp__tokjob_new(f, t, nunits))) {
+    lp__tei_reject(f, req, route, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory", NULL);
+    tei_ctx_free(c);
+    return;
+  }
+  /* the texts to the tokenizer workers: this loop goes on serving */
+  tj->ctx = c;
+  tj->ctx_free = tei_ctx_free;
+  tj->done = tei_tokenized;
+  lp_tokunit_t *u = tj->units;
+  if (kind == LP_TEI_RERANK) {
+    tei_unit(u++, &c->r.query, LP_TOKOP_PLAIN, &c->r, limit, 0);
+    for (size_t i = 0; i < r->ntexts; i++) tei_unit(u++, &r->texts[i], LP_TOKOP_PLAIN, r, limit, 1);
+  } else if (kind == LP_TEI_TOKENIZE) {
+    for (size_t i = 0; i < r->ntexts; i++) tei_unit(u++, &r->texts[i], LP_TOKOP_PIECES, r, limit, 0);
+  } else {
+    for (size_t i = 0; i < r->ntexts; i++) {
+      const lp_tei_text_t *in = &r->texts[i];
+      c->um.unit[i] = c->um.second[i] = -1;
+      if (in->ids) continue;
+      c->um.unit[i] = u - tj->units;
+      if (!in->pair) {
+        tei_unit(u++, in, LP_TOKOP_IDS, r, limit, 1);
+        continue;
+      }
+      /* a pair's halves whole (the template cuts the pair with truncate),
+       * each refused early past the limit without it */
+      const lp_tei_text_t second = {.s = in->b, .len = in->blen};
+      tei_unit(u++, in, LP_TOKOP_PLAIN, r, r->truncate ? UINT32_MAX : limit, 0);
+      c->um.second[i] = u - tj->units;
+      tei_unit(u++, &second, LP_TOKOP_PLAIN, r, r->truncate ? UINT32_MAX : limit, 0);
+    }
+  }
+  if (lp__front_tokenize(f, req, tj)) {
+    lp__tei_reject(f, req, route, 429, LP_TEI_OVERLOADED, "tokenizer_busy",
+                   "Model is overloaded: too much text is waiting to be tokenized", NULL);
+    lp__tokjob_free(tj);
+    return;
+  }
+  /* the texts live in the parsed request: the body is not needed */
+  free(req->body);
+  req->body = NULL;
+}
+
+static void tei_decoded_back(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req) {
+  tei_ctx_t *c = tj->ctx;
+  tj->ctx = NULL; /* tei_decoded's now */
+  tei_decoded(f, req, c);
+}
+
+void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
+  if (req->method != LP_HTTP_POST) {
+    lp__tei_reject(f, req, route, 405, LP_TEI_VALIDATION, "method_not_allowed", "use POST", NULL);
+    return;
+  }
+  tei_ctx_t *c = calloc(1, sizeof(*c));
+  if (!c) {
+    lp__tei_reject(f, req, route, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory", NULL);
+    return;
+  }
+  static const int kinds[][2] = {{LP_ROUTE_TEI_EMBED, LP_TEI_EMBED},         {LP_ROUTE_TEI_RERANK, LP_TEI_RERANK},
+                                 {LP_ROUTE_TEI_TOKENIZE, LP_TEI_TOKENIZE},   {LP_ROUTE_TEI_PREDICT, LP_TEI_PREDICT},
+                                 {LP_ROUTE_TEI_EMBED_ALL, LP_TEI_EMBED_ALL}, {LP_ROUTE_TEI_SIMILARITY, LP_TEI_SIMILARITY},
+                                 {LP_ROUTE_TEI_DECODE, LP_TEI_DECODE},       {LP_ROUTE_TEI_EMBED_SPARSE, LP_TEI_EMBED_SPARSE}};
+  c->route = route;
+  c->kind = LP_TEI_TOKENIZE;
+  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+    if (kinds[i][0] == route) c->kind = kinds[i][1];
+  c->max_inputs = f->cfg->max_sequences_per_request;
+  c->body_len = req->body_len;
+  /* a large body is decoded on a worker too */
+  if (lp__front_decode(f, req, c, tei_ctx_free, &c->body, tei_decode_work, tei_decoded_back) == 0) return;
+  c->body = req->body; /* borrowed */
+  tei_decode(c);
+  c->body = NULL;
+  tei_decoded(f, req, c);
 }
 
 int lp__tei_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {

@@ -162,6 +162,8 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
       }
     }
   }
+  for (size_t i = 0; i < p->nmodels && !p->tokpool; i++)
+    if (p->tok[i] && !(p->tokpool = lp__tokpool_start(lp_config_tokenizer_threads(cfg)))) return -ENOMEM;
   uv_idle_init(loop, &p->kick);
   uv_timer_init(loop, &p->health);
   uv_timer_init(loop, &p->drain);
@@ -196,7 +198,11 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
 
 void lp_proxy_free(lp_proxy_t *p) {
   lp__advice_free(p);
+  /* the workers first: none pushes to a front's box once it is freed */
+  lp__tokpool_stop(p->tokpool);
   lp__fronts_stop(p); /* joins the threads and frees what the fronts own */
+  lp__tokpool_free(p->tokpool); /* after: a front can no longer cancel a job */
+  p->tokpool = NULL;
   /* after: a front left running (stranded) until its join could still tokenize */
   for (size_t i = 0; i < LP_MAX_MODELS; i++) lp_tok_free(p->tok[i]);
   lp_recent_free(p->recent);

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Text in nobody's way (issue 35), figures: a light token-id load's p99 when
+quiet, beside 2 keep-alive connections posting 1 MiB texts to /embed with
+"truncate": true, and beside one connection posting requests of 2,048 short
+texts, with threads 1, 2 and 4; and the time of a 4 MiB text with truncate
+against a 512-token text. With --before BINARY (a lanepack built before the
+tokenizer workers) the same for it, side by side. One line per figure.
+
+  loadgen/bench-tokwork.py --proxy build/src/lanepack --emulator build/loadgen/lanepack-emulator \\
+      [--before /tmp/lanepack-before] [--seconds 4]"""
+import argparse
+import http.client
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from lphelp import free_port, stop_all, wait_http  # noqa: E402
+
+TEXT = "/usr/share/common-licenses/GPL-3"
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * q))] * 1e3 if xs else float("nan")
+
+
+def light(port, seconds, out, stop=None):
+    """Token-id requests every 20 ms on one keep-alive connection."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    body = json.dumps({"input_ids": [5, 6, 7, 8, 9, 10, 11, 12]})
+    end = time.time() + seconds
+    while time.time() < end:
+        t0 = time.perf_counter()
+        c.request("POST", "/v1/infer", body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        if r.status == 200:
+            out.append(time.perf_counter() - t0)
+        time.sleep(max(0, 0.02 - (time.perf_counter() - t0)))
+    c.close()
+
+
+def poster(port, path, body, stop, count):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    while not stop.is_set():
+        c.request("POST", path, body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        count.append(r.status)
+    c.close()
+
+
+def measure(port, seconds, busy_body=None, nbusy=0):
+    """p50 and p99 (ms) of the light load on 2 connections, beside nbusy posters."""
+    stop, count, lat = threading.Event(), [], []
+    ps = [threading.Thread(target=poster, args=(port, "/embed", busy_body, stop, count)) for _ in range(nbusy)]
+    for p in ps:
+        p.start()
+    if nbusy:
+        end = time.time() + 30
+        while not count and time.time() < end:
+            time.sleep(0.01)
+    ls = [threading.Thread(target=light, args=(port, seconds, lat)) for _ in range(2)]
+    for t in ls:
+        t.start()
+    for t in ls:
+        t.join()
+    stop.set()
+    for p in ps:
+        p.join()
+    return pct(lat, 0.5), pct(lat, 0.99), len(lat), count
+
+
+def timed(port, body, n=5):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        c.request("POST", "/embed", body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        ts.append(time.perf_counter() - t0)
+        status = r.status
+    c.close()
+    return sorted(ts)[len(ts) // 2] * 1e3, status
+
+
+def run(name, proxy, emulator, model, threads, seconds, texts, tmp):
+    pe, pl = free_port(), free_port()
+    procs = []
+    try:
+        procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % pe, "--shapes", "4x512,16x64",
+                                       "--per-segment", "--dims", "8"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_http(pe, "/healthz")
+        cfg = {"listen": "127.0.0.1:%d" % pl, "log_level": "warn", "threads": threads,
+               "max_sequences_per_request": 4096, "max_body_bytes": 16 << 20,
+               "models": {"default": {"shapes": "4x512,16x64", "max_wait_ms": 1,
+                                      "backends": ["http://127.0.0.1:%d" % pe],
+                                      "tokenizer": {"sentencepiece": model, "extra_options": "bos:eos"}}}}
+        path = os.path.join(tmp, "lp-%s-%d.json" % (name, threads))
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        procs.append(subprocess.Popen([proxy, "--config", path], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        wait_http(pl, "/readyz")
+        q = measure(pl, seconds)
+        b = measure(pl, seconds, texts["1mib"], 2)
+        m = measure(pl, seconds, texts["2048"], 1)
+        print("%-6s threads %d: light p50/p99 quiet %.1f/%.1f ms | beside 2 x 1 MiB truncate %.1f/%.1f ms "
+              "(%d posts) | beside 2,048 texts %.1f/%.1f ms (%d posts)"
+              % (name, threads, q[0], q[1], b[0], b[1], len(b[3]), m[0], m[1], len(m[3])), flush=True)
+        if threads == 1:
+            t4, s4 = timed(pl, texts["4mib"])
+            t512, s512 = timed(pl, texts["512"])
+            print("%-6s threads 1: a 4 MiB text with truncate %.1f ms (status %d), a 512-token text %.1f ms "
+                  "(status %d): %.2fx" % (name, t4, s4, t512, s512, t4 / t512), flush=True)
+    finally:
+        stop_all(procs)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--proxy", required=True)
+    ap.add_argument("--emulator", required=True)
+    ap.add_argument("--before", help="a lanepack built before the tokenizer workers")
+    ap.add_argument("--seconds", type=float, default=4)
+    ap.add_argument("--threads", default="1,2,4")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        prefix = os.path.join(tmp, "spm")
+        subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=400",
+                        "--character_coverage=1.0"], capture_output=True, check=True)
+        words = open(TEXT, encoding="utf-8").read().split()
+
+        def text(nbytes, seed=0):
+            out, n, i = [], 0, seed
+            while n < nbytes:
+                w = words[i % len(words)]
+                out.append(w)
+                n += len(w) + 1
+                i += 1
+            return " ".join(out)[:nbytes]
+        short = [text(60, s) for s in range(2048)]
+        t512 = text(2000)  # about 500 tokens with this model's 400 pieces
+        texts = {"1mib": json.dumps({"inputs": text(1 << 20), "truncate": True}),
+                 "4mib": json.dumps({"inputs": text(4 << 20), "truncate": True}),
+                 "512": json.dumps({"inputs": t512, "truncate": True}),
+                 "2048": json.dumps({"inputs": short, "truncate": True})}
+        builds = [("after", a.proxy)] + ([("before", a.before)] if a.before else [])
+        for threads in [int(x) for x in a.threads.split(",")]:
+            for name, binary in builds:
+                run(name, binary, a.emulator, prefix + ".model", threads, a.seconds, texts, tmp)
+
+
+if __name__ == "__main__":
+    main()

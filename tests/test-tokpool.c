@@ -1,0 +1,223 @@
+/* The tokenizer workers' pool (src/proxy/tokwork/pool.c) without a
+ * tokenizer: jobs of CALL units. Inputs are taken round robin across jobs (a
+ * one-unit job submitted behind one of 200 runs second); every job's memory
+ * is freed exactly once whatever the moment its client leaves (before its
+ * units are taken, while they run, after it is back in the box), and done
+ * runs only for those whose client stayed; the bound on held text; a stop
+ * with work queued. Run under ThreadSanitizer (suite threads) it checks the
+ * hand-offs too. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "proxy.h"
+
+typedef struct {
+  uv_mutex_t lock;
+  int order[512];           /* the job index of each unit run, in order */
+  int norder;
+  uv_sem_t gate;            /* the gate unit waits on it */
+  int freed, done;          /* ctx_free and done calls (atomic: workers free too) */
+  int spin;                 /* a unit's work, in loop iterations */
+} fixture_t;
+
+static fixture_t fx;
+
+typedef struct {
+  int index;
+} ctx_t;
+
+static void ctx_free(void *p) {
+  if (!p) return;
+  __atomic_fetch_add(&fx.freed, 1, __ATOMIC_RELAXED);
+  free(p);
+}
+
+static void unit_record(lp_tokjob_t *job) {
+  ctx_t *c = job->ctx;
+  volatile int x = 0;
+  for (int i = 0; i < fx.spin; i++) x = x + i;
+  (void)x;
+  uv_mutex_lock(&fx.lock);
+  if (fx.norder < 512) fx.order[fx.norder++] = c->index;
+  uv_mutex_unlock(&fx.lock);
+}
+
+static void unit_gate(lp_tokjob_t *job) {
+  (void)job;
+  uv_sem_wait(&fx.gate);
+}
+
+static void done_cb(lp_front_t *f, lp_tokjob_t *job, lp_http_req_t *req) {
+  (void)f, (void)job, (void)req;
+  fx.done++;
+}
+
+/* The front's side of the box, as front/tokhand.c's: done unless cancelled,
+ * then freed. Closes the box once every expected job is back (0: the test
+ * closes it). */
+static int expected_back;
+static int back;
+static char is_back[1024]; /* by ctx index: taken back and freed (a client gone then cancels nothing) */
+static void on_box(lp_wake_t *w) {
+  lp_front_t *f = w->data;
+  for (lp_tokjob_t *j = lp__tokbox_take(&f->tokbox), *n; j; j = n) {
+    n = j->done_next;
+    if (!j->cancelled) j->done(f, j, NULL);
+    is_back[((ctx_t *)j->ctx)->index] = 1;
+    lp__tokjob_free(j);
+    back++;
+  }
+  if (expected_back && back >= expected_back) lp__tokbox_close(&f->tokbox);
+}
+
+static lp_tokjob_t *job_of(lp_front_t *f, int index, size_t nunits, void (*call)(lp_tokjob_t *), size_t len) {
+  lp_tokjob_t *j = lp__tokjob_new(f, NULL, nunits);
+  ck_assert_ptr_nonnull(j);
+  ctx_t *c = malloc(sizeof(*c));
+  ck_assert_ptr_nonnull(c);
+  c->index = index;
+  j->ctx = c;
+  j->ctx_free = ctx_free;
+  j->done = done_cb;
+  for (size_t i = 0; i < nunits; i++) {
+    j->units[i].op = LP_TOKOP_CALL;
+    j->units[i].call = call;
+    j->units[i].len = len;
+  }
+  return j;
+}
+
+static void setup(void) {
+  memset(&fx, 0, sizeof(fx));
+  ck_assert_int_eq(uv_mutex_init(&fx.lock), 0);
+  ck_assert_int_eq(uv_sem_init(&fx.gate, 0), 0);
+  back = expected_back = 0;
+  memset(is_back, 0, sizeof(is_back));
+}
+
+static void teardown(void) {
+  uv_sem_destroy(&fx.gate);
+  uv_mutex_destroy(&fx.lock);
+}
+
+/* One worker held by a gate; then a job of 200 inputs and one of 1: once the
+ * gate opens, the one-input job's unit is the second taken. */
+START_TEST(test_round_robin) {
+  uv_loop_t loop;
+  ck_assert_int_eq(uv_loop_init(&loop), 0);
+  lp_front_t f;
+  memset(&f, 0, sizeof(f));
+  f.loop = &loop;
+  ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
+  lp_tokpool_t *p = lp__tokpool_start(1);
+  ck_assert_ptr_nonnull(p);
+  expected_back = 3;
+  ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 0, 1, unit_gate, 1), SIZE_MAX), 0);
+  ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 1, 200, unit_record, 1), SIZE_MAX), 0);
+  ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 2, 1, unit_record, 1), SIZE_MAX), 0);
+  uv_sem_post(&fx.gate);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ck_assert_int_eq(fx.norder, 201);
+  ck_assert_int_eq(fx.order[0], 1);
+  ck_assert_int_eq(fx.order[1], 2); /* not after the 200 */
+  ck_assert_int_eq(fx.done, 3);
+  ck_assert_int_eq(fx.freed, 3);
+  lp__tokpool_stop(p);
+  lp__tokpool_free(p);
+  lp__tokbox_destroy(&f.tokbox);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+/* 600 jobs on 3 workers, each client leaving at a different moment: right
+ * after the hand-off, after a few spins (units running), or never; every job
+ * freed exactly once, done only for those not cancelled. */
+START_TEST(test_cancel_any_time) {
+  enum { JOBS = 600 };
+  uv_loop_t loop;
+  ck_assert_int_eq(uv_loop_init(&loop), 0);
+  lp_front_t f;
+  memset(&f, 0, sizeof(f));
+  f.loop = &loop;
+  ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
+  lp_tokpool_t *p = lp__tokpool_start(3);
+  ck_assert_ptr_nonnull(p);
+  fx.spin = 20000;
+  static lp_tokjob_t *jobs[JOBS];
+  int cancelled = 0;
+  for (int i = 0; i < JOBS; i++) {
+    jobs[i] = job_of(&f, i, 1 + (size_t)(i % 5), unit_record, 10);
+    ck_assert_int_eq(lp__tokpool_submit(p, jobs[i], SIZE_MAX), 0);
+    if (i % 3 == 0) { /* at once: usually before a worker took a unit */
+      lp__tokpool_cancel(p, jobs[i]);
+      cancelled++;
+    }
+    if (i % 3 == 1 && i > 30 && !is_back[i - 30]) { /* a while later: running, done, or in the box */
+      lp__tokpool_cancel(p, jobs[i - 30]);
+      cancelled++;
+    }
+    if (i % 50 == 0) uv_run(&loop, UV_RUN_NOWAIT); /* some come back meanwhile */
+  }
+  /* wait until the pool holds nothing, then take the box's last ones */
+  while (lp__tokpool_bytes(p)) uv_sleep(1);
+  lp__tokpool_stop(p); /* joined: every worker's push has been made */
+  on_box(&f.tokbox.wake); /* what is in the box now, as its wake-up would */
+  lp__tokbox_close(&f.tokbox);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  lp__tokpool_free(p);
+  lp__tokbox_destroy(&f.tokbox); /* frees what a closed box still held */
+  ck_assert_int_eq(fx.freed, JOBS);
+  ck_assert_int_eq(fx.done, JOBS - cancelled);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+/* The bound: past it -EAGAIN, the job still the caller's; a lone job larger
+ * than the bound goes in; a stop with work queued frees it. */
+START_TEST(test_bound_and_stop) {
+  uv_loop_t loop;
+  ck_assert_int_eq(uv_loop_init(&loop), 0);
+  lp_front_t f;
+  memset(&f, 0, sizeof(f));
+  f.loop = &loop;
+  ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
+  lp_tokpool_t *p = lp__tokpool_start(1);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 0, 1, unit_gate, 5000), 1000), 0); /* alone: in */
+  ck_assert_uint_eq(lp__tokpool_bytes(p), 5000);
+  lp_tokjob_t *over = job_of(&f, 1, 2, unit_record, 10);
+  ck_assert_int_eq(lp__tokpool_submit(p, over, 1000), -EAGAIN);
+  lp__tokjob_free(over); /* still ours */
+  ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 2, 3, unit_record, 10), SIZE_MAX), 0);
+  uv_sem_post(&fx.gate); /* the gate's job ends; the other may or may not run before the stop */
+  lp__tokpool_stop(p);
+  lp__tokbox_close(&f.tokbox);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  lp__tokpool_free(p);
+  lp__tokbox_destroy(&f.tokbox);
+  ck_assert_int_eq(fx.freed, 3);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("tokpool");
+  TCase *tc = tcase_create("pool");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_round_robin);
+  tcase_add_test(tc, test_cancel_any_time);
+  tcase_add_test(tc, test_bound_and_stop);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
