@@ -6,10 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # What building lanepack needs (a production host or the image's build stage
-# stops here; the binaries then need only libuv1, libjansson4, libcurl4 and
-# libsentencepiece0).
+# stops here; the binaries then need only libuv1, libjansson4, libcurl4,
+# libsentencepiece0, libutf8proc2 and libpcre2-8-0: utf8proc's Unicode tables
+# and PCRE2's regexes run the tokenizer.json tokenizers).
 PKGS=(build-essential meson ninja-build pkg-config libuv1-dev node-llhttp libjansson-dev
-      libcurl4-openssl-dev libsentencepiece-dev curl python3)
+      libcurl4-openssl-dev libsentencepiece-dev libutf8proc-dev libpcre2-dev curl python3)
 # What only the tests need: Check, the sanitizer build's clang, the Python
 # tests' yaml, promtool (from prometheus) for the metrics' format, and the reference model server's framework (torch and numpy,
 # which the v2 client test uses too). LP_SETUP_TORCH=0 leaves out torch alone.

@@ -1,7 +1,8 @@
 /* Text to token ids with a model's SentencePiece model (Debian's
- * libsentencepiece, through tokenizer.cc's C interface): the tokenizer of T5,
- * Gemma, XLM-R (multilingual-e5, bge-m3) and LLaMA 2. Used on the front that
- * read the request, never on the scheduler. */
+ * libsentencepiece: T5, Gemma, XLM-R, LLaMA 2) or Hugging Face tokenizer.json
+ * (src/text/hf*.c: WordPiece for the BERT family, BPE, ...), the same ids as
+ * Hugging Face's tokenizers library gives. Used where text is tokenized,
+ * never on the scheduler. */
 #ifndef LANEPACK_TOKENIZER_H
 #define LANEPACK_TOKENIZER_H
 
@@ -20,6 +21,14 @@ typedef struct lp_tok_s lp_tok_t;
  * saying why (the library's message). Safe to use from several threads at
  * once once loaded: encoding reads it only. */
 lp_tok_t *lp_tok_load(const char *path, const char *extra_options, char *err, size_t errlen);
+
+/* Loads a Hugging Face tokenizer.json (lp_tok_load takes one too: a file
+ * whose first byte other than whitespace is '{', without options). Its
+ * post-processor is what lp_tok_encode adds ([CLS] ... [SEP]); its
+ * truncation and padding are ignored. NULL with err naming the part of the
+ * file that cannot be run ("normalizer.normalizers[1]: type 'Foo' is not
+ * supported"). */
+lp_tok_t *lp_tok_load_hf(const char *path, char *err, size_t errlen);
 
 /* The ids of text (len bytes of UTF-8; any bytes are accepted, as the library
  * does), at most cap of them into ids. Returns how many there are (more than

@@ -102,16 +102,21 @@ static int get_str(ctx_t *x, json_t *v, const char *path, char *out, size_t cap)
 }
 
 /* The "tokenizer" object of a model: {"sentencepiece": PATH, "extra_options":
- * "bos:eos"} (the library's own encode options), "pair_template" (/rerank's). */
+ * "bos:eos"} (the library's own encode options) or {"huggingface": PATH} (a
+ * tokenizer.json, whose post-processor adds the special tokens),
+ * "pair_template" (/rerank's). */
 static int load_tokenizer(ctx_t *x, lp_model_config_t *m, json_t *o, const char *tpath) {
   char path[300];
   const char *key;
   json_t *v;
-  if (!json_is_object(o)) return fail(x, tpath, "must be an object: {\"sentencepiece\": \"PATH.model\"}");
+  if (!json_is_object(o))
+    return fail(x, tpath, "must be an object: {\"sentencepiece\": \"PATH.model\"} or {\"huggingface\": \"PATH/tokenizer.json\"}");
   json_object_foreach(o, key, v) {
     snprintf(path, sizeof(path), "%s.%s", tpath, key);
     if (strcmp(key, "sentencepiece") == 0) {
       if (get_str(x, v, path, m->sentencepiece, sizeof(m->sentencepiece))) return -EINVAL;
+    } else if (strcmp(key, "huggingface") == 0) {
+      if (get_str(x, v, path, m->huggingface, sizeof(m->huggingface))) return -EINVAL;
     } else if (strcmp(key, "extra_options") == 0) {
       if (!json_is_string(v) || json_string_length(v) >= sizeof(m->sentencepiece_options))
         return fail(x, path, "must be a string such as \"bos:eos\"");
@@ -121,10 +126,15 @@ static int load_tokenizer(ctx_t *x, lp_model_config_t *m, json_t *o, const char 
         return fail(x, path, "must be a string such as \"<s> $A </s></s> $B </s>\"");
       memcpy(m->pair_template, json_string_value(v), json_string_length(v) + 1);
     } else {
-      return fail(x, path, "unknown key (sentencepiece, extra_options, pair_template)");
+      return fail(x, path, "unknown key (sentencepiece, huggingface, extra_options, pair_template)");
     }
   }
-  if (!m->sentencepiece[0]) return fail(x, tpath, "needs \"sentencepiece\": the model file's path");
+  if (m->sentencepiece[0] && m->huggingface[0])
+    return fail(x, tpath, "takes one of \"sentencepiece\" and \"huggingface\", not both");
+  if (m->huggingface[0] && m->sentencepiece_options[0])
+    return fail(x, tpath, "extra_options is SentencePiece's: a tokenizer.json's post-processor adds its special tokens");
+  if (!m->sentencepiece[0] && !m->huggingface[0])
+    return fail(x, tpath, "needs \"sentencepiece\" (a model file's path) or \"huggingface\" (a tokenizer.json's)");
   return 0;
 }
 
@@ -495,6 +505,11 @@ int lp_config_load_file(lp_config_t *c, const char *path, char *err, size_t errl
 
 int32_t lp_config_piece_id(const void *ud, const char *piece) { return lp_tok_piece_id(ud, piece); }
 
+lp_tok_t *lp_config_tok_load(const lp_model_config_t *m, char *err, size_t errlen) {
+  if (m->huggingface[0]) return lp_tok_load_hf(m->huggingface, err, errlen);
+  return lp_tok_load(m->sentencepiece, m->sentencepiece_options, err, errlen);
+}
+
 const lp_model_config_t *lp_config_model(const lp_config_t *c, const char *name) {
   for (size_t i = 0; i < c->nmodels; i++)
     if (strcmp(c->models[i].name, name) == 0) return &c->models[i];
@@ -541,11 +556,15 @@ int lp_config_validate(const lp_config_t *c, char *err, size_t errlen) {
     if (m->ragged && m->ragged_max_tokens > m->max_batch_tokens)
       return fail(&x, path, "ragged_max_tokens is over max_batch_tokens (%llu)",
                   (unsigned long long)m->max_batch_tokens);
-    if (m->sentencepiece[0]) { /* the file loads, with its options, or the check says why */
+    if (m->sentencepiece[0] || m->huggingface[0]) { /* the file loads, with its options, or the check says why */
       char terr[256];
-      lp_tok_t *t = lp_tok_load(m->sentencepiece, m->sentencepiece_options, terr, sizeof(terr));
+      lp_tok_t *t = lp_config_tok_load(m, terr, sizeof(terr));
       if (!t) {
         char tpath[160];
+        if (m->huggingface[0]) {
+          snprintf(tpath, sizeof(tpath), "%s.tokenizer.huggingface", path);
+          return fail(&x, tpath, "%s", terr);
+        }
         snprintf(tpath, sizeof(tpath), "%s.tokenizer", path);
         return fail(&x, tpath, "cannot load the SentencePiece model '%s': %s", m->sentencepiece, terr);
       }
@@ -650,10 +669,13 @@ char *lp_config_dump(const lp_config_t *c) {
       json_object_set_new(v2, "inputs", in);
       json_object_set_new(o, "v2", v2);
     }
-    if (m->sentencepiece[0]) {
+    if (m->sentencepiece[0] || m->huggingface[0]) {
       json_t *tk = json_object();
-      json_object_set_new(tk, "sentencepiece", json_string(m->sentencepiece));
-      json_object_set_new(tk, "extra_options", json_string(m->sentencepiece_options));
+      if (m->huggingface[0]) json_object_set_new(tk, "huggingface", json_string(m->huggingface));
+      else {
+        json_object_set_new(tk, "sentencepiece", json_string(m->sentencepiece));
+        json_object_set_new(tk, "extra_options", json_string(m->sentencepiece_options));
+      }
       if (m->pair_template[0]) json_object_set_new(tk, "pair_template", json_string(m->pair_template));
       json_object_set_new(o, "tokenizer", tk);
     }

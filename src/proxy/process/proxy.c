@@ -149,11 +149,11 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
     if (rc) return rc;
     p->nmodels++;
     const lp_model_config_t *mc = &p->cfg.models[i];
-    if (mc->sentencepiece[0]) {
+    if (mc->sentencepiece[0] || mc->huggingface[0]) {
       char err[256];
-      if (!(p->tok[i] = lp_tok_load(mc->sentencepiece, mc->sentencepiece_options, err, sizeof(err)))) {
+      if (!(p->tok[i] = lp_config_tok_load(mc, err, sizeof(err)))) {
         lp_log(LP_LOG_ERROR, "tokenizer", "\"model\": \"%s\", \"file\": \"%s\", \"error\": \"%s\"", mc->name,
-               mc->sentencepiece, err);
+               mc->huggingface[0] ? mc->huggingface : mc->sentencepiece, err);
         return -EINVAL;
       }
       /* checked by the configuration's validation: it loads here too */

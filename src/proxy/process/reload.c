@@ -76,7 +76,7 @@ static int check(lp_proxy_t *p, const lp_config_t *n, char *err, size_t errlen) 
       return refuse(err, errlen, "models.%s: protocol, ragged, v2 or pad_id changed: restart to apply",
                     m->cfg->name);
     /* the fronts read the tokenizer loaded at start, without a lock */
-    if (strcmp(c->sentencepiece, m->cfg->sentencepiece) || strcmp(c->sentencepiece_options, m->cfg->sentencepiece_options) ||
+    if (strcmp(c->sentencepiece, m->cfg->sentencepiece) || strcmp(c->huggingface, m->cfg->huggingface) || strcmp(c->sentencepiece_options, m->cfg->sentencepiece_options) ||
         strcmp(c->pair_template, m->cfg->pair_template))
       return refuse(err, errlen, "models.%s.tokenizer changed: restart to apply", m->cfg->name);
     if (m->nbackends + backends_needed(m, c) > LP_MAX_BACKENDS)

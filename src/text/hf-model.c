@@ -1,0 +1,95 @@
+/* tokenizer.json's "model": its vocabulary read with jansson, and the call
+ * into the model that cuts a pre-tokenized piece into the vocabulary's ids. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hf.h"
+
+int lp__hf_wordpiece_build(lp__hf_model_t *m);
+int lp__hf_wordpiece_run(const lp__hf_model_t *m, const char *b, const lp__hf_al_t *al, size_t n, lp__hf_enc_t *e);
+void lp__hf_trie_free(lp__hf_trie_t *t);
+
+/* The largest id a model may name: ids are int32 on the wire (as token ids
+ * are everywhere in lanepack), and no vocabulary comes near 2^24. */
+#define LP_HF_MAX_ID (1 << 24)
+
+/* {"piece": id, ...} into m->vocab. */
+static int vocab_map(lp__hf_model_t *m, json_t *v, char *err, size_t errlen) {
+  const char *k;
+  json_t *id;
+  json_int_t max = -1;
+  json_object_foreach(v, k, id) {
+    if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= LP_HF_MAX_ID)
+      return lp__hf_bad(err, errlen, "model", "vocab ids must be integers from 0 to 2^24");
+    if (json_integer_value(id) > max) max = json_integer_value(id);
+  }
+  if (lp__hf_vocab_init(&m->vocab, (int32_t)(max + 1))) return -ENOMEM;
+  json_object_foreach(v, k, id) {
+    size_t len = strlen(k); /* jansson's keys are NUL-terminated; a piece with a NUL is not one */
+    int rc = lp__hf_vocab_set(&m->vocab, k, len, (int32_t)json_integer_value(id));
+    if (rc == -EEXIST) {
+      return lp__hf_bad(err, errlen, "model", "vocab id %lld is given twice", (long long)json_integer_value(id));
+    }
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static int unk_of(lp__hf_model_t *m, json_t *o) {
+  const char *u = json_string_value(json_object_get(o, "unk_token"));
+  m->unk = u ? lp__hf_vocab_get(&m->vocab, u, strlen(u)) : -1;
+  return 0;
+}
+
+int lp__hf_model_load(lp__hf_model_t *m, json_t *o, char *err, size_t errlen) {
+  memset(m, 0, sizeof(*m));
+  m->unk = -1;
+  if (!json_is_object(o)) return lp__hf_bad(err, errlen, "model", "must be an object");
+  const char *type = json_string_value(json_object_get(o, "type"));
+  json_t *v = json_object_get(o, "vocab");
+  if (!type) { /* files of older versions name no type: the fields tell */
+    if (json_object_get(o, "merges")) type = "BPE";
+    else if (json_is_array(v)) type = "Unigram";
+    else if (json_object_get(o, "continuing_subword_prefix")) type = "WordPiece";
+    else type = "WordLevel";
+  }
+  if (strcmp(type, "WordPiece") == 0) {
+    m->kind = LP_HF_M_WORDPIECE;
+    if (!json_is_object(v)) return lp__hf_bad(err, errlen, "model", "vocab must be an object {\"piece\": id}");
+    int rc = vocab_map(m, v, err, errlen);
+    if (rc) return rc;
+    unk_of(m, o);
+    const char *p = json_string_value(json_object_get(o, "continuing_subword_prefix"));
+    if (!p) p = "##";
+    m->prefix_len = strlen(p);
+    if (!(m->prefix = strdup(p))) return -ENOMEM;
+    json_t *mc = json_object_get(o, "max_input_chars_per_word");
+    m->max_chars = 100;
+    if (json_is_integer(mc)) {
+      json_int_t x = json_integer_value(mc);
+      m->max_chars = x < 0 ? 0 : x > UINT32_MAX ? UINT32_MAX : (uint32_t)x;
+    }
+    return lp__hf_wordpiece_build(m);
+  }
+  return lp__hf_bad(err, errlen, "model", "type '%.100s' is not supported", type);
+}
+
+int lp__hf_model_run(const lp__hf_model_t *m, lp__hf_work_t *w, const char *b, const lp__hf_al_t *al, size_t n,
+                     lp__hf_enc_t *e) {
+  (void)w;
+  if (n == 0) return 0;
+  switch (m->kind) {
+  case LP_HF_M_WORDPIECE: return lp__hf_wordpiece_run(m, b, al, n, e);
+  default: return -EINVAL;
+  }
+}
+
+void lp__hf_model_free(lp__hf_model_t *m) {
+  lp__hf_vocab_free(&m->vocab);
+  free(m->prefix);
+  lp__hf_trie_free(&m->start);
+  lp__hf_trie_free(&m->cont);
+  memset(m, 0, sizeof(*m));
+}
