@@ -8,6 +8,9 @@
 #include "hf.h"
 
 int lp__hf_wordpiece_build(lp__hf_model_t *m);
+int lp__hf_bpe_load_merges(lp__hf_model_t *m, json_t *a, char *err, size_t errlen);
+int lp__hf_bpe_run(const lp__hf_model_t *m, lp__hf_work_t *w, const char *b, const lp__hf_al_t *al, size_t n,
+                   lp__hf_enc_t *e);
 int lp__hf_wordpiece_run(const lp__hf_model_t *m, const char *b, const lp__hf_al_t *al, size_t n, lp__hf_enc_t *e);
 void lp__hf_trie_free(lp__hf_trie_t *t);
 
@@ -73,15 +76,35 @@ int lp__hf_model_load(lp__hf_model_t *m, json_t *o, char *err, size_t errlen) {
     }
     return lp__hf_wordpiece_build(m);
   }
+  if (strcmp(type, "BPE") == 0) {
+    m->kind = LP_HF_M_BPE;
+    if (!json_is_object(v)) return lp__hf_bad(err, errlen, "model", "vocab must be an object {\"piece\": id}");
+    json_t *d = json_object_get(o, "dropout");
+    if (json_is_number(d) && json_number_value(d) > 0)
+      return lp__hf_bad(err, errlen, "model", "dropout is not supported (it makes ids random)");
+    int rc = vocab_map(m, v, err, errlen);
+    if (rc) return rc;
+    unk_of(m, o);
+    const char *p = json_string_value(json_object_get(o, "continuing_subword_prefix"));
+    const char *s = json_string_value(json_object_get(o, "end_of_word_suffix"));
+    if (p && !(m->prefix = strdup(p))) return -ENOMEM;
+    if (s && !(m->suffix = strdup(s))) return -ENOMEM;
+    m->prefix_len = p ? strlen(p) : 0;
+    m->suffix_len = s ? strlen(s) : 0;
+    m->byte_fallback = json_is_true(json_object_get(o, "byte_fallback"));
+    m->fuse_unk = json_is_true(json_object_get(o, "fuse_unk"));
+    m->ignore_merges = json_is_true(json_object_get(o, "ignore_merges"));
+    return lp__hf_bpe_load_merges(m, json_object_get(o, "merges"), err, errlen);
+  }
   return lp__hf_bad(err, errlen, "model", "type '%.100s' is not supported", type);
 }
 
 int lp__hf_model_run(const lp__hf_model_t *m, lp__hf_work_t *w, const char *b, const lp__hf_al_t *al, size_t n,
                      lp__hf_enc_t *e) {
-  (void)w;
   if (n == 0) return 0;
   switch (m->kind) {
   case LP_HF_M_WORDPIECE: return lp__hf_wordpiece_run(m, b, al, n, e);
+  case LP_HF_M_BPE: return lp__hf_bpe_run(m, w, b, al, n, e);
   default: return -EINVAL;
   }
 }
@@ -89,6 +112,8 @@ int lp__hf_model_run(const lp__hf_model_t *m, lp__hf_work_t *w, const char *b, c
 void lp__hf_model_free(lp__hf_model_t *m) {
   lp__hf_vocab_free(&m->vocab);
   free(m->prefix);
+  free(m->suffix);
+  free(m->merges);
   lp__hf_trie_free(&m->start);
   lp__hf_trie_free(&m->cont);
   memset(m, 0, sizeof(*m));

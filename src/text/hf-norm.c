@@ -90,39 +90,69 @@ static int lower(const lp__hf_ns_t *s, lp__hf_ns_t *o) {
   return 0;
 }
 
-/* Unicode normalization (NFD/NFC/NFKD/NFKC) a run at a time: a character
- * and the combining marks after it. The run's output characters take the
- * spans of its input characters in order; any beyond them the last one's. */
+/* Unicode normalization (NFD/NFC/NFKD/NFKC) a run at a time (a character
+ * and the combining marks after it), each output character keeping the span
+ * of the input character it comes from: every character decomposed alone
+ * (its pieces take its span), the marks put in canonical order carrying
+ * theirs, then (NFC, NFKC) composed, a composite taking its starter's span. */
+#define LP_HF_NF_RUN 64 /* characters in one run; a longer run of marks is cut (no text has one) */
 static int nf(const lp__hf_ns_t *s, lp__hf_ns_t *o, utf8proc_option_t opt) {
   o->len = 0;
   if (lp__hf_ns_reserve(o, s->len + 8)) return -ENOMEM;
-  utf8proc_int32_t out[256];
+  utf8proc_int32_t dec[LP_HF_NF_RUN * 18], comp[LP_HF_NF_RUN * 18];
+  lp__hf_al_t dal[LP_HF_NF_RUN * 18];
   for (size_t i = 0; i < s->len;) {
     if ((unsigned char)s->b[i] < 0x80 && (i + 1 == s->len || (unsigned char)s->b[i + 1] < 0x80)) {
       if (lp__hf_ns_append(o, s->b + i, s->al + i, 1)) return -ENOMEM;
       i++;
       continue;
     }
-    size_t start = i, nin = 0;
-    lp__hf_al_t als[64];
+    size_t nin = 0, nd = 0;
     do {
       int k;
       uint32_t c = lp__hf_utf8_get(s->b, i, &k);
       if (nin > 0 && utf8proc_get_property((utf8proc_int32_t)c)->combining_class == 0) break;
-      als[nin] = s->al[i];
+      int bound = 0;
+      utf8proc_ssize_t m = utf8proc_decompose_char((utf8proc_int32_t)c, dec + nd, 18,
+                                                   (utf8proc_option_t)((opt & UTF8PROC_COMPAT) | UTF8PROC_DECOMPOSE), &bound);
+      if (m < 0 || m > 18) return -EINVAL;
+      for (utf8proc_ssize_t j = 0; j < m; j++) dal[nd + (size_t)j] = s->al[i];
+      nd += (size_t)m;
       nin++;
       i += (size_t)k;
-    } while (i < s->len && nin < 64);
-    utf8proc_ssize_t m = utf8proc_decompose_custom((const utf8proc_uint8_t *)s->b + start, (utf8proc_ssize_t)(i - start),
-                                                   out, 256, opt | UTF8PROC_STABLE, NULL, NULL);
-    if (m < 0 || m > 256) return -EINVAL;
-    if (opt & UTF8PROC_COMPOSE) {
-      m = utf8proc_normalize_utf32(out, m, (utf8proc_option_t)(opt | UTF8PROC_STABLE));
-      if (m < 0) return -EINVAL;
+    } while (i < s->len && nin < LP_HF_NF_RUN);
+    /* canonical order: a stable insertion sort of each run of marks by class */
+    for (size_t j = 1; j < nd; j++) {
+      int cj = utf8proc_get_property(dec[j])->combining_class;
+      if (!cj) continue;
+      utf8proc_int32_t c = dec[j];
+      lp__hf_al_t al = dal[j];
+      size_t q = j;
+      while (q > 0) {
+        int cq = utf8proc_get_property(dec[q - 1])->combining_class;
+        if (cq <= cj) break;
+        dec[q] = dec[q - 1];
+        dal[q] = dal[q - 1];
+        q--;
+      }
+      dec[q] = c;
+      dal[q] = al;
     }
+    if (!(opt & UTF8PROC_COMPOSE)) {
+      for (size_t j = 0; j < nd; j++)
+        if (lp__hf_ns_put(o, (uint32_t)dec[j], dal[j])) return -ENOMEM;
+      continue;
+    }
+    memcpy(comp, dec, nd * sizeof(*dec));
+    utf8proc_ssize_t m = utf8proc_normalize_utf32(comp, (utf8proc_ssize_t)nd, (utf8proc_option_t)(UTF8PROC_COMPOSE | UTF8PROC_STABLE));
+    if (m < 0) return -EINVAL;
+    size_t ptr = 0;
     for (utf8proc_ssize_t j = 0; j < m; j++) {
-      lp__hf_al_t al = als[(size_t)j < nin ? (size_t)j : nin - 1];
-      if (lp__hf_ns_put(o, (uint32_t)out[j], al)) return -ENOMEM;
+      size_t q = ptr;
+      while (q < nd && dec[q] != comp[j]) q++;
+      if (q == nd) q = ptr < nd ? ptr : nd - 1; /* a composite: its starter's span */
+      if (lp__hf_ns_put(o, (uint32_t)comp[j], dal[q])) return -ENOMEM;
+      ptr = q + 1;
     }
   }
   return 0;
@@ -272,6 +302,59 @@ static int get_string(json_t *o, const char *key, char **out, size_t *len) {
   return 0;
 }
 
+/* Oniguruma's classes (the library's regex engine) in PCRE2's words: \s is
+ * White_Space, \w has marks; PCRE2 10.42's \s lacks U+0085 and its \w has
+ * no marks. Outside a [class] they are written as classes; inside, as their
+ * members (a negated one stays PCRE2's). Returns malloc'd text or NULL. */
+#define ONIG_S "\\t-\\r \\x{85}\\p{Z}"
+#define ONIG_W "\\p{L}\\p{M}\\p{Nd}\\p{Pc}"
+static char *onig_to_pcre2(const char *in, size_t n, size_t *outlen) {
+  size_t cap = n * 8 + 64, k = 0;
+  char *o = malloc(cap);
+  if (!o) return NULL;
+  int in_class = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (k + 64 > cap) {
+      char *o2 = realloc(o, cap *= 2);
+      if (!o2) {
+        free(o);
+        return NULL;
+      }
+      o = o2;
+    }
+    char c = in[i];
+    if (c == '\\' && i + 1 < n) {
+      char d = in[i + 1];
+      const char *rep = NULL;
+      if (d == 's') rep = in_class ? ONIG_S : "[" ONIG_S "]";
+      else if (d == 'S' && !in_class) rep = "[^" ONIG_S "]";
+      else if (d == 'w') rep = in_class ? ONIG_W : "[" ONIG_W "]";
+      else if (d == 'W' && !in_class) rep = "[^" ONIG_W "]";
+      if (rep) {
+        size_t rl = strlen(rep);
+        memcpy(o + k, rep, rl);
+        k += rl;
+      } else {
+        o[k++] = c;
+        o[k++] = d;
+      }
+      i++;
+      continue;
+    }
+    if (c == '[' && !in_class) {
+      in_class = 1;
+      o[k++] = c;
+      if (i + 1 < n && in[i + 1] == '^') o[k++] = in[++i];
+      if (i + 1 < n && in[i + 1] == ']') o[k++] = in[++i]; /* a ']' first is a member */
+      continue;
+    }
+    if (c == ']' && in_class) in_class = 0;
+    o[k++] = c;
+  }
+  *outlen = k;
+  return o;
+}
+
 /* The library's Pattern: {"String": "..."} or {"Regex": "..."}. */
 int lp__hf_pattern_load(json_t *p, char **str, size_t *len, pcre2_code **re, char *err, size_t errlen,
                         const char *where);
@@ -288,9 +371,12 @@ int lp__hf_pattern_load(json_t *p, char **str, size_t *len, pcre2_code **re, cha
   if (!json_is_string(r)) return lp__hf_bad(err, errlen, where, "pattern must be {\"String\": ...} or {\"Regex\": ...}");
   int ec;
   PCRE2_SIZE eo;
-  /* UTF and UCP: \p{L}, \s and \w over Unicode as the library's regex engine (Oniguruma) reads them */
-  *re = pcre2_compile((PCRE2_SPTR)json_string_value(r), json_string_length(r), PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK,
-                      &ec, &eo, NULL);
+  size_t tl;
+  char *t = onig_to_pcre2(json_string_value(r), json_string_length(r), &tl);
+  if (!t) return -ENOMEM;
+  /* UTF and UCP: \p{L} and the rest over Unicode as Oniguruma reads them */
+  *re = pcre2_compile((PCRE2_SPTR)t, tl, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+  free(t);
   if (!*re) {
     char msg[160], m2[220];
     pcre2_get_error_message(ec, (PCRE2_UCHAR *)msg, sizeof(msg));

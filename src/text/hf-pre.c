@@ -178,6 +178,54 @@ static int bert(lp__hf_work_t *w, const lp__hf_split_t *s) {
   return 0;
 }
 
+/* GPT-2's bytes as characters: the printable ones stand for themselves,
+ * the rest (controls, space, 0x7F-0xA0, 0xAD) for 256, 257, ... in order. */
+static uint32_t byte_char(unsigned char b) {
+  if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) return b;
+  if (b <= 0x20) return 256u + b;               /* 0x00-0x20: 256-288 */
+  if (b <= 0xA0) return 256u + 33 + (b - 0x7Fu); /* 0x7F-0xA0: 289-322 */
+  return 256u + 33 + 34;                        /* 0xAD */
+}
+
+/* ByteLevel: a space before each piece (add_prefix_space), GPT-2's split
+ * (use_regex), then every byte as its character; a character's bytes keep
+ * its span. Writes the pieces anew into w->pre2, then swaps. */
+static int bytelevel(const lp__hf_pre_t *p, lp__hf_work_t *w, pcre2_match_data *md) {
+  mts_t l = {0};
+  int rc = 0;
+  w->pre2.len = 0;
+  w->nsp2 = 0;
+  for (size_t i = 0; i < w->nsp && !rc; i++) {
+    const lp__hf_split_t *s = &w->sp[i];
+    uint32_t base = (uint32_t)w->pre2.len;
+    if (s->added >= 0) {
+      if (!(rc = lp__hf_ns_append(&w->pre2, w->pre.b + s->off, w->pre.al + s->off, s->len)))
+        rc = lp__hf_split_push(&w->sp2, &w->nsp2, &w->sp2cap, base, s->len, s->added);
+      continue;
+    }
+    lp__hf_ns_t *t = &w->tmp;
+    t->len = 0;
+    if (p->add_prefix_space && s->len && w->pre.b[s->off] != ' ' && (rc = lp__hf_ns_put(t, ' ', w->pre.al[s->off]))) break;
+    if ((rc = lp__hf_ns_append(t, w->pre.b + s->off, w->pre.al + s->off, s->len))) break;
+    l.n = 0;
+    if (p->use_regex) rc = by_regex(p->re, md, t->b, (uint32_t)t->len, &l);
+    else if (t->len) rc = mt_push(&l, 0, (uint32_t)t->len, 0);
+    for (size_t k = 0; k < l.n && !rc; k++) {
+      uint32_t a = l.m[k].a, b = l.m[k].b, off = (uint32_t)w->pre2.len;
+      if (a == b) continue;
+      for (uint32_t j = a; j < b && !rc; j++) rc = lp__hf_ns_put(&w->pre2, byte_char((unsigned char)t->b[j]), t->al[j]);
+      if (!rc) rc = lp__hf_split_push(&w->sp2, &w->nsp2, &w->sp2cap, off, (uint32_t)w->pre2.len - off, -1);
+    }
+  }
+  free(l.m);
+  if (rc) return rc;
+  lp__hf_ns_t x = w->pre;
+  w->pre = w->pre2;
+  w->pre2 = x;
+  swap_splits(w);
+  return 0;
+}
+
 static int is_ws_or_nothing(uint32_t c) { return lp__hf_is_whitespace(c); }
 
 static _Thread_local uint32_t delim_char;
@@ -194,6 +242,11 @@ int lp__hf_pre_run(const lp__hf_pre_t *p, lp__hf_work_t *w) {
   mts_t l = {0};
   pcre2_match_data *md = NULL;
   if (p->re && !(md = pcre2_match_data_create_from_pattern(p->re, NULL))) return -ENOMEM;
+  if (p->kind == LP_HF_P_BYTELEVEL) {
+    int r = bytelevel(p, w, md);
+    if (md) pcre2_match_data_free(md);
+    return r;
+  }
   int rc = 0;
   w->nsp2 = 0;
   for (size_t i = 0; i < w->nsp && !rc; i++) {
@@ -275,6 +328,14 @@ int lp__hf_pre_load(void *elem, json_t *o, const char *where, char *err, size_t 
        characters; PCRE2 10.42's \w has neither) */
     if (compile(&p->re, "[\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}\\x{200C}\\x{200D}]+|"
                         "[^\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}\\x{200C}\\x{200D}\\s]+"))
+      return -ENOMEM;
+  } else if (strcmp(type, "ByteLevel") == 0) {
+    p->kind = LP_HF_P_BYTELEVEL;
+    p->add_prefix_space = !json_is_false(json_object_get(o, "add_prefix_space"));
+    p->use_regex = !json_is_false(json_object_get(o, "use_regex"));
+    /* GPT-2's split, with Oniguruma's \s (White_Space) written out */
+    if (compile(&p->re, "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\t-\\r \\x{85}\\p{Z}\\p{L}\\p{N}]+|"
+                        "[\\t-\\r \\x{85}\\p{Z}]+(?![^\\t-\\r \\x{85}\\p{Z}])|[\\t-\\r \\x{85}\\p{Z}]+"))
       return -ENOMEM;
   } else if (strcmp(type, "Punctuation") == 0) {
     p->kind = LP_HF_P_PUNCT;

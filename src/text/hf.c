@@ -77,6 +77,57 @@ static int gather(const lp__hf_t *h, lp__hf_work_t *w, const char *text, size_t 
   return rc;
 }
 
+/* ByteLevel's offsets: a token's leading and trailing spaces ('Ġ' or
+ * whitespace) are not its surface, except the one space a first token got
+ * from add_prefix_space. Counted in characters of the text, as the library
+ * does for Python's and Node's offsets (it trims character offsets). */
+static size_t char_fwd(const char *text, size_t at, size_t n, size_t limit) {
+  while (n-- && at < limit) {
+    at++;
+    while (at < limit && ((unsigned char)text[at] & 0xC0) == 0x80) at++;
+  }
+  return at < limit ? at : limit;
+}
+
+static void trim_offsets(const lp__hf_t *h, const char *text, lp__hf_enc_t *e, size_t from) {
+  for (size_t i = from; i < e->n; i++) {
+    lp__hf_token_t *t = &e->t[i];
+    const char *p = t->id >= 0 && t->id < h->nnames ? h->names[t->id] : NULL;
+    if (!p) continue;
+    size_t n = strlen(p), lead = 0, trail = 0, a = 0, b = n;
+    while (a < n) {
+      int k;
+      uint32_t c = lp__hf_utf8_get(p, a, &k);
+      if (c != 0x120 && !lp__hf_is_whitespace(c)) break;
+      lead++;
+      a += (size_t)k;
+    }
+    while (b > a) {
+      size_t q = b - 1;
+      while (q > a && ((unsigned char)p[q] & 0xC0) == 0x80) q--;
+      int k;
+      uint32_t c = lp__hf_utf8_get(p, q, &k);
+      if (c != 0x120 && !lp__hf_is_whitespace(c)) break;
+      trail++;
+      b = q;
+    }
+    if (a == n) trail = lead; /* all spaces: the library counts them from both ends */
+    if (lead) {
+      int first = i == from || t->a0 == 0;
+      if (!(first && h->trim_prefix && lead == 1)) t->a0 = (uint32_t)char_fwd(text, t->a0, lead, t->a1);
+    }
+    if (trail) { /* back trail characters, not below the start nor past the text's start */
+      size_t at = t->a1, k = 0;
+      while (k < trail && at > 0) {
+        at--;
+        while (at > 0 && ((unsigned char)text[at] & 0xC0) == 0x80) at--;
+        k++;
+      }
+      if (k == trail) t->a1 = (uint32_t)(at > t->a0 ? at : t->a0);
+    }
+  }
+}
+
 static int encode_one(const lp__hf_t *h, lp__hf_work_t *w, const char *text, size_t len, uint8_t type,
                       lp__hf_enc_t *e) {
   e->n = 0;
@@ -94,6 +145,7 @@ static int encode_one(const lp__hf_t *h, lp__hf_work_t *w, const char *text, siz
     rc = lp__hf_model_run(&h->model, w, w->pre.b + s->off, al, s->len, e);
     for (size_t k = first; k < e->n; k++) e->t[k].type = type;
   }
+  if (!rc && h->trim_offsets) trim_offsets(h, text, e, 0);
   return rc;
 }
 
@@ -234,6 +286,14 @@ lp__hf_t *lp__hf_load_json(json_t *root, char *err, size_t errlen) {
   if ((rc = lp__hf_post_load(&h->post, json_object_get(root, "post_processor"), "post_processor", err, errlen)))
     goto fail;
   if ((rc = normalize_added(h)) || (rc = names(h))) goto fail;
+  const lp__hf_post_t *pp = &h->post;
+  for (size_t i = 0; pp->kind == LP_HF_PP_SEQ && i < h->post.nseq; i++)
+    if (h->post.seq[i].trim_offsets && (h->post.seq[i].kind == LP_HF_PP_BYTELEVEL || h->post.seq[i].kind == LP_HF_PP_ROBERTA)) {
+      pp = &h->post.seq[i];
+      break;
+    }
+  h->trim_offsets = pp->trim_offsets && (pp->kind == LP_HF_PP_BYTELEVEL || pp->kind == LP_HF_PP_ROBERTA);
+  h->trim_prefix = pp->add_prefix_space;
   return h;
 fail:
   if (!err[0] || rc == -ENOMEM) snprintf(err, errlen, "%s", rc == -ENOMEM ? "out of memory" : "cannot be read");

@@ -92,7 +92,8 @@ typedef struct {
   lp__hf_ns_t pre;      /* the pre-tokenized pieces' bytes, one after another */
   lp__hf_split_t *sp, *sp2;
   size_t nsp, nsp2, spcap, sp2cap;
-  uint32_t *scratch;    /* per-model scratch (code points, BPE symbols) */
+  lp__hf_ns_t pre2;     /* the pieces' bytes as a pre-tokenizer rewrites them */
+  void *scratch;        /* per-model scratch (BPE symbols and queue) */
   size_t scratch_cap;
 } lp__hf_work_t;
 
@@ -158,6 +159,12 @@ typedef struct {
 } lp__hf_trie_t;
 
 typedef struct {
+  uint64_t key; /* left id << 32 | right id */
+  uint32_t rank;
+  int32_t id;   /* what they make; -1: an empty slot */
+} lp__hf_merge_t;
+
+typedef struct {
   lp__hf_model_kind_t kind;
   lp__hf_vocab_t vocab;
   int32_t unk;                 /* the unknown piece's id, or -1 */
@@ -166,6 +173,12 @@ typedef struct {
   size_t prefix_len;
   uint32_t max_chars;          /* max_input_chars_per_word */
   lp__hf_trie_t start, cont;   /* pieces, and pieces after the prefix */
+  /* BPE (prefix above is its continuing_subword_prefix too) */
+  lp__hf_merge_t *merges;      /* owned; mmask+1 slots */
+  uint32_t mmask;
+  char *suffix;                /* end_of_word_suffix; owned */
+  size_t suffix_len;
+  int byte_fallback, fuse_unk, ignore_merges;
 } lp__hf_model_t;
 
 /* Appends the tokens of one pre-tokenized piece (bytes b[0..n), alignments
@@ -230,6 +243,7 @@ typedef struct {
   lp__hf_pre_t pre;
   lp__hf_model_t model;
   lp__hf_post_t post;
+  int trim_offsets, trim_prefix; /* a ByteLevel/Roberta post-processor trims offsets (its add_prefix_space) */
   char **names;     /* id -> piece, the added tokens' included; owned (the pieces are the vocabulary's and added tokens') */
   uint8_t *special; /* id -> an added token marked special; owned */
   int32_t nnames;

@@ -1,0 +1,180 @@
+// The tokenizer.json files the tokenizer.json test and benchmark build with
+// Hugging Face's own library (tests/package.json pins it), and their texts:
+// Debian's licences and lines made of fragments in many scripts.
+import { mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const require = createRequire(import.meta.url);
+export const T = require("tokenizers");
+
+const LIC = "/usr/share/common-licenses";
+const files = readdirSync(LIC).map((f) => join(LIC, f)).filter((f) => statSync(f).isFile());
+
+// ---- the texts: the licences' lines, and lines made of fragments in many scripts
+export const FRAG = [
+  "café", "naïve", "Ångström", "e\u0301te\u0301", "A\u030a", "ﬁnance", "Straße", "İstanbul", "ǅemal", "ΣΊΣΥΦΟΣ", "ὈΔΥΣΣΕΎΣ",
+  "北京大学", "日本語のテキスト", "カタカナ", "한국어 문장", "𠀀𪚥", "中文，标点。", "ภาษาไทยง่ายนิดเดียว", "العربية لغة", "עִבְרִית",
+  "हिन्दी", "Tiếng Việt", "русский язык", "ελληνικά", "👨‍👩‍👧‍👦", "🇫🇷🇩🇪", "👍🏽", "😀!", "1️⃣", "\u0000", "\u0007bell", "\u001b[0m",
+  "\u00a0", "\u3000", "\u2003", "\u200b", "\u200d", "\ufeff", "\u00ad", "\ufffd", "\u0085", "\u2028", "tab\there", "a\r\nb", "\r\n", "\n",
+  "x".repeat(101), "supercalifragilisticexpialidocious".repeat(4), "", "   ", "don't", "U.S.A.", "$100.00", "x^2+y^2=z^2",
+  "e-mail@example.com", "http://example.org/path?q=1", "[SEP]", "[CLS]", "[cls]", "[MASK]", " [SEP] ", "<s>", "</s>", "②③", "Ⅻ", "½",
+  "１２３", "ＡＢＣ", "٣٤٥", "१२३", "12345678", "3.14159", "GNU", "General Public License", "LICENSE", "Version 2.0", "(c)", "©",
+  "«quote»", "“smart”", "—dash–", "…", "¿Qué?", "¡Hola!", "naïveté", "ÉCOLE", "Ǆ", "ǉ", "\u0130", "ﬀ", "ℌ", "㍿", "̈a", "a\u0308\u0301",
+];
+let seed = 12345;
+function rnd(n) {
+  seed = (seed * 1103515245 + 12345) % 2147483648;
+  return seed % n;
+}
+const SEPS = [" ", " ", " ", "", "  ", "\t", "\u00a0", "\n", ",", "-"];
+export function lines(n) {
+  const out = [];
+  for (const f of files) for (const l of readFileSync(f, "utf8").split("\n")) if (out.length < n / 2) out.push(l);
+  while (out.length < n) {
+    let s = "";
+    const k = 1 + rnd(8);
+    for (let i = 0; i < k; i++) s += FRAG[rnd(FRAG.length)] + SEPS[rnd(SEPS.length)];
+    out.push(s);
+  }
+  for (const f of FRAG) out.push(f);
+  return out;
+}
+
+// ---- the tokenizers
+function trainedVocab(model, normalizer, pre) {
+  const tk = new T.Tokenizer(model);
+  if (normalizer) tk.setNormalizer(normalizer);
+  if (pre) tk.setPreTokenizer(pre);
+  tk.train(files);
+  return tk.getVocab();
+}
+function withSpecials(vocab, specials) {
+  const v = { ...vocab };
+  let n = Object.keys(v).length;
+  for (const s of specials) if (!(s in v)) v[s] = n++;
+  return v;
+}
+// A tokenizer's file changed by fn (for the options the library's Node
+// builders do not reach: byte_fallback, a Regex Split, merges as "a b"),
+// loaded back by the library.
+const scratch = mkdtempSync(join(tmpdir(), "lp-hfk-"));
+let edits = 0;
+function edit(tk, fn) {
+  const path = join(scratch, `e${edits++}.json`);
+  tk.save(path);
+  const j = JSON.parse(readFileSync(path, "utf8"));
+  fn(j);
+  writeFileSync(path, JSON.stringify(j));
+  return T.Tokenizer.fromFile(path);
+}
+// every byte's character in a byte-level vocabulary (the trainer adds only those it saw)
+function allBytes(j) {
+  let n = Math.max(...Object.values(j.model.vocab), ...j.added_tokens.map((t) => t.id)) + 1;
+  for (const c of T.byteLevelAlphabet()) if (!(c in j.model.vocab)) j.model.vocab[c] = n++;
+  for (const t of j.added_tokens) t.id += 0;
+}
+function trainBpe(pre, normalizer) {
+  const tk = new T.Tokenizer(T.BPE.empty());
+  if (normalizer) tk.setNormalizer(normalizer);
+  tk.setPreTokenizer(pre);
+  tk.train(files);
+  return tk;
+}
+const LLAMA3 = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+const BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
+
+export const KINDS = {
+  // bge / e5 / MiniLM: uncased BERT
+  "wordpiece-bert-uncased": () => {
+    const v = withSpecials(trainedVocab(T.WordPiece.empty(), T.bertNormalizer({ lowercase: true }), T.bertPreTokenizer()), BERT_SPECIALS);
+    const tk = new T.Tokenizer(T.WordPiece.init(v, { unkToken: "[UNK]" }));
+    tk.setNormalizer(T.bertNormalizer({ lowercase: true }));
+    tk.setPreTokenizer(T.bertPreTokenizer());
+    tk.setPostProcessor(T.bertProcessing(["[SEP]", v["[SEP]"]], ["[CLS]", v["[CLS]"]]));
+    tk.addSpecialTokens(BERT_SPECIALS);
+    return tk;
+  },
+  // cased BERT with a template, accents kept, short words only
+  "wordpiece-bert-cased-template": () => {
+    const v = withSpecials(trainedVocab(T.WordPiece.empty(), T.bertNormalizer({ lowercase: false }), T.bertPreTokenizer()), BERT_SPECIALS);
+    const tk = new T.Tokenizer(T.WordPiece.init(v, { unkToken: "[UNK]", maxInputCharsPerWord: 12 }));
+    tk.setNormalizer(T.bertNormalizer({ lowercase: false, stripAccents: false, handleChineseChars: true, cleanText: true }));
+    tk.setPreTokenizer(T.bertPreTokenizer());
+    tk.setPostProcessor(T.templateProcessing("[CLS] $A [SEP]", "[CLS] $A [SEP] $B:1 [SEP]:1",
+      [["[CLS]", v["[CLS]"]], ["[SEP]", v["[SEP]"]]]));
+    tk.addSpecialTokens(BERT_SPECIALS);
+    return tk;
+  },
+  // other normalizers and pre-tokenizers around WordPiece, with added tokens of every kind
+  "wordpiece-sequences": () => {
+    const norm = T.sequenceNormalizer([T.nfkcNormalizer(), T.lowercase(), T.nfdNormalizer(), T.stripAccentsNormalizer(),
+      T.nfcNormalizer(), T.stripNormalizer(true, true), T.replace("“", "\"")]);
+    const pre = T.sequencePreTokenizer([T.whitespaceSplitPreTokenizer(), T.punctuationPreTokenizer(), T.digitsPreTokenizer(true)]);
+    const v = withSpecials(trainedVocab(T.WordPiece.empty(), norm, pre), ["[UNK]", "<s>", "</s>"]);
+    const tk = new T.Tokenizer(T.WordPiece.init(v, { unkToken: "[UNK]", continuingSubwordPrefix: "##" }));
+    tk.setNormalizer(norm);
+    tk.setPreTokenizer(pre);
+    tk.setPostProcessor(T.templateProcessing("<s> $A </s>", "<s> $A </s> </s> $B:1 </s>:1", [["<s>", v["<s>"]], ["</s>", v["</s>"]]]));
+    tk.addSpecialTokens(["<s>", "</s>"]);
+    tk.addAddedTokens([new T.AddedToken("GNU", false, { singleWord: true }), new T.AddedToken("License", false, { leftStrip: true, rightStrip: true }),
+      new T.AddedToken("[MASK]", true, { leftStrip: true }), new T.AddedToken("ﬁ", false, { normalized: true })]);
+    return tk;
+  },
+  // RoBERTa / ModernBERT style: byte-level BPE, <s> A </s></s> B </s>, offsets trimmed
+  "bpe-bytelevel-roberta": () => {
+    const tk = trainBpe(T.byteLevelPreTokenizer(true, true));
+    tk.addSpecialTokens(["<s>", "<pad>", "</s>", "<unk>"]);
+    tk.addAddedTokens([new T.AddedToken("<mask>", true, { leftStrip: true })]);
+    tk.setPostProcessor(T.robertaProcessing(["</s>", tk.tokenToId("</s>")], ["<s>", tk.tokenToId("<s>")], true, true));
+    return edit(tk, allBytes);
+  },
+  // the same with the merges written as "a b" (files of older versions)
+  "bpe-bytelevel-legacy-merges": () => {
+    const tk = trainBpe(T.byteLevelPreTokenizer(false, true));
+    tk.addSpecialTokens(["<|endoftext|>"]);
+    tk.setPostProcessor(T.byteLevelProcessing(true));
+    return edit(tk, (j) => {
+      allBytes(j);
+      j.model.merges = j.model.merges.map((m) => (Array.isArray(m) ? m.join(" ") : m));
+    });
+  },
+  // Llama-3 / Qwen style: a Split regex, then bytes without a prefix space or regex
+  "bpe-llama3-split": () => {
+    const tk = trainBpe(T.sequencePreTokenizer([T.splitPreTokenizer(LLAMA3, "isolated", false), T.byteLevelPreTokenizer(false, false)]));
+    tk.addSpecialTokens(["<|begin_of_text|>", "<|end_of_text|>"]);
+    const bos = tk.tokenToId("<|begin_of_text|>");
+    tk.setPostProcessor(T.sequenceProcessing([T.byteLevelProcessing(false),
+      T.templateProcessing("<|begin_of_text|> $A", "<|begin_of_text|> $A <|begin_of_text|>:1 $B:1", [["<|begin_of_text|>", bos]])]));
+    return edit(tk, (j) => {
+      allBytes(j);
+      j.pre_tokenizer.pretokenizers[0].pattern = { Regex: LLAMA3 };
+      j.model.ignore_merges = true;
+    });
+  },
+  // BPE over characters: an unknown piece (fused), bytes as <0xAB> pieces where they are in the vocabulary
+  "bpe-byte-fallback": () => {
+    const tk = trainBpe(T.whitespacePreTokenizer(), T.nfkcNormalizer());
+    return edit(tk, (j) => {
+      let n = Math.max(...Object.values(j.model.vocab)) + 1;
+      j.model.vocab["<unk>"] = n++;
+      for (let b = 0; b < 256; b++) if (b < 0xe0 || b > 0xe9) j.model.vocab["<0x" + b.toString(16).toUpperCase().padStart(2, "0") + ">"] = n++;
+      j.model.unk_token = "<unk>";
+      j.model.byte_fallback = true;
+      j.model.fuse_unk = true;
+    });
+  },
+  "wordpiece-whitespace-split": () => {
+    const pre = T.sequencePreTokenizer([T.whitespacePreTokenizer(), T.splitPreTokenizer("-", "mergedWithNext", false),
+      T.splitPreTokenizer("\\s+", "isolated", true), T.charDelimiterSplit("e"), T.digitsPreTokenizer(false)]);
+    const norm = T.sequenceNormalizer([T.nfdNormalizer(), T.prependNormalizer("_"), T.lowercase()]);
+    const v = withSpecials(trainedVocab(T.WordPiece.empty(), norm, pre), ["[UNK]"]);
+    const tk = new T.Tokenizer(T.WordPiece.init(v, { unkToken: "[UNK]" }));
+    tk.setNormalizer(norm);
+    tk.setPreTokenizer(pre);
+    return tk;
+  },
+};
+
