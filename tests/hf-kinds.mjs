@@ -1,6 +1,7 @@
 // The tokenizer.json files the tokenizer.json test and benchmark build with
 // Hugging Face's own library (tests/package.json pins it), and their texts:
 // Debian's licences and lines made of fragments in many scripts.
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
@@ -84,6 +85,53 @@ function trainBpe(pre, normalizer) {
 }
 const LLAMA3 = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+// A SentencePiece model's pieces and compiled normalizer (its protobuf read by
+// hand: ModelProto.pieces = 1 {piece = 1, score = 2, type = 3},
+// normalizer_spec = 3 {precompiled_charsmap = 2}).
+function readSpm(buf) {
+  function fields(b) {
+    const out = [];
+    let i = 0;
+    const varint = () => {
+      let v = 0, m = 1;
+      for (;;) {
+        const x = b[i++];
+        v += (x & 127) * m;
+        m *= 128;
+        if (x < 128) return v;
+      }
+    };
+    while (i < b.length) {
+      const key = varint(), f = Math.floor(key / 8), w = key % 8;
+      if (w === 0) out.push([f, varint()]);
+      else if (w === 1) (out.push([f, b.subarray(i, i + 8)]), (i += 8));
+      else if (w === 2) {
+        const n = varint();
+        out.push([f, b.subarray(i, i + n)]);
+        i += n;
+      } else if (w === 5) (out.push([f, b.readFloatLE(i)]), (i += 4));
+      else throw new Error("wire type " + w);
+    }
+    return out;
+  }
+  const pieces = [];
+  let charsmap = null;
+  for (const [f, v] of fields(buf)) {
+    if (f === 1) {
+      const p = { piece: "", score: 0, type: 1 };
+      for (const [g, x] of fields(v)) {
+        if (g === 1) p.piece = x.toString("utf8");
+        else if (g === 2) p.score = x;
+        else if (g === 3) p.type = x;
+      }
+      pieces.push(p);
+    } else if (f === 3) {
+      for (const [g, x] of fields(v)) if (g === 2) charsmap = Buffer.from(x).toString("base64");
+    }
+  }
+  return { pieces, charsmap };
+}
+
 const BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
 
 export const KINDS = {
@@ -165,6 +213,67 @@ export const KINDS = {
       j.model.byte_fallback = true;
       j.model.fuse_unk = true;
     });
+  },
+  // Unigram behind Metaspace (T5, XLM-R's layout), an <unk> and <0xAB> byte pieces
+  "unigram-metaspace": () => {
+    const tk = new T.Tokenizer(T.Unigram.empty());
+    tk.setNormalizer(T.sequenceNormalizer([T.nfkcNormalizer(), T.replace("  ", " ")]));
+    tk.setPreTokenizer(T.metaspacePreTokenizer("▁", "always", true));
+    tk.train(files);
+    tk.addSpecialTokens(["<s>", "</s>"]);
+    tk.setPostProcessor(T.templateProcessing("<s> $A </s>", "<s> $A </s> </s> $B </s>", [["<s>", tk.tokenToId("<s>")], ["</s>", tk.tokenToId("</s>")]]));
+    return edit(tk, (j) => {
+      const v = j.model.vocab;
+      const first = v.length;
+      for (const t of j.added_tokens) t.id += 0;
+      v.push(["<unk>", 0]);
+      j.model.unk_id = first;
+      for (let b = 0; b < 256; b++) if (b < 0xe0 || b > 0xe9) v.push(["<0x" + b.toString(16).toUpperCase().padStart(2, "0") + ">", -20]);
+      j.model.byte_fallback = true;
+      // the added tokens keep their ids: they sat after the trained pieces
+      const shift = v.length - first;
+      for (const t of j.added_tokens) t.id += shift;
+      j.post_processor.special_tokens["<s>"].ids = [j.added_tokens[0].id];
+      j.post_processor.special_tokens["</s>"].ids = [j.added_tokens[1].id];
+    });
+  },
+  // the same pieces behind Metaspace's "first" scheme without its split
+  "unigram-metaspace-first": () => {
+    const tk = new T.Tokenizer(T.Unigram.empty());
+    tk.setPreTokenizer(T.sequencePreTokenizer([T.whitespaceSplitPreTokenizer(), T.metaspacePreTokenizer("▁", "first", false)]));
+    tk.train(files);
+    return edit(tk, (j) => {
+      j.model.vocab.push(["<unk>", 0]);
+      j.model.unk_id = j.model.vocab.length - 1;
+    });
+  },
+  // XLM-R / multilingual-e5 / bge-m3: what Hugging Face's converter writes
+  // for a SentencePiece Unigram model (trained here by spm_train with its
+  // nmt_nfkc rule): Precompiled, Replace, Metaspace, Unigram, <s> A </s></s> B </s>
+  "unigram-xlmr-precompiled": () => {
+    const prefix = join(scratch, "spm");
+    execFileSync("spm_train", [`--input=${files.join(",")}`, `--model_prefix=${prefix}`, "--vocab_size=1200", "--model_type=unigram", "--hard_vocab_limit=false",
+      "--normalization_rule_name=nmt_nfkc", "--character_coverage=1.0", "--minloglevel=2"], { stdio: "ignore" });
+    const { pieces, charsmap } = readSpm(readFileSync(prefix + ".model"));
+    const id = (t) => pieces.findIndex((p) => p.piece === t);
+    const j = {
+      version: "1.0", truncation: null, padding: null,
+      added_tokens: pieces.map((p, i) => [p, i]).filter(([p]) => p.type === 2 || p.type === 3)
+        .map(([p, i]) => ({ id: i, content: p.piece, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true })),
+      normalizer: { type: "Sequence", normalizers: [{ type: "Precompiled", precompiled_charsmap: charsmap },
+        { type: "Replace", pattern: { Regex: " {2,}" }, content: " " }] },
+      pre_tokenizer: { type: "Metaspace", replacement: "▁", prepend_scheme: "always", split: true },
+      post_processor: { type: "TemplateProcessing",
+        single: [{ SpecialToken: { id: "<s>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: "</s>", type_id: 0 } }],
+        pair: [{ SpecialToken: { id: "<s>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: "</s>", type_id: 0 } },
+          { SpecialToken: { id: "</s>", type_id: 0 } }, { Sequence: { id: "B", type_id: 0 } }, { SpecialToken: { id: "</s>", type_id: 0 } }],
+        special_tokens: { "<s>": { id: "<s>", ids: [id("<s>")], tokens: ["<s>"] }, "</s>": { id: "</s>", ids: [id("</s>")], tokens: ["</s>"] } } },
+      decoder: null,
+      model: { type: "Unigram", unk_id: pieces.findIndex((p) => p.type === 2), vocab: pieces.map((p) => [p.piece, p.score]), byte_fallback: false },
+    };
+    const path = join(scratch, "xlmr.json");
+    writeFileSync(path, JSON.stringify(j));
+    return T.Tokenizer.fromFile(path);
   },
   "wordpiece-whitespace-split": () => {
     const pre = T.sequencePreTokenizer([T.whitespacePreTokenizer(), T.splitPreTokenizer("-", "mergedWithNext", false),

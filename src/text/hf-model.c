@@ -8,6 +8,9 @@
 #include "hf.h"
 
 int lp__hf_wordpiece_build(lp__hf_model_t *m);
+int lp__hf_unigram_load(lp__hf_model_t *m, json_t *o, char *err, size_t errlen);
+int lp__hf_unigram_run(const lp__hf_model_t *m, lp__hf_work_t *w, const char *b, const lp__hf_al_t *al, size_t n,
+                       lp__hf_enc_t *e);
 int lp__hf_bpe_load_merges(lp__hf_model_t *m, json_t *a, char *err, size_t errlen);
 int lp__hf_bpe_run(const lp__hf_model_t *m, lp__hf_work_t *w, const char *b, const lp__hf_al_t *al, size_t n,
                    lp__hf_enc_t *e);
@@ -76,6 +79,10 @@ int lp__hf_model_load(lp__hf_model_t *m, json_t *o, char *err, size_t errlen) {
     }
     return lp__hf_wordpiece_build(m);
   }
+  if (strcmp(type, "Unigram") == 0) {
+    m->kind = LP_HF_M_UNIGRAM;
+    return lp__hf_unigram_load(m, o, err, errlen);
+  }
   if (strcmp(type, "BPE") == 0) {
     m->kind = LP_HF_M_BPE;
     if (!json_is_object(v)) return lp__hf_bad(err, errlen, "model", "vocab must be an object {\"piece\": id}");
@@ -105,6 +112,7 @@ int lp__hf_model_run(const lp__hf_model_t *m, lp__hf_work_t *w, const char *b, c
   switch (m->kind) {
   case LP_HF_M_WORDPIECE: return lp__hf_wordpiece_run(m, b, al, n, e);
   case LP_HF_M_BPE: return lp__hf_bpe_run(m, w, b, al, n, e);
+  case LP_HF_M_UNIGRAM: return lp__hf_unigram_run(m, w, b, al, n, e);
   default: return -EINVAL;
   }
 }
@@ -114,6 +122,7 @@ void lp__hf_model_free(lp__hf_model_t *m) {
   free(m->prefix);
   free(m->suffix);
   free(m->merges);
+  free(m->scores);
   lp__hf_trie_free(&m->start);
   lp__hf_trie_free(&m->cont);
   memset(m, 0, sizeof(*m));

@@ -37,6 +37,9 @@ static int is_mark(uint32_t c) {
   return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
 }
 
+int lp__hf_precompiled_run(const lp__hf_norm_t *n, const lp__hf_ns_t *s, lp__hf_ns_t *o, int *changed);
+int lp__hf_precompiled_load(lp__hf_norm_t *n, json_t *o, const char *where, char *err, size_t errlen);
+
 static void swap(lp__hf_ns_t *a, lp__hf_ns_t *b) {
   lp__hf_ns_t t = *a;
   *a = *b;
@@ -278,7 +281,12 @@ int lp__hf_norm_run(const lp__hf_norm_t *n, lp__hf_work_t *w, lp__hf_ns_t *s) {
   case LP_HF_N_SEQ:
     for (size_t i = 0; i < n->nseq && !rc; i++) rc = lp__hf_norm_run(&n->seq[i], w, s);
     return rc;
-  case LP_HF_N_PRECOMPILED: return -EINVAL;
+  case LP_HF_N_PRECOMPILED: {
+    int changed;
+    if ((rc = lp__hf_precompiled_run(n, s, o, &changed))) return rc;
+    if (changed) swap(s, o);
+    return 0;
+  }
   }
   if (!rc) swap(s, o);
   (void)NOAL;
@@ -418,6 +426,9 @@ int lp__hf_norm_load(void *elem, json_t *o, const char *where, char *err, size_t
   } else if (strcmp(type, "Prepend") == 0) {
     n->kind = LP_HF_N_PREPEND;
     if (get_string(o, "prepend", &n->content, &n->content_len)) return lp__hf_bad(err, errlen, where, "needs \"prepend\"");
+  } else if (strcmp(type, "Precompiled") == 0) {
+    n->kind = LP_HF_N_PRECOMPILED;
+    return lp__hf_precompiled_load(n, o, where, err, errlen);
   } else if (strcmp(type, "Sequence") == 0) {
     n->kind = LP_HF_N_SEQ;
     return lp__hf_load_seq(o, "normalizers", where, sizeof(*n->seq), (void **)&n->seq, &n->nseq, lp__hf_norm_load,
@@ -434,5 +445,7 @@ void lp__hf_norm_free(lp__hf_norm_t *n) {
   free(n->pattern);
   free(n->content);
   if (n->re) pcre2_code_free(n->re);
+  free(n->blob);
+  free(n->units);
   memset(n, 0, sizeof(*n));
 }

@@ -178,6 +178,15 @@ static int bert(lp__hf_work_t *w, const lp__hf_split_t *s) {
   return 0;
 }
 
+/* The pieces a rewriting pre-tokenizer wrote (w->pre2, w->sp2) become the
+ * pieces. */
+static void take_rewritten(lp__hf_work_t *w) {
+  lp__hf_ns_t x = w->pre;
+  w->pre = w->pre2;
+  w->pre2 = x;
+  swap_splits(w);
+}
+
 /* GPT-2's bytes as characters: the printable ones stand for themselves,
  * the rest (controls, space, 0x7F-0xA0, 0xAD) for 256, 257, ... in order. */
 static uint32_t byte_char(unsigned char b) {
@@ -218,12 +227,49 @@ static int bytelevel(const lp__hf_pre_t *p, lp__hf_work_t *w, pcre2_match_data *
     }
   }
   free(l.m);
-  if (rc) return rc;
-  lp__hf_ns_t x = w->pre;
-  w->pre = w->pre2;
-  w->pre2 = x;
-  swap_splits(w);
-  return 0;
+  if (!rc) take_rewritten(w);
+  return rc;
+}
+
+/* Metaspace: each space becomes the replacement ('▁', with the space's
+ * span), one more before the piece (prepend_scheme: always, or first: only
+ * the text's first piece), then a cut before each replacement (split). */
+static int metaspace(const lp__hf_pre_t *p, lp__hf_work_t *w) {
+  mts_t l = {0};
+  int rc = 0;
+  char rep[4];
+  int rl = lp__hf_utf8_put(rep, p->delim);
+  w->pre2.len = 0;
+  w->nsp2 = 0;
+  for (size_t i = 0; i < w->nsp && !rc; i++) {
+    const lp__hf_split_t *s = &w->sp[i];
+    uint32_t base = (uint32_t)w->pre2.len;
+    const char *b = w->pre.b + s->off;
+    const lp__hf_al_t *al = w->pre.al + s->off;
+    if (s->added >= 0) {
+      if (!(rc = lp__hf_ns_append(&w->pre2, b, al, s->len)))
+        rc = lp__hf_split_push(&w->sp2, &w->nsp2, &w->sp2cap, base, s->len, s->added);
+      continue;
+    }
+    int starts = s->len && (b[0] == ' ' || (s->len >= (uint32_t)rl && memcmp(b, rep, (size_t)rl) == 0));
+    if (!starts && (p->prepend == 2 || (p->prepend == 1 && al[0].a0 == 0)) && (rc = lp__hf_ns_put(&w->pre2, p->delim, al[0])))
+      break;
+    for (uint32_t j = 0; j < s->len && !rc; j++) {
+      if (b[j] == ' ') rc = lp__hf_ns_put(&w->pre2, p->delim, al[j]);
+      else rc = lp__hf_ns_append(&w->pre2, b + j, al + j, 1);
+    }
+    if (rc) break;
+    uint32_t len = (uint32_t)w->pre2.len - base;
+    if (!p->split) {
+      rc = lp__hf_split_push(&w->sp2, &w->nsp2, &w->sp2cap, base, len, -1);
+      continue;
+    }
+    l.n = 0;
+    if (!(rc = by_string(rep, (size_t)rl, w->pre2.b + base, len, &l))) rc = fold(w, base, &l, LP_HF_B_NEXT, 0);
+  }
+  free(l.m);
+  if (!rc) take_rewritten(w);
+  return rc;
 }
 
 static int is_ws_or_nothing(uint32_t c) { return lp__hf_is_whitespace(c); }
@@ -242,6 +288,7 @@ int lp__hf_pre_run(const lp__hf_pre_t *p, lp__hf_work_t *w) {
   mts_t l = {0};
   pcre2_match_data *md = NULL;
   if (p->re && !(md = pcre2_match_data_create_from_pattern(p->re, NULL))) return -ENOMEM;
+  if (p->kind == LP_HF_P_METASPACE) return metaspace(p, w);
   if (p->kind == LP_HF_P_BYTELEVEL) {
     int r = bytelevel(p, w, md);
     if (md) pcre2_match_data_free(md);
@@ -337,6 +384,21 @@ int lp__hf_pre_load(void *elem, json_t *o, const char *where, char *err, size_t 
     if (compile(&p->re, "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\t-\\r \\x{85}\\p{Z}\\p{L}\\p{N}]+|"
                         "[\\t-\\r \\x{85}\\p{Z}]+(?![^\\t-\\r \\x{85}\\p{Z}])|[\\t-\\r \\x{85}\\p{Z}]+"))
       return -ENOMEM;
+  } else if (strcmp(type, "Metaspace") == 0) {
+    p->kind = LP_HF_P_METASPACE;
+    const char *r = json_string_value(json_object_get(o, "replacement"));
+    int k;
+    if (!r) r = "\xe2\x96\x81"; /* ▁ */
+    if (!*r || lp__hf_utf8_check(r, strlen(r)) || (p->delim = lp__hf_utf8_get(r, 0, &k), r[k]))
+      return lp__hf_bad(err, errlen, where, "replacement must be one character");
+    const char *ps = json_string_value(json_object_get(o, "prepend_scheme"));
+    json_t *aps = json_object_get(o, "add_prefix_space");
+    p->prepend = 2;
+    if (ps && strcmp(ps, "first") == 0) p->prepend = 1;
+    else if (ps && strcmp(ps, "never") == 0) p->prepend = 0;
+    else if (ps && strcmp(ps, "always") != 0) return lp__hf_bad(err, errlen, where, "prepend_scheme must be first, always or never");
+    else if (!ps && json_is_false(aps)) p->prepend = 0;
+    p->split = !json_is_false(json_object_get(o, "split"));
   } else if (strcmp(type, "Punctuation") == 0) {
     p->kind = LP_HF_P_PUNCT;
     p->behavior = LP_HF_B_ISOLATED;

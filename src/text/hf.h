@@ -114,6 +114,10 @@ struct lp__hf_norm_s {
   size_t pattern_len, content_len;
   pcre2_code *re;                                    /* Replace's regex; owned */
   lp__hf_norm_t *seq;                                /* Sequence; owned, nseq */
+  unsigned char *blob;                               /* Precompiled's map, decoded; owned */
+  uint32_t *units;                                   /* its double-array trie; owned */
+  size_t nunits, nnorm;
+  const char *norm;                                  /* its replacement strings (in blob) */
   size_t nseq;
 };
 
@@ -135,7 +139,8 @@ struct lp__hf_pre_s {
   lp__hf_pre_kind_t kind;
   lp__hf_behavior_t behavior;
   int invert, add_prefix_space, use_regex, individual_digits;
-  uint32_t delim;            /* CharDelimiterSplit */
+  int prepend, split;        /* Metaspace: 0 never, 1 first, 2 always; split at the replacement */
+  uint32_t delim;            /* CharDelimiterSplit's delimiter, Metaspace's replacement */
   char *pattern;             /* Split's String pattern; owned */
   size_t pattern_len;
   pcre2_code *re;            /* Split's Regex, ByteLevel's; owned */
@@ -158,6 +163,25 @@ typedef struct {
   uint32_t mask, nnodes, capnodes;
 } lp__hf_trie_t;
 
+/* The slot a transition's key starts probing at: keys are dense small
+ * integers, a multiply spreads them. */
+static inline uint32_t lp__hf_trie_slot(uint32_t k, uint32_t mask) { return (k * 0x9E3779B1u) >> 7 & mask; }
+
+/* The child of node by byte c, or 0 (the root, node 0, is never a child). */
+static inline uint32_t lp__hf_trie_next(const lp__hf_trie_t *t, uint32_t node, unsigned char c) {
+  uint32_t k = (node << 8 | c) + 1;
+  for (uint32_t i = lp__hf_trie_slot(k, t->mask);; i = (i + 1) & t->mask) {
+    if (t->key[i] == k) return t->child[i];
+    if (!t->key[i]) return 0;
+  }
+}
+
+int lp__hf_trie_init(lp__hf_trie_t *t);
+/* Adds piece s (n bytes) as id; where the piece is there already, replace
+ * says whether the new id stands. 0, -ENOMEM or -E2BIG. */
+int lp__hf_trie_insert(lp__hf_trie_t *t, const char *s, size_t n, int32_t id, int replace);
+void lp__hf_trie_free(lp__hf_trie_t *t);
+
 typedef struct {
   uint64_t key; /* left id << 32 | right id */
   uint32_t rank;
@@ -179,6 +203,9 @@ typedef struct {
   char *suffix;                /* end_of_word_suffix; owned */
   size_t suffix_len;
   int byte_fallback, fuse_unk, ignore_merges;
+  /* Unigram (start above is its trie; byte_fallback too) */
+  double *scores;              /* by id; owned */
+  double min_score;
 } lp__hf_model_t;
 
 /* Appends the tokens of one pre-tokenized piece (bytes b[0..n), alignments
