@@ -275,6 +275,15 @@ export const KINDS = {
     writeFileSync(path, JSON.stringify(j));
     return T.Tokenizer.fromFile(path);
   },
+  // WordLevel: each whitespace/punctuation piece one id (the WordPiece vocabulary's whole words)
+  "wordlevel": () => {
+    const pre = T.sequencePreTokenizer([T.whitespaceSplitPreTokenizer(), T.punctuationPreTokenizer("contiguous")]);
+    const v = withSpecials(trainedVocab(T.WordPiece.empty(), T.lowercase(), pre), ["[UNK]"]);
+    const tk = new T.Tokenizer(T.WordLevel.init(v, { unkToken: "[UNK]" }));
+    tk.setNormalizer(T.lowercase());
+    tk.setPreTokenizer(pre);
+    return tk;
+  },
   "wordpiece-whitespace-split": () => {
     const pre = T.sequencePreTokenizer([T.whitespacePreTokenizer(), T.splitPreTokenizer("-", "mergedWithNext", false),
       T.splitPreTokenizer("\\s+", "isolated", true), T.charDelimiterSplit("e"), T.digitsPreTokenizer(false)]);

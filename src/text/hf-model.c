@@ -79,6 +79,13 @@ int lp__hf_model_load(lp__hf_model_t *m, json_t *o, char *err, size_t errlen) {
     }
     return lp__hf_wordpiece_build(m);
   }
+  if (strcmp(type, "WordLevel") == 0) { /* a whole piece is one id, or the unknown */
+    m->kind = LP_HF_M_WORDLEVEL;
+    if (!json_is_object(v)) return lp__hf_bad(err, errlen, "model", "vocab must be an object {\"piece\": id}");
+    int rc = vocab_map(m, v, err, errlen);
+    if (!rc) unk_of(m, o);
+    return rc;
+  }
   if (strcmp(type, "Unigram") == 0) {
     m->kind = LP_HF_M_UNIGRAM;
     return lp__hf_unigram_load(m, o, err, errlen);
@@ -113,6 +120,11 @@ int lp__hf_model_run(const lp__hf_model_t *m, lp__hf_work_t *w, const char *b, c
   case LP_HF_M_WORDPIECE: return lp__hf_wordpiece_run(m, b, al, n, e);
   case LP_HF_M_BPE: return lp__hf_bpe_run(m, w, b, al, n, e);
   case LP_HF_M_UNIGRAM: return lp__hf_unigram_run(m, w, b, al, n, e);
+  case LP_HF_M_WORDLEVEL: {
+    int32_t id = lp__hf_vocab_get(&m->vocab, b, n);
+    if (id < 0 && (id = m->unk) < 0) return -EINVAL;
+    return lp__hf_enc_push(e, id, al[0].a0, al[n - 1].a1, 0, 0);
+  }
   default: return -EINVAL;
   }
 }

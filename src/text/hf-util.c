@@ -46,6 +46,7 @@ int lp__hf_ns_put(lp__hf_ns_t *s, uint32_t cp, lp__hf_al_t al) {
 }
 
 int lp__hf_ns_append(lp__hf_ns_t *s, const char *b, const lp__hf_al_t *al, size_t n) {
+  if (n == 0) return 0; /* an empty string may have no buffer yet */
   if (lp__hf_ns_reserve(s, n)) return -ENOMEM;
   memcpy(s->b + s->len, b, n);
   memcpy(s->al + s->len, al, n * sizeof(*al));
