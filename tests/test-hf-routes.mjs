@@ -1,0 +1,124 @@
+// Models whose tokenizer is a tokenizer.json (issue 32), served: the official
+// OpenAI SDK's text on /v1/embeddings gives the vectors of the ids Hugging
+// Face's own library (tests/package.json pins it) makes for the text, equal
+// to /v1/embeddings of those ids; TEI's /embed likewise; /tokenize gives the
+// library's ids with byte offsets into the input and its special pieces;
+// /rerank lays a pair out by the configured pair_template; a file with a part
+// lanepack does not run is refused by --check-config naming where it sits.
+// One model per kind: BERT's WordPiece, byte-level BPE, Llama-3's Split BPE,
+// XLM-R's Unigram. Usage: node test-hf-routes.mjs LANEPACK EMULATOR
+import { spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import OpenAI from "openai";
+import { KINDS } from "./hf-kinds.mjs";
+
+const [lanepack, emulator] = process.argv.slice(2);
+const DIMS = 8;
+let passed = 0, failed = 0;
+function check(name, cond, detail) {
+  if (cond) passed++;
+  else failed++;
+  console.log(`${cond ? "ok" : "not ok"} - ${name}${cond ? "" : ": " + JSON.stringify(detail).slice(0, 600)}`);
+}
+// the emulator's vector for a sequence (tests/test-openai-sdk.mjs's formula)
+function expected(ids) {
+  let h = 7n;
+  for (const t of ids) h = (h * 31n + BigInt(t) + 1n) % 1000000007n;
+  const last = Number(h) | 0;
+  return Array.from({ length: DIMS }, (_, k) => Math.fround((last % 1000) + 0.25 * k));
+}
+const same = (a, b) => a.length === b.length && a.every((x, i) => Math.fround(x) === b[i]);
+function freePort() {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => resolve(p)); });
+  });
+}
+async function waitReady(port) {
+  for (let i = 0; i < 400; i++) {
+    try {
+      if ((await fetch(`http://127.0.0.1:${port}/readyz`)).status === 200) return;
+    } catch { /* not yet */ }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error("lanepack not ready");
+}
+const post = async (port, path, body) => {
+  const r = await fetch(`http://127.0.0.1:${port}${path}`, { method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body) });
+  return { status: r.status, body: await r.json() };
+};
+
+const tmp = mkdtempSync(join(tmpdir(), "lp-hfr-"));
+const names = { bert: "wordpiece-bert-uncased", roberta: "bpe-bytelevel-roberta", llama: "bpe-llama3-split", xlmr: "unigram-xlmr-precompiled" };
+const toks = {};
+const [pe, pl] = [await freePort(), await freePort()];
+const models = {};
+for (const [m, kind] of Object.entries(names)) {
+  toks[m] = KINDS[kind]();
+  const path = join(tmp, m + ".json");
+  toks[m].save(path);
+  models[m] = { shapes: "4x256", max_wait_ms: 1, backends: [`http://127.0.0.1:${pe}`], tokenizer: { huggingface: path } };
+}
+models.bert.tokenizer.pair_template = "[CLS] $A [SEP] $B [SEP]";
+models.ids = { shapes: "4x256", max_wait_ms: 1, backends: [`http://127.0.0.1:${pe}`] };
+const cfg = join(tmp, "lanepack.json");
+writeFileSync(cfg, JSON.stringify({ listen: `127.0.0.1:${pl}`, log_level: "warn", models }));
+
+// a part lanepack does not run: refused at --check-config, naming the key and where in the file
+{
+  const bad = JSON.parse(readFileSync(models.bert.tokenizer.huggingface, "utf8"));
+  bad.normalizer = { type: "Sequence", normalizers: [{ type: "NFC" }, { type: "Foo" }] };
+  writeFileSync(join(tmp, "bad.json"), JSON.stringify(bad));
+  writeFileSync(join(tmp, "bad-cfg.json"), JSON.stringify({ listen: "127.0.0.1:1", models: {
+    M: { shapes: "4x256", backends: ["http://127.0.0.1:2"], tokenizer: { huggingface: join(tmp, "bad.json") } } } }));
+  const r = spawnSync(lanepack, ["--config", join(tmp, "bad-cfg.json"), "--check-config"]);
+  const out = r.stdout.toString() + r.stderr.toString();
+  check("--check-config refuses an unsupported normalizer naming where it sits", r.status !== 0 &&
+    out.includes("models.M.tokenizer.huggingface: normalizer.normalizers[1]: type 'Foo' is not supported"), out);
+}
+
+const emu = spawn(emulator, ["--listen", `127.0.0.1:${pe}`, "--shapes", "4x256", "--per-segment", "--dims", `${DIMS}`], { stdio: "ignore" });
+const lp = spawn(lanepack, ["--config", cfg], { stdio: ["ignore", "ignore", "inherit"] });
+try {
+  await waitReady(pl);
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${pl}/v1`, apiKey: "unused", maxRetries: 0 });
+  const texts = ["Hello, world!", "  The GNU General Public License  ", "naïve café 北京大学 👨‍👩‍👧 🇫🇷", "İstanbul ＡＢＣ ﬁne don't",
+    "مرحبا بالعالم", "tab\there\r\nnext"];
+  for (const m of Object.keys(names)) {
+    const want = [];
+    for (const t of texts) want.push(await toks[m].encode(t));
+    const ids = want.map((e) => e.getIds());
+    const t = await client.embeddings.create({ model: m, input: texts, encoding_format: "float" });
+    check(`${m}: the SDK's text on /v1/embeddings: the vectors of the library's ids`,
+      t.data.length === texts.length && t.data.every((d, i) => same(d.embedding, expected(ids[i]))) &&
+        t.usage.prompt_tokens === ids.flat().length, { got: t.data.map((d) => d.embedding.slice(0, 2)), ids });
+    const viaIds = await client.embeddings.create({ model: m, input: ids, encoding_format: "float" });
+    check(`${m}: equal to /v1/embeddings of the library's ids`,
+      viaIds.data.every((d, i) => same(d.embedding, t.data[i].embedding)), viaIds.data.map((d) => d.embedding.slice(0, 2)));
+    const e = await post(pl, "/embed", { model: m, inputs: texts, normalize: false });
+    check(`${m}: /embed of the texts: the vectors of the library's ids`, e.status === 200 &&
+      e.body.every((v, i) => same(v, expected(ids[i]))), e);
+    const k = await post(pl, "/tokenize", { model: m, inputs: texts[2] });
+    const w = want[2];
+    const enc = Buffer.from(texts[2]);
+    const okTok = k.status === 200 && k.body[0].length === w.getIds().length && k.body[0].every((p, i) => p.id === w.getIds()[i] &&
+      (p.special ? p.start === null : p.text === enc.subarray(p.start, p.stop).toString()));
+    check(`${m}: /tokenize: the library's ids, each piece's bytes of the input`, okTok, { got: k.body, want: w.getIds() });
+  }
+  const q = "what is free software", docs = ["Free software respects freedom.", "北京"];
+  const r = await post(pl, "/rerank", { model: "bert", query: q, texts: docs, raw_scores: true });
+  const pairIds = [];
+  for (const d of docs) pairIds.push((await toks.bert.encode(q, d)).getIds());
+  // the emulator's score is the first value of the pair's vector; the template equals the file's pair layout
+  check("bert: /rerank with pair_template scores the library's pair ids", r.status === 200 &&
+    r.body.every((s) => s.score === expected(pairIds[s.index])[0]), { got: r.body, pairIds });
+} finally {
+  lp.kill("SIGTERM");
+  emu.kill("SIGTERM");
+}
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
