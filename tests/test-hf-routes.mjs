@@ -9,43 +9,13 @@
 // XLM-R's Unigram. Usage: node test-hf-routes.mjs LANEPACK EMULATOR
 import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { KINDS } from "./hf-kinds.mjs";
+import { DIMS, check, expected, freePort, same, tally, waitReady } from "./lpnode.mjs";
 
 const [lanepack, emulator] = process.argv.slice(2);
-const DIMS = 8;
-let passed = 0, failed = 0;
-function check(name, cond, detail) {
-  if (cond) passed++;
-  else failed++;
-  console.log(`${cond ? "ok" : "not ok"} - ${name}${cond ? "" : ": " + JSON.stringify(detail).slice(0, 600)}`);
-}
-// the emulator's vector for a sequence (tests/test-openai-sdk.mjs's formula)
-function expected(ids) {
-  let h = 7n;
-  for (const t of ids) h = (h * 31n + BigInt(t) + 1n) % 1000000007n;
-  const last = Number(h) | 0;
-  return Array.from({ length: DIMS }, (_, k) => Math.fround((last % 1000) + 0.25 * k));
-}
-const same = (a, b) => a.length === b.length && a.every((x, i) => Math.fround(x) === b[i]);
-function freePort() {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => resolve(p)); });
-  });
-}
-async function waitReady(port) {
-  for (let i = 0; i < 400; i++) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${port}/readyz`)).status === 200) return;
-    } catch { /* not yet */ }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error("lanepack not ready");
-}
 const post = async (port, path, body) => {
   const r = await fetch(`http://127.0.0.1:${port}${path}`, { method: "POST", headers: { "Content-Type": "application/json" },
     body: JSON.stringify(body) });
@@ -120,5 +90,5 @@ try {
   lp.kill("SIGTERM");
   emu.kill("SIGTERM");
 }
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+console.log(`${tally.passed} passed, ${tally.failed} failed`);
+process.exit(tally.failed || !tally.passed ? 1 : 0);

@@ -14,15 +14,9 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { KINDS, lines } from "./hf-kinds.mjs";
+import { check, tally } from "./lpnode.mjs";
 const [encoder, ...only] = process.argv.slice(2);
 const dir = mkdtempSync(join(tmpdir(), "lp-hf-"));
-let passed = 0, failed = 0;
-function check(name, cond, detail) {
-  if (cond) passed++;
-  else failed++;
-  if (!cond || process.env.LP_VERBOSE) console.log(`${cond ? "ok" : "not ok"} - ${name}${cond ? "" : ": " + JSON.stringify(detail).slice(0, 900)}`);
-}
-
 const TEXTS = lines(Number(process.env.LP_HF_LINES || 2400));
 
 // byte offsets (ours) as the library's code point offsets: a byte maps to
@@ -94,5 +88,5 @@ for (const [name, make] of Object.entries(KINDS)) if (!only.length || only.inclu
   check("an unsupported normalizer is refused naming where", out.includes("normalizer.normalizers[1]: type 'Foo' is not supported"), out);
 }
 
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+console.log(`${tally.passed} passed, ${tally.failed} failed`);
+process.exit(tally.failed || !tally.passed ? 1 : 0);
