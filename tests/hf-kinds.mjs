@@ -72,9 +72,8 @@ function edit(tk, fn) {
 }
 // every byte's character in a byte-level vocabulary (the trainer adds only those it saw)
 function allBytes(j) {
-  let n = Math.max(...Object.values(j.model.vocab), ...j.added_tokens.map((t) => t.id)) + 1;
+  let n = Math.max(...Object.values(j.model.vocab)) + 1;
   for (const c of T.byteLevelAlphabet()) if (!(c in j.model.vocab)) j.model.vocab[c] = n++;
-  for (const t of j.added_tokens) t.id += 0;
 }
 function trainBpe(pre, normalizer) {
   const tk = new T.Tokenizer(T.BPE.empty());
@@ -173,34 +172,36 @@ export const KINDS = {
   },
   // RoBERTa / ModernBERT style: byte-level BPE, <s> A </s></s> B </s>, offsets trimmed
   "bpe-bytelevel-roberta": () => {
-    const tk = trainBpe(T.byteLevelPreTokenizer(true, true));
+    const tk = edit(trainBpe(T.byteLevelPreTokenizer(true, true)), allBytes);
+    // special tokens once the vocabulary is whole: the library numbers them after it
     tk.addSpecialTokens(["<s>", "<pad>", "</s>", "<unk>"]);
     tk.addAddedTokens([new T.AddedToken("<mask>", true, { leftStrip: true })]);
     tk.setPostProcessor(T.robertaProcessing(["</s>", tk.tokenToId("</s>")], ["<s>", tk.tokenToId("<s>")], true, true));
-    return edit(tk, allBytes);
+    return tk;
   },
   // the same with the merges written as "a b" (files of older versions)
   "bpe-bytelevel-legacy-merges": () => {
-    const tk = trainBpe(T.byteLevelPreTokenizer(false, true));
-    tk.addSpecialTokens(["<|endoftext|>"]);
-    tk.setPostProcessor(T.byteLevelProcessing(true));
-    return edit(tk, (j) => {
+    const tk = edit(trainBpe(T.byteLevelPreTokenizer(false, true)), (j) => {
       allBytes(j);
       j.model.merges = j.model.merges.map((m) => (Array.isArray(m) ? m.join(" ") : m));
     });
+    tk.addSpecialTokens(["<|endoftext|>"]);
+    tk.setPostProcessor(T.byteLevelProcessing(true));
+    return tk;
   },
   // Llama-3 / Qwen style: a Split regex, then bytes without a prefix space or regex
   "bpe-llama3-split": () => {
-    const tk = trainBpe(T.sequencePreTokenizer([T.splitPreTokenizer(LLAMA3, "isolated", false), T.byteLevelPreTokenizer(false, false)]));
+    const tk = edit(trainBpe(T.sequencePreTokenizer([T.splitPreTokenizer(LLAMA3, "isolated", false), T.byteLevelPreTokenizer(false, false)])),
+      (j) => {
+        allBytes(j);
+        j.pre_tokenizer.pretokenizers[0].pattern = { Regex: LLAMA3 };
+        j.model.ignore_merges = true;
+      });
     tk.addSpecialTokens(["<|begin_of_text|>", "<|end_of_text|>"]);
     const bos = tk.tokenToId("<|begin_of_text|>");
     tk.setPostProcessor(T.sequenceProcessing([T.byteLevelProcessing(false),
       T.templateProcessing("<|begin_of_text|> $A", "<|begin_of_text|> $A <|begin_of_text|>:1 $B:1", [["<|begin_of_text|>", bos]])]));
-    return edit(tk, (j) => {
-      allBytes(j);
-      j.pre_tokenizer.pretokenizers[0].pattern = { Regex: LLAMA3 };
-      j.model.ignore_merges = true;
-    });
+    return tk;
   },
   // BPE over characters: an unknown piece (fused), bytes as <0xAB> pieces where they are in the vocabulary
   "bpe-byte-fallback": () => {
@@ -225,7 +226,6 @@ export const KINDS = {
     return edit(tk, (j) => {
       const v = j.model.vocab;
       const first = v.length;
-      for (const t of j.added_tokens) t.id += 0;
       v.push(["<unk>", 0]);
       j.model.unk_id = first;
       for (let b = 0; b < 256; b++) if (b < 0xe0 || b > 0xe9) v.push(["<0x" + b.toString(16).toUpperCase().padStart(2, "0") + ">", -20]);

@@ -3,7 +3,8 @@
 // Face's own library (tests/package.json pins it) makes for the text, equal
 // to /v1/embeddings of those ids; TEI's /embed likewise; /tokenize gives the
 // library's ids with byte offsets into the input and its special pieces;
-// /rerank lays a pair out by the configured pair_template; a file with a part
+// /rerank lays a pair out by the configured pair_template, else as the file's
+// post-processor does; a file with a part
 // lanepack does not run is refused by --check-config naming where it sits.
 // One model per kind: BERT's WordPiece, byte-level BPE, Llama-3's Split BPE,
 // XLM-R's Unigram. Usage: node test-hf-routes.mjs LANEPACK EMULATOR
@@ -86,6 +87,14 @@ try {
   // the emulator's score is the first value of the pair's vector; the template equals the file's pair layout
   check("bert: /rerank with pair_template scores the library's pair ids", r.status === 200 &&
     r.body.every((s) => s.score === expected(pairIds[s.index])[0]), { got: r.body, pairIds });
+  // without pair_template: the file's own pair layout (its post-processor's)
+  for (const m of ["roberta", "xlmr", "llama"]) {
+    const rr = await post(pl, "/rerank", { model: m, query: q, texts: docs, raw_scores: true });
+    const ids = [];
+    for (const d of docs) ids.push((await toks[m].encode(q, d)).getIds());
+    check(`${m}: /rerank without pair_template lays the pair out as the file does`, rr.status === 200 &&
+      rr.body.length === 2 && rr.body.every((s) => s.score === expected(ids[s.index])[0]), { got: rr.body, ids });
+  }
 } finally {
   lp.kill("SIGTERM");
   emu.kill("SIGTERM");

@@ -69,6 +69,12 @@ long lp_tok_pieces(const lp_tok_t *t, const char *text, size_t len, int special,
  * t is; "" for an id out of range. */
 const char *lp_tok_piece_name(const lp_tok_t *t, int32_t id);
 
+/* A tokenizer.json's own pair layout (its post-processor's, e.g. BERT's
+ * "[CLS] $A [SEP] $B [SEP]") as a TEI pair template's text into out (cap
+ * bytes): 0, or -ENOENT when the tokenizer has none (a SentencePiece model,
+ * a file without a post-processor), -E2BIG when it does not fit. */
+int lp_tok_pair_template(const lp_tok_t *t, char *out, size_t cap);
+
 /* The model's vocabulary size: every id is below it. */
 int32_t lp_tok_vocab(const lp_tok_t *t);
 

@@ -206,8 +206,12 @@ static int replace(const lp__hf_norm_t *n, lp__hf_work_t *w, const lp__hf_ns_t *
   for (size_t at = 0; at <= s->len;) {
     size_t ms, me;
     if (n->re) {
-      int r = pcre2_match(n->re, (PCRE2_SPTR)s->b, s->len, at, 0, md, NULL);
-      if (r < 0) break;
+      int r = pcre2_match(n->re, (PCRE2_SPTR)s->b, s->len, at, PCRE2_NO_UTF_CHECK, md, NULL);
+      if (r == PCRE2_ERROR_NOMATCH) break;
+      if (r < 0) { /* a match or depth limit: refused, not cut short */
+        rc = -EINVAL;
+        break;
+      }
       PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
       ms = ov[0];
       me = ov[1];

@@ -117,7 +117,8 @@ static int by_regex(const pcre2_code *re, pcre2_match_data *md, const char *b, u
   uint32_t prev = 0;
   for (size_t at = 0; at <= n;) {
     int r = pcre2_match(re, (PCRE2_SPTR)b, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
-    if (r < 0) break;
+    if (r == PCRE2_ERROR_NOMATCH) break;
+    if (r < 0) return -EINVAL; /* a match or depth limit: refused, not cut short */
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
     uint32_t s = (uint32_t)ov[0], e = (uint32_t)ov[1];
     if (e == s) { /* an empty match splits nothing off; step a character as Rust's regex does */

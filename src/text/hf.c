@@ -175,6 +175,26 @@ int lp__hf_encode_fit(const lp__hf_t *h, const char *text, size_t len, size_t ma
   return rc;
 }
 
+int lp__hf_pair_template(const lp__hf_t *h, char *out, size_t cap) {
+  const lp__hf_post_t *p = &h->post;
+  for (size_t i = 0; p->kind == LP_HF_PP_SEQ && i < h->post.nseq; i++) /* the step that joins a pair */
+    if (h->post.seq[i].npair) p = &h->post.seq[i];
+  if (!p->npair || cap == 0) return -ENOENT;
+  size_t k = 0;
+  int seen = 0;
+  out[0] = 0;
+  for (size_t i = 0; i < p->npair; i++) {
+    const lp__hf_tpl_item_t *it = &p->pair[i];
+    const char *name = it->id < 0 ? (it->seq ? "$B" : "$A") : it->id < h->nnames ? h->names[it->id] : NULL;
+    if (!name) return -ENOENT;
+    seen |= it->id < 0 ? 1 << it->seq : 0;
+    int w = snprintf(out + k, cap - k, "%s%s", k ? " " : "", name);
+    if (w < 0 || (size_t)w >= cap - k) return -E2BIG;
+    k += (size_t)w;
+  }
+  return seen == 3 ? 0 : -ENOENT;
+}
+
 int32_t lp__hf_piece_id(const lp__hf_t *h, const char *piece) {
   size_t n = strlen(piece);
   for (size_t i = 0; i < h->added.ntok; i++)

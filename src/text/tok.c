@@ -108,6 +108,10 @@ const char *lp_tok_piece_name(const lp_tok_t *t, int32_t id) {
   return t->hf->names[id];
 }
 
+int lp_tok_pair_template(const lp_tok_t *t, char *text, size_t cap) {
+  return t->hf ? lp__hf_pair_template(t->hf, text, cap) : -ENOENT;
+}
+
 int32_t lp_tok_vocab(const lp_tok_t *t) { return t->sp ? lp__sp_vocab(t->sp) : t->hf->nnames; }
 
 void lp_tok_free(lp_tok_t *t) {

@@ -162,6 +162,12 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
         lp_log(LP_LOG_ERROR, "tokenizer", "\"model\": \"%s\", \"pair_template\": \"%s\"", mc->name, err);
         return -EINVAL;
       }
+      /* none configured: a tokenizer.json's own pair layout, where it has one
+         that a template can say (else /rerank answers 400 naming the key) */
+      char own[sizeof(mc->pair_template)];
+      if (!mc->pair_template[0] && lp_tok_pair_template(p->tok[i], own, sizeof(own)) == 0 &&
+          lp_tei_template_load(own, lp_config_piece_id, p->tok[i], &p->pair[i], err, sizeof(err)))
+        memset(&p->pair[i], 0, sizeof(p->pair[i]));
     }
   }
   uv_idle_init(loop, &p->kick);
