@@ -2,6 +2,7 @@
  * parts (added tokens, normalizer, pre-tokenizer, model, post-processor),
  * and one text (or a pair) run through them in the library's order. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,22 +14,68 @@
  * call); a larger one is given back after its call. */
 #define LP_HF_WORK_KEEP (256u * 1024)
 
-static _Thread_local lp__hf_work_t tw;
-static _Thread_local lp__hf_enc_t tenc[2];
+/* Each thread's buffers, found through a key whose destructor frees them
+ * when the thread ends (a worker thread's exit leaks nothing). */
+typedef struct {
+  lp__hf_work_t w;
+  lp__hf_enc_t enc[3]; /* the text's, the pair's, and the result tok.c reads */
+} bufs_t;
 
-static void work_trim(void) {
-  if (tw.ns.cap + tw.pre.cap + tw.tmp.cap <= 3 * LP_HF_WORK_KEEP) return;
-  lp__hf_ns_free(&tw.ns);
-  lp__hf_ns_free(&tw.tmp);
-  lp__hf_ns_free(&tw.pre);
-  free(tw.sp);
-  free(tw.sp2);
-  free(tw.scratch);
-  memset(&tw, 0, sizeof(tw));
-  for (int i = 0; i < 2; i++) {
-    free(tenc[i].t);
-    memset(&tenc[i], 0, sizeof(tenc[i]));
+static pthread_key_t bufs_key;
+static pthread_once_t bufs_once = PTHREAD_ONCE_INIT;
+static int bufs_ok;
+
+static void work_free(lp__hf_work_t *w) {
+  lp__hf_ns_free(&w->ns);
+  lp__hf_ns_free(&w->tmp);
+  lp__hf_ns_free(&w->pre);
+  lp__hf_ns_free(&w->pre2);
+  free(w->sp);
+  free(w->sp2);
+  free(w->scratch);
+  memset(w, 0, sizeof(*w));
+}
+
+static void bufs_free(void *p) {
+  bufs_t *b = p;
+  work_free(&b->w);
+  for (int i = 0; i < 3; i++) free(b->enc[i].t);
+  free(b);
+}
+
+static void bufs_key_make(void) { bufs_ok = pthread_key_create(&bufs_key, bufs_free) == 0; }
+
+/* This thread's buffers, made on its first call; NULL: out of memory. */
+static bufs_t *bufs(void) {
+  pthread_once(&bufs_once, bufs_key_make);
+  if (!bufs_ok) return NULL;
+  bufs_t *b = pthread_getspecific(bufs_key);
+  if (!b && (b = calloc(1, sizeof(*b))) && pthread_setspecific(bufs_key, b)) {
+    free(b);
+    b = NULL;
   }
+  return b;
+}
+
+/* A large encoding of the last call goes back before the next one. */
+static void enc_trim(lp__hf_enc_t *e) {
+  if (e->cap * sizeof(*e->t) <= LP_HF_WORK_KEEP) return;
+  free(e->t);
+  memset(e, 0, sizeof(*e));
+}
+
+lp__hf_enc_t *lp__hf_result(void) {
+  bufs_t *b = bufs();
+  if (!b) return NULL;
+  enc_trim(&b->enc[2]);
+  return &b->enc[2];
+}
+
+static void work_trim(bufs_t *b) {
+  lp__hf_work_t *w = &b->w;
+  if (w->ns.cap + w->pre.cap + w->pre2.cap + w->tmp.cap > 4 * LP_HF_WORK_KEEP) work_free(w);
+  enc_trim(&b->enc[0]);
+  enc_trim(&b->enc[1]);
 }
 
 /* One text's pieces into w->pre / w->sp: the added tokens matched raw, the
@@ -152,10 +199,12 @@ static int encode_one(const lp__hf_t *h, lp__hf_work_t *w, const char *text, siz
 int lp__hf_encode(const lp__hf_t *h, const char *text, size_t len, const char *pair, size_t plen, int special,
                   lp__hf_enc_t *out) {
   if (lp__hf_utf8_check(text, len) || (pair && lp__hf_utf8_check(pair, plen))) return -EINVAL;
-  int rc = encode_one(h, &tw, text, len, 0, &tenc[0]);
-  if (!rc && pair) rc = encode_one(h, &tw, pair, plen, 1, &tenc[1]);
-  if (!rc) rc = lp__hf_post_run(&h->post, &tenc[0], pair ? &tenc[1] : NULL, special, out);
-  work_trim();
+  bufs_t *b = bufs();
+  if (!b) return -ENOMEM;
+  int rc = encode_one(h, &b->w, text, len, 0, &b->enc[0]);
+  if (!rc && pair) rc = encode_one(h, &b->w, pair, plen, 1, &b->enc[1]);
+  if (!rc) rc = lp__hf_post_run(&h->post, &b->enc[0], pair ? &b->enc[1] : NULL, special, out);
+  work_trim(b);
   return rc;
 }
 
@@ -163,15 +212,17 @@ int lp__hf_encode_fit(const lp__hf_t *h, const char *text, size_t len, size_t ma
   if (lp__hf_utf8_check(text, len)) return -EINVAL;
   size_t added = lp__hf_post_added(&h->post, 0);
   if (added >= max) return -E2BIG;
-  int rc = encode_one(h, &tw, text, len, 0, &tenc[0]);
-  lp__hf_enc_t *e = &tenc[0];
+  bufs_t *b = bufs();
+  if (!b) return -ENOMEM;
+  int rc = encode_one(h, &b->w, text, len, 0, &b->enc[0]);
+  lp__hf_enc_t *e = &b->enc[0];
   if (!rc && e->n + added > max) {
     size_t keep = max - added;
     if (left) memmove(e->t, e->t + (e->n - keep), keep * sizeof(*e->t));
     e->n = keep;
   }
   if (!rc) rc = lp__hf_post_run(&h->post, e, NULL, 1, out);
-  work_trim();
+  work_trim(b);
   return rc;
 }
 
@@ -234,18 +285,23 @@ static int load_added(lp__hf_t *h, json_t *a, char *err, size_t errlen) {
 
 /* A normalized added token matches the normalizer's form of its content. */
 static int normalize_added(lp__hf_t *h) {
-  for (size_t i = 0; i < h->added.ntok; i++) {
+  lp__hf_work_t tw = {0};
+  int rc = 0;
+  for (size_t i = 0; i < h->added.ntok && !rc; i++) {
     lp__hf_added_t *t = &h->added.tok[i];
     if (t->normalized && h->has_norm && t->len) {
       lp__hf_ns_t *s = &tw.ns;
       s->len = 0;
-      if (lp__hf_ns_reserve(s, t->len)) return -ENOMEM;
+      if ((rc = lp__hf_ns_reserve(s, t->len))) break;
       memcpy(s->b, t->content, t->len);
       memset(s->al, 0, t->len * sizeof(*s->al));
       s->len = t->len;
-      if (lp__hf_norm_run(&h->norm, &tw, s)) return -ENOMEM;
+      if ((rc = lp__hf_norm_run(&h->norm, &tw, s))) break;
       char *c = malloc(s->len + 1);
-      if (!c) return -ENOMEM;
+      if (!c) {
+        rc = -ENOMEM;
+        break;
+      }
       memcpy(c, s->b, s->len);
       c[s->len] = 0;
       free(t->content);
@@ -261,7 +317,8 @@ static int normalize_added(lp__hf_t *h) {
       h->added.first_raw[(unsigned char)t->content[0]] = 1;
     }
   }
-  return 0;
+  work_free(&tw);
+  return rc;
 }
 
 static int names(lp__hf_t *h) {

@@ -282,6 +282,9 @@ lp__hf_t *lp__hf_load_json(json_t *root, char *err, size_t errlen);
  * 0, -ENOMEM or -EINVAL (not UTF-8). */
 int lp__hf_encode(const lp__hf_t *h, const char *text, size_t len, const char *pair, size_t plen, int special,
                   lp__hf_enc_t *out);
+/* This thread's encoding for a caller's result (tok.c's), kept between
+ * calls and freed when the thread ends; NULL: out of memory. */
+lp__hf_enc_t *lp__hf_result(void);
 int lp__hf_encode_fit(const lp__hf_t *h, const char *text, size_t len, size_t max, int left, lp__hf_enc_t *out);
 int lp__hf_pair_template(const lp__hf_t *h, char *out, size_t cap);
 int32_t lp__hf_piece_id(const lp__hf_t *h, const char *piece);

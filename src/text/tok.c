@@ -66,27 +66,27 @@ static long ids_of(const lp__hf_enc_t *e, int32_t *ids, size_t cap) {
   return (long)e->n;
 }
 
-/* The encoding a call returns from: one per thread, kept (lp__hf_encode's
- * own buffers are too). */
-static _Thread_local lp__hf_enc_t out;
 
 long lp_tok_encode(const lp_tok_t *t, const char *text, size_t len, int32_t *ids, size_t cap) {
   if (t->sp) return lp__sp_encode(t->sp, text, len, ids, cap);
-  int rc = lp__hf_encode(t->hf, text, len, NULL, 0, 1, &out);
-  return rc ? rc : ids_of(&out, ids, cap);
+  lp__hf_enc_t *out = lp__hf_result();
+  int rc = out ? lp__hf_encode(t->hf, text, len, NULL, 0, 1, out) : -ENOMEM;
+  return rc ? rc : ids_of(out, ids, cap);
 }
 
 long lp_tok_encode_plain(const lp_tok_t *t, const char *text, size_t len, int32_t *ids, size_t cap) {
   if (t->sp) return lp__sp_encode_plain(t->sp, text, len, ids, cap);
-  int rc = lp__hf_encode(t->hf, text, len, NULL, 0, 0, &out);
-  return rc ? rc : ids_of(&out, ids, cap);
+  lp__hf_enc_t *out = lp__hf_result();
+  int rc = out ? lp__hf_encode(t->hf, text, len, NULL, 0, 0, out) : -ENOMEM;
+  return rc ? rc : ids_of(out, ids, cap);
 }
 
 long lp_tok_encode_fit(const lp_tok_t *t, const char *text, size_t len, size_t max, int left, int32_t *ids,
                        size_t cap) {
   if (t->sp) return lp__sp_encode_fit(t->sp, text, len, max, left, ids, cap);
-  int rc = lp__hf_encode_fit(t->hf, text, len, max, left, &out);
-  return rc ? rc : ids_of(&out, ids, cap);
+  lp__hf_enc_t *out = lp__hf_result();
+  int rc = out ? lp__hf_encode_fit(t->hf, text, len, max, left, out) : -ENOMEM;
+  return rc ? rc : ids_of(out, ids, cap);
 }
 
 int32_t lp_tok_piece_id(const lp_tok_t *t, const char *piece) {
@@ -95,11 +95,12 @@ int32_t lp_tok_piece_id(const lp_tok_t *t, const char *piece) {
 
 long lp_tok_pieces(const lp_tok_t *t, const char *text, size_t len, int special, lp_tok_piece_t *o, size_t cap) {
   if (t->sp) return lp__sp_pieces(t->sp, text, len, special, o, cap);
-  int rc = lp__hf_encode(t->hf, text, len, NULL, 0, special, &out);
+  lp__hf_enc_t *out = lp__hf_result();
+  int rc = out ? lp__hf_encode(t->hf, text, len, NULL, 0, special, out) : -ENOMEM;
   if (rc) return rc;
-  for (size_t i = 0; i < out.n && i < cap; i++)
-    o[i] = (lp_tok_piece_t){out.t[i].id, out.t[i].a0, out.t[i].a1, out.t[i].special};
-  return (long)out.n;
+  for (size_t i = 0; i < out->n && i < cap; i++)
+    o[i] = (lp_tok_piece_t){out->t[i].id, out->t[i].a0, out->t[i].a1, out->t[i].special};
+  return (long)out->n;
 }
 
 const char *lp_tok_piece_name(const lp_tok_t *t, int32_t id) {
