@@ -7,7 +7,8 @@
 // post-processor does; a file with a part
 // lanepack does not run is refused by --check-config naming where it sits.
 // One model per kind: BERT's WordPiece, byte-level BPE, Llama-3's Split BPE,
-// XLM-R's Unigram. Usage: node test-hf-routes.mjs LANEPACK EMULATOR
+// XLM-R's Unigram; lanepack-loadgen --tokenizer verifies text vectors with the
+// file. Usage: node test-hf-routes.mjs LANEPACK EMULATOR [LOADGEN]
 import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -16,7 +17,7 @@ import OpenAI from "openai";
 import { KINDS } from "./hf-kinds.mjs";
 import { DIMS, check, expected, freePort, same, tally, waitReady } from "./lpnode.mjs";
 
-const [lanepack, emulator] = process.argv.slice(2);
+const [lanepack, emulator, loadgen] = process.argv.slice(2);
 const post = async (port, path, body) => {
   const r = await fetch(`http://127.0.0.1:${port}${path}`, { method: "POST", headers: { "Content-Type": "application/json" },
     body: JSON.stringify(body) });
@@ -94,6 +95,22 @@ try {
     for (const d of docs) ids.push((await toks[m].encode(q, d)).getIds());
     check(`${m}: /rerank without pair_template lays the pair out as the file does`, rr.status === 200 &&
       rr.body.length === 2 && rr.body.every((s) => s.score === expected(ids[s.index])[0]), { got: rr.body, ids });
+  }
+  // lanepack-loadgen --tokenizer takes the tokenizer.json and checks every text's vector exactly
+  if (loadgen) {
+    const lines = join(tmp, "lines.txt"), rep = join(tmp, "loadgen.json");
+    writeFileSync(lines, texts.map((t) => t.replace(/[\r\n]/g, " ")).join("\n") + "\n");
+    const N = 30;
+    for (const m of ["bert", "xlmr"]) {
+      const g = spawnSync(loadgen, ["--url", `http://127.0.0.1:${pl}`, "--protocol", "openai", "--model", m, "--text", lines,
+        "--tokenizer", models[m].tokenizer.huggingface, "--verify", "--dims", `${DIMS}`, "--concurrency", "4",
+        "--max-requests", `${N}`, "--duration", "30s", "--timeout", "10s", "--batch", "3", "--json", rep], { timeout: 90000 });
+      let j = {};
+      try { j = JSON.parse(readFileSync(rep, "utf8")); } catch { /* none */ }
+      check(`${m}: lanepack-loadgen --tokenizer tokenizer.json --verify: every vector exact`,
+        g.status === 0 && j.ok === N && j.mismatches === 0 && j.failed === 0,
+        { rc: g.status, ok: j.ok, mismatches: j.mismatches, err: g.stderr.toString().slice(-300) });
+    }
   }
 } finally {
   lp.kill("SIGTERM");
