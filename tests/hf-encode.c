@@ -1,7 +1,7 @@
 /* The tokenizer.json tokenizer as a filter, for tests/test-hf-tokenizer.mjs
  * and the benchmark: each stdin line is {"a": TEXT, "b": TEXT or null,
  * "special": bool}; each output line is {"ids", "types", "offsets" (bytes of
- * the text: of b for pieces of b), "tok"} where tok is what
+ * the text: of b for pieces of b), "special" (1: the post-processor's), "tok"} where tok is what
  * lanepack/tokenizer.h's lp_tok_encode (special) or lp_tok_encode_plain
  * gives for a alone.
  * Usage: hf-encode TOKENIZER.json < cases; hf-encode --bench TOKENIZER.json
@@ -98,15 +98,17 @@ int main(int argc, char **argv) {
     if (rc) {
       json_object_set_new(o, "error", json_string(strerror(-rc)));
     } else {
-      json_t *ji = json_array(), *jt = json_array(), *jo = json_array();
+      json_t *ji = json_array(), *jt = json_array(), *jo = json_array(), *js = json_array();
       for (size_t i = 0; i < e.n; i++) {
         json_array_append_new(ji, json_integer(e.t[i].id));
+        json_array_append_new(js, json_integer(e.t[i].special));
         json_array_append_new(jt, json_integer(e.t[i].type));
         json_array_append_new(jo, json_pack("[ii]", (int)e.t[i].a0, (int)e.t[i].a1));
       }
       json_object_set_new(o, "ids", ji);
       json_object_set_new(o, "types", jt);
       json_object_set_new(o, "offsets", jo);
+      json_object_set_new(o, "special", js);
       long k = special ? lp_tok_encode(t, json_string_value(a), json_string_length(a), ids, idcap)
                        : lp_tok_encode_plain(t, json_string_value(a), json_string_length(a), ids, idcap);
       if (k > (long)idcap) {

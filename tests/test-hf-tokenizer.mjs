@@ -61,12 +61,14 @@ async function runKind(name, make) {
     const gotOff = g.offsets ? g.offsets.map((o, k) => cpOffsets(seqs && seqs[k] === 1 ? c.b : c.a, [o])[0]) : null;
     const ok = g.ids && JSON.stringify(g.ids) === JSON.stringify(w.getIds()) &&
       JSON.stringify(g.types) === JSON.stringify(w.getTypeIds()) && JSON.stringify(gotOff) === JSON.stringify(wo) &&
+      JSON.stringify(g.special) === JSON.stringify(w.getSpecialTokensMask()) &&
       (c.b !== null || JSON.stringify(g.tok) === JSON.stringify(w.getIds()));
     if (!ok && bad++ < 5)
       check(`${name}: case ${i} ${JSON.stringify(c).slice(0, 200)}`, false,
-        { want: { ids: w.getIds(), types: w.getTypeIds(), offsets: wo, tokens: w.getTokens() }, got: { ...g, offsets: gotOff } });
+        { want: { ids: w.getIds(), types: w.getTypeIds(), offsets: wo, special: w.getSpecialTokensMask(), tokens: w.getTokens() },
+          got: { ...g, offsets: gotOff } });
   }
-  check(`${name}: ${cases.length} cases give the library's ids, type ids and offsets (${bad} differ)`, bad === 0, bad);
+  check(`${name}: ${cases.length} cases give the library's ids, type ids, offsets and special tokens (${bad} differ)`, bad === 0, bad);
 }
 
 for (const [name, make] of Object.entries(KINDS)) if (!only.length || only.includes(name)) await runKind(name, make);

@@ -184,8 +184,8 @@ static int encode_one(const lp__hf_t *h, lp__hf_work_t *w, const char *text, siz
     const lp__hf_split_t *s = &w->sp[i];
     const lp__hf_al_t *al = w->pre.al + s->off;
     if (s->added >= 0) {
-      int special = s->added < h->nnames && h->special && h->special[s->added];
-      rc = lp__hf_enc_push(e, s->added, al[0].a0, al[s->len - 1].a1, type, (uint8_t)special);
+      /* typed in the text: not special (the library's special_tokens_mask, TEI's "special") */
+      rc = lp__hf_enc_push(e, s->added, al[0].a0, al[s->len - 1].a1, type, 0);
       continue;
     }
     size_t first = e->n;
@@ -327,13 +327,9 @@ static int names(lp__hf_t *h) {
     if (h->added.tok[i].id >= n) n = h->added.tok[i].id + 1;
   h->nnames = n;
   h->names = calloc((size_t)n + 1, sizeof(*h->names));
-  h->special = calloc((size_t)n + 1, 1);
-  if (!h->names || !h->special) return -ENOMEM;
+  if (!h->names) return -ENOMEM;
   for (int32_t i = 0; i < h->model.vocab.n; i++) h->names[i] = h->model.vocab.piece[i];
-  for (size_t i = 0; i < h->added.ntok; i++) {
-    h->names[h->added.tok[i].id] = h->added.tok[i].content;
-    h->special[h->added.tok[i].id] = (uint8_t)h->added.tok[i].special;
-  }
+  for (size_t i = 0; i < h->added.ntok; i++) h->names[h->added.tok[i].id] = h->added.tok[i].content;
   return 0;
 }
 
@@ -399,6 +395,5 @@ void lp__hf_free(lp__hf_t *h) {
   lp__hf_model_free(&h->model);
   lp__hf_post_free(&h->post);
   free(h->names);
-  free(h->special);
   free(h);
 }

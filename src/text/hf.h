@@ -272,7 +272,6 @@ typedef struct {
   lp__hf_post_t post;
   int trim_offsets, trim_prefix; /* a ByteLevel/Roberta post-processor trims offsets (its add_prefix_space) */
   char **names;     /* id -> piece, the added tokens' included; owned (the pieces are the vocabulary's and added tokens') */
-  uint8_t *special; /* id -> an added token marked special; owned */
   int32_t nnames;
 } lp__hf_t;
 
