@@ -23,8 +23,9 @@ export const FRAG = [
   "e-mail@example.com", "http://example.org/path?q=1", "[SEP]", "[CLS]", "[cls]", "[MASK]", " [SEP] ", "<s>", "</s>", "②③", "Ⅻ", "½",
   "１２３", "ＡＢＣ", "٣٤٥", "१२३", "12345678", "3.14159", "GNU", "General Public License", "LICENSE", "Version 2.0", "(c)", "©",
   "«quote»", "“smart”", "—dash–", "…", "¿Qué?", "¡Hola!", "naïveté", "ÉCOLE", "Ǆ", "ǉ", "\u0130", "ﬀ", "ℌ", "㍿", "̈a", "a\u0308\u0301",
+  "\u1100\u1161\u11a8", "\u212b", "\ufdfa", "\u0344", "a\u0301\u0327", "\u1e9b\u0323", "q\u0307\u0323", "\u0f73", "ｶﾞ", "\u2460\u00b2",
 ];
-let seed = 12345;
+let seed = Number(process.env.LP_HF_SEED || 12345); // another seed, another mix of fragments
 function rnd(n) {
   seed = (seed * 1103515245 + 12345) % 2147483648;
   return seed % n;

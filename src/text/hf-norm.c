@@ -93,11 +93,24 @@ static int lower(const lp__hf_ns_t *s, lp__hf_ns_t *o) {
   return 0;
 }
 
+/* Whether c joins the run before it: a character whose decomposition starts
+ * with a combining mark (U+FF9E's compatibility form is U+3099), or a Hangul
+ * vowel or final jamo (they compose with the syllable before). */
+static int joins(uint32_t c, utf8proc_option_t opt) {
+  if ((c >= 0x1161 && c <= 0x1175) || (c >= 0x11A8 && c <= 0x11C2)) return 1;
+  utf8proc_int32_t d[18];
+  int bound = 0;
+  utf8proc_ssize_t m = utf8proc_decompose_char((utf8proc_int32_t)c, d, 18,
+                                               (utf8proc_option_t)((opt & UTF8PROC_COMPAT) | UTF8PROC_DECOMPOSE), &bound);
+  return m > 0 && m <= 18 && utf8proc_get_property(d[0])->combining_class != 0;
+}
+
 /* Unicode normalization (NFD/NFC/NFKD/NFKC) a run at a time (a character
- * and the combining marks after it), each output character keeping the span
- * of the input character it comes from: every character decomposed alone
- * (its pieces take its span), the marks put in canonical order carrying
- * theirs, then (NFC, NFKC) composed, a composite taking its starter's span. */
+ * and what joins it), spans as the library's normalizer gives them: every
+ * character decomposed alone, its pieces at its span and the positions
+ * after; the canonical reordering moves characters, not spans (the library
+ * keeps spans by position); then (NFC, NFKC) composed, a composite at its
+ * starter's position using up its marks' positions. */
 #define LP_HF_NF_RUN 64 /* characters in one run; a longer run of marks is cut (no text has one) */
 static int nf(const lp__hf_ns_t *s, lp__hf_ns_t *o, utf8proc_option_t opt) {
   o->len = 0;
@@ -114,7 +127,7 @@ static int nf(const lp__hf_ns_t *s, lp__hf_ns_t *o, utf8proc_option_t opt) {
     do {
       int k;
       uint32_t c = lp__hf_utf8_get(s->b, i, &k);
-      if (nin > 0 && utf8proc_get_property((utf8proc_int32_t)c)->combining_class == 0) break;
+      if (nin > 0 && c >= 0x300 ? !joins(c, opt) : nin > 0) break;
       int bound = 0;
       utf8proc_ssize_t m = utf8proc_decompose_char((utf8proc_int32_t)c, dec + nd, 18,
                                                    (utf8proc_option_t)((opt & UTF8PROC_COMPAT) | UTF8PROC_DECOMPOSE), &bound);
@@ -129,17 +142,14 @@ static int nf(const lp__hf_ns_t *s, lp__hf_ns_t *o, utf8proc_option_t opt) {
       int cj = utf8proc_get_property(dec[j])->combining_class;
       if (!cj) continue;
       utf8proc_int32_t c = dec[j];
-      lp__hf_al_t al = dal[j];
       size_t q = j;
       while (q > 0) {
         int cq = utf8proc_get_property(dec[q - 1])->combining_class;
         if (cq <= cj) break;
         dec[q] = dec[q - 1];
-        dal[q] = dal[q - 1];
         q--;
       }
       dec[q] = c;
-      dal[q] = al;
     }
     if (!(opt & UTF8PROC_COMPOSE)) {
       for (size_t j = 0; j < nd; j++)
@@ -149,13 +159,15 @@ static int nf(const lp__hf_ns_t *s, lp__hf_ns_t *o, utf8proc_option_t opt) {
     memcpy(comp, dec, nd * sizeof(*dec));
     utf8proc_ssize_t m = utf8proc_normalize_utf32(comp, (utf8proc_ssize_t)nd, (utf8proc_option_t)(UTF8PROC_COMPOSE | UTF8PROC_STABLE));
     if (m < 0) return -EINVAL;
-    size_t ptr = 0;
+    /* each output character takes the span at its position and uses up as
+       many positions as it has canonical pieces (a composite its marks') */
+    size_t pos = 0;
     for (utf8proc_ssize_t j = 0; j < m; j++) {
-      size_t q = ptr;
-      while (q < nd && dec[q] != comp[j]) q++;
-      if (q == nd) q = ptr < nd ? ptr : nd - 1; /* a composite: its starter's span */
-      if (lp__hf_ns_put(o, (uint32_t)comp[j], dal[q])) return -ENOMEM;
-      ptr = q + 1;
+      if (lp__hf_ns_put(o, (uint32_t)comp[j], dal[pos < nd ? pos : nd - 1])) return -ENOMEM;
+      utf8proc_int32_t pieces[18];
+      int bound = 0;
+      utf8proc_ssize_t np = utf8proc_decompose_char(comp[j], pieces, 18, UTF8PROC_DECOMPOSE, &bound);
+      pos += np > 0 ? (size_t)np : 1;
     }
   }
   return 0;
