@@ -34,6 +34,18 @@ const SEPS = [" ", " ", " ", "", "  ", "\t", "\u00a0", "\n", ",", "-"];
 export function lines(n) {
   const out = [];
   for (const f of files) for (const l of readFileSync(f, "utf8").split("\n")) if (out.length < n / 2) out.push(l);
+  // an eighth of any code points at all (ASCII, the BMP, the supplementary planes;
+  // unassigned ones too: the library keeps them)
+  while (out.length < (n * 5) / 8) {
+    let s = "";
+    const k = 1 + rnd(12);
+    for (let i = 0; i < k; i++) {
+      let cp = rnd(4) === 0 ? 0x20 + rnd(0x60) : rnd(3) === 0 ? rnd(0x3000) : rnd(0x30000);
+      if (cp >= 0xd800 && cp < 0xe000) cp = 0x20; // no surrogates: a string holds none alone
+      s += String.fromCodePoint(cp);
+    }
+    out.push(s);
+  }
   while (out.length < n) {
     let s = "";
     const k = 1 + rnd(8);

@@ -20,11 +20,9 @@ static int is_chinese(uint32_t c) {
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
-/* Rust's char::is_other: the C categories (Cn for an unassigned one). */
-static int is_other(uint32_t c) {
-  utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
-  return k == UTF8PROC_CATEGORY_CN || k >= UTF8PROC_CATEGORY_CC;
-}
+/* unicode_categories' is_other: Cc, Cf, Cs, Co (an unassigned code point,
+ * Cn, is kept: the library's tables name no such category). */
+static int is_other(uint32_t c) { return utf8proc_category((utf8proc_int32_t)c) >= UTF8PROC_CATEGORY_CC; }
 
 static int is_mn(uint32_t c) {
   return c >= 0x300 && utf8proc_category((utf8proc_int32_t)c) == UTF8PROC_CATEGORY_MN;
