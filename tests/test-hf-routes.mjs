@@ -14,7 +14,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { KINDS } from "./hf-kinds.mjs";
+import { KINDS, T } from "./hf-kinds.mjs";
 import { DIMS, check, expected, freePort, same, tally, waitReady } from "./lpnode.mjs";
 
 const [lanepack, emulator, loadgen] = process.argv.slice(2);
@@ -80,6 +80,19 @@ try {
     const okTok = k.status === 200 && k.body[0].length === w.getIds().length && k.body[0].every((p, i) => p.id === w.getIds()[i] &&
       (p.special ? p.start === null : p.text === enc.subarray(p.start, p.stop).toString()));
     check(`${m}: /tokenize: the library's ids, each piece's bytes of the input`, okTok, { got: k.body, want: w.getIds() });
+  }
+  // /embed's truncate keeps the post-processor's pieces and cuts the text (Right: its end,
+  // Left: its start), as the library's truncation to the model's 256 does
+  const long = readFileSync("/usr/share/common-licenses/GPL-3", "utf8").slice(0, 6000);
+  for (const m of ["bert", "roberta"]) {
+    for (const dir of ["Right", "Left"]) {
+      const tk = T.Tokenizer.fromFile(models[m].tokenizer.huggingface);
+      tk.setTruncation(256, { direction: dir.toLowerCase() });
+      const ids = (await tk.encode(long)).getIds();
+      const e = await post(pl, "/embed", { model: m, inputs: long, normalize: false, truncate: true, truncation_direction: dir });
+      check(`${m}: /embed truncate ${dir}: the library's truncation to 256`, e.status === 200 && ids.length === 256 &&
+        same(e.body[0], expected(ids)), { status: e.status, n: ids.length });
+    }
   }
   const q = "what is free software", docs = ["Free software respects freedom.", "北京"];
   const r = await post(pl, "/rerank", { model: "bert", query: q, texts: docs, raw_scores: true });
