@@ -17,9 +17,6 @@ int lp__hf_bpe_run(const lp__hf_model_t *m, lp__hf_work_t *w, const char *b, con
 int lp__hf_wordpiece_run(const lp__hf_model_t *m, const char *b, const lp__hf_al_t *al, size_t n, lp__hf_enc_t *e);
 void lp__hf_trie_free(lp__hf_trie_t *t);
 
-/* The largest id a model may name: ids are int32 on the wire (as token ids
- * are everywhere in lanepack), and no vocabulary comes near 2^24. */
-#define LP_HF_MAX_ID (1 << 24)
 
 /* {"piece": id, ...} into m->vocab. */
 static int vocab_map(lp__hf_model_t *m, json_t *v, char *err, size_t errlen) {

@@ -105,7 +105,7 @@ size_t lp__hf_post_added(const lp__hf_post_t *p, int pair) {
 static int pair_of(json_t *v, int32_t *id) {
   if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_integer(json_array_get(v, 1))) return -EINVAL;
   json_int_t x = json_integer_value(json_array_get(v, 1));
-  if (x < 0 || x >= (1 << 24)) return -EINVAL;
+  if (x < 0 || x >= LP_HF_MAX_ID) return -EINVAL;
   *id = (int32_t)x;
   return 0;
 }
@@ -144,7 +144,7 @@ static int template(json_t *a, json_t *specials, lp__hf_tpl_item_t **it, size_t 
     }
     for (size_t k = 0; k < json_array_size(ids); k++) {
       json_t *x = json_array_get(ids, k);
-      if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= (1 << 24))
+      if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= LP_HF_MAX_ID)
         return lp__hf_bad(err, errlen, where, "special token ids must be integers from 0 to 2^24");
       if (push_item(it, n, (lp__hf_tpl_item_t){(int32_t)json_integer_value(x), 0, type})) return -ENOMEM;
     }

@@ -26,7 +26,7 @@ int lp__hf_unigram_load(lp__hf_model_t *m, json_t *o, char *err, size_t errlen) 
   json_t *v = json_object_get(o, "vocab");
   if (!json_is_array(v)) return lp__hf_bad(err, errlen, "model", "vocab must be an array of [\"piece\", score]");
   size_t n = json_array_size(v);
-  if (n >= (1u << 24)) return lp__hf_bad(err, errlen, "model", "vocab has over 2^24 pieces");
+  if (n >= (size_t)LP_HF_MAX_ID) return lp__hf_bad(err, errlen, "model", "vocab has over 2^24 pieces");
   if (lp__hf_vocab_init(&m->vocab, (int32_t)n) || !(m->scores = malloc((n + 1) * sizeof(*m->scores)))) return -ENOMEM;
   if (lp__hf_trie_init(&m->start)) return -ENOMEM;
   m->min_score = INFINITY;

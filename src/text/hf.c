@@ -264,7 +264,7 @@ static int load_added(lp__hf_t *h, json_t *a, char *err, size_t errlen) {
   if (!(h->added.tok = calloc(json_array_size(a) + 1, sizeof(*h->added.tok)))) return -ENOMEM;
   for (size_t i = 0; i < json_array_size(a); i++) {
     json_t *o = json_array_get(a, i), *id = json_object_get(o, "id"), *c = json_object_get(o, "content");
-    if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= (1 << 24) || !json_is_string(c)) {
+    if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= LP_HF_MAX_ID || !json_is_string(c)) {
       snprintf(err, errlen, "added_tokens[%zu]: needs \"id\" (0 to 2^24) and \"content\"", i);
       return -EINVAL;
     }

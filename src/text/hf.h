@@ -12,6 +12,10 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+/* Ids a file may name are below this: the vocabulary and name tables are
+ * sized by the largest, and no vocabulary comes near 2^24. */
+#define LP_HF_MAX_ID (1 << 24)
+
 /* ---- a string being normalized: its bytes and, for each byte, the span
  * [a0, a1) of the original text's bytes it comes from (the library's
  * NormalizedString alignments; every byte of one character has the same). */
