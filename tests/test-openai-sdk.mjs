@@ -9,28 +9,12 @@
 // Usage: node test-openai-sdk.mjs LANEPACK EMULATOR
 import { spawn, execFileSync } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
+import { DIMS, check, expected, freePort, same, tally, waitReady } from "./lpnode.mjs";
 
 const [lanepack, emulator] = process.argv.slice(2);
-const DIMS = 8;
-let passed = 0, failed = 0;
-function check(name, cond, detail) {
-  if (cond) passed++;
-  else failed++;
-  console.log(`${cond ? "ok" : "not ok"} - ${name}${cond ? "" : ": " + JSON.stringify(detail).slice(0, 400)}`);
-}
-
-// The emulator's vector for a sequence: feature k of its last token's h.
-function expected(ids) {
-  let h = 7n;
-  for (const t of ids) h = (h * 31n + BigInt(t) + 1n) % 1000000007n;
-  const last = Number(h) | 0; // the emulator keeps h as int32 (h < 2^31 here)
-  return Array.from({ length: DIMS }, (_, k) => Math.fround((last % 1000) + 0.25 * k));
-}
-const same = (a, b) => a.length === b.length && a.every((x, i) => Math.fround(x) === b[i]);
 // The first n values scaled to unit length, as float32 (the proxy computes in
 // double and rounds once): equal within float32's rounding.
 function unit(v, n = v.length) {
@@ -39,24 +23,6 @@ function unit(v, n = v.length) {
   return c.map((x) => x / norm);
 }
 const near = (a, b) => a.length === b.length && a.every((x, i) => Math.abs(x - b[i]) <= 1e-6);
-
-function freePort() {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => resolve(p)); });
-  });
-}
-
-async function waitReady(port) {
-  for (let i = 0; i < 200; i++) {
-    try {
-      const r = await fetch(`http://127.0.0.1:${port}/readyz`);
-      if (r.status === 200) return;
-    } catch { /* not yet */ }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error("lanepack not ready");
-}
 
 const tmp = mkdtempSync(join(tmpdir(), "lp-sdk-"));
 execFileSync("spm_train", [`--input=/usr/share/common-licenses/GPL-3`, `--model_prefix=${join(tmp, "spm")}`,
@@ -146,5 +112,5 @@ try {
   lp.kill("SIGTERM");
   emu.kill("SIGTERM");
 }
-console.log(`${passed} of ${passed + failed} checks passed`);
-process.exit(failed || !passed ? 1 : 0);
+console.log(`${tally.passed} of ${tally.passed + tally.failed} checks passed`);
+process.exit(tally.failed || !tally.passed ? 1 : 0);

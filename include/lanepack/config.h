@@ -81,6 +81,7 @@ typedef struct lp_model_config_s {
   lp_v2_config_t v2;
   /* "tokenizer": text inputs become token ids on the front that read them */
   char sentencepiece[LP_URL_MAX]; /* a SentencePiece model file; "" = token ids only */
+  char huggingface[LP_URL_MAX];   /* a Hugging Face tokenizer.json instead; "" = none */
   char sentencepiece_options[64]; /* its encode options, e.g. "bos:eos"; "" = none */
   char pair_template[256];        /* /rerank's (query, text) layout, e.g. "<s> $A </s></s> $B </s>"; "" = none */
   /* "embedding": what /v1/embeddings does with the backend's vectors */
@@ -176,6 +177,11 @@ char *lp_config_keys_doc(void);
 /* A piece's id in a tokenizer (ud: its lp_tok_t), or -1: the lookup
  * lp_tei_template_load is given. */
 int32_t lp_config_piece_id(const void *ud, const char *piece);
+
+/* The model's tokenizer, of the kind its configuration names (SentencePiece
+ * with its options, or a tokenizer.json): owned by the caller (lp_tok_free),
+ * or NULL with err saying why. */
+struct lp_tok_s *lp_config_tok_load(const lp_model_config_t *m, char *err, size_t errlen);
 
 const lp_model_config_t *lp_config_model(const lp_config_t *c, const char *name);
 

@@ -1,7 +1,8 @@
 /* Text to token ids with a model's SentencePiece model (Debian's
- * libsentencepiece, through tokenizer.cc's C interface): the tokenizer of T5,
- * Gemma, XLM-R (multilingual-e5, bge-m3) and LLaMA 2. Used on the front that
- * read the request, never on the scheduler. */
+ * libsentencepiece: T5, Gemma, XLM-R, LLaMA 2) or Hugging Face tokenizer.json
+ * (src/text/hf*.c: WordPiece for the BERT family, BPE, ...), the same ids as
+ * Hugging Face's tokenizers library gives. Used where text is tokenized,
+ * never on the scheduler. */
 #ifndef LANEPACK_TOKENIZER_H
 #define LANEPACK_TOKENIZER_H
 
@@ -20,6 +21,14 @@ typedef struct lp_tok_s lp_tok_t;
  * saying why (the library's message). Safe to use from several threads at
  * once once loaded: encoding reads it only. */
 lp_tok_t *lp_tok_load(const char *path, const char *extra_options, char *err, size_t errlen);
+
+/* Loads a Hugging Face tokenizer.json (lp_tok_load takes one too: a file
+ * whose first byte other than whitespace is '{', without options). Its
+ * post-processor is what lp_tok_encode adds ([CLS] ... [SEP]); its
+ * truncation and padding are ignored. NULL with err naming the part of the
+ * file that cannot be run ("normalizer.normalizers[1]: type 'Foo' is not
+ * supported"). */
+lp_tok_t *lp_tok_load_hf(const char *path, char *err, size_t errlen);
 
 /* The ids of text (len bytes of UTF-8; any bytes are accepted, as the library
  * does), at most cap of them into ids. Returns how many there are (more than
@@ -64,8 +73,14 @@ const char *lp_tok_piece_name(const lp_tok_t *t, int32_t id);
  * SentencePiece decodes them; control pieces ("<s>", "</s>") left out with
  * skip_special, else written by their names. Returns the length (more than
  * cap: out holds nothing; call again with room), or -EINVAL (an id out of the
- * vocabulary) / -ENOMEM. */
+ * vocabulary) / -ENOMEM, or -EOPNOTSUPP for a tokenizer.json (its decoders
+ * are not read yet). */
 long lp_tok_decode(const lp_tok_t *t, const int32_t *ids, size_t n, int skip_special, char *out, size_t cap);
+/* A tokenizer.json's own pair layout (its post-processor's, e.g. BERT's
+ * "[CLS] $A [SEP] $B [SEP]") as a TEI pair template's text into out (cap
+ * bytes): 0, or -ENOENT when the tokenizer has none (a SentencePiece model,
+ * a file without a post-processor), -E2BIG when it does not fit. */
+int lp_tok_pair_template(const lp_tok_t *t, char *out, size_t cap);
 
 /* The model's vocabulary size: every id is below it. */
 int32_t lp_tok_vocab(const lp_tok_t *t);

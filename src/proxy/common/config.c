@@ -303,12 +303,24 @@ static json_t *dump_v2_model(const void *base, const lp_config_t *top) {
 
 static int v2_present(const void *base) { return ((const MODEL *)base)->protocol == LP_PROTO_V2; }
 
+/* {"sentencepiece": PATH, "extra_options": "bos:eos"} (the library's own
+ * encode options) or {"huggingface": PATH} (a tokenizer.json, whose
+ * post-processor adds the special tokens); "pair_template" with either. */
 static int tokenizer_check(ctx_t *x, const void *base, const char *path) {
-  if (!((const MODEL *)base)->sentencepiece[0]) return fail(x, path, "needs \"sentencepiece\": the model file's path");
+  const MODEL *m = base;
+  if (m->sentencepiece[0] && m->huggingface[0])
+    return fail(x, path, "takes one of \"sentencepiece\" and \"huggingface\", not both");
+  if (m->huggingface[0] && m->sentencepiece_options[0])
+    return fail(x, path, "extra_options is SentencePiece's: a tokenizer.json's post-processor adds its special tokens");
+  if (!m->sentencepiece[0] && !m->huggingface[0])
+    return fail(x, path, "needs \"sentencepiece\" (a model file's path) or \"huggingface\" (a tokenizer.json's)");
   return 0;
 }
 
-static int tokenizer_present(const void *base) { return ((const MODEL *)base)->sentencepiece[0] != 0; }
+static int tokenizer_present(const void *base) {
+  const MODEL *m = base;
+  return m->sentencepiece[0] || m->huggingface[0];
+}
 
 static int embedding_present(const void *base) {
   const MODEL *m = base;
@@ -417,9 +429,14 @@ static const keydef_t v2_keys[] = {
 
 /* A model's "tokenizer": text inputs become token ids on the front that reads them. */
 static const keydef_t tokenizer_keys[] = {
-    {"sentencepiece", KEY_STR, FIELD(MODEL, sentencepiece), .applies = APPLY_AT_RESTART, .def_doc = "none",
+    {"sentencepiece", KEY_STR, FIELD(MODEL, sentencepiece), .flags = KF_OMIT_EMPTY, .applies = APPLY_AT_RESTART,
+     .def_doc = "none",
      .range_doc = "a SentencePiece `.model` file, loaded at start and by `--check-config`",
      .doc = "the model file; without one, text is refused with 400 naming `tokenizer`"},
+    {"huggingface", KEY_STR, FIELD(MODEL, huggingface), .flags = KF_OMIT_EMPTY, .applies = APPLY_AT_RESTART,
+     .def_doc = "none", .range_doc = "a Hugging Face `tokenizer.json`, loaded at start and by `--check-config`",
+     .doc = "the file (instead of `sentencepiece`): the same ids as Hugging Face's own library; its own "
+            "`truncation` and `padding` are not lanepack's rules"},
     {"extra_options", KEY_STR, FIELD(MODEL, sentencepiece_options), .flags = KF_EMPTY_OK, .example = "\"bos:eos\"",
      .applies = APPLY_AT_RESTART, .def_doc = "none", .doc = "the library's encode options, e.g. `bos:eos`"},
     {"pair_template", KEY_STR, FIELD(MODEL, pair_template), .flags = KF_EMPTY_OK | KF_OMIT_EMPTY,
@@ -500,7 +517,7 @@ static const keydef_t model_keys[] = {
     {"v2", KEY_OBJ, FIELD(MODEL, v2), .sub = v2_keys, .present = v2_present, .applies = APPLY_AT_RESTART,
      .def_doc = "as below",
      .doc = "the v2 settings (below)"},
-    {"tokenizer", KEY_OBJ, .sub = tokenizer_keys, .example = "{\"sentencepiece\": \"PATH.model\"}", .check = tokenizer_check, .present = tokenizer_present,
+    {"tokenizer", KEY_OBJ, .sub = tokenizer_keys, .example = "{\"sentencepiece\": \"PATH.model\"} or {\"huggingface\": \"PATH/tokenizer.json\"}", .check = tokenizer_check, .present = tokenizer_present,
      .applies = APPLY_AT_RESTART, .def_doc = "none (token ids only)", .doc = "text inputs (below)"},
     {"embedding", KEY_OBJ, .sub = embedding_keys, .example = "{\"normalize\": true, \"dimensions\": N}", .present = embedding_present, .applies = APPLY_ON_RELOAD,
      .def_doc = "none", .doc = "what `POST /v1/embeddings` does with the backend's vectors (below)"},
@@ -889,6 +906,11 @@ int lp_config_load_file(lp_config_t *c, const char *path, char *err, size_t errl
 
 int32_t lp_config_piece_id(const void *ud, const char *piece) { return lp_tok_piece_id(ud, piece); }
 
+lp_tok_t *lp_config_tok_load(const lp_model_config_t *m, char *err, size_t errlen) {
+  if (m->huggingface[0]) return lp_tok_load_hf(m->huggingface, err, errlen);
+  return lp_tok_load(m->sentencepiece, m->sentencepiece_options, err, errlen);
+}
+
 const lp_model_config_t *lp_config_model(const lp_config_t *c, const char *name) {
   for (size_t i = 0; i < c->nmodels; i++)
     if (strcmp(c->models[i].name, name) == 0) return &c->models[i];
@@ -943,11 +965,15 @@ int lp_config_validate(const lp_config_t *c, char *err, size_t errlen) {
     if (m->ragged && m->ragged_max_tokens > m->max_batch_tokens)
       return fail(&x, path, "ragged_max_tokens is over max_batch_tokens (%llu)",
                   (unsigned long long)m->max_batch_tokens);
-    if (m->sentencepiece[0]) { /* the file loads, with its options, or the check says why */
+    if (m->sentencepiece[0] || m->huggingface[0]) { /* the file loads, with its options, or the check says why */
       char terr[256];
-      lp_tok_t *t = lp_tok_load(m->sentencepiece, m->sentencepiece_options, terr, sizeof(terr));
+      lp_tok_t *t = lp_config_tok_load(m, terr, sizeof(terr));
       if (!t) {
         char tpath[160];
+        if (m->huggingface[0]) {
+          snprintf(tpath, sizeof(tpath), "%s.tokenizer.huggingface", path);
+          return fail(&x, tpath, "%s", terr);
+        }
         snprintf(tpath, sizeof(tpath), "%s.tokenizer", path);
         return fail(&x, tpath, "cannot load the SentencePiece model '%s': %s", m->sentencepiece, terr);
       }

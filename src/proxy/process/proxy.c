@@ -147,11 +147,11 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
     if (rc) return rc;
     p->nmodels++;
     const lp_model_config_t *mc = &p->cfg.models[i];
-    if (mc->sentencepiece[0]) {
+    if (mc->sentencepiece[0] || mc->huggingface[0]) {
       char err[256];
-      if (!(p->tok[i] = lp_tok_load(mc->sentencepiece, mc->sentencepiece_options, err, sizeof(err)))) {
+      if (!(p->tok[i] = lp_config_tok_load(mc, err, sizeof(err)))) {
         lp_log(LP_LOG_ERROR, "tokenizer", "\"model\": \"%s\", \"file\": \"%s\", \"error\": \"%s\"", mc->name,
-               mc->sentencepiece, err);
+               mc->huggingface[0] ? mc->huggingface : mc->sentencepiece, err);
         return -EINVAL;
       }
       /* checked by the configuration's validation: it loads here too */
@@ -160,6 +160,12 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
         lp_log(LP_LOG_ERROR, "tokenizer", "\"model\": \"%s\", \"pair_template\": \"%s\"", mc->name, err);
         return -EINVAL;
       }
+      /* none configured: a tokenizer.json's own pair layout, where it has one
+         that a template can say (else /rerank answers 400 naming the key) */
+      char own[sizeof(mc->pair_template)];
+      if (!mc->pair_template[0] && lp_tok_pair_template(p->tok[i], own, sizeof(own)) == 0 &&
+          lp_tei_template_load(own, lp_config_piece_id, p->tok[i], &p->pair[i], err, sizeof(err)))
+        memset(&p->pair[i], 0, sizeof(p->pair[i]));
     }
   }
   for (size_t i = 0; i < p->nmodels && !p->tokpool; i++)

@@ -1,8 +1,8 @@
-// The C interface of lanepack/tokenizer.h over SentencePiece's C++ processor:
-// the one C++ file of the proxy (loaded with the configuration, called by the
-// fronts as they parse text); nothing here allocates per call but the
+// SentencePiece model files behind tok.c's dispatch (Debian's libsentencepiece,
+// C++): the one C++ file of the proxy (loaded with the configuration, called
+// by the fronts as they parse text); nothing here allocates per call but the
 // library's own id vector and piece list.
-#include "lanepack/tokenizer.h"
+#include "sp.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -15,7 +15,7 @@
 
 #include <sentencepiece_processor.h>
 
-struct lp_tok_s {
+struct lp__sp_s {
   sentencepiece::SentencePieceProcessor sp;    // with the encode options
   sentencepiece::SentencePieceProcessor plain; // without them (loaded only when there are some)
   bool has_options = false;
@@ -23,8 +23,8 @@ struct lp_tok_s {
   const sentencepiece::SentencePieceProcessor &raw() const { return has_options ? plain : sp; }
 };
 
-extern "C" lp_tok_t *lp_tok_load(const char *path, const char *extra_options, char *err, size_t errlen) {
-  lp_tok_t *t = new (std::nothrow) lp_tok_t;
+extern "C" lp__sp_t *lp__sp_load(const char *path, const char *extra_options, char *err, size_t errlen) {
+  lp__sp_t *t = new (std::nothrow) lp__sp_t;
   if (t == nullptr) {
     std::snprintf(err, errlen, "out of memory");
     return nullptr;
@@ -65,15 +65,15 @@ static long encode_with(const sentencepiece::SentencePieceProcessor &sp, const c
   }
 }
 
-extern "C" long lp_tok_encode(const lp_tok_t *t, const char *text, size_t len, int32_t *ids, size_t cap) {
+extern "C" long lp__sp_encode(const lp__sp_t *t, const char *text, size_t len, int32_t *ids, size_t cap) {
   return encode_with(t->sp, text, len, ids, cap);
 }
 
-extern "C" long lp_tok_encode_plain(const lp_tok_t *t, const char *text, size_t len, int32_t *ids, size_t cap) {
+extern "C" long lp__sp_encode_plain(const lp__sp_t *t, const char *text, size_t len, int32_t *ids, size_t cap) {
   return encode_with(t->raw(), text, len, ids, cap);
 }
 
-extern "C" long lp_tok_encode_fit(const lp_tok_t *t, const char *text, size_t len, size_t max, int left,
+extern "C" long lp__sp_encode_fit(const lp__sp_t *t, const char *text, size_t len, size_t max, int left,
                                   int32_t *ids, size_t cap) {
   try {
     std::vector<int> v;
@@ -109,14 +109,14 @@ extern "C" long lp_tok_encode_fit(const lp_tok_t *t, const char *text, size_t le
   }
 }
 
-extern "C" int32_t lp_tok_piece_id(const lp_tok_t *t, const char *piece) {
+extern "C" int32_t lp__sp_piece_id(const lp__sp_t *t, const char *piece) {
   int id = t->sp.PieceToId(std::string_view(piece));
   // an unknown piece comes back as the unknown piece's id: only a match counts
   if (id < 0 || t->sp.IdToPiece(id) != piece) return -1;
   return id;
 }
 
-extern "C" long lp_tok_pieces(const lp_tok_t *t, const char *text, size_t len, int special, lp_tok_piece_t *out,
+extern "C" long lp__sp_pieces(const lp__sp_t *t, const char *text, size_t len, int special, lp_tok_piece_t *out,
                               size_t cap) {
   try {
     sentencepiece::ImmutableSentencePieceText spt;
@@ -137,12 +137,12 @@ extern "C" long lp_tok_pieces(const lp_tok_t *t, const char *text, size_t len, i
   }
 }
 
-extern "C" const char *lp_tok_piece_name(const lp_tok_t *t, int32_t id) {
+extern "C" const char *lp__sp_piece_name(const lp__sp_t *t, int32_t id) {
   if (id < 0 || id >= t->sp.GetPieceSize()) return "";
   return t->sp.IdToPiece(id).c_str();
 }
 
-extern "C" long lp_tok_decode(const lp_tok_t *t, const int32_t *ids, size_t n, int skip_special, char *out,
+extern "C" long lp__sp_decode(const lp__sp_t *t, const int32_t *ids, size_t n, int skip_special, char *out,
                               size_t cap) {
   try {
     const auto &sp = t->raw();
@@ -174,6 +174,6 @@ extern "C" long lp_tok_decode(const lp_tok_t *t, const int32_t *ids, size_t n, i
   }
 }
 
-extern "C" int32_t lp_tok_vocab(const lp_tok_t *t) { return t->sp.GetPieceSize(); }
+extern "C" int32_t lp__sp_vocab(const lp__sp_t *t) { return t->sp.GetPieceSize(); }
 
-extern "C" void lp_tok_free(lp_tok_t *t) { delete t; }
+extern "C" void lp__sp_free(lp__sp_t *t) { delete t; }

@@ -1,0 +1,94 @@
+// lanepack's tokenizer.json tokenizer (src/text/hf*.c, through tests/hf-encode.c)
+// against Hugging Face's own tokenizers library (tests/package.json pins the
+// npm package, its Rust code): tokenizer.json files built here with the
+// library (its trainer on the licences Debian ships, its builders for the
+// normalizers, pre-tokenizers and post-processors), then thousands of lines in
+// many scripts (accents and combining marks, CJK, Thai, Arabic, Hebrew, emoji
+// with joiners and flags, control characters, NBSP and ideographic spaces,
+// words over 100 characters, empty, whitespace-only, \r\n), single and as
+// pairs, with and without special tokens: ids, type ids and offsets must be
+// the library's. A file with an unsupported part is refused naming where.
+// Usage: node test-hf-tokenizer.mjs HF_ENCODE [KIND...]
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { KINDS, lines } from "./hf-kinds.mjs";
+import { check, tally } from "./lpnode.mjs";
+const [encoder, ...only] = process.argv.slice(2);
+const dir = mkdtempSync(join(tmpdir(), "lp-hf-"));
+const TEXTS = lines(Number(process.env.LP_HF_LINES || 2400));
+
+// byte offsets (ours) as the library's code point offsets: a byte maps to
+// the character holding it, an end at the text's end to the count (the
+// library's BytesToCharOffsetConverter)
+function cpOffsets(text, offs) {
+  const map = [];
+  let c = 0;
+  for (const ch of text) {
+    for (let k = 0; k < Buffer.byteLength(ch); k++) map.push(c);
+    c++;
+  }
+  const conv = (x, end) => (x < map.length ? map[x] : end && x === map.length ? c : -1);
+  return offs.map(([x, y]) => {
+    if (x === y) return [conv(x, true), conv(y, true)];
+    const s = conv(x, false);
+    const e = y < map.length ? map[y] : y === map.length ? (map.length ? map[y - 1] + 1 : 0) : -1;
+    return [s, e];
+  });
+}
+
+async function runKind(name, make) {
+  const tk = make();
+  const path = join(dir, name + ".json");
+  tk.save(path);
+  const cases = [];
+  for (let i = 0; i < TEXTS.length; i++) {
+    cases.push({ a: TEXTS[i], b: null, special: i % 3 !== 2 });
+    if (i % 4 === 0) cases.push({ a: TEXTS[i], b: TEXTS[(i * 7 + 3) % TEXTS.length], special: i % 8 === 0 });
+  }
+  const want = [];
+  for (const c of cases) want.push(await tk.encode(c.a, c.b, { addSpecialTokens: c.special }));
+  const out = execFileSync(encoder, [path], { input: cases.map((c) => JSON.stringify(c)).join("\n") + "\n", maxBuffer: 1 << 28 })
+    .toString().trim().split("\n").map((l) => JSON.parse(l));
+  check(`${name}: one answer per case`, out.length === cases.length, { got: out.length, want: cases.length });
+  let bad = 0;
+  for (let i = 0; i < cases.length && i < out.length; i++) {
+    const w = want[i], g = out[i], c = cases[i];
+    const wo = w.getOffsets();
+    // the pair's offsets are the second text's: split ours by type where the library does
+    const seqs = w.getSequenceIds ? w.getSequenceIds() : null;
+    const gotOff = g.offsets ? g.offsets.map((o, k) => cpOffsets(seqs && seqs[k] === 1 ? c.b : c.a, [o])[0]) : null;
+    const ok = g.ids && JSON.stringify(g.ids) === JSON.stringify(w.getIds()) &&
+      JSON.stringify(g.types) === JSON.stringify(w.getTypeIds()) && JSON.stringify(gotOff) === JSON.stringify(wo) &&
+      JSON.stringify(g.special) === JSON.stringify(w.getSpecialTokensMask()) &&
+      (c.b !== null || JSON.stringify(g.tok) === JSON.stringify(w.getIds()));
+    if (!ok && bad++ < 5)
+      check(`${name}: case ${i} ${JSON.stringify(c).slice(0, 200)}`, false,
+        { want: { ids: w.getIds(), types: w.getTypeIds(), offsets: wo, special: w.getSpecialTokensMask(), tokens: w.getTokens() },
+          got: { ...g, offsets: gotOff } });
+  }
+  check(`${name}: ${cases.length} cases give the library's ids, type ids, offsets and special tokens (${bad} differ)`, bad === 0, bad);
+}
+
+for (const [name, make] of Object.entries(KINDS)) if (!only.length || only.includes(name)) await runKind(name, make);
+
+// a part lanepack does not run is refused, naming where it sits in the file
+{
+  const tk = KINDS["wordpiece-bert-uncased"]();
+  const path = join(dir, "bad.json");
+  tk.save(path);
+  const j = JSON.parse(readFileSync(path, "utf8"));
+  j.normalizer = { type: "Sequence", normalizers: [{ type: "NFC" }, { type: "Foo" }] };
+  writeFileSync(path, JSON.stringify(j));
+  let out = "";
+  try {
+    execFileSync(encoder, [path], { input: "" });
+  } catch (e) {
+    out = e.stdout.toString();
+  }
+  check("an unsupported normalizer is refused naming where", out.includes("normalizer.normalizers[1]: type 'Foo' is not supported"), out);
+}
+
+console.log(`${tally.passed} passed, ${tally.failed} failed`);
+process.exit(tally.failed || !tally.passed ? 1 : 0);
