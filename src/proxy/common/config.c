@@ -51,6 +51,7 @@ void lp_config_default(lp_config_t *c) {
   c->max_pipeline = 64;
   c->threads = 1;
   c->max_unsent_bytes = 1024 * 1024;
+  c->max_unsent_bytes_total = LP_UNSENT_TOTAL_DEFAULT;
   c->idle_timeout_ms = 60000;
   c->request_timeout_ms = 30000;
   c->max_sequences_per_request = 1024;
@@ -419,6 +420,9 @@ int lp_config_load_text(lp_config_t *c, const char *text, size_t len, const char
     } else if (strcmp(key, "max_unsent_bytes") == 0) {
       uint64_t t = 0;
       if (!(rc = get_u64(&x, v, key, 4096, 1ull << 32, &t))) c->max_unsent_bytes = t;
+    } else if (strcmp(key, "max_unsent_bytes_total") == 0) {
+      uint64_t t = 0; /* at least a few streamed answers' pieces (64 KiB each) */
+      if (!(rc = get_u64(&x, v, key, 1u << 20, 1ull << 40, &t))) c->max_unsent_bytes_total = t;
     } else if (strcmp(key, "max_pipeline") == 0) {
       uint64_t t = 0;
       if (!(rc = get_u64(&x, v, key, 1, 100000, &t))) c->max_pipeline = t;
@@ -583,6 +587,7 @@ char *lp_config_dump(const lp_config_t *c) {
   json_object_set_new(root, "max_connections", json_integer((json_int_t)c->max_connections));
   json_object_set_new(root, "max_pipeline", json_integer((json_int_t)c->max_pipeline));
   json_object_set_new(root, "max_unsent_bytes", json_integer((json_int_t)c->max_unsent_bytes));
+  json_object_set_new(root, "max_unsent_bytes_total", json_integer((json_int_t)c->max_unsent_bytes_total));
   json_object_set_new(root, "max_body_bytes_in_flight", json_integer((json_int_t)lp_config_body_budget(c)));
   json_object_set_new(root, "idle_timeout_ms", json_integer((json_int_t)c->idle_timeout_ms));
   json_object_set_new(root, "max_requests_per_connection",

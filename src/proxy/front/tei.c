@@ -56,33 +56,143 @@ static lp_model_t *pick_model(lp_front_t *f, lp_http_req_t *req, int route, cons
   return NULL;
 }
 
+/* A /tokenize answer is built whole up to this size (most are far smaller);
+ * a larger one is written as its client reads it, a piece at a time (an
+ * answer takes some 60 bytes a token: 1,024 inputs of 1,000 tokens are 60 MB). */
+#define TOKENIZE_AT_ONCE (256 * 1024)
+/* ... and up to this while the answers held for clients are at their bound
+ * (a few inputs' worth: what 10,000 clients that do not read may make the
+ * proxy hold, each its own answer, stays small). */
+#define TOKENIZE_AT_ONCE_FULL (16 * 1024)
+
+/* The pieces of one input into *pc (grown; owned by the caller): the count,
+ * or negative. */
+static long input_pieces(const lp_tok_t *t, const lp_tei_text_t *in, int special, lp_tok_piece_t **pc,
+                         size_t *cap) {
+  long n = lp_tok_pieces(t, in->s, in->len, special, *pc, *cap);
+  if (n > (long)*cap) {
+    lp_tok_piece_t *p2 = realloc(*pc, (size_t)n * sizeof(**pc));
+    if (!p2) return -ENOMEM;
+    *pc = p2;
+    *cap = (size_t)n;
+    n = lp_tok_pieces(t, in->s, in->len, special, *pc, *cap);
+  }
+  if (n > (long)*cap) return -EINVAL;
+  return n < 0 && n != -ENOMEM ? -EINVAL : n;
+}
+
+/* Input i's entry of the answer: its n pieces (pc). */
+static void input_json(lp_buf_t *out, const lp_tok_t *t, const lp_tei_text_t *in, size_t i,
+                       const lp_tok_piece_t *pc, long n) {
+  lp_buf_puts(out, i ? ",[" : "[");
+  for (long k = 0; k < n; k++) {
+    if (k) lp_buf_puts(out, ",");
+    const lp_tok_piece_t *p = &pc[k];
+    const char *name = lp_tok_piece_name(t, p->id);
+    int in_text = !p->special && p->begin <= p->end && p->end <= in->len;
+    lp_tei_token(out, p->id, in_text ? in->s + p->begin : name, in_text ? p->end - p->begin : strlen(name),
+                 !in_text, p->begin, p->end);
+  }
+  lp_buf_puts(out, "]");
+}
+
+/* A /tokenize answer written as its client reads: the part built at once,
+ * then the inputs from `next` on, tokenized again a piece at a time. All of
+ * it owned here (tok_stream_next frees it). */
+typedef struct tok_stream_s {
+  const lp_tok_t *t;          /* the model's: loaded once, freed with the proxy */
+  int special;
+  size_t next, n;             /* the next input to write, of n */
+  lp_tei_text_t *texts;       /* n, pointing into text */
+  char *text;                 /* the inputs' bytes, copied out of the request */
+  lp_buf_t first;             /* the answer's start, built at once */
+  lp_tok_piece_t *pc;
+  size_t cap;
+} tok_stream_t;
+
+static void tok_stream_free(tok_stream_t *st) {
+  if (!st) return;
+  free(st->texts);
+  free(st->text);
+  lp_buf_free(&st->first);
+  free(st->pc);
+  free(st);
+}
+
+/* lp_http_stream_cb: the answer's next inputs, about room bytes of them. */
+static int tok_stream_next(void *ud, lp_buf_t *out, size_t room) {
+  tok_stream_t *st = ud;
+  if (!out) {
+    tok_stream_free(st);
+    return 0;
+  }
+  size_t start = out->len;
+  if (st->first.len) {
+    lp_buf_append(out, st->first.data, st->first.len);
+    lp_buf_free(&st->first);
+  }
+  while (st->next < st->n && out->len - start < room && !out->oom) {
+    const lp_tei_text_t *in = &st->texts[st->next];
+    long k = input_pieces(st->t, in, st->special, &st->pc, &st->cap);
+    if (k < 0) return (int)k; /* it was tokenized once already: memory only */
+    input_json(out, st->t, in, st->next, st->pc, k);
+    st->next++;
+  }
+  if (st->next < st->n) return 1;
+  lp_buf_puts(out, "]\n");
+  return 0;
+}
+
+/* The stream of r's answer from input `next` on, behind the part built in
+ * first (taken). NULL without memory. */
+static tok_stream_t *tok_stream_new(const lp_tok_t *t, const lp_tei_req_t *r, size_t next, lp_buf_t *first,
+                                    size_t *held) {
+  tok_stream_t *st = calloc(1, sizeof(*st));
+  if (!st) return NULL;
+  size_t bytes = 0;
+  for (size_t i = next; i < r->ntexts; i++) bytes += r->texts[i].len;
+  st->texts = calloc(r->ntexts, sizeof(*st->texts));
+  st->text = malloc(bytes ? bytes : 1);
+  if (!st->texts || !st->text) {
+    tok_stream_free(st);
+    return NULL;
+  }
+  char *p = st->text;
+  for (size_t i = next; i < r->ntexts; i++) {
+    if (r->texts[i].len) memcpy(p, r->texts[i].s, r->texts[i].len);
+    st->texts[i] = (lp_tei_text_t){p, r->texts[i].len};
+    p += r->texts[i].len;
+  }
+  st->t = t;
+  st->special = r->add_special_tokens;
+  st->next = next;
+  st->n = r->ntexts;
+  st->first = *first;
+  lp_buf_init(first);
+  *held = sizeof(*st) + bytes + r->ntexts * sizeof(*st->texts) + st->first.cap;
+  return st;
+}
+
 /* /tokenize: each input's pieces with their ids and where they lie in it,
- * each input at most limit pieces, as /embed's without truncate (an answer
- * takes some 60 bytes a piece: the bound keeps it near its model's sizes). */
+ * each input at most limit pieces, as /embed's without truncate. Every input
+ * is checked first (an error is the whole answer's status); an answer past
+ * TOKENIZE_AT_ONCE is then written as the client reads it (what the
+ * server's unsent answers may hold bounds how many such wait at once: past
+ * it, 429). */
 static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tok_t *t, const lp_tei_req_t *r,
                      uint32_t limit) {
   lp_buf_t out;
   lp_buf_init(&out);
   lp_tok_piece_t *pc = NULL; /* owned here */
-  size_t cap = 0;
+  size_t cap = 0, stream_from = r->ntexts; /* the first input not built at once */
+  size_t at_once = lp_http_unsent_full(req) ? TOKENIZE_AT_ONCE_FULL : TOKENIZE_AT_ONCE;
   int rc = 0;
   char msg[256];
   lp_buf_puts(&out, "[");
   for (size_t i = 0; i < r->ntexts && !rc; i++) {
-    const lp_tei_text_t *in = &r->texts[i];
-    long n = lp_tok_pieces(t, in->s, in->len, r->add_special_tokens, pc, cap);
-    if (n > (long)cap) {
-      lp_tok_piece_t *p2 = realloc(pc, (size_t)n * sizeof(*pc));
-      if (!p2) {
-        rc = -ENOMEM;
-        break;
-      }
-      pc = p2;
-      cap = (size_t)n;
-      n = lp_tok_pieces(t, in->s, in->len, r->add_special_tokens, pc, cap);
-    }
-    if (n < 0 || n > (long)cap) {
-      rc = n == -ENOMEM ? -ENOMEM : -EINVAL;
+    long n = input_pieces(t, &r->texts[i], r->add_special_tokens, &pc, &cap);
+    if (n < 0) {
+      rc = (int)n;
       break;
     }
     if ((size_t)n > limit) {
@@ -91,31 +201,35 @@ static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tok_t *t, const
       rc = -E2BIG;
       break;
     }
-    lp_buf_puts(&out, i ? ",[" : "[");
-    for (long k = 0; k < n; k++) {
-      if (k) lp_buf_puts(&out, ",");
-      const lp_tok_piece_t *p = &pc[k];
-      const char *name = lp_tok_piece_name(t, p->id);
-      int in_text = !p->special && p->begin <= p->end && p->end <= in->len;
-      lp_tei_token(&out, p->id, in_text ? in->s + p->begin : name, in_text ? p->end - p->begin : strlen(name),
-                   !in_text, p->begin, p->end);
-    }
-    lp_buf_puts(&out, "]");
+    if (stream_from < r->ntexts) continue; /* checked only: written later */
+    if (out.len >= at_once) stream_from = i;
+    else input_json(&out, t, &r->texts[i], i, pc, n);
   }
-  lp_buf_puts(&out, "]\n");
+  if (stream_from == r->ntexts) lp_buf_puts(&out, "]\n");
   free(pc);
+  tok_stream_t *st = NULL;
+  size_t held = 0;
   if (rc == -E2BIG) {
     lp__tei_reject(f, req, LP_ROUTE_TEI_TOKENIZE, 422, LP_TEI_TOKENIZER, "sequence_too_long", msg, NULL);
   } else if (rc == -EINVAL) {
     lp__tei_reject(f, req, LP_ROUTE_TEI_TOKENIZE, 422, LP_TEI_TOKENIZER, "tokenizer_refused",
                    "the tokenizer refused a text", NULL);
-  } else if (rc || out.oom) {
+  } else if (rc || out.oom || (stream_from < r->ntexts && !(st = tok_stream_new(t, r, stream_from, &out, &held)))) {
     lp__tei_reject(f, req, LP_ROUTE_TEI_TOKENIZE, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory",
                    NULL);
-  } else {
+  } else if (!st) {
     lp_proxy_count(f, LP_ROUTE_TEI_TOKENIZE, 200);
     lp__access_log(f, req, 200, NULL);
     lp_http_respond(req, 200, NULL, "application/json", out.data, out.len);
+  } else if (lp_http_reserve(req, held) == 0) {
+    lp_proxy_count(f, LP_ROUTE_TEI_TOKENIZE, 200);
+    lp__access_log(f, req, 200, NULL);
+    lp_http_respond_stream(req, 200, NULL, "application/json", tok_stream_next, st);
+  } else {
+    tok_stream_free(st);
+    lp__tei_reject(f, req, LP_ROUTE_TEI_TOKENIZE, 429, LP_TEI_OVERLOADED, "answers_unsent_full",
+                   "large answers waiting for their clients fill the proxy's max_unsent_bytes_total: retry later",
+                   NULL);
   }
   lp_buf_free(&out);
 }

@@ -106,6 +106,21 @@ static void on_sighup(uv_signal_t *s, int signum) {
     lp_log(LP_LOG_ERROR, "access log not reopened: writing on to the old file", NULL);
 }
 
+void lp__trim_arena(void) {
+#ifdef __GLIBC__
+  /* malloc_trim gives back the free pages inside a thread arena's heap but
+   * not its top, where everything freed after a burst ends up merged (tens
+   * of MB that 16 streamed answers' requests held stayed resident): a thread
+   * arena's top shrinks only in a free of 64 KB or more while the trim
+   * threshold is under it. So, for a moment, it is; the threshold goes back
+   * to main's (a free on another thread meanwhile may trim too: harmless). */
+  mallopt(M_TRIM_THRESHOLD, 128 << 10);
+  void *volatile big = malloc(256 << 10); /* volatile: a compiler drops a malloc freed at once */
+  free(big);
+  mallopt(M_TRIM_THRESHOLD, LP_TRIM_THRESHOLD);
+#endif
+}
+
 /* After a burst the allocator keeps what it freed; once nothing is in flight,
  * give it back, so that resident memory follows live connections and queues
  * (what an operator watches), not the last peak. At most once a second, and
@@ -115,10 +130,14 @@ static void on_trim(uv_timer_t *t) {
   if (!p->remote) lp__alog_flush(&p->fronts[0].alog); /* remote fronts flush their own */
   uint64_t served = 0;
   for (unsigned i = 0; i < p->nfronts; i++) served += LP_RELAXED_LOAD(p->fronts[i].served);
-  if (p->jobs || p->batches) return;
+  /* answers held for clients that do not read (streamed ones, their
+   * requests' texts) go when they read or leave, long after they were served */
+  if (__atomic_load_n(&p->client_counts.unsent_bytes, __ATOMIC_RELAXED)) p->unsent_seen = 1;
+  if (p->jobs || p->batches || __atomic_load_n(&p->client_counts.unsent_bytes, __ATOMIC_RELAXED)) return;
   /* twice, on two quiet ticks: an answer still being written when the first
    * ran (its buffer freed just after) goes back at the second */
-  if (served != p->trimmed_at) p->trims_left = 2;
+  if (served != p->trimmed_at || p->unsent_seen) p->trims_left = 2;
+  p->unsent_seen = 0;
   if (!p->trims_left) return;
   p->trims_left--;
   p->trimmed_at = served;
@@ -129,6 +148,9 @@ static void on_trim(uv_timer_t *t) {
    * its first few batches again */
   for (size_t i = 0; i < p->nmodels; i++) lp__batches_free(&p->models[i]);
   malloc_trim(0);
+  lp__trim_arena();
+  for (unsigned i = 0; i < p->nfronts; i++)
+    if (p->fronts[i].remote) __atomic_store_n(&p->fronts[i].trim_due, 1, __ATOMIC_RELAXED);
 }
 
 int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *port) {
