@@ -3,16 +3,18 @@
 yet taken by clients count against max_unsent_bytes_total, and a large
 /tokenize answer is written as its client reads, never built whole.
 
-16 connections each send one /tokenize request of 512 texts (a ~30 MB answer)
+16 connections each send one /tokenize request of 256 texts (a ~15 MB answer)
 and do not read. Before, the proxy built every answer whole and queued it: its
-RSS went up by ~16 x 30 MB and stayed there. Now it holds their texts and a
+RSS went up by ~16 x 15 MB (240 MB) and stayed there. Now it holds their texts and a
 piece of answer each: RSS stays within the configured bound plus what the
 requests themselves hold; lanepack_answer_bytes_unsent says what is held. Then
 they read: every answer arrives whole (chunked) and equal to the answer of the
 same texts sent one by one, or is refused in TEI's shape (429 Overloaded); and
 the memory goes back.
 
-Arguments: the lanepack binary [--bench: print RSS figures only]."""
+Arguments: the lanepack binary, then for a benchmark run [--bench] (a line of
+figures at the end) [--conns N] [--texts N] (1,024 texts is issue 35's
+request: 3.6 MB, a ~70 MB answer)."""
 import http.client
 import json
 import os
@@ -28,7 +30,12 @@ from lphelp import check, finish, free_port, rss_kb, start_lanepack, stop_lanepa
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 CONNS = 16
-TEXTS = 512
+TEXTS = 256
+for _i, _a in enumerate(sys.argv):
+    if _a == "--conns":
+        CONNS = int(sys.argv[_i + 1])
+    elif _a == "--texts":
+        TEXTS = int(sys.argv[_i + 1])
 BOUND = 64 << 20  # max_unsent_bytes_total: its default (doc/configuration.md)
 
 
@@ -154,7 +161,7 @@ def run_checks(port, proc, bench):
     ok = [r for r in results if r and r[0] == 200]
     refused = [r for r in results if r and r[0] == 429 and tei_error(r[0], r[1], 429, "Overloaded")]
     check("then they read: every answer is 200 or 429 Overloaded (%d and %d)" % (len(ok), len(refused)),
-          len(ok) + len(refused) == CONNS and len(ok) >= CONNS // 2,
+          len(ok) + len(refused) == CONNS and (bench or len(ok) >= CONNS // 2),
           [(r[0], str(r[1])[:200]) for r in results if r and r[0] not in (200, 429)])
     check("... each 200 whole: %d inputs, the first two as tokenized on their own" % TEXTS,
           all(len(r[1]) == TEXTS and r[1][:2] == one for r in ok), [len(r[1]) for r in ok])
@@ -170,8 +177,8 @@ def run_checks(port, proc, bench):
           (after, base))
     check("lanepack_answer_bytes_unsent is 0 again", metric(port, "lanepack_answer_bytes_unsent") == 0)
     if bench:
-        print("bench: conns %d texts %d rss_base_mb %d rss_held_mb %d rss_after_mb %d"
-              % (CONNS, TEXTS, base >> 10, held >> 10, after >> 10))
+        print("bench: conns %d texts %d body_mb %.1f rss_base_mb %d rss_held_mb %d rss_after_mb %d ok %d refused %d"
+              % (CONNS, TEXTS, len(body) / 1e6, base >> 10, held >> 10, after >> 10, len(ok), len(refused)))
 
 
 if __name__ == "__main__":

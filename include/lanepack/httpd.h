@@ -97,6 +97,7 @@ typedef struct lp_httpd_shared_s {
   size_t unsent_bytes;       /* answers held until their clients take them, and what
                                 streamed answers hold to write the rest: against
                                 max_unsent_bytes_total */
+  size_t reserved_bytes;     /* ... of them, what streams' producers hold (lp_http_reserve) */
 } lp_httpd_shared_t;
 
 typedef struct lp_httpd_config_s {
@@ -200,8 +201,8 @@ int lp_http_unsent_full(const lp_http_req_t *req);
 
 /* Counts n bytes that req's answer holds (a stream's producer: its
  * request's data) against max_unsent_bytes_total until req is freed. Returns
- * 0, or -ENOBUFS when the answers held would pass 3/4 of the bound with them
- * (the rest is for what is being written): nothing is counted then. */
+ * 0, or -ENOBUFS when what streams hold would pass 3/4 of the bound with them
+ * (the rest is for the pieces being written): nothing is counted then. */
 int lp_http_reserve(lp_http_req_t *req, size_t n);
 
 /* Answers req with a body made by next as the client reads it: chunked

@@ -330,7 +330,7 @@ static void wait_remove(lp_http_conn_t *c);
 
 /* ---- busy records, lent to connections while they have something in hand ---- */
 
-/* Busy records kept for reuse (56 bytes each): as many as the parser states,
+/* Busy records kept for reuse (88 bytes each): as many as the parser states,
  * so that a steady load of that many busy connections allocates none; more
  * are freed when given back. */
 #define BUSY_POOL_MAX (LP_HTTP_ASAN ? 0 : PARSE_POOL_MAX)
@@ -595,6 +595,7 @@ static void req_free(lp_http_req_t *r) {
   body_uncharge(r);
   stream_end(r);
   out_uncharge(r, r->_out_charged);
+  if (r->_reserved) __atomic_sub_fetch(&conn_srv(r->_conn)->count->reserved_bytes, r->_reserved, __ATOMIC_RELAXED);
   r->_reserved = 0;
   if (r->url != r->_url_inline) free(r->url);
   free(r->authorization);
@@ -718,12 +719,12 @@ int lp_http_reserve(lp_http_req_t *req, size_t n) {
   size_t most = s->cfg.max_unsent_bytes_total / 4 * STREAM_HELD_QUARTERS;
   /* taken first, given back if over: servers on other threads charge the
    * same count at the same time */
-  size_t now = __atomic_add_fetch(&s->count->unsent_bytes, n, __ATOMIC_RELAXED);
+  size_t now = __atomic_add_fetch(&s->count->reserved_bytes, n, __ATOMIC_RELAXED);
   if (s->cfg.max_unsent_bytes_total && now > most) {
-    __atomic_sub_fetch(&s->count->unsent_bytes, n, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&s->count->reserved_bytes, n, __ATOMIC_RELAXED);
     return -ENOBUFS;
   }
-  req->_out_charged += n;
+  out_charge(req, n);
   req->_reserved += n;
   return 0;
 }
