@@ -168,6 +168,27 @@ def run_checks(port, proc, bench):
     check("... written as the client read (chunked)", all(r[2] == "chunked" for r in ok), [r[2] for r in ok])
     for s in socks:
         s.close()
+
+    # clients that leave in the middle of their streams (a piece being written)
+    gone = []
+    for _ in range(4):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        s.connect(("127.0.0.1", port))
+        s.sendall(head + body)
+        gone.append(s)
+    settle(proc.pid)
+    for s in gone:
+        s.recv(1000)  # the answer had begun
+        s.close()
+    end, left = time.time() + 10, None
+    while time.time() < end and left != 0:
+        time.sleep(0.25)
+        left = metric(port, "lanepack_answer_bytes_unsent")
+    check("streams whose clients left midway: nothing stays held (%s)" % left, left == 0, left)
+    st, js = post(port, {"inputs": texts[:2]})
+    check("... and the proxy serves on", st == 200 and js == one, (st, str(js)[:200]))
+
     end, after = time.time() + 8, rss_kb(proc.pid)
     while time.time() < end and after > base + 32 * 1024:
         time.sleep(0.25)
