@@ -96,16 +96,17 @@ static void input_json(lp_buf_t *out, const lp_tok_t *t, const lp_tei_text_t *in
   lp_buf_puts(out, "]");
 }
 
-/* A /tokenize answer written as its client reads: the part built at once,
- * then the inputs from `next` on, tokenized again a piece at a time. All of
- * it owned here (tok_stream_next frees it). */
+/* A /tokenize answer written as its client reads, its inputs tokenized
+ * again a piece at a time (what was built while checking them is dropped:
+ * a waiting stream holds its texts only). All of it owned here
+ * (tok_stream_next frees it). */
 typedef struct tok_stream_s {
   const lp_tok_t *t;          /* the model's: loaded once, freed with the proxy */
   int special;
+  int begun;                  /* the answer's '[' is written */
   size_t next, n;             /* the next input to write, of n */
   lp_tei_text_t *texts;       /* n, pointing into text */
   char *text;                 /* the inputs' bytes, copied out of the request */
-  lp_buf_t first;             /* the answer's start, built at once */
   lp_tok_piece_t *pc;
   size_t cap;
 } tok_stream_t;
@@ -114,7 +115,6 @@ static void tok_stream_free(tok_stream_t *st) {
   if (!st) return;
   free(st->texts);
   free(st->text);
-  lp_buf_free(&st->first);
   free(st->pc);
   free(st);
 }
@@ -127,10 +127,8 @@ static int tok_stream_next(void *ud, lp_buf_t *out, size_t room) {
     return 0;
   }
   size_t start = out->len;
-  if (st->first.len) {
-    lp_buf_append(out, st->first.data, st->first.len);
-    lp_buf_free(&st->first);
-  }
+  if (!st->begun) lp_buf_puts(out, "[");
+  st->begun = 1;
   while (st->next < st->n && out->len - start < room && !out->oom) {
     const lp_tei_text_t *in = &st->texts[st->next];
     long k = input_pieces(st->t, in, st->special, &st->pc, &st->cap);
@@ -143,14 +141,12 @@ static int tok_stream_next(void *ud, lp_buf_t *out, size_t room) {
   return 0;
 }
 
-/* The stream of r's answer from input `next` on, behind the part built in
- * first (taken). NULL without memory. */
-static tok_stream_t *tok_stream_new(const lp_tok_t *t, const lp_tei_req_t *r, size_t next, lp_buf_t *first,
-                                    size_t *held) {
+/* The stream of r's answer, with what it holds in *held. NULL without memory. */
+static tok_stream_t *tok_stream_new(const lp_tok_t *t, const lp_tei_req_t *r, size_t *held) {
   tok_stream_t *st = calloc(1, sizeof(*st));
   if (!st) return NULL;
   size_t bytes = 0;
-  for (size_t i = next; i < r->ntexts; i++) bytes += r->texts[i].len;
+  for (size_t i = 0; i < r->ntexts; i++) bytes += r->texts[i].len;
   st->texts = calloc(r->ntexts, sizeof(*st->texts));
   st->text = malloc(bytes ? bytes : 1);
   if (!st->texts || !st->text) {
@@ -158,18 +154,15 @@ static tok_stream_t *tok_stream_new(const lp_tok_t *t, const lp_tei_req_t *r, si
     return NULL;
   }
   char *p = st->text;
-  for (size_t i = next; i < r->ntexts; i++) {
+  for (size_t i = 0; i < r->ntexts; i++) {
     if (r->texts[i].len) memcpy(p, r->texts[i].s, r->texts[i].len);
     st->texts[i] = (lp_tei_text_t){p, r->texts[i].len};
     p += r->texts[i].len;
   }
   st->t = t;
   st->special = r->add_special_tokens;
-  st->next = next;
   st->n = r->ntexts;
-  st->first = *first;
-  lp_buf_init(first);
-  *held = sizeof(*st) + bytes + r->ntexts * sizeof(*st->texts) + st->first.cap;
+  *held = sizeof(*st) + bytes + r->ntexts * sizeof(*st->texts);
   return st;
 }
 
@@ -184,7 +177,8 @@ static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tok_t *t, const
   lp_buf_t out;
   lp_buf_init(&out);
   lp_tok_piece_t *pc = NULL; /* owned here */
-  size_t cap = 0, stream_from = r->ntexts; /* the first input not built at once */
+  size_t cap = 0;
+  int stream = 0; /* too large to build at once */
   size_t at_once = lp_http_unsent_full(req) ? TOKENIZE_AT_ONCE_FULL : TOKENIZE_AT_ONCE;
   int rc = 0;
   char msg[256];
@@ -201,11 +195,12 @@ static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tok_t *t, const
       rc = -E2BIG;
       break;
     }
-    if (stream_from < r->ntexts) continue; /* checked only: written later */
-    if (out.len >= at_once) stream_from = i;
+    if (stream) continue; /* checked only: written later */
+    if (out.len >= at_once) stream = 1;
     else input_json(&out, t, &r->texts[i], i, pc, n);
   }
-  if (stream_from == r->ntexts) lp_buf_puts(&out, "]\n");
+  if (stream) lp_buf_free(&out);
+  else lp_buf_puts(&out, "]\n");
   free(pc);
   tok_stream_t *st = NULL;
   size_t held = 0;
@@ -214,7 +209,7 @@ static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tok_t *t, const
   } else if (rc == -EINVAL) {
     lp__tei_reject(f, req, LP_ROUTE_TEI_TOKENIZE, 422, LP_TEI_TOKENIZER, "tokenizer_refused",
                    "the tokenizer refused a text", NULL);
-  } else if (rc || out.oom || (stream_from < r->ntexts && !(st = tok_stream_new(t, r, stream_from, &out, &held)))) {
+  } else if (rc || out.oom || (stream && !(st = tok_stream_new(t, r, &held)))) {
     lp__tei_reject(f, req, LP_ROUTE_TEI_TOKENIZE, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory",
                    NULL);
   } else if (!st) {
