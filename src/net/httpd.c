@@ -915,7 +915,9 @@ static void on_written(uv_write_t *w, int status) {
   if (last->_piece_writing) { /* a streamed answer's piece: the answer goes on */
     last->_piece_writing = 0;
     out_uncharge(last, last->_out_charged - last->_reserved);
-    lp_buf_reset(&last->_resp);
+    /* freed, not kept: a stream between pieces holds nothing uncounted (a
+     * malloc per 64 KiB piece is little beside making the piece) */
+    lp_buf_free(&last->_resp);
     if (c->closed) req_free(last); /* conn_close left it to this */
   } else {
     free_group(c, last->_group);
@@ -939,8 +941,7 @@ static void wait_remove(lp_http_conn_t *c) {
 }
 
 /* c's stream waits for room: last in line; the first in line looks again
- * after STREAM_WAIT_MS (a piece taken on this server wakes it sooner). Its
- * piece buffer goes back meanwhile: thousands may wait. */
+ * after STREAM_WAIT_MS (a piece taken on this server wakes it sooner). */
 static void wait_add(lp_http_conn_t *c) {
   lp_http_busy_t *b = c->b;
   if (b->waiting) return;
@@ -952,8 +953,6 @@ static void wait_add(lp_http_conn_t *c) {
   else s->wait_head = c;
   s->wait_tail = c;
   s->nwaiting++;
-  lp_http_req_t *r = b->head;
-  if (r && !r->_resp.len && r->_resp.cap > 4096) lp_buf_free(&r->_resp); /* not before the head is out */
   conn_timer_at(s->wait_head, uv_now(s->loop) + STREAM_WAIT_MS);
 }
 

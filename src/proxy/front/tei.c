@@ -219,6 +219,10 @@ static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tok_t *t, const
   } else if (lp_http_reserve(req, held) == 0) {
     lp_proxy_count(f, LP_ROUTE_TEI_TOKENIZE, 200);
     lp__access_log(f, req, 200, NULL);
+    /* the texts were copied out: a stream holds no body (r's point into
+     * its JSON, not into the body) */
+    free(req->body);
+    req->body = NULL;
     lp_http_respond_stream(req, 200, NULL, "application/json", tok_stream_next, st);
   } else {
     tok_stream_free(st);
