@@ -168,6 +168,33 @@ def check(name, cond, detail=""):
     print("%s - %s%s" % ("ok" if cond else "not ok", name, "" if cond else ": " + str(detail)[:400]), flush=True)
 
 
+def start_lanepack(lanepack, cfg, tmp):
+    """Starts lanepack on the configuration cfg (written into tmp), its stderr
+    to a log in tmp; under ASan without a quarantine, so that freed memory
+    leaves the RSS. Returns (the Popen, the log's path)."""
+    path = os.path.join(tmp, "lp.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    env = dict(os.environ)
+    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=0:thread_local_quarantine_size_kb=0"
+    log = os.path.join(tmp, "lp.log")
+    return subprocess.Popen([lanepack, "--config", path], stderr=open(log, "w"), env=env), log
+
+
+def stop_lanepack(proc, log):
+    """Stops what start_lanepack started (SIGTERM, then SIGKILL after 10 s) and
+    checks it exited cleanly, with no sanitizer report in its log."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    tail = open(log).read()[-3000:]
+    check("the proxy exited cleanly (no sanitizer report)", proc.returncode == 0 and "ERROR:" not in tail,
+          (proc.returncode, tail))
+
+
 def finish():
     """Prints the count and exits 0 only if every check passed."""
     print("%d of %d checks passed" % (sum(_results), len(_results)))

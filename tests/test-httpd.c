@@ -1,10 +1,12 @@
 /* The HTTP server in-process: what an idle keep-alive connection keeps
  * resident (issue 25: at most nginx's), and that such connections are served
- * again and closed by lp_httpd_close. The server runs on its own thread and
+ * again and closed by lp_httpd_close; streamed answers written as their
+ * clients read, within max_unsent_bytes_total (issue 35). The server runs on its own thread and
  * loop; the clients are plain blocking sockets, which hold no memory of the
  * process, so the growth of its resident set is the server's. */
 #include <check.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,9 +58,45 @@ typedef struct {
   int done;      /* lp_httpd_close's callback ran */
 } server_t;
 
+/* A streamed answer's producer: `left` bytes of the letters a-z in turn. */
+typedef struct {
+  size_t pos, left;
+  int *ended; /* counted up by the last call */
+} letters_t;
+
+static int letters_next(void *ud, lp_buf_t *out, size_t room) {
+  letters_t *l = ud;
+  if (!out) {
+    __atomic_add_fetch(l->ended, 1, __ATOMIC_RELAXED);
+    free(l);
+    return 0;
+  }
+  size_t n = room < l->left ? room : l->left;
+  for (size_t i = 0; i < n; i++) lp_buf_append(out, &(char){(char)('a' + (l->pos + i) % 26)}, 1);
+  l->pos += n;
+  l->left -= n;
+  return l->left > 0;
+}
+
+static int streams_ended;
+
+/* GET /stream/N: N letters, streamed (holding 1,000 bytes reserved); else "ok". */
 static void on_request(lp_http_req_t *req, void *ud) {
   server_t *s = ud;
   __atomic_add_fetch(&s->answered, 1, __ATOMIC_RELAXED);
+  if (strncmp(req->url, "/stream/", 8) == 0) {
+    letters_t *l = calloc(1, sizeof(*l));
+    ck_assert_ptr_nonnull(l);
+    l->left = strtoul(req->url + 8, NULL, 10);
+    l->ended = &streams_ended;
+    if (lp_http_reserve(req, 1000) < 0) {
+      free(l);
+      lp_http_respond(req, 429, NULL, "text/plain", "full\n", 5);
+      return;
+    }
+    lp_http_respond_stream(req, 200, NULL, "text/plain", letters_next, l);
+    return;
+  }
   lp_http_respond(req, 200, NULL, "text/plain", "ok\n", 3);
 }
 
@@ -78,11 +116,12 @@ static void server_main(void *arg) {
   uv_run(&s->loop, UV_RUN_DEFAULT);
 }
 
-static void server_start(server_t *s, uv_thread_t *th) {
+static void server_start_bound(server_t *s, uv_thread_t *th, size_t unsent_total) {
   memset(s, 0, sizeof(*s));
   ck_assert_int_eq(uv_loop_init(&s->loop), 0);
   lp_httpd_config_t cfg;
   lp_httpd_config_default(&cfg);
+  cfg.max_unsent_bytes_total = unsent_total;
   cfg.on_request = on_request;
   cfg.ud = s;
   cfg.max_connections = 100000;
@@ -94,6 +133,8 @@ static void server_start(server_t *s, uv_thread_t *th) {
   s->stop.data = s;
   ck_assert_int_eq(uv_thread_create(th, server_main, s), 0);
 }
+
+static void server_start(server_t *s, uv_thread_t *th) { server_start_bound(s, th, 0); }
 
 /* Closes the server from its thread; its loop must then end with nothing left. */
 static void server_stop(server_t *s, uv_thread_t *th) {
@@ -243,4 +284,160 @@ START_TEST(churn_served) {
 }
 END_TEST
 
-LP_TEST_MAIN("httpd", idle_connection_bytes, churn_served)
+/* One client's chunked answer, decoded as it comes. */
+typedef struct {
+  int fd;
+  int state;        /* 0 head, 1 chunk size line, 2 data, 3 CRLF after data, 4 closed,
+                       6 CRLF after the last chunk, 5 what comes after it (in line) */
+  char line[256];
+  size_t line_len, chunk_left, body, bad;
+  int http10;       /* the body ends at the close */
+} reader_t;
+
+/* Feeds n bytes of the answer to r: the body must be the letters in turn. */
+static void reader_feed(reader_t *r, const char *p, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    char ch = p[i];
+    if (r->state == 5) {
+      if (r->line_len < sizeof(r->line) - 1) r->line[r->line_len++] = ch;
+      r->line[r->line_len] = '\0';
+      continue;
+    }
+    if (r->state == 0 || r->state == 1 || r->state == 3 || r->state == 6) {
+      if (r->line_len < sizeof(r->line) - 1) r->line[r->line_len++] = ch;
+      r->line[r->line_len] = '\0';
+      if (r->state == 0 && r->line_len >= 4 && strcmp(r->line + r->line_len - 4, "\r\n\r\n") == 0) {
+        r->state = r->http10 ? 2 : 1, r->line_len = 0, r->chunk_left = SIZE_MAX;
+      } else if (r->state == 0 && r->line_len == sizeof(r->line) - 1) {
+        memmove(r->line, r->line + 128, r->line_len - 128); /* a long head: keep its end */
+        r->line_len -= 128;
+      } else if (r->state != 0 && ch == '\n') {
+        if (r->state == 3 || r->state == 6) {
+          r->bad += strcmp(r->line, "\r\n") != 0;
+          r->state = r->state == 3 ? 1 : 5;
+        } else {
+          r->chunk_left = strtoul(r->line, NULL, 16);
+          r->state = r->chunk_left ? 2 : 6;
+        }
+        r->line_len = 0;
+      }
+      continue;
+    }
+    if (r->state == 2) {
+      r->bad += ch != (char)('a' + r->body % 26);
+      r->body++;
+      if (!r->http10 && --r->chunk_left == 0) r->state = 3;
+    }
+  }
+}
+
+/* Whether r has read its stream and the "ok" answer pipelined after it, or
+ * its connection closed. */
+static int reader_done(const reader_t *r) {
+  return r->state == 4 || (r->state == 5 && strstr(r->line, "\r\n\r\nok\n"));
+}
+
+/* Reads the answers on every reader until each is done. */
+static void readers_run(reader_t *rs, int n) {
+  char buf[65536];
+  for (;;) {
+    struct pollfd pf[64];
+    int open = 0;
+    for (int i = 0; i < n; i++) {
+      pf[i] = (struct pollfd){.fd = reader_done(&rs[i]) ? -1 : rs[i].fd, .events = POLLIN};
+      open += !reader_done(&rs[i]);
+    }
+    if (!open) return;
+    int pr = poll(pf, (nfds_t)n, 20000);
+    for (int i = 0; pr == 0 && i < n; i++)
+      fprintf(stderr, "reader %d: state %d, %zu bytes of body, then [%s]\n", i, rs[i].state, rs[i].body, rs[i].line);
+    ck_assert_int_gt(pr, 0);
+    for (int i = 0; i < n; i++) {
+      if (!(pf[i].revents & (POLLIN | POLLHUP))) continue;
+      ssize_t k = recv(rs[i].fd, buf, sizeof(buf), 0);
+      if (k <= 0) rs[i].state = 4; /* closed: an HTTP/1.0 body's end */
+      else reader_feed(&rs[i], buf, (size_t)k);
+    }
+  }
+}
+
+/* Clients that do not read their streamed answers: the answer bytes the
+ * server holds stay within max_unsent_bytes_total (and a piece: the last one
+ * made before the bound was reached); once they read, each answer arrives
+ * whole and in order, a request pipelined behind it answered after it, and
+ * nothing stays held. */
+START_TEST(streams_within_bound) {
+  enum { N = 8, BOUND = 256 * 1024, PIECE = 64 * 1024 };
+  const size_t size = 6u << 20;
+  server_t s;
+  uv_thread_t th;
+  streams_ended = 0;
+  server_start_bound(&s, &th, BOUND);
+  reader_t rs[N];
+  char req[128];
+  int len = snprintf(req, sizeof(req), "GET /stream/%zu HTTP/1.1\r\nHost: t\r\n\r\nGET /x HTTP/1.1\r\nHost: t\r\n\r\n", size);
+  for (int i = 0; i < N; i++) {
+    memset(&rs[i], 0, sizeof(rs[i]));
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096; /* what the kernel holds for the client is not the server's */
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s.port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(send(fd, req, (size_t)len, 0), len);
+    rs[i].fd = fd;
+  }
+  size_t most = 0;
+  for (int t = 0; t < 1500; t++) { /* 1.5 s of looks */
+    size_t now = __atomic_load_n(&s.count.unsent_bytes, __ATOMIC_RELAXED);
+    if (now > most) most = now;
+    usleep(1000);
+  }
+  ck_assert_msg(most > BOUND / 2, "the streams never filled the bound (%zu): the test shows nothing", most);
+  ck_assert_msg(most <= BOUND + PIECE + 4096, "%zu answer bytes held, over the bound %d and a piece", most, BOUND);
+  ck_assert_int_eq(__atomic_load_n(&streams_ended, __ATOMIC_RELAXED), 0);
+  readers_run(rs, N); /* ends at each stream's last chunk */
+  for (int i = 0; i < N; i++) {
+    ck_assert_msg(rs[i].body == size && !rs[i].bad, "stream %d: %zu bytes, %zu wrong", i, rs[i].body, rs[i].bad);
+    ck_assert_msg(strncmp(rs[i].line, "HTTP/1.1 200 ", 13) == 0, "stream %d: then %s", i, rs[i].line);
+    close(rs[i].fd);
+  }
+  wait_conns(&s, 0);
+  ck_assert_int_eq(__atomic_load_n(&streams_ended, __ATOMIC_RELAXED), N);
+  ck_assert_uint_eq(__atomic_load_n(&s.count.unsent_bytes, __ATOMIC_RELAXED), 0);
+  server_stop(&s, &th);
+}
+END_TEST
+
+/* HTTP/1.0 has no chunks: a streamed answer ends with the connection. And a
+ * stream whose held bytes would pass 3/4 of the bound is refused (the app
+ * answers otherwise): here 1,000 reserved of a bound of 1,200. */
+START_TEST(stream_http10_and_refused) {
+  server_t s;
+  uv_thread_t th;
+  streams_ended = 0;
+  server_start_bound(&s, &th, 100000);
+  reader_t r = {.fd = dial(s.port), .http10 = 1};
+  static const char req[] = "GET /stream/300000 HTTP/1.0\r\n\r\n";
+  ck_assert_int_eq(send(r.fd, req, sizeof(req) - 1, 0), (ssize_t)sizeof(req) - 1);
+  readers_run(&r, 1);
+  ck_assert_msg(r.body == 300000 && !r.bad, "%zu bytes, %zu wrong", r.body, r.bad);
+  close(r.fd);
+  wait_conns(&s, 0);
+  server_stop(&s, &th);
+  server_start_bound(&s, &th, 1200);
+  int fd = dial(s.port);
+  static const char req2[] = "GET /stream/10 HTTP/1.1\r\nHost: t\r\n\r\n";
+  ck_assert_int_eq(send(fd, req2, sizeof(req2) - 1, 0), (ssize_t)sizeof(req2) - 1);
+  char buf[256];
+  ssize_t k = recv(fd, buf, sizeof(buf) - 1, 0);
+  ck_assert_int_gt(k, 12);
+  ck_assert_int_eq(strncmp(buf, "HTTP/1.1 429 ", 13), 0);
+  close(fd);
+  wait_conns(&s, 0);
+  ck_assert_uint_eq(__atomic_load_n(&s.count.unsent_bytes, __ATOMIC_RELAXED), 0);
+  server_stop(&s, &th);
+}
+END_TEST
+
+LP_TEST_MAIN("httpd", idle_connection_bytes, churn_served, streams_within_bound, stream_http10_and_refused)

@@ -104,6 +104,7 @@ typedef struct lp_config_s {
   size_t max_connections;
   size_t max_pipeline;
   size_t max_unsent_bytes;      /* written to a client and not yet read: over it, stop reading it */
+  size_t max_unsent_bytes_total; /* answers held for clients, the whole process (httpd.h) */
   size_t max_body_bytes_in_flight; /* bodies being received, all clients together; 0 = not
                                       given: see lp_config_body_budget */
   uint64_t idle_timeout_ms;
@@ -130,6 +131,12 @@ typedef struct lp_config_s {
 /* Bodies being received may hold this much together: max_body_bytes_in_flight,
  * or when not given LP_BODY_BUDGET_DEFAULT but at least one largest body. */
 #define LP_BODY_BUDGET_DEFAULT (256u * 1024 * 1024)
+/* max_unsent_bytes_total when not given: answers held for clients that have
+ * not taken them, the whole process. A quarter of the bodies' budget: an
+ * answer is mostly written as it is made, and what waits is a slow or idle
+ * client's; 64 MiB holds a thousand streamed pieces or a few of the largest
+ * v2 answers. */
+#define LP_UNSENT_TOTAL_DEFAULT (64u * 1024 * 1024)
 size_t lp_config_body_budget(const lp_config_t *c);
 
 /* The most front threads a configuration may ask for. */

@@ -27,6 +27,17 @@
 typedef struct lp_httpd_s lp_httpd_t;
 typedef struct lp_http_conn_s lp_http_conn_t;
 
+/* The producer of a streamed answer's body: appends the next bytes to out
+ * (about `room`; at least one byte while more follow), and returns 1 while
+ * more follow, 0 after the last, or negative to give up (the connection then
+ * closes: the client sees the answer cut short). Called once more with out
+ * NULL when the stream ends, however it ends (written whole, the connection
+ * closed first, given up): free what ud holds then. Called on the loop's
+ * thread only, one piece per loop turn at most, and only while the
+ * connection's earlier pieces are taken by the client and the server's
+ * unsent bytes are within max_unsent_bytes_total. */
+typedef int (*lp_http_stream_cb)(void *ud, lp_buf_t *out, size_t room);
+
 typedef struct lp_http_req_s {
   int method;             /* llhttp_method_t: HTTP_GET, HTTP_POST, ...; -1 while unknown
                              (a request refused before its method was read) */
@@ -62,6 +73,12 @@ typedef struct lp_http_req_s {
   int _answered;
   int _close_after;
   int _continue;          /* Expect: 100-continue, to be sent once earlier answers are */
+  int _http10;            /* an HTTP/1.0 request: no chunked answer */
+  int _piece_writing;     /* a streamed answer's piece is being written (uv_write) */
+  size_t _out_charged;    /* answer bytes charged to the server's unsent count */
+  size_t _reserved;       /* ... of them, by lp_http_reserve */
+  lp_http_stream_cb _stream; /* a streamed answer not yet ended, and its producer's state */
+  void *_stream_ud;
   char _ihcl[24];
   char _url_inline[128];  /* url lives here while it fits: no allocation */
   lp_buf_t _resp;
@@ -77,6 +94,10 @@ typedef struct lp_http_req_s {
 typedef struct lp_httpd_shared_s {
   size_t conns;              /* open connections, counted against max_connections */
   size_t body_bytes;         /* bodies being received, against max_body_bytes_in_flight */
+  size_t unsent_bytes;       /* answers held until their clients take them, and what
+                                streamed answers hold to write the rest: against
+                                max_unsent_bytes_total */
+  size_t reserved_bytes;     /* ... of them, what streams' producers hold (lp_http_reserve) */
 } lp_httpd_shared_t;
 
 typedef struct lp_httpd_config_s {
@@ -106,6 +127,13 @@ typedef struct lp_httpd_config_s {
   uint64_t max_requests_per_connection;
   uint64_t request_timeout_ms; /* a request must arrive whole within this: else 408 */
   size_t max_unsent_bytes;   /* written but not taken by the peer: over it, reading stops */
+  /* Bytes of answers held for their clients (written and not yet taken, or
+   * waiting behind earlier answers; a streamed answer's piece being written
+   * and what its producer holds) on all connections together. Past it, a
+   * connection with bytes still unsent is not read (its pipelined requests
+   * wait), streamed answers make no new piece until bytes are taken, and a
+   * stream is refused (lp_http_respond_stream). 0 = no bound. */
+  size_t max_unsent_bytes_total;
   /* Bytes of bodies being received (not yet handed to on_request) on all
    * connections together; a body that would pass it gets 503 with
    * Retry-After before it is buffered. 0 = no bound. */
@@ -169,6 +197,24 @@ void lp_http_respond_raw_at(lp_http_req_t *req, lp_buf_t *out, size_t off);
  * the request, to build this one's in and hand back with lp_http_respond_raw*
  * (one allocation fewer per answer); out stays empty when there is none. */
 void lp_http_take_buf(lp_http_req_t *req, lp_buf_t *out);
+
+/* Whether the answers held for clients are at max_unsent_bytes_total now:
+ * an answer built whole may then wait long (streamed answers wait without
+ * their pieces). For any thread. */
+int lp_http_unsent_full(const lp_http_req_t *req);
+
+/* Counts n bytes that req's answer holds (a stream's producer: its
+ * request's data) against max_unsent_bytes_total until req is freed. Returns
+ * 0, or -ENOBUFS when what streams hold would pass 3/4 of the bound with them
+ * (the rest is for the pieces being written): nothing is counted then. */
+int lp_http_reserve(lp_http_req_t *req, size_t n);
+
+/* Answers req with a body made by next as the client reads it: chunked
+ * (HTTP/1.0: delimited by the close). next owns the answer from here (ud is
+ * freed by its last call, maybe before this returns, with req); the
+ * connection reads no more requests until it ends. */
+void lp_http_respond_stream(lp_http_req_t *req, int status, const char *headers, const char *content_type,
+                            lp_http_stream_cb next, void *ud);
 
 /* Drops req's connection now: `partial` bytes (may be 0) are written first if
  * the socket takes them at once, then it closes; every request still queued on

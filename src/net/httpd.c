@@ -50,6 +50,16 @@
 #define FLUSH_MAX 16
 /* Parser states kept for reuse; more are freed. */
 #define PARSE_POOL_MAX 256
+/* A streamed answer's piece: small, so that thousands of connections whose
+ * clients do not read hold little each, and far larger than what a write
+ * call costs. */
+#define STREAM_PIECE (64 * 1024)
+/* What streams' producers hold may fill at most this share (of 4) of
+ * max_unsent_bytes_total, so that their pieces still find room. */
+#define STREAM_HELD_QUARTERS 3
+/* While streams wait for unsent bytes to go down, the first of them looks
+ * again this often: bytes taken on another thread's server wake nobody here. */
+#define STREAM_WAIT_MS 10
 /* The tracestate bytes read of a request: what is kept is at most
  * LP_TRACESTATE_MAX, and room beyond that is for the whitespace and empty
  * members the cleaning drops; past it the value is cut at a whole member. */
@@ -117,6 +127,10 @@ struct lp_httpd_s {
    * (a key may be earlier than needed: the look re-arms), so that traffic
    * moves no timer and an idle connection holds 16 bytes of timing. */
   lp_theap_t timers;
+  /* Connections whose streamed answer waits for the unsent bytes to go below
+   * max_unsent_bytes_total, in the order they began waiting (busy->wait_*). */
+  struct lp_http_conn_s *wait_head, *wait_tail;
+  size_t nwaiting;
   uv_timer_t tick;
   uint64_t tick_at;            /* when tick fires (uv_now ms), UINT64_MAX if stopped */
   int tick_open;
@@ -143,6 +157,9 @@ typedef struct lp_http_busy_s {
   uint32_t unanswered;
   uint32_t writing;            /* uv_writes in flight */
   uint32_t discarded;          /* bytes dropped (saturates; bounded far below) */
+  uint32_t streams;            /* streamed answers not yet ended: reading stops */
+  int waiting;                 /* in the server's list of streams waiting for room */
+  struct lp_http_conn_s *wait_prev, *wait_next;
   struct lp_http_busy_s *next_free; /* in the server's pool */
 } lp_http_busy_t;
 
@@ -307,10 +324,13 @@ static void conn_arm_timer(lp_http_conn_t *c);
 static void conn_update_reading(lp_http_conn_t *c);
 static void conn_resume(lp_http_conn_t *c);
 static void server_maybe_finish(lp_httpd_t *s);
+static int conn_write_held(lp_http_conn_t *c, size_t most);
+static void wait_wake(lp_httpd_t *s);
+static void wait_remove(lp_http_conn_t *c);
 
 /* ---- busy records, lent to connections while they have something in hand ---- */
 
-/* Busy records kept for reuse (56 bytes each): as many as the parser states,
+/* Busy records kept for reuse (88 bytes each): as many as the parser states,
  * so that a steady load of that many busy connections allocates none; more
  * are freed when given back. */
 #define BUSY_POOL_MAX (LP_HTTP_ASAN ? 0 : PARSE_POOL_MAX)
@@ -527,6 +547,37 @@ static void request_id_settle(lp_httpd_t *s, lp_http_req_t *r, const lp_http_par
   r->request_id[16] = '\0';
 }
 
+/* Answer bytes held for a client, charged to the server's unsent count
+ * (shared by every server of the process) until given back. */
+static void out_charge(lp_http_req_t *r, size_t n) {
+  if (!n) return;
+  __atomic_add_fetch(&conn_srv(r->_conn)->count->unsent_bytes, n, __ATOMIC_RELAXED);
+  r->_out_charged += n;
+}
+
+static void out_uncharge(lp_http_req_t *r, size_t n) {
+  if (!n) return;
+  __atomic_sub_fetch(&conn_srv(r->_conn)->count->unsent_bytes, n, __ATOMIC_RELAXED);
+  r->_out_charged -= n;
+}
+
+/* Whether the unsent answer bytes of the process are at their bound. */
+static int unsent_full(const lp_httpd_t *s) {
+  size_t most = s->cfg.max_unsent_bytes_total;
+  return most && __atomic_load_n(&s->count->unsent_bytes, __ATOMIC_RELAXED) >= most;
+}
+
+/* A streamed answer ends (written whole, or its connection closed first):
+ * its producer frees its state, and what it held is given back. */
+static void stream_end(lp_http_req_t *r) {
+  if (!r->_stream) return;
+  lp_http_stream_cb next = r->_stream;
+  r->_stream = NULL;
+  next(r->_stream_ud, NULL, 0);
+  r->_stream_ud = NULL;
+  if (r->_conn->b->streams) r->_conn->b->streams--;
+}
+
 /* Gives back what a request's body had charged to the in-flight budget. */
 static void body_uncharge(lp_http_req_t *r) {
   lp_httpd_t *s = conn_srv(r->_conn);
@@ -542,6 +593,10 @@ static void body_uncharge(lp_http_req_t *r) {
 
 static void req_free(lp_http_req_t *r) {
   body_uncharge(r);
+  stream_end(r);
+  out_uncharge(r, r->_out_charged);
+  if (r->_reserved) __atomic_sub_fetch(&conn_srv(r->_conn)->count->reserved_bytes, r->_reserved, __ATOMIC_RELAXED);
+  r->_reserved = 0;
   if (r->url != r->_url_inline) free(r->url);
   free(r->authorization);
   free(r->body);
@@ -583,8 +638,12 @@ static lp_http_req_t *req_new(lp_http_conn_t *c) {
   return r;
 }
 
-void lp_http_head(lp_http_req_t *req, lp_buf_t *out, int status, const char *headers,
-                  const char *content_type, size_t len) {
+/* How an answer's body ends: at its Content-Length, at its last chunk, or
+ * at the connection's close (HTTP/1.0 has no chunks). */
+enum { BODY_LENGTH, BODY_CHUNKED, BODY_TO_CLOSE };
+
+static void head_put(lp_http_req_t *req, lp_buf_t *out, int status, const char *headers,
+                     const char *content_type, size_t len, int framing) {
   lp_http_conn_t *c = req->_conn;
   /* shutting down: the last request queued on a connection closes it */
   int close = req->_close_after ||
@@ -596,9 +655,13 @@ void lp_http_head(lp_http_req_t *req, lp_buf_t *out, int status, const char *hea
   lp_buf_puts(out, lp_http_reason(status));
   lp_buf_puts(out, "\r\nContent-Type: ");
   lp_buf_puts(out, content_type);
-  lp_buf_puts(out, "\r\nContent-Length: ");
-  lp_buf_u64(out, len);
-  lp_buf_puts(out, "\r\n");
+  if (framing == BODY_LENGTH) {
+    lp_buf_puts(out, "\r\nContent-Length: ");
+    lp_buf_u64(out, len);
+    lp_buf_puts(out, "\r\n");
+  } else {
+    lp_buf_puts(out, framing == BODY_CHUNKED ? "\r\nTransfer-Encoding: chunked\r\n" : "\r\n");
+  }
   if (headers) lp_buf_puts(out, headers);
   if (req->request_id[0]) {
     lp_buf_puts(out, "X-Request-Id: ");
@@ -620,6 +683,11 @@ void lp_http_head(lp_http_req_t *req, lp_buf_t *out, int status, const char *hea
   if (close) req->_close_after = 1;
 }
 
+void lp_http_head(lp_http_req_t *req, lp_buf_t *out, int status, const char *headers,
+                  const char *content_type, size_t len) {
+  head_put(req, out, status, headers, content_type, len, BODY_LENGTH);
+}
+
 void lp_http_respond_raw(lp_http_req_t *req, lp_buf_t *out) { lp_http_respond_raw_at(req, out, 0); }
 
 void lp_http_take_buf(lp_http_req_t *req, lp_buf_t *out) {
@@ -637,8 +705,51 @@ void lp_http_respond_raw_at(lp_http_req_t *req, lp_buf_t *out, size_t off) {
   *out = t;
   lp_buf_reset(out);
   req->_answered = 1;
+  out_charge(req, req->_resp.len - req->_resp_off);
   lp_http_conn_t *c = req->_conn;
   c->b->unanswered--;
+  conn_flush(c);
+  conn_resume(c);
+}
+
+int lp_http_unsent_full(const lp_http_req_t *req) { return unsent_full(conn_srv(req->_conn)); }
+
+int lp_http_reserve(lp_http_req_t *req, size_t n) {
+  lp_httpd_t *s = conn_srv(req->_conn);
+  size_t most = s->cfg.max_unsent_bytes_total / 4 * STREAM_HELD_QUARTERS;
+  /* taken first, given back if over: servers on other threads charge the
+   * same count at the same time */
+  size_t now = __atomic_add_fetch(&s->count->reserved_bytes, n, __ATOMIC_RELAXED);
+  if (s->cfg.max_unsent_bytes_total && now > most) {
+    __atomic_sub_fetch(&s->count->reserved_bytes, n, __ATOMIC_RELAXED);
+    return -ENOBUFS;
+  }
+  out_charge(req, n);
+  req->_reserved += n;
+  return 0;
+}
+
+void lp_http_respond_stream(lp_http_req_t *req, int status, const char *headers, const char *content_type,
+                            lp_http_stream_cb next, void *ud) {
+  if (req->_answered) {
+    next(ud, NULL, 0);
+    return;
+  }
+  lp_http_conn_t *c = req->_conn;
+  if (req->_http10) req->_close_after = 1; /* its end is the connection's */
+  lp_buf_t *out = &req->_resp;
+  lp_buf_reset(out);
+  req->_resp_off = 0;
+  head_put(req, out, status, headers, content_type, 0, req->_http10 ? BODY_TO_CLOSE : BODY_CHUNKED);
+  req->_stream = next;
+  req->_stream_ud = ud;
+  req->_answered = 1;
+  c->b->unanswered--;
+  c->b->streams++;
+  if (req->method == LP_HTTP_HEAD) {
+    stream_end(req); /* the head only */
+    out_charge(req, out->len);
+  }
   conn_flush(c);
   conn_resume(c);
 }
@@ -741,6 +852,15 @@ static void conn_finish(lp_http_conn_t *c) {
   conn_arm_timer(c);
 }
 
+/* Whether c is not read for what it has not taken: a streamed answer under
+ * way, more than `most` bytes written and unsent, or any while the process'
+ * unsent answer bytes are at their bound. */
+static int conn_write_held(lp_http_conn_t *c, size_t most) {
+  if (c->b->streams) return 1;
+  size_t wq = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+  return wq > most || (wq && unsent_full(conn_srv(c)));
+}
+
 /* After any write: progress for the idle clock; reading again once the peer has
  * taken its answers; the end of a connection that owes nothing more. */
 static void conn_wrote(lp_http_conn_t *c, int status) {
@@ -751,10 +871,19 @@ static void conn_wrote(lp_http_conn_t *c, int status) {
     return;
   }
   c->last_ms = conn_now(c);
-  if (c->wblocked &&
-      uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) <= conn_srv(c)->cfg.max_unsent_bytes / 2) {
+  if (c->wblocked && !conn_write_held(c, conn_srv(c)->cfg.max_unsent_bytes / 2)) {
     c->wblocked = 0;
     conn_resume(c);
+    if (c->closed) return;
+  }
+  /* a streamed answer at the head: its next piece */
+  if (c->b->head && c->b->head->_stream && !c->b->writing) {
+    conn_flush(c);
+    if (c->closed) return;
+  }
+  /* bytes were taken: streams waiting for room may go on */
+  if (conn_srv(c)->wait_head) {
+    wait_wake(conn_srv(c));
     if (c->closed) return;
   }
   if (c->close_ready) {
@@ -783,8 +912,117 @@ static void free_group(lp_http_conn_t *c, lp_http_req_t *r) {
 static void on_written(uv_write_t *w, int status) {
   lp_http_req_t *last = container_of(w, lp_http_req_t, _write);
   lp_http_conn_t *c = last->_conn;
-  free_group(c, last->_group);
+  if (last->_piece_writing) { /* a streamed answer's piece: the answer goes on */
+    last->_piece_writing = 0;
+    out_uncharge(last, last->_out_charged - last->_reserved);
+    /* freed, not kept: a stream between pieces holds nothing uncounted (a
+     * malloc per 64 KiB piece is little beside making the piece) */
+    lp_buf_free(&last->_resp);
+    if (c->closed) req_free(last); /* conn_close left it to this */
+  } else {
+    free_group(c, last->_group);
+  }
   conn_wrote(c, status);
+}
+
+/* ---- streamed answers ---- */
+
+static void wait_remove(lp_http_conn_t *c) {
+  lp_http_busy_t *b = c->b;
+  if (!b->waiting) return;
+  lp_httpd_t *s = conn_srv(c);
+  if (b->wait_prev) b->wait_prev->b->wait_next = b->wait_next;
+  else s->wait_head = b->wait_next;
+  if (b->wait_next) b->wait_next->b->wait_prev = b->wait_prev;
+  else s->wait_tail = b->wait_prev;
+  b->wait_prev = b->wait_next = NULL;
+  b->waiting = 0;
+  s->nwaiting--;
+}
+
+/* c's stream waits for room: last in line; the first in line looks again
+ * after STREAM_WAIT_MS (a piece taken on this server wakes it sooner). */
+static void wait_add(lp_http_conn_t *c) {
+  lp_http_busy_t *b = c->b;
+  if (b->waiting) return;
+  lp_httpd_t *s = conn_srv(c);
+  b->waiting = 1;
+  b->wait_next = NULL;
+  b->wait_prev = s->wait_tail;
+  if (s->wait_tail) s->wait_tail->b->wait_next = c;
+  else s->wait_head = c;
+  s->wait_tail = c;
+  s->nwaiting++;
+  conn_timer_at(s->wait_head, uv_now(s->loop) + STREAM_WAIT_MS);
+}
+
+/* Streams waiting for room go on in their order while there is room (each
+ * makes a piece, or waits again at the end of the line). */
+static void wait_wake(lp_httpd_t *s) {
+  size_t n = s->nwaiting;
+  lp_http_conn_t *c;
+  while (n-- && (c = s->wait_head) != NULL && !unsent_full(s)) {
+    wait_remove(c);
+    conn_flush(c);
+  }
+  if (s->wait_head) conn_timer_at(s->wait_head, uv_now(s->loop) + STREAM_WAIT_MS);
+}
+
+/* Makes and writes the next piece of r, the streamed answer at c's head
+ * (its head first). Returns 1 when that was its last: r is then an ordinary
+ * answer, left for the caller to write; 0 when it waits (for its piece being
+ * written, or for room under max_unsent_bytes_total); -1 when the
+ * connection closed. */
+static int stream_piece(lp_http_conn_t *c, lp_http_req_t *r) {
+  lp_httpd_t *s = conn_srv(c);
+  if (c->b->writing) return 0; /* conn_wrote comes back */
+  if (unsent_full(s)) {
+    wait_add(c);
+    return 0;
+  }
+  wait_remove(c);
+  lp_buf_t *out = &r->_resp;
+  int chunked = !r->_http10;
+  size_t start = out->len; /* the head, before the first piece */
+  if (chunked) lp_buf_append(out, "00000000\r\n", 10); /* the size, filled in below */
+  size_t body = out->len;
+  int rc;
+  do rc = r->_stream(r->_stream_ud, out, STREAM_PIECE);
+  while (rc == 1 && out->len == body && !out->oom);
+  if (rc < 0 || out->oom) {
+    conn_close(c);
+    return -1;
+  }
+  if (chunked) {
+    size_t n = out->len - body;
+    if (n) {
+      static const char hex[] = "0123456789abcdef";
+      for (int i = 7; i >= 0; i--, n >>= 4) out->data[start + (size_t)i] = hex[n & 15];
+      lp_buf_append(out, "\r\n", 2);
+    } else {
+      out->len = start;
+    }
+    if (rc == 0) lp_buf_append(out, "0\r\n\r\n", 5);
+    if (out->oom) {
+      conn_close(c);
+      return -1;
+    }
+  }
+  out_charge(r, out->len); /* until written */
+  if (rc == 0) {
+    stream_end(r);
+    r->_resp_off = 0;
+    return 1;
+  }
+  uv_buf_t b = uv_buf_init(out->data, (unsigned)out->len);
+  r->_group = NULL;
+  if (uv_write(&r->_write, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
+    conn_close(c);
+    return -1;
+  }
+  r->_piece_writing = 1;
+  c->b->writing++;
+  return 0;
 }
 
 static void on_continue_written(uv_write_t *w, int status) {
@@ -816,11 +1054,15 @@ static int send_continue(lp_http_conn_t *c) {
 static void conn_flush(lp_http_conn_t *c) {
   uv_stream_t *st = (uv_stream_t *)&c->tcp;
   while (c->b->head && c->b->head->_answered && !c->closed) {
+    if (c->b->head->_stream) { /* written a piece at a time, alone */
+      if (c->b->head->_piece_writing || stream_piece(c, c->b->head) <= 0) break;
+      continue;
+    }
     uv_buf_t iov[FLUSH_MAX];
     lp_http_req_t *first = c->b->head, *last = NULL;
     size_t n = 0, total = 0;
     int closing = 0;
-    while (c->b->head && c->b->head->_answered && n < FLUSH_MAX) {
+    while (c->b->head && c->b->head->_answered && !c->b->head->_stream && n < FLUSH_MAX) {
       lp_http_req_t *r = c->b->head;
       c->b->head = r->_next;
       if (c->b->head == NULL) c->b->tail = NULL;
@@ -885,13 +1127,20 @@ static void conn_flush(lp_http_conn_t *c) {
     return;
   }
   /* a client that does not read its answers is not read either: what it can
-   * make us hold is bounded by max_unsent_bytes plus its pipeline */
-  if (!c->wblocked && uv_stream_get_write_queue_size(st) > conn_srv(c)->cfg.max_unsent_bytes) {
+   * make us hold is bounded by max_unsent_bytes plus its pipeline (and
+   * nothing more once the process holds max_unsent_bytes_total); nor while
+   * a streamed answer is under way */
+  size_t most = conn_srv(c)->cfg.max_unsent_bytes;
+  if (!c->wblocked && conn_write_held(c, most)) {
     c->wblocked = 1;
     conn_update_reading(c);
     conn_arm_timer(c);
   }
   busy_maybe_give_back(c);
+  if (c->wblocked && !c->b->writing && !conn_write_held(c, most / 2)) { /* a stream ended, written at once */
+    c->wblocked = 0;
+    conn_resume(c);
+  }
 }
 
 /* A request the server itself rejects (limits, bad framing, a timeout): the
@@ -1239,6 +1488,7 @@ static int on_headers_complete(llhttp_t *p) {
         *end == '\0' && whole && errno == 0 && v >= 0 && r->_ihcl[0] != '-' ? v : -2;
   }
   r->has_body_length = (p->flags & (F_CONTENT_LENGTH | F_CHUNKED)) != 0;
+  r->_http10 = p->http_minor == 0;
   if ((p->flags & F_CONTENT_LENGTH) && p->content_length > conn_srv(c)->cfg.max_body_bytes)
     return fail_cb(c, 413, "body_too_large", "request body exceeds the limit");
   c->b->ps->body_most = (p->flags & F_CONTENT_LENGTH) ? (size_t)p->content_length + 1
@@ -1293,6 +1543,10 @@ static int on_message_complete(llhttp_t *p) {
   conn_srv(c)->cfg.on_request(r, conn_srv(c)->cfg.ud);
   if (c->closed) return HPE_PAUSED;
   if (c->closing) return HPE_PAUSED; /* nothing after a closing request is read */
+  if (c->wblocked) { /* its answers wait for it to read: so do its next requests */
+    c->paused = 1;
+    return HPE_PAUSED;
+  }
   if (c->b->unanswered >= conn_srv(c)->cfg.max_pipeline) {
     c->paused = 1;
     return HPE_PAUSED;
@@ -1341,11 +1595,14 @@ static void conn_close(lp_http_conn_t *c) {
   __atomic_sub_fetch(&s->count->conns, 1, __ATOMIC_RELAXED);
   /* requests not yet handed to writing: cancel and free them */
   lp_http_req_t *r = c->b->head;
-  if (conn_is_busy(c)) c->b->head = c->b->tail = c->b->cur = NULL;
+  if (conn_is_busy(c)) {
+    wait_remove(c);
+    c->b->head = c->b->tail = c->b->cur = NULL;
+  }
   while (r) {
     lp_http_req_t *n = r->_next;
     if (!r->_answered && r->app && s->cfg.on_cancel) s->cfg.on_cancel(r, s->cfg.ud);
-    req_free(r);
+    if (!r->_piece_writing) req_free(r); /* else its write's end frees it (UV_ECANCELED) */
     r = n;
   }
   lp_theap_remove(&s->timers, &c->timer);
@@ -1512,6 +1769,10 @@ static int peer_gone(lp_http_conn_t *c) {
  * on the app do not time out here. */
 static void on_conn_timer(lp_http_conn_t *c) {
   if (c->closed) return;
+  if (c->b->waiting) { /* first in line for room: bytes may have been taken on other threads */
+    wait_wake(conn_srv(c));
+    if (c->closed) return;
+  }
   if (c->yielded) { /* the others had their turn: the rest of what it sent */
     c->yielded = 0;
     c->burst = 0;
@@ -1539,7 +1800,7 @@ static void on_conn_timer(lp_http_conn_t *c) {
     c->last_wq = (uint32_t)wq;
     c->last_ms = now;
   }
-  if (!c->reading && (c->b->unanswered || c->b->writing) && peer_gone(c)) {
+  if (!c->reading && (c->b->unanswered || c->b->writing || c->b->streams) && peer_gone(c)) {
     conn_close(c);
     return;
   }
@@ -1581,7 +1842,7 @@ static void conn_arm_timer(lp_http_conn_t *c) {
     uint64_t idle = conn_srv(c)->cfg.idle_timeout_ms;
     uint64_t since = ms_since(now32, c->last_ms);
     ms = idle ? (since < idle ? idle - since : 1) : UINT64_MAX;
-    if (!c->reading && (c->b->unanswered || c->b->writing) && ms > WATCH_MS) ms = WATCH_MS;
+    if (!c->reading && (c->b->unanswered || c->b->writing || c->b->streams) && ms > WATCH_MS) ms = WATCH_MS;
     if (c->b->writing && ms > idle / 4 + 1) ms = idle / 4 + 1; /* notice write progress */
     if (ms == UINT64_MAX) return;
   }
@@ -1724,6 +1985,7 @@ void lp_httpd_set_limits(lp_httpd_t *s, const lp_httpd_config_t *cfg) {
   s->cfg.idle_timeout_ms = cfg->idle_timeout_ms;
   s->cfg.request_timeout_ms = cfg->request_timeout_ms;
   s->cfg.max_unsent_bytes = cfg->max_unsent_bytes;
+  s->cfg.max_unsent_bytes_total = cfg->max_unsent_bytes_total;
   s->cfg.max_body_bytes_in_flight = cfg->max_body_bytes_in_flight;
   s->cfg.max_requests_per_connection = cfg->max_requests_per_connection; /* open connections keep their count */
 }

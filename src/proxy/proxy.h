@@ -643,6 +643,7 @@ struct lp_model_s {
 struct lp_front_s {
   lp_proxy_t *proxy;
   unsigned index;
+  int trim_due;            /* the proxy found it quiet: give its arena's top back (atomic) */
   uv_loop_t *loop;         /* own_loop */
   uv_loop_t own_loop;
   uv_thread_t thread;
@@ -743,6 +744,7 @@ struct lp_proxy_s {
   uv_timer_t trim;         /* hands freed memory back to the system when quiet */
   uint64_t trimmed_at;     /* `served` at the last trim */
   int trims_left;          /* quiet ticks that still trim since traffic */
+  int unsent_seen;         /* answers were held for clients since the last trim */
   uv_signal_t sigterm, sigint, sighup;
   /* SIGHUP: makes the configuration anew (file and flags); 0 or an error */
   int (*reload)(lp_config_t *out, char *err, size_t errlen);
@@ -764,6 +766,12 @@ struct lp_proxy_s {
  * before dispatch and at the backend among job's sequences (those never sent
  * count for nothing); and ns as "ms.mmm". */
 void lp__job_times(const lp_job_t *job, uint64_t *queue_ns, uint64_t *backend_ns);
+/* The allocator's trim threshold (main.c sets it): under load the top of a
+ * heap is kept, and the quiet ticks give it back. */
+#define LP_TRIM_THRESHOLD (256 << 20)
+/* common/trim.c, any thread, about its own arena: gives back the free top of
+ * the calling thread's malloc arena. */
+void lp__trim_arena(void);
 void lp__put_ms(lp_buf_t *b, uint64_t ns);
 
 /* accesslog.c: JSON lines of answered requests (job may be NULL), each front

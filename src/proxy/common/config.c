@@ -570,6 +570,10 @@ static const keydef_t top_keys[] = {
     {"max_unsent_bytes", KEY_UINT, FIELD(TOP, max_unsent_bytes), .min = 4096, .max = 1ull << 32,
      .def = 1024 * 1024, .applies = APPLY_ON_RELOAD,
      .doc = "answers written to a client and not yet read; past it the proxy stops reading that client"},
+    {"max_unsent_bytes_total", KEY_UINT, FIELD(TOP, max_unsent_bytes_total), .min = 1u << 20, .max = 1ull << 40,
+     .def = LP_UNSENT_TOTAL_DEFAULT, .applies = APPLY_ON_RELOAD,
+     .doc = "answers held for clients that have not taken them, the whole process; past it a connection with bytes "
+            "unsent is not read, and large `/tokenize` answers are streamed as the client reads (or 429)"},
     {"max_body_bytes_in_flight", KEY_UINT, FIELD(TOP, max_body_bytes_in_flight), .min = 64, .max = 1ull << 40,
      .dump = dump_body_budget, .applies = APPLY_ON_RELOAD, .def_doc = "256 Mi (at least `max_body_bytes`)",
      .doc = "request bodies being received, the whole process; past it: 503 `bodies_in_flight_full`"},

@@ -68,6 +68,7 @@ static void on_front_tick(uv_timer_t *t) {
   lp_front_t *f = container_of(t, lp_front_t, tick);
   lp__alog_flush(&f->alog);
   lp__front_publish(f);
+  if (__atomic_exchange_n(&f->trim_due, 0, __ATOMIC_RELAXED)) lp__trim_arena();
 }
 
 /* One of the front's servers is closed and freed: its pointer goes at once,
@@ -462,6 +463,7 @@ void lp__httpd_limits(const lp_config_t *cfg, lp_httpd_config_t *hc) {
   hc->max_connections = cfg->max_connections;
   hc->max_pipeline = cfg->max_pipeline;
   hc->max_unsent_bytes = cfg->max_unsent_bytes;
+  hc->max_unsent_bytes_total = cfg->max_unsent_bytes_total;
   hc->max_body_bytes_in_flight = lp_config_body_budget(cfg);
   hc->idle_timeout_ms = cfg->idle_timeout_ms;
   hc->max_requests_per_connection = cfg->max_requests_per_connection;

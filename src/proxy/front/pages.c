@@ -230,6 +230,11 @@ static void render_metrics(lp_front_t *self, const lp_snap_t *s, lp_buf_t *b) {
   lp_metric_family(b, "lanepack_tokenizer_queue_bytes", "gauge",
                    "Text (and bodies being decoded) the tokenizer workers hold, against tokenizer_queue_bytes.");
   lp_metric_sample_u64(b, "lanepack_tokenizer_queue_bytes", NULL, p->tokpool ? lp__tokpool_bytes(p->tokpool) : 0);
+  lp_metric_family(b, "lanepack_answer_bytes_unsent", "gauge",
+                   "Bytes of answers held for clients that have not taken them (configuration key "
+                   "max_unsent_bytes_total).");
+  lp_metric_sample_u64(b, "lanepack_answer_bytes_unsent", NULL,
+                       __atomic_load_n(&p->client_counts.unsent_bytes, __ATOMIC_RELAXED));
   lp_metric_family(b, "lanepack_inflight_batches", "gauge", "Batches sent and not yet answered.");
   lp_metric_sample_u64(b, "lanepack_inflight_batches", NULL, s->inflight_batches);
 

@@ -35,15 +35,133 @@ static lp_model_t *pick_model(lp_front_t *f, lp_http_req_t *req, int route, cons
   return NULL;
 }
 
-/* /tokenize's answer from the workers' units (one per input, each at most
- * limit pieces, as /embed's without truncate: an answer takes some 60 bytes
- * a piece, and the bound keeps it near its model's sizes). */
-static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tokjob_t *tj, uint32_t limit) {
-  lp_buf_t out;
-  lp_buf_init(&out);
+/* A /tokenize answer is built whole up to this size (most are far smaller);
+ * a larger one is written as its client reads it, a piece at a time (an
+ * answer takes some 60 bytes a token: 1,024 inputs of 1,000 tokens are 60 MB). */
+#define TOKENIZE_AT_ONCE (256 * 1024)
+/* ... and up to this while the answers held for clients are at their bound
+ * (a few inputs' worth: what 10,000 clients that do not read may make the
+ * proxy hold, each its own answer, stays small). */
+#define TOKENIZE_AT_ONCE_FULL (16 * 1024)
+
+/* The pieces of one input into *pc (grown; owned by the caller): the count,
+ * or negative. */
+static long input_pieces(const lp_tok_t *t, const lp_tei_text_t *in, int special, lp_tok_piece_t **pc,
+                         size_t *cap) {
+  long n = lp_tok_pieces(t, in->s, in->len, special, *pc, *cap);
+  if (n > (long)*cap) {
+    lp_tok_piece_t *p2 = realloc(*pc, (size_t)n * sizeof(**pc));
+    if (!p2) return -ENOMEM;
+    *pc = p2;
+    *cap = (size_t)n;
+    n = lp_tok_pieces(t, in->s, in->len, special, *pc, *cap);
+  }
+  if (n > (long)*cap) return -EINVAL;
+  return n < 0 && n != -ENOMEM ? -EINVAL : n;
+}
+
+/* Input i's entry of the answer: its n pieces (pc). */
+static void input_json(lp_buf_t *out, const lp_tok_t *t, const lp_tei_text_t *in, size_t i,
+                       const lp_tok_piece_t *pc, long n) {
+  lp_buf_puts(out, i ? ",[" : "[");
+  for (long k = 0; k < n; k++) {
+    if (k) lp_buf_puts(out, ",");
+    const lp_tok_piece_t *p = &pc[k];
+    const char *name = lp_tok_piece_name(t, p->id);
+    int in_text = !p->special && p->begin <= p->end && p->end <= in->len;
+    lp_tei_token(out, p->id, in_text ? in->s + p->begin : name, in_text ? p->end - p->begin : strlen(name),
+                 !in_text, p->begin, p->end);
+  }
+  lp_buf_puts(out, "]");
+}
+
+/* A /tokenize answer written as its client reads, its inputs tokenized
+ * again a piece at a time (what was built while checking them is dropped:
+ * a waiting stream holds its texts only). All of it owned here
+ * (tok_stream_next frees it). */
+typedef struct tok_stream_s {
+  const lp_tok_t *t;          /* the model's: loaded once, freed with the proxy */
+  int special;
+  int begun;                  /* the answer's '[' is written */
+  size_t next, n;             /* the next input to write, of n */
+  lp_tei_text_t *texts;       /* n, pointing into text */
+  char *text;                 /* the inputs' bytes, copied out of the request */
+  lp_tok_piece_t *pc;
+  size_t cap;
+} tok_stream_t;
+
+static void tok_stream_free(tok_stream_t *st) {
+  if (!st) return;
+  free(st->texts);
+  free(st->text);
+  free(st->pc);
+  free(st);
+}
+
+/* lp_http_stream_cb: the answer's next inputs, about room bytes of them. */
+static int tok_stream_next(void *ud, lp_buf_t *out, size_t room) {
+  tok_stream_t *st = ud;
+  if (!out) {
+    tok_stream_free(st);
+    return 0;
+  }
+  size_t start = out->len;
+  if (!st->begun) lp_buf_puts(out, "[");
+  st->begun = 1;
+  while (st->next < st->n && out->len - start < room && !out->oom) {
+    const lp_tei_text_t *in = &st->texts[st->next];
+    long k = input_pieces(st->t, in, st->special, &st->pc, &st->cap);
+    if (k < 0) return (int)k; /* it was tokenized once already: memory only */
+    input_json(out, st->t, in, st->next, st->pc, k);
+    st->next++;
+  }
+  if (st->next < st->n) return 1;
+  lp_buf_puts(out, "]\n");
+  return 0;
+}
+
+/* The stream of r's answer, with what it holds in *held. NULL without memory. */
+static tok_stream_t *tok_stream_new(const lp_tok_t *t, const lp_tei_req_t *r, size_t *held) {
+  tok_stream_t *st = calloc(1, sizeof(*st));
+  if (!st) return NULL;
+  size_t bytes = 0;
+  for (size_t i = 0; i < r->ntexts; i++) bytes += r->texts[i].len;
+  st->texts = calloc(r->ntexts, sizeof(*st->texts));
+  st->text = malloc(bytes ? bytes : 1);
+  if (!st->texts || !st->text) {
+    tok_stream_free(st);
+    return NULL;
+  }
+  char *p = st->text;
+  for (size_t i = 0; i < r->ntexts; i++) {
+    if (r->texts[i].len) memcpy(p, r->texts[i].s, r->texts[i].len);
+    st->texts[i] = (lp_tei_text_t){.s = p, .len = r->texts[i].len};
+    p += r->texts[i].len;
+  }
+  st->t = t;
+  st->special = r->add_special_tokens;
+  st->n = r->ntexts;
+  *held = sizeof(*st) + bytes + r->ntexts * sizeof(*st->texts);
+  return st;
+}
+
+/* What one token takes in a /tokenize answer, about ({"id":N,"text":"..",
+ * "special":false,"start":N,"stop":N}): the answer's size is judged from the
+ * workers' counts before any of it is built. */
+#define TOKENIZE_BYTES_PER_ID 64
+
+/* /tokenize: each input's pieces with their ids and where they lie in it,
+ * each input at most limit pieces, as /embed's without truncate. The workers
+ * have tokenized every input (tj's units, ids only: an error is the whole
+ * answer's status, found off the loop); a small answer is then built here at
+ * once, one past TOKENIZE_AT_ONCE is written as the client reads it, its
+ * inputs tokenized again a piece at a time (what the server's unsent answers
+ * may hold bounds how many such wait at once: past it, 429). */
+static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tokjob_t *tj, const lp_tok_t *t,
+                     const lp_tei_req_t *r, uint32_t limit) {
   int rc = 0;
   char msg[256];
-  lp_buf_puts(&out, "[");
+  size_t ids = 0;
   for (size_t i = 0; i < tj->nunits && !rc; i++) {
     const lp_tokunit_t *u = &tj->units[i];
     if (u->n == -E2BIG) {
@@ -52,24 +170,57 @@ static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tokjob_t *tj, u
       rc = -E2BIG;
     } else if (u->n < 0) {
       rc = u->n == -ENOMEM ? -ENOMEM : -EINVAL;
+    } else if ((size_t)u->n > limit) {
+      snprintf(msg, sizeof(msg), "Input validation error: `inputs[%zu]` must have at most %u tokens. Given: %ld", i,
+               limit, u->n);
+      rc = -E2BIG;
     } else {
-      if (i) lp_buf_puts(&out, ",");
-      lp_buf_append(&out, u->json.data, u->json.len);
+      ids += (size_t)u->n;
     }
   }
-  lp_buf_puts(&out, "]\n");
+  size_t at_once = lp_http_unsent_full(req) ? TOKENIZE_AT_ONCE_FULL : TOKENIZE_AT_ONCE;
+  int stream = !rc && ids * TOKENIZE_BYTES_PER_ID > at_once;
+  lp_buf_t out;
+  lp_buf_init(&out);
+  lp_tok_piece_t *pc = NULL; /* owned here */
+  size_t cap = 0;
+  if (!rc && !stream) {
+    lp_buf_puts(&out, "[");
+    for (size_t i = 0; i < r->ntexts && !rc; i++) {
+      long n = input_pieces(t, &r->texts[i], r->add_special_tokens, &pc, &cap);
+      if (n < 0) rc = (int)n;
+      else input_json(&out, t, &r->texts[i], i, pc, n);
+    }
+    lp_buf_puts(&out, "]\n");
+  }
+  free(pc);
+  tok_stream_t *st = NULL;
+  size_t held = 0;
   if (rc == -E2BIG) {
     lp__tei_reject(f, req, LP_ROUTE_TEI_TOKENIZE, 422, LP_TEI_TOKENIZER, "sequence_too_long", msg, NULL);
   } else if (rc == -EINVAL) {
     lp__tei_reject(f, req, LP_ROUTE_TEI_TOKENIZE, 422, LP_TEI_TOKENIZER, "tokenizer_refused",
                    "the tokenizer refused a text", NULL);
-  } else if (rc || out.oom) {
+  } else if (rc || out.oom || (stream && !(st = tok_stream_new(t, r, &held)))) {
     lp__tei_reject(f, req, LP_ROUTE_TEI_TOKENIZE, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory",
                    NULL);
-  } else {
+  } else if (!st) {
     lp_proxy_count(f, LP_ROUTE_TEI_TOKENIZE, 200);
     lp__access_log(f, req, 200, NULL);
     lp_http_respond(req, 200, NULL, "application/json", out.data, out.len);
+  } else if (lp_http_reserve(req, held) == 0) {
+    lp_proxy_count(f, LP_ROUTE_TEI_TOKENIZE, 200);
+    lp__access_log(f, req, 200, NULL);
+    /* the texts were copied out: a stream holds no body (r's point into
+     * its JSON, not into the body) */
+    free(req->body);
+    req->body = NULL;
+    lp_http_respond_stream(req, 200, NULL, "application/json", tok_stream_next, st);
+  } else {
+    tok_stream_free(st);
+    lp__tei_reject(f, req, LP_ROUTE_TEI_TOKENIZE, 429, LP_TEI_OVERLOADED, "answers_unsent_full",
+                   "large answers waiting for their clients fill the proxy's max_unsent_bytes_total: retry later",
+                   NULL);
   }
   lp_buf_free(&out);
 }
@@ -356,7 +507,8 @@ static void tei_submit(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req, tei_c
  * into a job. */
 static void tei_tokenized(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req) {
   tei_ctx_t *c = tj->ctx;
-  if (c->kind == LP_TEI_TOKENIZE) tokenize(f, req, tj, c->limit);
+  if (c->kind == LP_TEI_TOKENIZE)
+    tokenize(f, req, tj, f->proxy->tok[c->m - f->proxy->models], &c->r, c->limit);
   else tei_submit(f, tj, req, c);
 }
 
@@ -472,7 +624,9 @@ static void tei_decoded(lp_front_t *f, lp_http_req_t *req, tei_ctx_t *c) {
     tei_unit(u++, &c->r.query, LP_TOKOP_PLAIN, &c->r, limit, 0);
     for (size_t i = 0; i < r->ntexts; i++) tei_unit(u++, &r->texts[i], LP_TOKOP_PLAIN, r, limit, 1);
   } else if (kind == LP_TEI_TOKENIZE) {
-    for (size_t i = 0; i < r->ntexts; i++) tei_unit(u++, &r->texts[i], LP_TOKOP_PIECES, r, limit, 0);
+    /* ids only, off the loop: their counts check every input and size the
+     * answer, built (or streamed) on the front (tokenize) */
+    for (size_t i = 0; i < r->ntexts; i++) tei_unit(u++, &r->texts[i], LP_TOKOP_IDS, r, limit, 0);
   } else {
     for (size_t i = 0; i < r->ntexts; i++) {
       const lp_tei_text_t *in = &r->texts[i];

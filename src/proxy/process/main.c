@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
    * each time a brk call and fresh pages the kernel zeroes, several percent
    * of the proxy's CPU. Fixed thresholds keep it; the proxy's idle timer
    * (malloc_trim once nothing is in flight) gives it back after a burst. */
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, LP_TRIM_THRESHOLD);
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
 #endif
   static const struct option opts[] = {

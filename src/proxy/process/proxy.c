@@ -113,10 +113,14 @@ static void on_trim(uv_timer_t *t) {
   lp_proxy_t *p = t->data;
   uint64_t served = 0;
   for (unsigned i = 0; i < p->nfronts; i++) served += LP_RELAXED_LOAD(p->fronts[i].served);
-  if (p->jobs || p->batches) return;
+  /* answers held for clients that do not read (streamed ones, their
+   * requests' texts) go when they read or leave, long after they were served */
+  if (__atomic_load_n(&p->client_counts.unsent_bytes, __ATOMIC_RELAXED)) p->unsent_seen = 1;
+  if (p->jobs || p->batches || __atomic_load_n(&p->client_counts.unsent_bytes, __ATOMIC_RELAXED)) return;
   /* twice, on two quiet ticks: an answer still being written when the first
    * ran (its buffer freed just after) goes back at the second */
-  if (served != p->trimmed_at) p->trims_left = 2;
+  if (served != p->trimmed_at || p->unsent_seen) p->trims_left = 2;
+  p->unsent_seen = 0;
   if (!p->trims_left) return;
   p->trims_left--;
   p->trimmed_at = served;
@@ -127,6 +131,9 @@ static void on_trim(uv_timer_t *t) {
    * its first few batches again */
   for (size_t i = 0; i < p->nmodels; i++) lp__batches_free(&p->models[i]);
   malloc_trim(0);
+  lp__trim_arena();
+  for (unsigned i = 0; i < p->nfronts; i++)
+    __atomic_store_n(&p->fronts[i].trim_due, 1, __ATOMIC_RELAXED);
 }
 
 int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *port) {
