@@ -18,7 +18,7 @@
 #include "lanepack/bucket.h"
 #include "lanepack/lengths.h"
 #include "lanepack/packer.h"
-#include "legacy-sched.h"
+#include "baseline-sched.h"
 
 typedef struct {
   char algo[32];
@@ -112,26 +112,26 @@ static int run_offline(lp_packer_t *pk, lp_algo_t algo, const input_t *in, row_t
  * a backlog: each decision sees a window of the queue, and a dispatched batch's
  * sequences leave it. */
 static int run_online(lp_algo_t algo, const input_t *in, row_t *row) {
-  lp_sched_config_t cfg = {.algo = algo, .fill_target = 0.0, .max_wait_ns = UINT64_MAX / 4,
-                           .max_bypass = 8, .max_segments = in->max_segments};
-  lp_sched_t *s = lp_sched_new(&cfg);
-  lp_sched_item_t *q = malloc((in->n + 1) * sizeof(*q));
+  lp_baseline_config_t cfg = {.algo = algo, .fill_target = 0.0, .max_wait_ns = UINT64_MAX / 4,
+                              .max_bypass = 8, .max_segments = in->max_segments};
+  lp_baseline_t *s = lp_baseline_new(&cfg);
+  lp_baseline_item_t *q = malloc((in->n + 1) * sizeof(*q));
   if (!s || !q) {
-    lp_sched_free(s);
+    lp_baseline_free(s);
     free(q);
     return -ENOMEM;
   }
-  for (size_t i = 0; i < in->n; i++) q[i] = (lp_sched_item_t){.len = in->lens[i]};
+  for (size_t i = 0; i < in->n; i++) q[i] = (lp_baseline_item_t){.len = in->lens[i]};
   size_t qn = in->n;
   double slots = 0;
   uint64_t batches = 0, shape_tokens[LP_BUCKET_MAX_SHAPES] = {0};
   int rc = 0;
   double t0 = now_s();
   while (qn > 0) {
-    lp_sched_plan_t plan;
-    rc = lp_sched_decide(s, in->set, q, qn, 1, &plan);
+    lp_baseline_plan_t plan;
+    rc = lp_baseline_decide(s, in->set, q, qn, 1, &plan);
     if (rc) break;
-    if (plan.action != LP_SCHED_DISPATCH) {
+    if (plan.action != LP_BASELINE_DISPATCH) {
       rc = -EPROTO;
       break;
     }
@@ -145,7 +145,7 @@ static int run_online(lp_algo_t algo, const input_t *in, row_t *row) {
     qn = w;
   }
   double elapsed = now_s() - t0;
-  lp_sched_free(s);
+  lp_baseline_free(s);
   free(q);
   if (rc) return rc;
   /* the bound for the same split of tokens across shapes */

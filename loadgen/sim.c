@@ -291,7 +291,7 @@ static int run(const opts_t *o, const char *kind, const sim_req_t *reqs, size_t 
                sim_figures_t *f, double *secs) {
   sim_policy_t p;
   int rc = !strcmp(kind, "core")     ? sim_core_new(&p, &o->model, reqs)
-           : !strcmp(kind, "legacy") ? sim_legacy_new(&p, &o->model, reqs)
+           : !strcmp(kind, "legacy") ? sim_baseline_new(&p, &o->model, reqs)
                                      : sim_ideal_new(&p, &o->model, reqs, strcmp(kind, "ideal") == 0);
   if (rc) {
     fprintf(stderr, "lanepack-sim: %s: %s\n", kind, strerror(-rc));

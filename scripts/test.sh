@@ -45,7 +45,7 @@ suite "fuzzing: each libFuzzer target for 20 s from its seeds (crash, leak or ha
 if [ "${LP_TEST_FAULTS:-0}" = 1 ]; then
   echo "== the fault goal, seeds 2-11 (LP_TEST_FAULTS=1)"
   for seed in 2 3 4 5 6 7 8 9 10 11; do
-    if python3 loadgen/bench-faults.py --proxy build/src/lanepack --emulator build/loadgen/lanepack-emulator \
+    if python3 bench/bench-faults.py --proxy build/src/lanepack --emulator build/loadgen/lanepack-emulator \
         --seed "$seed"; then
       echo "Ok: 1" >> "$log"
     else

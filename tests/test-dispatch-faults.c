@@ -1,5 +1,5 @@
 /* The fault goal's lost requests, reproduced in the dispatch core in virtual
- * time (loadgen/bench-faults.py lost about one request in fifty runs, each
+ * time (bench/bench-faults.py lost about one request in fifty runs, each
  * waiting out its batch's 30 s transfer timeout): the exact backend behaviour
  * of those runs, replayed event by event. */
 #include <check.h>

@@ -88,11 +88,11 @@ for path in docs:
             check("%s: link %s" % (rel, target), frag in anchors(dest), "no heading with that anchor")
 check("the docs link to each other", nlinks > 0, nlinks)
 
-# Source files the docs name (`src/...c`, `loadgen/...`) exist: the tree moves.
+# Source files the docs name (`src/...c`, `loadgen/...`, `bench/...`) exist: the tree moves.
 for path in docs:
     if not os.path.isfile(path):
         continue
-    for f in sorted(set(re.findall(r"\b((?:src|loadgen|tests|scripts|deploy)/[\w./-]+\.(?:c|h|py|sh|yml))\b", read(path)))):
+    for f in sorted(set(re.findall(r"\b((?:src|loadgen|bench|tests|scripts|deploy)/[\w./-]+\.(?:c|h|py|sh|mjs|yml))\b", read(path)))):
         check("%s: names %s" % (os.path.relpath(path, root), f), os.path.exists(os.path.join(root, f)),
               "no such file")
 

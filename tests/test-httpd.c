@@ -26,7 +26,7 @@
 /* Idle connections measured: enough that a page more or less is 2 bytes per
  * connection; fewer when the process may not open that many files. */
 #define IDLE_CONNS 2000
-/* Connections served before the baseline, as loadgen/idle-conns.py does, so
+/* Connections served before the baseline, as bench/idle-conns.py does, so
  * that pools and the read buffer are in the baseline, not in the growth. */
 #define WARM_CONNS 64
 /* The bound per idle connection, resident bytes: the record (296, the budget

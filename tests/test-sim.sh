@@ -127,7 +127,7 @@ check "trace: five requests, one too long" "grep -q '^ok$' '$tmp/check' || { cat
 # p99 within 1.1x of the ideal at 10-80% load and 1.25x at 90%; capacity at
 # least 0.99 of the ideal's; with 1% of batches failing 5xx, p99 within 1.5x of
 # no faults. (Measured over more mixes, shape sets and devices by
-# loadgen/sim-goals.py; these are the cases met, on short runs.)
+# bench/sim-goals.py; these are the cases met, on short runs.)
 goal() { # mix, seconds, shapes, cost args... (the seconds give each load a few thousand requests)
   local mix=$1 secs=$2 shapes=$3
   shift 3

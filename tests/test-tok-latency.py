@@ -5,7 +5,7 @@ two keep-alive connections post 1 MiB texts to /embed with "truncate": true
 (tokenized whole on the front's loop, each took 270-530 ms there and the
 light p99 went from 10 ms to 7.4 s). Asserted generously (the suite runs
 beside a sanitizer build on busy cores): the busy p99 within 5x the quiet
-one or 300 ms, whichever is more (the build before: 2-5 s); the figures are loadgen/bench-tokwork.py's.
+one or 300 ms, whichever is more (the build before: 2-5 s); the figures are bench/bench-tokwork.py's.
 Also: the 1 MiB text's vector is the one of its first ids (bos/eos kept), a
 text over the limit without truncate is refused naming the limit, and a
 one-line /embed beside two requests of 2,048 texts waits for one input, not

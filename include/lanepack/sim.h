@@ -97,7 +97,7 @@ typedef struct sim_policy_s {
 /* The policies. reqs is borrowed for the policy's life. Each returns 0 or a
  * negative errno; on success *p is ready and p->free releases it. */
 int sim_ideal_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs, int oldest);
-int sim_legacy_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs);
+int sim_baseline_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs);
 int sim_core_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs);
 
 /* A policy's queue of actions for the world, with the items its SENDs carry

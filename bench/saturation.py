@@ -13,7 +13,7 @@ bigger shape at light load doubles a small p99 too, and is no knee). Candidates:
   useful busy x fill: device time doing real tokens (lanepack_device_useful_seconds_total)
   queue  mean queue delay / mean device time per batch (Triton's users'
          queue-duration / compute-duration; lanepack_saturation)
-Usage: loadgen/saturation.py [--sim build/loadgen/lanepack-sim] [--policy core|legacy]
+Usage: bench/saturation.py [--sim build/loadgen/lanepack-sim] [--policy core|legacy]
 """
 import argparse
 import json

@@ -3,7 +3,7 @@
 device count, lanepack-sim's p99 against the ideal's per load, the capacity
 against the ideal's, and p99 with 1% of batches failing 5xx against no faults.
 
-Usage: loadgen/sim-goals.py [--sim build/loadgen/lanepack-sim] [--policy core]
+Usage: bench/sim-goals.py [--sim build/loadgen/lanepack-sim] [--policy core]
                             [--duration 20] [--seed 1] [--mixes a.lengths,...]"""
 import argparse
 import json

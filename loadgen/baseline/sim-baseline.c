@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "lanepack/devclock.h"
-#include "legacy-sched.h"
+#include "baseline-sched.h"
 #include "lanepack/sim.h"
 
 #define WINDOW_MAX 4096
@@ -35,7 +35,7 @@ typedef struct lbatch_s {
 } lbatch_t;
 
 typedef struct lreq_s {
-  lp_sched_item_t item;
+  lp_baseline_item_t item;
   uint32_t attempts, copies, flying; /* flying: batches holding it now */
   uint8_t isolate, queued, answered, avoid; /* avoid: backend + 1 */
 } lreq_t;
@@ -45,10 +45,10 @@ typedef struct retry_s {
   uint32_t req;
 } retry_t;
 
-typedef struct legacy_s {
+typedef struct baseline_s {
   const sim_model_t *m;
   const sim_req_t *reqs;
-  lp_sched_t *sched;
+  lp_baseline_t *sched;
   lbackend_t be[SIM_MAX_BACKENDS];
   uint32_t rr;
   lreq_t *r;            /* per request, grown as they come */
@@ -60,11 +60,11 @@ typedef struct legacy_s {
   size_t open_from;     /* no batch before it is still open */
   retry_t *retries;     /* backoffs under way */
   size_t nretries, capretries;
-  lp_sched_item_t *win, *win2;
+  lp_baseline_item_t *win, *win2;
   uint32_t *winpos, *placed;
   uint64_t wake_at;
   sim_actq_t aq;
-} legacy_t;
+} baseline_t;
 
 static int reserve(void **p, size_t *cap, size_t want, size_t size) {
   if (want <= *cap) return 0;
@@ -78,7 +78,7 @@ static int reserve(void **p, size_t *cap, size_t want, size_t size) {
 }
 
 /* Puts req back in the queue in arrival order (it is usually near the head). */
-static int requeue(legacy_t *s, uint32_t req) {
+static int requeue(baseline_t *s, uint32_t req) {
   if (s->r[req].queued || s->r[req].answered) return 0;
   if (s->qh == 0) {
     /* make room at the front */
@@ -97,19 +97,19 @@ static int requeue(legacy_t *s, uint32_t req) {
   return 0;
 }
 
-static int answer(legacy_t *s, uint32_t req, int status) {
+static int answer(baseline_t *s, uint32_t req, int status) {
   lreq_t *r = &s->r[req];
   if (r->answered) return 0;
   r->answered = 1;
   return sim_actq_answer(&s->aq, req, status);
 }
 
-static int healthy_others(const legacy_t *s, uint32_t b) {
+static int healthy_others(const baseline_t *s, uint32_t b) {
   return s->m->backends > 1 && b < s->m->backends; /* health is not modelled: all are */
 }
 
 /* One decision round, as lp__model_schedule: returns 1 when a batch left. */
-static int schedule_once(legacy_t *s, uint64_t now, uint64_t *wake) {
+static int schedule_once(baseline_t *s, uint64_t now, uint64_t *wake) {
   const sim_model_t *m = s->m;
   /* drop answered and dead entries at the head */
   while (s->qh < s->qn && (!s->r[s->q[s->qh]].queued)) s->qh++;
@@ -156,18 +156,18 @@ static int schedule_once(legacy_t *s, uint64_t now, uint64_t *wake) {
     lbackend_t *be = &s->be[b];
     lp_bucket_set_t view = m->shapes;
     for (size_t i = 0; i < view.count; i++) view.shapes[i].cost_ns = lp_devclock_cost(&be->clock, (int)i);
-    lp_sched_mode_t mode = LP_SCHED_NOW;
+    lp_baseline_mode_t mode = LP_BASELINE_NOW;
     if (lp_devclock_idle_device(&be->clock) < 0) {
       uint64_t lead = lp_devclock_lead(&be->clock);
       uint64_t slack = lead > 2000000 ? lead : 2000000;
       uint64_t free_at = lp_devclock_next_free_at(&be->clock, now, slack);
       uint64_t leave = free_at == UINT64_MAX ? UINT64_MAX : free_at > lead ? free_at - lead : 0;
       if (now < leave) {
-        mode = LP_SCHED_FULL_ONLY;
+        mode = LP_BASELINE_FULL_ONLY;
         if (leave < *wake) *wake = leave;
       }
     }
-    lp_sched_item_t *items = s->win;
+    lp_baseline_item_t *items = s->win;
     int any = 0;
     for (size_t i = 0; i < n && !any; i++) any = s->r[s->q[s->winpos[i]]].avoid == b + 1;
     if (any && healthy_others(s, b)) {
@@ -176,12 +176,12 @@ static int schedule_once(legacy_t *s, uint64_t now, uint64_t *wake) {
         if (s->r[s->q[s->winpos[i]]].avoid == b + 1) s->win2[i].len = UINT32_MAX;
       items = s->win2;
     }
-    lp_sched_plan_t plan;
-    if (lp_sched_decide_mode(s->sched, &view, items, n, now, mode, &plan)) return -ENOMEM;
+    lp_baseline_plan_t plan;
+    if (lp_baseline_decide_mode(s->sched, &view, items, n, now, mode, &plan)) return -ENOMEM;
     for (size_t i = 0; i < n; i++) s->win[i].bypassed = items[i].bypassed;
-    if (plan.action == LP_SCHED_WAIT && plan.wake_ns < *wake) *wake = plan.wake_ns;
+    if (plan.action == LP_BASELINE_WAIT && plan.wake_ns < *wake) *wake = plan.wake_ns;
     for (size_t i = 0; i < n; i++) s->r[s->q[s->winpos[i]]].item.bypassed = s->win[i].bypassed;
-    if (plan.action != LP_SCHED_DISPATCH) continue;
+    if (plan.action != LP_BASELINE_DISPATCH) continue;
     /* the batch leaves */
     if (reserve((void **)&s->b, &s->capb, s->nb + 1, sizeof(*s->b))) return -ENOMEM;
     uint32_t np = 0;
@@ -220,7 +220,7 @@ static int schedule_once(legacy_t *s, uint64_t now, uint64_t *wake) {
 }
 
 /* Timers that came due: backoffs ending, stalls to hedge, timeouts. */
-static int timers(legacy_t *s, uint64_t now, uint64_t *wake) {
+static int timers(baseline_t *s, uint64_t now, uint64_t *wake) {
   size_t k = 0;
   for (size_t i = 0; i < s->nretries; i++) {
     if (s->retries[i].at <= now) {
@@ -268,7 +268,7 @@ static int timers(legacy_t *s, uint64_t now, uint64_t *wake) {
   return 0;
 }
 
-static int run(legacy_t *s, uint64_t now) {
+static int run(baseline_t *s, uint64_t now) {
   uint64_t wake = UINT64_MAX;
   int rc = timers(s, now, &wake);
   if (rc) return rc;
@@ -293,8 +293,8 @@ static int run(legacy_t *s, uint64_t now) {
   return 0;
 }
 
-static int legacy_admit(void *st, uint64_t now, uint32_t req, const sim_req_t *q) {
-  legacy_t *s = st;
+static int baseline_admit(void *st, uint64_t now, uint32_t req, const sim_req_t *q) {
+  baseline_t *s = st;
   if (reserve((void **)&s->r, &s->nr, (size_t)req + 1, sizeof(*s->r))) return -ENOMEM;
   lreq_t *r = &s->r[req];
   memset(r, 0, sizeof(*r));
@@ -302,15 +302,15 @@ static int legacy_admit(void *st, uint64_t now, uint32_t req, const sim_req_t *q
     r->answered = 1;
     return sim_actq_answer(&s->aq, req, 413);
   }
-  r->item = (lp_sched_item_t){.len = q->len, .enqueued_ns = q->arrive_ns, .deadline_ns = q->deadline_ns};
+  r->item = (lp_baseline_item_t){.len = q->len, .enqueued_ns = q->arrive_ns, .deadline_ns = q->deadline_ns};
   if (reserve((void **)&s->q, &s->qcap, s->qn + 1, sizeof(*s->q))) return -ENOMEM;
   s->q[s->qn++] = req;
   r->queued = 1;
   return run(s, now);
 }
 
-static int legacy_result(void *st, uint64_t now, const sim_result_t *res) {
-  legacy_t *s = st;
+static int baseline_result(void *st, uint64_t now, const sim_result_t *res) {
+  baseline_t *s = st;
   if (res->batch == 0 || res->batch > s->nb) return -EINVAL;
   lbatch_t *bt = &s->b[res->batch - 1];
   if (!bt->items) return run(s, now); /* given up already */
@@ -362,22 +362,22 @@ static int legacy_result(void *st, uint64_t now, const sim_result_t *res) {
   return run(s, now);
 }
 
-static int legacy_tick(void *st, uint64_t now) {
-  legacy_t *s = st;
+static int baseline_tick(void *st, uint64_t now) {
+  baseline_t *s = st;
   s->wake_at = UINT64_MAX;
   return run(s, now);
 }
 
-static int legacy_next(void *st, sim_action_t *a) {
-  legacy_t *s = st;
+static int baseline_next(void *st, sim_action_t *a) {
+  baseline_t *s = st;
   sim_actq_next(&s->aq, a);
   return 0;
 }
 
-static void legacy_free(void *st) {
-  legacy_t *s = st;
+static void baseline_free(void *st) {
+  baseline_t *s = st;
   if (!s) return;
-  lp_sched_free(s->sched);
+  lp_baseline_free(s->sched);
   for (size_t i = 0; i < s->nb; i++) free(s->b[i].items);
   free(s->b);
   free(s->r);
@@ -391,21 +391,21 @@ static void legacy_free(void *st) {
   free(s);
 }
 
-int sim_legacy_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs) {
-  legacy_t *s = calloc(1, sizeof(*s));
+int sim_baseline_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs) {
+  baseline_t *s = calloc(1, sizeof(*s));
   if (!s) return -ENOMEM;
   s->m = m;
   s->reqs = reqs;
   s->wake_at = UINT64_MAX;
-  lp_sched_config_t sc = {.algo = LP_ALGO_BFD, .fill_target = 0.95, .max_wait_ns = 5000000ull,
-                          .max_bypass = 8};
-  s->sched = lp_sched_new(&sc);
+  lp_baseline_config_t sc = {.algo = LP_ALGO_BFD, .fill_target = 0.95, .max_wait_ns = 5000000ull,
+                             .max_bypass = 8};
+  s->sched = lp_baseline_new(&sc);
   s->win = malloc(WINDOW_MAX * sizeof(*s->win));
   s->win2 = malloc(WINDOW_MAX * sizeof(*s->win2));
   s->winpos = malloc(WINDOW_MAX * sizeof(*s->winpos));
   s->placed = malloc(WINDOW_MAX * sizeof(*s->placed));
   if (!s->sched || !s->win || !s->win2 || !s->winpos || !s->placed) {
-    legacy_free(s);
+    baseline_free(s);
     return -ENOMEM;
   }
   for (uint32_t b = 0; b < m->backends && b < SIM_MAX_BACKENDS; b++) {
@@ -415,11 +415,11 @@ int sim_legacy_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs)
   memset(p, 0, sizeof(*p));
   p->name = "legacy";
   p->st = s;
-  p->admit = legacy_admit;
-  p->result = legacy_result;
-  p->tick = legacy_tick;
-  p->next = legacy_next;
-  p->free = legacy_free;
+  p->admit = baseline_admit;
+  p->result = baseline_result;
+  p->tick = baseline_tick;
+  p->next = baseline_next;
+  p->free = baseline_free;
   p->lead_ns = m->lead_ns;
   return 0;
 }

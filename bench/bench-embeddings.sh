@@ -10,7 +10,7 @@
 # tokens/s per core; then the tokenizer alone (lanepack-tokrate: the same module
 # and model, 1 and 2 threads on one loaded model). Not a timed test: figures
 # move with the machine's load.
-# Usage: loadgen/bench-embeddings.sh [BUILD_DIR] [DURATION] [RUNS] [BATCH] [TEXT]
+# Usage: bench/bench-embeddings.sh [BUILD_DIR] [DURATION] [RUNS] [BATCH] [TEXT]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -24,7 +24,7 @@ text=${5:-/usr/share/common-licenses/GPL-3}
 # client thread is not what limits them on a small machine
 conc=32
 dims=16
-. loadgen/bench-common.sh
+. bench/bench-common.sh
 hz=$(getconf CLK_TCK)
 
 # the model, the lines the load generator sends (blank lines and lines without
@@ -100,7 +100,7 @@ print("%-8s %16.0f %16.0f %12.3f %26.3f %22s" % (t, ids, txt, txt / ids, us, "%.
 EOF
 done
 
-printf '\nthe tokenizer alone (%s, %s):\n' "$build/loadgen/lanepack-tokrate" "${duration%s}s"
+printf '\nthe tokenizer alone (%s, %s):\n' "$build/bench/lanepack-tokrate" "${duration%s}s"
 for threads in 1 2; do
-  "$build/loadgen/lanepack-tokrate" "$tmp/spm.model" "$tmp/lines.txt" "${duration%s}" "$threads"
+  "$build/bench/lanepack-tokrate" "$tmp/spm.model" "$tmp/lines.txt" "${duration%s}" "$threads"
 done

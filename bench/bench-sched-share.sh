@@ -13,7 +13,7 @@
 # front on the scheduler's loop: their share is not reported there.
 # Packing is printed from /metrics (sequences per batch, mean fill) so a
 # change of the byte path can be checked to leave it alone.
-# Usage: loadgen/bench-sched-share.sh [--threads 1,2] [--wires json,v2]
+# Usage: bench/bench-sched-share.sh [--threads 1,2] [--wires json,v2]
 #                                     [BUILD_DIR] [DURATION] [CONNECTIONS] [RUNS]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -21,7 +21,7 @@ the goal; exits 0 on PASS, 1 on FAIL.
 Registered as the integration test `faults` (tests/meson.build), which runs
 it with the defaults against the build's binaries.
 
-Usage: loadgen/bench-faults.py [--build build | --proxy BIN --emulator BIN]
+Usage: bench/bench-faults.py [--build build | --proxy BIN --emulator BIN]
     [--requests 3000] [--clients 30]
     [--timeout 30] [--goal-s 55] [--lengths tests/data/manpages.lengths]
     [--faults "--fail-rate 0.05 ..."] [--kill-at 0.33] [--down-s 1] [--seed 1]

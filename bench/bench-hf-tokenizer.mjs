@@ -3,7 +3,7 @@
 // Face's own library (the npm package tests/package.json pins, its Rust code
 // with RAYON_NUM_THREADS=1, encodeBatch over the same lines), for each kind
 // of tokenizer.json the tests build. Prints one JSON line per kind.
-// Usage: RAYON_NUM_THREADS=1 node loadgen/bench-hf-tokenizer.mjs BUILD/tests/hf-encode [KIND...]
+// Usage: RAYON_NUM_THREADS=1 node bench/bench-hf-tokenizer.mjs BUILD/tests/hf-encode [KIND...]
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";

@@ -19,7 +19,7 @@ above 100% compares what both serve under overload. --compare runs other
 builds' proxy and emulator on the same arrivals right after each step (the
 load of a shared host then weighs on all alike).
 
-Usage: loadgen/sweep.py [--build build] [--compare BUILD2,...] [--lengths FILE]
+Usage: bench/sweep.py [--build build] [--compare BUILD2,...] [--lengths FILE]
                         [--shapes 4x8192,8x2048] [--cost 4x8192=20,8x2048=8]
                         [--duration 5] [--steps 10,20,...] [--seed 1] [--in-order]"""
 import argparse

@@ -2,7 +2,7 @@
 # Makes a length mix from a real corpus on a Debian machine: one length per
 # document (each package's copyright file and each common licence), token-ish:
 # whitespace-split words x 1.3, at least 1, clipped to 8192.
-# Usage: loadgen/mk-copyright-lengths.sh > tests/data/copyright.lengths
+# Usage: bench/mk-copyright-lengths.sh > tests/data/copyright.lengths
 set -eu
 LC_ALL=C
 export LC_ALL

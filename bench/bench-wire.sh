@@ -6,13 +6,13 @@
 # seconds per 1,000 requests and the backend's CPU-milliseconds per batch, read
 # from /proc around each run. Then the reference PyTorch server's time to decode
 # a 4x8192 batch's inputs and encode its outputs in each form (when torch is there).
-# Usage: loadgen/bench-wire.sh [BUILD_DIR] [DURATION] [CONCURRENCY]
+# Usage: bench/bench-wire.sh [BUILD_DIR] [DURATION] [CONCURRENCY]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 duration=${2:-10s}
 conc=${3:-256}
-. loadgen/bench-common.sh
+. bench/bench-common.sh
 metric() { # port prefix: sum of the samples
   curl -s "http://127.0.0.1:$1/metrics" | awk -v p="$2" 'index($0, p) == 1 {s += $NF} END {print s + 0}'
 }

@@ -13,7 +13,7 @@ count runs quiet, flood, quiet on the same proxy; the flood is compared with
 the worse of the two quiet runs, so drift of the shared machine during the
 run counts against the flood, never for it.
 
-Usage: loadgen/bench-page-flood.py [--build build] [--threads 1,2]
+Usage: bench/bench-page-flood.py [--build build] [--threads 1,2]
        [--duration 8] [--flooders 4] [--lengths tests/data/manpages.lengths]
 Prints one line per phase and a summary line per thread count."""
 import argparse

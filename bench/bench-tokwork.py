@@ -6,7 +6,7 @@ texts, with threads 1, 2 and 4; and the time of a 4 MiB text with truncate
 against a 512-token text. With --before BINARY (a lanepack built before the
 tokenizer workers) the same for it, side by side. One line per figure.
 
-  loadgen/bench-tokwork.py --proxy build/src/lanepack --emulator build/loadgen/lanepack-emulator \\
+  bench/bench-tokwork.py --proxy build/src/lanepack --emulator build/loadgen/lanepack-emulator \\
       [--before /tmp/lanepack-before] [--seconds 4]"""
 import argparse
 import http.client

@@ -1,13 +1,13 @@
-/* The old online dispatch policy (see legacy-sched.h): which shape to send next
+/* The old online dispatch policy (see baseline-sched.h): which shape to send next
  * and when, trying every compiled shape on the items waiting. */
-#include "legacy-sched.h"
+#include "baseline-sched.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct lp_sched_s {
-  lp_sched_config_t cfg;
+struct lp_baseline_s {
+  lp_baseline_config_t cfg;
   lp_packer_t *packer;  /* owned */
   /* scratch, owned, grown to the window size */
   uint32_t *perm;       /* permuted position -> queue index: due items first */
@@ -18,11 +18,11 @@ struct lp_sched_s {
   size_t cap;
 };
 
-lp_sched_t *lp_sched_new(const lp_sched_config_t *cfg) {
+lp_baseline_t *lp_baseline_new(const lp_baseline_config_t *cfg) {
   if (cfg == NULL || cfg->algo >= LP_ALGO_COUNT || !(cfg->fill_target >= 0.0) ||
       cfg->fill_target > 1.0)
     return NULL;
-  lp_sched_t *s = calloc(1, sizeof(*s));
+  lp_baseline_t *s = calloc(1, sizeof(*s));
   if (s == NULL) return NULL;
   s->cfg = *cfg;
   if (s->cfg.max_window == 0) s->cfg.max_window = 4096;
@@ -34,14 +34,14 @@ lp_sched_t *lp_sched_new(const lp_sched_config_t *cfg) {
   return s;
 }
 
-void lp_sched_free(lp_sched_t *s) {
+void lp_baseline_free(lp_baseline_t *s) {
   if (s == NULL) return;
   lp_packer_free(s->packer);
   free(s->perm); free(s->lens); free(s->trial); free(s->best); free(s->out);
   free(s);
 }
 
-static int reserve(lp_sched_t *s, size_t n) {
+static int reserve(lp_baseline_t *s, size_t n) {
   if (n <= s->cap) return 0;
   size_t c = s->cap ? s->cap : 64;
   while (c < n) c *= 2;
@@ -61,7 +61,7 @@ static int reserve(lp_sched_t *s, size_t n) {
 }
 
 /* Why an item must go in the next batch, or NULL if it need not. */
-static const char *due_reason(const lp_sched_config_t *cfg, const lp_sched_item_t *it,
+static const char *due_reason(const lp_baseline_config_t *cfg, const lp_baseline_item_t *it,
                               uint64_t now, uint64_t cost) {
   if (it->deadline_ns && it->deadline_ns <= now + cost) return "deadline";
   if (now >= it->enqueued_ns && now - it->enqueued_ns >= cfg->max_wait_ns) return "max_wait";
@@ -80,8 +80,8 @@ static uint64_t max_cost(const lp_bucket_set_t *set) {
 
 /* Items considered: the queue prefix whose tokens reach twice the largest
  * capacity (more cannot change the next rectangle much), capped by max_window. */
-static size_t window(const lp_sched_config_t *cfg, const lp_bucket_set_t *set,
-                     const lp_sched_item_t *items, size_t n) {
+static size_t window(const lp_baseline_config_t *cfg, const lp_bucket_set_t *set,
+                     const lp_baseline_item_t *items, size_t n) {
   uint64_t cap = 0, acc = 0;
   for (size_t i = 0; i < set->count; i++) {
     uint64_t c = (uint64_t)set->shapes[i].lanes * set->shapes[i].bucket;
@@ -92,26 +92,26 @@ static size_t window(const lp_sched_config_t *cfg, const lp_bucket_set_t *set,
   return m;
 }
 
-int lp_sched_decide(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_item_t *items,
-                    size_t n, uint64_t now, lp_sched_plan_t *plan) {
-  return lp_sched_decide_mode(s, set, items, n, now, LP_SCHED_RULES, plan);
+int lp_baseline_decide(lp_baseline_t *s, const lp_bucket_set_t *set, lp_baseline_item_t *items,
+                       size_t n, uint64_t now, lp_baseline_plan_t *plan) {
+  return lp_baseline_decide_mode(s, set, items, n, now, LP_BASELINE_RULES, plan);
 }
 
-int lp_sched_decide_mode(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_item_t *items,
-                         size_t n, uint64_t now, lp_sched_mode_t mode, lp_sched_plan_t *plan) {
+int lp_baseline_decide_mode(lp_baseline_t *s, const lp_bucket_set_t *set, lp_baseline_item_t *items,
+                            size_t n, uint64_t now, lp_baseline_mode_t mode, lp_baseline_plan_t *plan) {
   memset(plan, 0, sizeof(*plan));
   plan->shape = -1;
   if (n == 0) {
-    plan->action = LP_SCHED_IDLE;
+    plan->action = LP_BASELINE_IDLE;
     return 0;
   }
   int any = 0;
   for (size_t i = 0; i < set->count; i++) any |= set->shapes[i].state == LP_SHAPE_COMPILED;
   if (!any) {
-    plan->action = LP_SCHED_NO_SHAPE;
+    plan->action = LP_BASELINE_NO_SHAPE;
     return 0;
   }
-  const lp_sched_config_t *cfg = &s->cfg;
+  const lp_baseline_config_t *cfg = &s->cfg;
   uint64_t cost = max_cost(set);
   size_t m = window(cfg, set, items, n);
   if (reserve(s, m)) return -ENOMEM;
@@ -127,7 +127,7 @@ int lp_sched_decide_mode(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_ite
    * item is that old, and letting them pick would always pick the largest shape.
    * Deadlines and bypass still choose (bypass bounds how long an item the
    * cheaper shapes cannot hold waits). */
-  int clocked = mode != LP_SCHED_RULES;
+  int clocked = mode != LP_BASELINE_RULES;
   size_t npin = 0, nstrong = 0;
   const char *why = NULL;
   for (int pass = 0; pass < 2; pass++)
@@ -193,19 +193,19 @@ int lp_sched_decide_mode(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_ite
   if (best < 0) {
     /* Nothing waiting fits a compiled shape (e.g. only a compiling one admits it):
      * wake when a rule could change that. */
-    plan->action = LP_SCHED_WAIT;
+    plan->action = LP_BASELINE_WAIT;
     plan->wake_ns = now + (cfg->max_wait_ns ? cfg->max_wait_ns : 1000000);
     return 0;
   }
   const lp_shape_t *sh = &set->shapes[best];
   double fill = (double)best_real / ((double)sh->lanes * sh->bucket);
-  if (mode == LP_SCHED_FULL_ONLY && fill < cfg->fill_target) {
-    plan->action = LP_SCHED_WAIT;
+  if (mode == LP_BASELINE_FULL_ONLY && fill < cfg->fill_target) {
+    plan->action = LP_BASELINE_WAIT;
     plan->wake_ns = UINT64_MAX; /* the device clock says when */
     plan->fill = fill;
     return 0;
   }
-  if (mode == LP_SCHED_RULES && npin == 0 && fill < cfg->fill_target) {
+  if (mode == LP_BASELINE_RULES && npin == 0 && fill < cfg->fill_target) {
     uint64_t wake = UINT64_MAX;
     for (size_t i = 0; i < m; i++) {
       uint64_t t = items[i].enqueued_ns + cfg->max_wait_ns;
@@ -215,7 +215,7 @@ int lp_sched_decide_mode(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_ite
         if (d < wake) wake = d;
       }
     }
-    plan->action = LP_SCHED_WAIT;
+    plan->action = LP_BASELINE_WAIT;
     plan->wake_ns = wake > now ? wake : now;
     plan->fill = fill;
     return 0;
@@ -227,7 +227,7 @@ int lp_sched_decide_mode(lp_sched_t *s, const lp_bucket_set_t *set, lp_sched_ite
     if (s->out[i].bin >= 0) last = i;
   for (size_t i = 0; i < last; i++)
     if (s->out[i].bin < 0) items[i].bypassed++;
-  plan->action = LP_SCHED_DISPATCH;
+  plan->action = LP_BASELINE_DISPATCH;
   plan->shape = best;
   plan->n = m;
   plan->place = s->out;

@@ -5,7 +5,7 @@
 #  - requests per second of the proxy's own CPU (user+system from /proc around
 #    each run; median of RUNS alternating runs, so a noisy neighbour hits both);
 #  - resident bytes per idle keep-alive connection (IDLE connections, each
-#    served once; RSS growth / IDLE, loadgen/idle-conns.py);
+#    served once; RSS growth / IDLE, bench/idle-conns.py);
 #  - a perf profile of lanepack's top functions (if perf works here).
 # Each round runs lanepack twice with the bundled client: with the very client
 # nginx gets, and with every answer verified (--verify: the client then does
@@ -17,7 +17,7 @@
 # workers): the figures above, and that packing is unchanged (sequences per
 # batch and mean fill over the verified runs, from lanepack's /metrics, next to
 # the first thread count's).
-# Usage: loadgen/bench-vs-nginx.sh [--threads 1,2] [--client loadgen|wrk|both]
+# Usage: bench/bench-vs-nginx.sh [--threads 1,2] [--client loadgen|wrk|both]
 #                                  [BUILD_DIR] [DURATION] [CONCURRENCY] [RUNS] [IDLE]
 #   LP_BENCH_WIRE=lanepack|v2  the backend protocol lanepack speaks (default lanepack:
 #                              JSON, as the emulator's default; v2 = binary tensors)
@@ -205,10 +205,10 @@ for nt in "${threads[@]}"; do
     # Fair: nginx's upstream answers the idle requests with the very bytes
     # lanepack answered them (a 16-token answer), not the 600-value load
     # answer, which made nginx hold proxy buffers lanepack never needed.
-    idle_l=$(python3 loadgen/idle-conns.py --port "$p_lp" --pid "$lp_pid" --count "$idle" --wave "$wave" \
+    idle_l=$(python3 bench/idle-conns.py --port "$p_lp" --pid "$lp_pid" --count "$idle" --wave "$wave" \
       --save-answer "$tmp/www/idle.json" | grep -o '[0-9]* bytes per' | cut -d' ' -f1)
     chmod a+r "$tmp/www/idle.json"
-    idle_n=$(python3 loadgen/idle-conns.py --port "$p_nginx" --path /idle/v1/infer --pid "$(echo $workers | tr ' ' ',')" \
+    idle_n=$(python3 bench/idle-conns.py --port "$p_nginx" --path /idle/v1/infer --pid "$(echo $workers | tr ' ' ',')" \
       --count "$idle" --wave "$wave" | grep -o '[0-9]* bytes per' | cut -d' ' -f1)
   fi
 

@@ -8,7 +8,7 @@
 # them, else sharing every core with the client): each row per thread count,
 # with p99, every answer verified, and packing on the same traffic (requests
 # per batch and mean fill, from /metrics) to compare with the first count.
-# Usage: loadgen/bench-core.sh [--threads 1,2] [BUILD_DIR] [DURATION] [CONCURRENCY]
+# Usage: bench/bench-core.sh [--threads 1,2] [BUILD_DIR] [DURATION] [CONCURRENCY]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads_list=1
