@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../../src/proxy/proxy.h"
+#include "process/process.h"
 #include "lanepack/log.h"
 
 static lp_proxy_t proxy;
