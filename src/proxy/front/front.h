@@ -1,6 +1,10 @@
 /* A front's thread (src/proxy/front/): its context (lp_front_s: loop,
  * listeners, scratch, counters, access log, its copy of the configuration)
- * and the routes, refusals and answers written on it. */
+ * and the routes, refusals and answers written on it. Three files outside
+ * front/ read lp_front_s although LAYERS does not let them call front/ (each
+ * says so at its include; test layers lists them): handoff/handback.c and
+ * sched/inbox.c, for the fields the scheduler owns (back, out, batches_out),
+ * and tokwork/pool.c, for the tok box a finished job is pushed to. */
 #ifndef LANEPACK_PROXY_FRONT_H
 #define LANEPACK_PROXY_FRONT_H
 
