@@ -4,7 +4,7 @@
 #include <check.h>
 #include <string.h>
 
-#include "proxy.h"
+#include "sched/sched.h"
 #include "testutil.h"
 
 static lp_disp_config_t disp_of(const char *text) {

@@ -5,11 +5,17 @@ is what its object leaves undefined and another object defines):
 - a folder calls only the folders below it, as src/LAYERS lists them: the
   scheduler never names a front, a front never names the process;
 - the packing core (src/core) calls no libuv, curl, thread, clock or I/O
-  function: time and bytes are passed in.
+  function: time and bytes are passed in;
+and off the sources, without the build:
+- a file of src/proxy includes (#include "...") the private header of its
+  own folder and of the folders src/LAYERS lets it call, no other (a struct
+  is seen only where its thread touches it), KNOWN_INCLUDES aside;
+- no header under src/proxy is over MAX_HEADER_LINES lines.
 Usage: test-layers.py BUILD_DIR"""
 import collections
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -45,6 +51,63 @@ CORE_FORBIDDEN = {
     "fprintf", "printf", "puts", "fputs", "perror", "socket", "connect", "send", "recv",
     "sendmsg", "recvmsg", "getenv", "abort", "exit", "rand", "random",
 }
+
+
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+# A header longer than this is a second header waiting to be split off: one
+# that every file of a thread reads whole should stay readable whole.
+MAX_HEADER_LINES = 400
+# Files that include the header of a folder LAYERS does not let them call,
+# each for a reason its include line repeats; an entry no longer needed fails
+# too, so that the list only shrinks.
+KNOWN_INCLUDES = {
+    # runs on the scheduler and writes its per-front lists in lp_front_s
+    ("src/proxy/handoff/handback.c", "front"),
+    # a batch back from its front lowers that front's batches_out
+    ("src/proxy/sched/inbox.c", "front"),
+    # a worker pushes a finished job onto its front's tok box
+    ("src/proxy/tokwork/pool.c", "front"),
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def header_folder(including, name):
+    """The folder of src/ whose header `#include "name"` in file including
+    names (as the compiler finds it: beside the file, then under src/proxy and
+    src/), or None for a public (include/) or generated header."""
+    here = os.path.dirname(including)
+    for base in (here, os.path.join(SRC, "proxy"), SRC):
+        path = os.path.normpath(os.path.join(base, name))
+        if os.path.isfile(path):
+            return folder("src/" + os.path.relpath(path, SRC))
+    return None
+
+
+def include_problems():
+    """Includes of headers of folders a file may not call, and long headers."""
+    problems, used = [], set()
+    for path in sorted(glob.glob(SRC + "/proxy/**/*.[ch]", recursive=True)):
+        rel = "src/" + os.path.relpath(path, SRC)
+        own = folder(rel)
+        with open(path) as f:
+            lines = f.read().split("\n")
+        if rel.endswith(".h") and len(lines) - 1 > MAX_HEADER_LINES:
+            problems.append(f"header too long: {rel}: {len(lines) - 1} lines (at most {MAX_HEADER_LINES})")
+        for n, line in enumerate(lines, 1):
+            m = INCLUDE.match(line)
+            if not m:
+                continue
+            other = header_folder(path, m.group(1))
+            if other is None or other == own or other in BELOW.get(own, set()):
+                continue
+            if (rel, other) in KNOWN_INCLUDES:
+                used.add((rel, other))
+                continue
+            problems.append(f"private header of a folder {own}/ may not call: {rel}:{n}: "
+                            f"#include \"{m.group(1)}\" ({other}/)")
+    for rel, other in sorted(KNOWN_INCLUDES - used):
+        problems.append(f"stale KNOWN_INCLUDES entry: {rel} no longer includes a header of {other}/")
+    return problems
 
 
 def folder(src_path):
@@ -116,6 +179,9 @@ def circles(graph):
 
 def main():
     build = sys.argv[1]
+    problems = include_problems()
+    for p in problems:
+        print(p)
     objs = objects(build)
     if len(objs) < 40:
         print(f"layers: only {len(objs)} objects of src/ under {build}: is it built?")
@@ -135,8 +201,8 @@ def main():
             if callee and callee != src:
                 graph[src].add(callee)
                 named[(src, callee)].add(s)
-    bad = 0
-    checks = 0
+    bad = len(problems)
+    checks = 1
     for comp in circles(graph):
         bad += 1
         print("circle:", " <-> ".join(comp))

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <uv.h>
 
-#include "proxy.h"
+#include "handoff/handoff.h"
 #include "testutil.h"
 
 #define PRODUCERS 4

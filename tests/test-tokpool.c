@@ -11,7 +11,8 @@
 #include <string.h>
 #include <uv.h>
 
-#include "proxy.h"
+#include "front/front.h" /* a front's tok box */
+#include "tokwork/tokwork.h"
 
 typedef struct {
   uv_mutex_t lock;

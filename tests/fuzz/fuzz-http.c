@@ -15,7 +15,7 @@
 #include <poll.h>
 #include <unistd.h>
 
-#include "../../src/proxy/proxy.h"
+#include "process/process.h"
 #include "lanepack/log.h"
 
 /* How long a finished client may wait for the proxy to close: past the

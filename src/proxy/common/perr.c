@@ -3,7 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "proxy.h"
+#include "common/common.h"
 
 void lp__perr_vset(lp_perr_t *e, int status, const char *code, const char *fmt, va_list ap) {
   vsnprintf(e->msg, sizeof(e->msg), fmt, ap);

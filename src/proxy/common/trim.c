@@ -4,7 +4,7 @@
 #include <malloc.h>
 #include <stdlib.h>
 
-#include "proxy.h"
+#include "common/common.h"
 
 void lp__trim_arena(void) {
 #ifdef __GLIBC__

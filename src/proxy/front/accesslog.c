@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "lanepack/log.h"
-#include "proxy.h"
+#include "front/front.h"
 
 #define LP_ACCESS_BUF (64 * 1024)
 /* At exit or a change of file, lines still owed to a full pipe get this long

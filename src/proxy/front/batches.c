@@ -2,7 +2,7 @@
  * this front are sent, and their answers read and opened, on its loop with
  * its own upstream connections; each goes back to the scheduler with the
  * jobs of the turn its transfer ended in. */
-#include "proxy.h"
+#include "front/front.h"
 
 /* bt's transfer ended (its outcome is in it): back with this turn's jobs */
 static void batch_sent(lp_batch_t *bt, void *ud) {

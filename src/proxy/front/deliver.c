@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proxy.h"
+#include "front/front.h"
 
 #define HEAD_ROOM LP_HEAD_ROOM
 

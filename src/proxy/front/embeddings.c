@@ -10,7 +10,7 @@
 
 #include "lanepack/openai.h"
 #include "core/internal.h" /* lp__grow */
-#include "proxy.h"
+#include "front/front.h"
 
 /* The request's sequences into f->enc (lens[i] each): token-id inputs
  * copied, texts' ids as the tokenizer workers gave them (tj's units, one per

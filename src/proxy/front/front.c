@@ -16,7 +16,7 @@
 
 #include "lanepack/log.h"
 #include "lanepack/v2.h"
-#include "proxy.h"
+#include "front/front.h"
 
 /* Pages (/metrics and the rest) rendered in one loop turn of a front. A page
  * costs far more than an inference's answer (/metrics: hundreds of

@@ -11,7 +11,7 @@
 #include <strings.h>
 
 #include "lanepack/jscan.h"
-#include "proxy.h"
+#include "front/front.h"
 
 typedef lp_perr_t perr_t;
 

@@ -12,7 +12,8 @@
 #include "lanepack/tei.h"
 #include "lanepack/v2.h"
 #include "lanepack/urlpath.h"
-#include "proxy.h"
+#include "front/front.h"
+#include "handoff/snapshot.h"
 
 static const char *route_names[LP_ROUTE_COUNT] = {"infer", "models", "healthz", "readyz",
                                                   "metrics", "advice", "other", "v2_infer", "v2", "embeddings",

@@ -7,7 +7,7 @@
 #include "lanepack/openai.h"
 #include "lanepack/tei.h"
 #include "lanepack/v2.h"
-#include "proxy.h"
+#include "front/front.h"
 
 /* The statuses the fronts count answers by, each a slot of their counters
  * (pages.c names them when it renders the counters). */

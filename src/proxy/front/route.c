@@ -9,7 +9,7 @@
 
 #include "lanepack/tei.h"
 #include "lanepack/urlpath.h"
-#include "proxy.h"
+#include "front/front.h"
 
 static int path_is(const lp_http_req_t *r, const char *path) {
   return r->path_len == strlen(path) && memcmp(r->url, path, r->path_len) == 0;

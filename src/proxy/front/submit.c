@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proxy.h"
+#include "front/front.h"
 
 static void on_front_flush_soon(uv_idle_t *h);
 

@@ -12,7 +12,7 @@
 #include "lanepack/openai.h"
 #include "lanepack/tei.h"
 #include "core/internal.h" /* lp__grow */
-#include "proxy.h"
+#include "front/front.h"
 
 /* The model a TEI request is for: the one it names, else the only one served
  * (TEI serves one model). NULL after answering the client. */

@@ -15,7 +15,7 @@
 #include "lanepack/tei.h"
 #include "lanepack/tokenizer.h"
 #include "core/internal.h" /* lp__grow */
-#include "proxy.h"
+#include "front/front.h"
 
 #ifndef LP_VERSION
 #define LP_VERSION "0.1.0"

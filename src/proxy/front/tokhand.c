@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "proxy.h"
+#include "front/front.h"
 
 /* Jobs back from the workers: each continues where its route left off, or
  * is dropped when its client left. */

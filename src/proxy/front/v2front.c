@@ -13,7 +13,7 @@
 #include "lanepack/log.h"
 #include "lanepack/v2.h"
 #include "lanepack/urlpath.h"
-#include "proxy.h"
+#include "front/front.h"
 
 static void infer(lp_front_t *f, lp_http_req_t *req, lp_model_t *m) {
   lp_front_t *p = f;

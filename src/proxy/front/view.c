@@ -1,6 +1,6 @@
 /* Runs on a front thread: GET / where /metrics is served, the live view's
  * static page (view.html, embedded at build time by embed-page.py). */
-#include "proxy.h"
+#include "front/front.h"
 #include "view-page.h"
 
 /* The page holds no data, so a browser may keep it, but asks again each time

@@ -2,7 +2,7 @@
  * batch's answer bytes, shared by the jobs it serves until the last is written. */
 #include <stdlib.h>
 
-#include "proxy.h"
+#include "handoff/handoff.h"
 
 lp_answer_t *lp__answer_take(lp_buf_t *body) {
   lp_answer_t *a = malloc(sizeof(*a));

@@ -1,7 +1,12 @@
 /* Runs on the scheduler thread: jobs and pages the scheduler is done with go
  * back to their fronts, and batches go to the front that sends them, gathered
  * per front and pushed once per loop turn. */
-#include "proxy.h"
+#include "handoff/handoff.h"
+/* Outside LAYERS (handoff/ calls common/ only): this file runs on the
+ * scheduler and writes the scheduler's per-front lists (lp_front_s's back,
+ * out, batches_out) and lp_proxy_s's flush handles, so it reads both contexts
+ * (test layers lists it as a known exception). */
+#include "front/front.h"
 
 static void on_sched_flush_soon(uv_idle_t *h);
 

@@ -4,7 +4,8 @@
  * reference count is the one field both touch, atomically). */
 #include <stdlib.h>
 
-#include "proxy.h"
+#include "handoff/handoff.h"
+#include "handoff/snapshot.h"
 
 /* Any thread that holds a reference: the front (its own, a cancel's), the
  * scheduler (a cancel's, a batch's item), the advisor's worker's page. */

@@ -1,7 +1,7 @@
 /* A thread's inbox: other threads push jobs, batches, cancels and control
  * messages under a mutex; the owner's loop takes them all at once, woken by one
  * eventfd write per burst (wake.c). The links are fields of what is pushed: no allocation. */
-#include "proxy.h"
+#include "handoff/handoff.h"
 
 int lp__mbox_init(lp_mbox_t *mb, uv_loop_t *loop, lp_wake_cb cb, void *owner) {
   mb->jobs = NULL;

@@ -2,7 +2,8 @@
  * scheduler's state that pages are rendered from, shared by a wake-up's pages. */
 #include <stdlib.h>
 
-#include "proxy.h"
+#include "handoff/handoff.h"
+#include "handoff/snapshot.h"
 
 /* One allocation for the snapshot, its models and their backends: every
  * member is 8-byte aligned and each struct's size a multiple of its alignment,

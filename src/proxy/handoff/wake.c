@@ -5,7 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "proxy.h"
+#include "handoff/handoff.h"
 
 /* Why not uv_async_t: libuv 1.44's receiver, to run the callback, waits for
  * every sender that has marked the handle pending to finish its write(): it

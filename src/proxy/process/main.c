@@ -13,7 +13,7 @@
 
 #include "lanepack/log.h"
 #include "probe.h"
-#include "proxy.h"
+#include "process/process.h"
 
 #ifndef LP_VERSION
 #define LP_VERSION "0.1.0"

@@ -11,7 +11,8 @@
 #include <strings.h>
 
 #include "lanepack/log.h"
-#include "proxy.h"
+#include "process/process.h"
+#include "front/front.h"
 
 /* ---- shutdown ---- */
 

@@ -14,7 +14,8 @@
 #include <string.h>
 
 #include "lanepack/log.h"
-#include "proxy.h"
+#include "process/process.h"
+#include "front/front.h"
 
 static int refuse(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;

@@ -15,7 +15,7 @@
 #include "lanepack/log.h"
 #include "lanepack/shapeadv.h"
 #include "lanepack/sim.h"
-#include "proxy.h"
+#include "sched/sched.h"
 
 /* Computations waiting behind the running one. One takes about 0.2 s of a core
  * (ADV_CPU_BUDGET_S for the search, about as much again to confirm), so the

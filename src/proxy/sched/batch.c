@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "lanepack/log.h"
-#include "proxy.h"
+#include "sched/sched.h"
 
 #define LP_SPARE_BATCHES 4
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "lanepack/recent.h"
-#include "proxy.h"
+#include "sched/sched.h"
 
 void lp__batchview_sent(lp_model_t *m, lp_batch_t *bt, const lp_disp_action_t *a) {
   lp_recent_t *r = m->proxy->recent;

@@ -6,7 +6,11 @@
 #include <string.h>
 
 #include "lanepack/log.h"
-#include "proxy.h"
+#include "sched/sched.h"
+/* Outside LAYERS (sched/ does not call front/): a batch back from its front
+ * lowers that front's batches_out, a field of lp_front_s the scheduler owns
+ * (test layers lists it as a known exception). */
+#include "front/front.h"
 
 /* Pages linked by mq_next (none the advice's), all served by one snapshot
  * taken now: what it holds is as fresh as the inbox's order asks (an answer a

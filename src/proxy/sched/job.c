@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "lanepack/log.h"
-#include "proxy.h"
+#include "sched/sched.h"
 
 /* ---- admission ---- */
 

@@ -1,6 +1,6 @@
 /* Runs on the scheduler thread: one scheduling pass over every model per loop
  * turn, however many arrivals, reloads or drains asked for it. */
-#include "proxy.h"
+#include "sched/sched.h"
 
 static void on_kick(uv_idle_t *h) {
   lp_proxy_t *p = container_of(h, lp_proxy_t, kick);

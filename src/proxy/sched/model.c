@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "lanepack/log.h"
-#include "proxy.h"
+#include "sched/sched.h"
 
 #include <sys/random.h>
 

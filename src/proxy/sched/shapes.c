@@ -2,7 +2,7 @@
  * records them (what probes and batches found), mirrored into the dispatch
  * core, which then gets a pass (through the model's registered pump). */
 #include "lanepack/log.h"
-#include "proxy.h"
+#include "sched/sched.h"
 
 void lp__backend_shape_missing(lp_backend_t *b, int k) {
   uint64_t now = lp__now();

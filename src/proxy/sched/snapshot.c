@@ -3,7 +3,8 @@
  * inbox. Numbers and names are copied; no text is formatted here. */
 #include <string.h>
 
-#include "proxy.h"
+#include "sched/sched.h"
+#include "handoff/snapshot.h"
 
 /* What an inference gateway's endpoint picker and an autoscaler read, per
  * model: requests waiting (a sequence of theirs is queued) and running (every

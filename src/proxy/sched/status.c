@@ -7,7 +7,7 @@
 
 #include "lanepack/shapeadv.h"
 #include "lanepack/sim.h"
-#include "proxy.h"
+#include "sched/sched.h"
 
 int lp__render_advice(lp_proxy_t *p, lp_model_t *m, uint32_t k, lp_buf_t *b, char *err,
                       size_t errlen) {

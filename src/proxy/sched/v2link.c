@@ -10,7 +10,7 @@
 
 #include "lanepack/log.h"
 #include "lanepack/v2.h"
-#include "proxy.h"
+#include "sched/sched.h"
 
 /* The backend's model for a shape: the template with {lanes}, {bucket} and
  * {model} filled in. Returns 0 or -ENAMETOOLONG. */

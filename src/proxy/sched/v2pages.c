@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "lanepack/v2.h"
-#include "proxy.h"
+#include "sched/sched.h"
 
 /* Model i of a configuration is the proxy's model i. */
 lp_model_t *lp__v2_find_model(lp_proxy_t *p, const lp_config_t *c, const char *name, size_t n) {

@@ -8,7 +8,7 @@
 
 #include "lanepack/log.h"
 #include "lanepack/v2.h"
-#include "proxy.h"
+#include "sched/sched.h"
 
 typedef struct {
   lp_backend_t *b;

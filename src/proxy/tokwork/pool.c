@@ -14,7 +14,11 @@
 #include "lanepack/log.h"
 #include "lanepack/tei.h"
 #include "lanepack/tokwindow.h"
-#include "proxy.h"
+#include "tokwork/tokwork.h"
+/* Outside LAYERS (tokwork/ does not call front/): a worker pushes a finished
+ * job onto its front's tok box (job->front->tokbox), so it reads lp_front_s
+ * (test layers lists it as a known exception). */
+#include "front/front.h"
 
 typedef struct lp_tokworker_s {
   lp_tokpool_t *pool;

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "proxy.h"
+#include "wire/wire.h"
 
 /* The answer is of the kind its model's "outputs" says (ANY: whatever it
  * says it is): per token or per segment, and per segment a vector, or a

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "proxy.h"
+#include "wire/wire.h"
 
 static void on_xfer_done(lp_xfer_t *x, void *ud) {
   lp_batch_t *bt = ud;

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "lanepack/v2.h"
-#include "proxy.h"
+#include "wire/wire.h"
 
 /* Appends id as a JSON string escaped once more to sit inside a JSON string:
  * a"b becomes \"a\\\"b\" (request ids are printable ASCII without quotes or
