@@ -7,7 +7,7 @@
 // with joiners and flags, control characters, NBSP and ideographic spaces,
 // words over 100 characters, empty, whitespace-only, \r\n), single and as
 // pairs, with and without special tokens: ids, type ids and offsets must be
-// the library's. A file with an unsupported part is refused naming where.
+// the library's; those ids (and random ones) decode to the library's text. A file with an unsupported part is refused naming where.
 // Usage: node test-hf-tokenizer.mjs HF_ENCODE [KIND...]
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
@@ -69,6 +69,30 @@ async function runKind(name, make) {
           got: { ...g, offsets: gotOff } });
   }
   check(`${name}: ${cases.length} cases give the library's ids, type ids, offsets and special tokens (${bad} differ)`, bad === 0, bad);
+
+  // decode: the library's ids of every case (with and without the special
+  // tokens skipped), and runs of any ids of the vocabulary (bytes that are no
+  // UTF-8, pieces in any order), give the library's decode's text
+  const dec = want.map((w, i) => ({ decode: w.getIds(), skip: i % 2 === 0 }));
+  const nv = tk.getVocabSize(true);
+  for (let i = 0; i < 400; i++) dec.push({ decode: Array.from({ length: 1 + rnd(24) }, () => rnd(nv)), skip: i % 2 === 1 });
+  const dwant = [];
+  for (const d of dec) dwant.push(await tk.decode(d.decode, d.skip));
+  const dout = execFileSync(encoder, [path], { input: dec.map((d) => JSON.stringify(d)).join("\n") + "\n", maxBuffer: 1 << 28 })
+    .toString().trim().split("\n").map((l) => JSON.parse(l));
+  let dbad = 0;
+  for (let i = 0; i < dec.length; i++)
+    if (!dout[i] || dout[i].text !== dwant[i]) {
+      if (dbad++ < 5)
+        check(`${name}: decode ${JSON.stringify(dec[i]).slice(0, 300)}`, false,
+          { want: dwant[i], got: dout[i], pieces: dec[i].decode.map((id) => tk.idToToken(id)) });
+    }
+  check(`${name}: ${dec.length} id lists decode to the library's text (${dbad} differ)`, dbad === 0, dbad);
+}
+let seed = 777;
+function rnd(n) {
+  seed = (seed * 1103515245 + 12345) % 2147483648;
+  return seed % n;
 }
 
 for (const [name, make] of Object.entries(KINDS)) if (!only.length || only.includes(name)) await runKind(name, make);
@@ -88,6 +112,16 @@ for (const [name, make] of Object.entries(KINDS)) if (!only.length || only.inclu
     out = e.stdout.toString();
   }
   check("an unsupported normalizer is refused naming where", out.includes("normalizer.normalizers[1]: type 'Foo' is not supported"), out);
+  j.normalizer = null;
+  j.decoder = { type: "Sequence", decoders: [{ type: "Fuse" }, { type: "Foo" }] };
+  writeFileSync(path, JSON.stringify(j));
+  out = "";
+  try {
+    execFileSync(encoder, [path], { input: "" });
+  } catch (e) {
+    out = e.stdout.toString();
+  }
+  check("an unsupported decoder is refused naming where", out.includes("decoder.decoders[1]: type 'Foo' is not supported"), out);
 }
 
 console.log(`${tally.passed} passed, ${tally.failed} failed`);
