@@ -55,11 +55,19 @@ static void toks_free(toks_t *t) {
   free(t->n);
 }
 
-/* Appends s[0..n) to the last piece with each pat replaced by rep (Rust's str::replace). */
+/* Appends s[0..n) to the last piece with each pat replaced by rep (Rust's
+ * str::replace: an empty pat matches before each character and at the end). */
 static int cat_replaced(toks_t *t, const char *s, size_t n, const char *pat, size_t plen, const char *rep,
                         size_t rlen) {
   size_t i = 0, from = 0;
-  while (plen && i + plen <= n) {
+  if (!plen) {
+    for (int len; i < n; i += (size_t)len) {
+      lp__hf_utf8_get(s, i, &len);
+      if (cat(t, rep, rlen) || cat(t, s + i, (size_t)len)) return -ENOMEM;
+    }
+    return cat(t, rep, rlen);
+  }
+  while (i + plen <= n) {
     if (memcmp(s + i, pat, plen) == 0) {
       if (cat(t, s + from, i - from) || cat(t, rep, rlen)) return -ENOMEM;
       i += plen;
@@ -173,14 +181,13 @@ static int fallback_byte(const char *s, size_t n) {
   return h < 0 || l < 0 ? -1 : h * 16 + l;
 }
 
-/* The bytes gathered so far as one piece: their text when UTF-8, else one
- * U+FFFD per byte. */
+/* The bytes gathered so far as one piece when they are UTF-8, else a piece
+ * U+FFFD per byte (a later CTC's dedup sees them apart). */
 static int flush_bytes(toks_t *out, const unsigned char *b, size_t n) {
   if (!n) return 0;
   if (!lp__hf_utf8_check((const char *)b, n)) return add(out, (const char *)b, n);
-  if (add(out, "", 0)) return -ENOMEM;
   for (size_t i = 0; i < n; i++)
-    if (put_cp(out, 0xFFFD)) return -ENOMEM;
+    if (add(out, "\xef\xbf\xbd", 3)) return -ENOMEM;
   return 0;
 }
 
@@ -330,7 +337,6 @@ long lp__hf_decode(const lp__hf_t *h, const int32_t *ids, size_t n, int skip_spe
     if (id < 0 || id >= h->nnames) rc = -EINVAL;
     else if (!h->names[id] || (skip_special && h->special[id])) continue; /* the library drops an id without a piece */
     else if (!h->has_dec && in->cnt) rc = cat(in, " ", 1) || cat(in, h->names[id], strlen(h->names[id])) ? -ENOMEM : 0;
-    else if (!h->has_dec) rc = add(in, h->names[id], strlen(h->names[id]));
     else rc = add(in, h->names[id], strlen(h->names[id]));
   }
   if (!rc && h->has_dec) rc = run(&h->dec, &in, &res, &t[2]);
