@@ -15,7 +15,7 @@ typedef struct {
 } toks_t;
 
 static int cat(toks_t *t, const char *s, size_t n) {
-  if (t->len + n > t->cap) {
+  if (t->len + n > t->cap || !t->b) { /* a list with a piece has a buffer, even an empty one */
     size_t c = t->cap ? t->cap * 2 : 256;
     while (c < t->len + n) c *= 2;
     char *q = realloc(t->b, c);
@@ -255,7 +255,7 @@ static int replace(const lp__hf_dec_t *d, const toks_t *in, toks_t *out) {
   for (size_t i = 0; i < in->cnt && !rc; i++) {
     lp__hf_ns_t *s = &w.ns;
     s->len = 0;
-    if ((rc = lp__hf_ns_reserve(s, in->n[i]))) break;
+    if ((rc = lp__hf_ns_reserve(s, in->n[i] + 1))) break; /* + 1: an empty piece has buffers too */
     if (in->n[i]) memcpy(s->b, in->b + in->off[i], in->n[i]);
     memset(s->al, 0, in->n[i] * sizeof(*s->al));
     s->len = in->n[i];
