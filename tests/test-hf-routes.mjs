@@ -52,6 +52,18 @@ writeFileSync(cfg, JSON.stringify({ listen: `127.0.0.1:${pl}`, log_level: "warn"
   check("--check-config refuses an unsupported normalizer naming where it sits", r.status !== 0 &&
     out.includes("models.M.tokenizer.huggingface: normalizer.normalizers[1]: type 'Foo' is not supported"), out);
 }
+// a decoder lanepack does not run: refused likewise (the model never loads, /decode never meets it)
+{
+  const bad = JSON.parse(readFileSync(models.llama.tokenizer.huggingface, "utf8"));
+  bad.decoder = { type: "Sequence", decoders: [{ type: "ByteFallback" }, { type: "Foo" }] };
+  writeFileSync(join(tmp, "bad-dec.json"), JSON.stringify(bad));
+  writeFileSync(join(tmp, "bad-dec-cfg.json"), JSON.stringify({ listen: "127.0.0.1:1", models: {
+    M: { shapes: "4x256", backends: ["http://127.0.0.1:2"], tokenizer: { huggingface: join(tmp, "bad-dec.json") } } } }));
+  const r = spawnSync(lanepack, ["--config", join(tmp, "bad-dec-cfg.json"), "--check-config"]);
+  const out = r.stdout.toString() + r.stderr.toString();
+  check("--check-config refuses an unsupported decoder naming where it sits", r.status !== 0 &&
+    out.includes("models.M.tokenizer.huggingface: decoder.decoders[1]: type 'Foo' is not supported"), out);
+}
 
 const emu = spawn(emulator, ["--listen", `127.0.0.1:${pe}`, "--shapes", "4x256", "--per-segment", "--dims", `${DIMS}`], { stdio: "ignore" });
 const lp = spawn(lanepack, ["--config", cfg], { stdio: ["ignore", "ignore", "inherit"] });
