@@ -3,9 +3,11 @@
  * "special": bool}; each output line is {"ids", "types", "offsets" (bytes of
  * the text: of b for pieces of b), "special" (1: the post-processor's), "tok"} where tok is what
  * lanepack/tokenizer.h's lp_tok_encode (special) or lp_tok_encode_plain
- * gives for a alone.
+ * gives for a alone. A line {"decode": [IDS], "skip": bool} gives {"text"}:
+ * lp_tok_decode's (skip: skip_special), or {"error"}.
  * Usage: hf-encode TOKENIZER.json < cases; hf-encode --bench TOKENIZER.json
- * FILE N: encodes FILE's lines N times, prints tokens and CPU seconds. */
+ * FILE N: encodes FILE's lines N times, prints tokens and CPU seconds, then
+ * decodes each line's ids N times (decode_bytes, decode_cpu_s). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +59,30 @@ static int bench(const char *tpath, const char *file, int reps) {
       total += c;
     }
   double dt = cpu_now() - t0;
-  printf("{\"tokens\": %ld, \"cpu_s\": %.6f}\n", total, dt);
+  /* decode: each line's ids (encoded once, kept) back to text, reps times */
+  int32_t **lids = calloc(n + 1, sizeof(*lids));
+  long *nids = calloc(n + 1, sizeof(*nids)), chars = 0;
+  static char text[1 << 22];
+  for (size_t i = 0; i < n; i++) {
+    nids[i] = lp_tok_encode_plain(t, lines[i], strlen(lines[i]), ids, sizeof(ids) / sizeof(ids[0]));
+    lids[i] = malloc(((size_t)nids[i] + 1) * sizeof(int32_t));
+    memcpy(lids[i], ids, (size_t)nids[i] * sizeof(int32_t));
+  }
+  double d0 = cpu_now();
+  for (int r = 0; r < reps; r++)
+    for (size_t i = 0; i < n; i++) {
+      long m = lp_tok_decode(t, lids[i], (size_t)nids[i], 1, text, sizeof(text));
+      if (m < 0 || m > (long)sizeof(text)) {
+        fprintf(stderr, "hf-encode: decode line %zu: %ld\n", i, m);
+        return 1;
+      }
+      chars += m;
+    }
+  double dd = cpu_now() - d0;
+  printf("{\"tokens\": %ld, \"cpu_s\": %.6f, \"decode_bytes\": %ld, \"decode_cpu_s\": %.6f}\n", total, dt, chars, dd);
+  for (size_t i = 0; i < n; i++) free(lids[i]);
+  free(lids);
+  free(nids);
   for (size_t i = 0; i < n; i++) free(lines[i]);
   free(lines);
   free(line);
@@ -89,6 +114,25 @@ int main(int argc, char **argv) {
     if (!c) {
       fprintf(stderr, "hf-encode: bad case: %s\n", je.text);
       return 2;
+    }
+    json_t *dec = json_object_get(c, "decode");
+    if (json_is_array(dec)) {
+      size_t nd = json_array_size(dec);
+      int32_t *di = malloc((nd + 1) * sizeof(*di));
+      for (size_t i = 0; i < nd; i++) di[i] = (int32_t)json_integer_value(json_array_get(dec, i));
+      int skip = json_is_true(json_object_get(c, "skip"));
+      long k = lp_tok_decode(t, di, nd, skip, NULL, 0);
+      char *text = k >= 0 ? malloc((size_t)k + 1) : NULL;
+      if (text) k = lp_tok_decode(t, di, nd, skip, text, (size_t)k);
+      json_t *o = k >= 0 ? json_pack("{s:s%}", "text", text, (size_t)k) : json_pack("{s:s}", "error", strerror((int)-k));
+      char *js = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+      puts(js);
+      free(js);
+      json_decref(o);
+      free(text);
+      free(di);
+      json_decref(c);
+      continue;
     }
     json_t *a = json_object_get(c, "a"), *b = json_object_get(c, "b");
     int special = json_is_true(json_object_get(c, "special"));

@@ -144,6 +144,9 @@ function readSpm(buf) {
   return { pieces, charsmap };
 }
 
+// GPT-2's decoder (the library's Node binding has no builder for it)
+const BYTELEVEL_DEC = { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true };
+
 const BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
 
 export const KINDS = {
@@ -154,6 +157,7 @@ export const KINDS = {
     tk.setNormalizer(T.bertNormalizer({ lowercase: true }));
     tk.setPreTokenizer(T.bertPreTokenizer());
     tk.setPostProcessor(T.bertProcessing(["[SEP]", v["[SEP]"]], ["[CLS]", v["[CLS]"]]));
+    tk.setDecoder(T.wordPieceDecoder());
     tk.addSpecialTokens(BERT_SPECIALS);
     return tk;
   },
@@ -171,6 +175,7 @@ export const KINDS = {
     tk.setNormalizer(T.bertNormalizer({ lowercase: true }));
     tk.setPreTokenizer(T.bertPreTokenizer());
     tk.setPostProcessor(T.bertProcessing(["[SEP]", v["[SEP]"]], ["[CLS]", v["[CLS]"]]));
+    tk.setDecoder(T.wordPieceDecoder("##", true));
     tk.addSpecialTokens(BERT_SPECIALS);
     return tk;
   },
@@ -182,6 +187,7 @@ export const KINDS = {
     tk.setPreTokenizer(T.bertPreTokenizer());
     tk.setPostProcessor(T.templateProcessing("[CLS] $A [SEP]", "[CLS] $A [SEP] $B:1 [SEP]:1",
       [["[CLS]", v["[CLS]"]], ["[SEP]", v["[SEP]"]]]));
+    tk.setDecoder(T.wordPieceDecoder("##", false));
     tk.addSpecialTokens(BERT_SPECIALS);
     return tk;
   },
@@ -195,6 +201,7 @@ export const KINDS = {
     tk.setNormalizer(norm);
     tk.setPreTokenizer(pre);
     tk.setPostProcessor(T.templateProcessing("<s> $A </s>", "<s> $A </s> </s> $B:1 </s>:1", [["<s>", v["<s>"]], ["</s>", v["</s>"]]]));
+    tk.setDecoder(T.sequenceDecoder([T.wordPieceDecoder(), T.replaceDecoder("  ", " "), T.stripDecoder(" ", 1, 2)]));
     tk.addSpecialTokens(["<s>", "</s>"]);
     tk.addAddedTokens([new T.AddedToken("GNU", false, { singleWord: true }), new T.AddedToken("License", false, { leftStrip: true, rightStrip: true }),
       new T.AddedToken("[MASK]", true, { leftStrip: true }), new T.AddedToken("ﬁ", false, { normalized: true })]);
@@ -202,7 +209,10 @@ export const KINDS = {
   },
   // RoBERTa / ModernBERT style: byte-level BPE, <s> A </s></s> B </s>, offsets trimmed
   "bpe-bytelevel-roberta": () => {
-    const tk = edit(trainBpe(T.byteLevelPreTokenizer(true, true)), allBytes);
+    const tk = edit(trainBpe(T.byteLevelPreTokenizer(true, true)), (j) => {
+      allBytes(j);
+      j.decoder = BYTELEVEL_DEC;
+    });
     // special tokens once the vocabulary is whole: the library numbers them after it
     tk.addSpecialTokens(["<s>", "<pad>", "</s>", "<unk>"]);
     tk.addAddedTokens([new T.AddedToken("<mask>", true, { leftStrip: true })]);
@@ -213,6 +223,7 @@ export const KINDS = {
   "bpe-bytelevel-legacy-merges": () => {
     const tk = edit(trainBpe(T.byteLevelPreTokenizer(false, true)), (j) => {
       allBytes(j);
+      j.decoder = BYTELEVEL_DEC;
       j.model.merges = j.model.merges.map((m) => (Array.isArray(m) ? m.join(" ") : m));
     });
     tk.addSpecialTokens(["<|endoftext|>"]);
@@ -224,6 +235,7 @@ export const KINDS = {
     const tk = edit(trainBpe(T.sequencePreTokenizer([T.splitPreTokenizer(LLAMA3, "isolated", false), T.byteLevelPreTokenizer(false, false)])),
       (j) => {
         allBytes(j);
+        j.decoder = BYTELEVEL_DEC;
         j.pre_tokenizer.pretokenizers[0].pattern = { Regex: LLAMA3 };
         j.model.ignore_merges = true;
       });
@@ -243,6 +255,9 @@ export const KINDS = {
       j.model.unk_token = "<unk>";
       j.model.byte_fallback = true;
       j.model.fuse_unk = true;
+      // Llama 2's decoder
+      j.decoder = { type: "Sequence", decoders: [{ type: "Replace", pattern: { String: "▁" }, content: " " }, { type: "ByteFallback" },
+        { type: "Fuse" }, { type: "Strip", content: " ", start: 1, stop: 0 }] };
     });
   },
   // Unigram behind Metaspace (T5, XLM-R's layout), an <unk> and <0xAB> byte pieces
@@ -260,6 +275,7 @@ export const KINDS = {
       j.model.unk_id = first;
       for (let b = 0; b < 256; b++) if (b < 0xe0 || b > 0xe9) v.push(["<0x" + b.toString(16).toUpperCase().padStart(2, "0") + ">", -20]);
       j.model.byte_fallback = true;
+      j.decoder = { type: "Sequence", decoders: [{ type: "ByteFallback" }, { type: "Metaspace", replacement: "▁", prepend_scheme: "always", split: true }] };
       // the added tokens keep their ids: they sat after the trained pieces
       const shift = v.length - first;
       for (const t of j.added_tokens) t.id += shift;
@@ -275,6 +291,7 @@ export const KINDS = {
     return edit(tk, (j) => {
       j.model.vocab.push(["<unk>", 0]);
       j.model.unk_id = j.model.vocab.length - 1;
+      j.decoder = { type: "Metaspace", replacement: "▁", prepend_scheme: "first", split: false };
     });
   },
   // XLM-R / multilingual-e5 / bge-m3: what Hugging Face's converter writes
@@ -298,7 +315,7 @@ export const KINDS = {
         pair: [{ SpecialToken: { id: "<s>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: "</s>", type_id: 0 } },
           { SpecialToken: { id: "</s>", type_id: 0 } }, { Sequence: { id: "B", type_id: 0 } }, { SpecialToken: { id: "</s>", type_id: 0 } }],
         special_tokens: { "<s>": { id: "<s>", ids: [id("<s>")], tokens: ["<s>"] }, "</s>": { id: "</s>", ids: [id("</s>")], tokens: ["</s>"] } } },
-      decoder: null,
+      decoder: { type: "Metaspace", replacement: "▁", prepend_scheme: "always", split: true },
       model: { type: "Unigram", unk_id: pieces.findIndex((p) => p.type === 2), vocab: pieces.map((p) => [p.piece, p.score]), byte_fallback: false },
     };
     const path = join(scratch, "xlmr.json");
@@ -322,6 +339,8 @@ export const KINDS = {
     const tk = new T.Tokenizer(T.WordPiece.init(v, { unkToken: "[UNK]" }));
     tk.setNormalizer(norm);
     tk.setPreTokenizer(pre);
+    // CTC's and BPE's decoders on pieces they were not made for: their rules all the same
+    tk.setDecoder(T.sequenceDecoder([T.ctcDecoder("[UNK]", "e", true), T.bpeDecoder("_")]));
     return tk;
   },
 };

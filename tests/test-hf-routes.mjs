@@ -4,7 +4,7 @@
 // to /v1/embeddings of those ids; TEI's /embed likewise; /tokenize gives the
 // library's ids with byte offsets into the input and its special pieces;
 // /rerank lays a pair out by the configured pair_template, else as the file's
-// post-processor does; a file with a part
+// post-processor does; /decode gives the library's decode (the file's decoder); a file with a part
 // lanepack does not run is refused by --check-config naming where it sits.
 // One model per kind: BERT's WordPiece, byte-level BPE, Llama-3's Split BPE,
 // XLM-R's Unigram; lanepack-loadgen --tokenizer verifies text vectors with the
@@ -52,6 +52,18 @@ writeFileSync(cfg, JSON.stringify({ listen: `127.0.0.1:${pl}`, log_level: "warn"
   check("--check-config refuses an unsupported normalizer naming where it sits", r.status !== 0 &&
     out.includes("models.M.tokenizer.huggingface: normalizer.normalizers[1]: type 'Foo' is not supported"), out);
 }
+// a decoder lanepack does not run: refused likewise (the model never loads, /decode never meets it)
+{
+  const bad = JSON.parse(readFileSync(models.llama.tokenizer.huggingface, "utf8"));
+  bad.decoder = { type: "Sequence", decoders: [{ type: "ByteFallback" }, { type: "Foo" }] };
+  writeFileSync(join(tmp, "bad-dec.json"), JSON.stringify(bad));
+  writeFileSync(join(tmp, "bad-dec-cfg.json"), JSON.stringify({ listen: "127.0.0.1:1", models: {
+    M: { shapes: "4x256", backends: ["http://127.0.0.1:2"], tokenizer: { huggingface: join(tmp, "bad-dec.json") } } } }));
+  const r = spawnSync(lanepack, ["--config", join(tmp, "bad-dec-cfg.json"), "--check-config"]);
+  const out = r.stdout.toString() + r.stderr.toString();
+  check("--check-config refuses an unsupported decoder naming where it sits", r.status !== 0 &&
+    out.includes("models.M.tokenizer.huggingface: decoder.decoders[1]: type 'Foo' is not supported"), out);
+}
 
 const emu = spawn(emulator, ["--listen", `127.0.0.1:${pe}`, "--shapes", "4x256", "--per-segment", "--dims", `${DIMS}`], { stdio: "ignore" });
 const lp = spawn(lanepack, ["--config", cfg], { stdio: ["ignore", "ignore", "inherit"] });
@@ -80,7 +92,20 @@ try {
     const okTok = k.status === 200 && k.body[0].length === w.getIds().length && k.body[0].every((p, i) => p.id === w.getIds()[i] &&
       (p.special ? p.start === null : p.text === enc.subarray(p.start, p.stop).toString()));
     check(`${m}: /tokenize: the library's ids, each piece's bytes of the input`, okTok, { got: k.body, want: w.getIds() });
+    // /decode: the library's decode of those ids (the file's decoder), special pieces skipped (TEI's default) or kept
+    const dWant = [], dKeep = [];
+    for (const x of ids) dWant.push(await toks[m].decode(x, true));
+    for (const x of ids) dKeep.push(await toks[m].decode(x, false));
+    const d = await post(pl, "/decode", { model: m, ids });
+    check(`${m}: /decode: the library's decode of the ids`, d.status === 200 && JSON.stringify(d.body) === JSON.stringify(dWant),
+      { got: d, want: dWant });
+    const d2 = await post(pl, "/decode", { model: m, ids, skip_special_tokens: false });
+    check(`${m}: /decode skip_special_tokens false: the special pieces kept, as the library's`,
+      d2.status === 200 && JSON.stringify(d2.body) === JSON.stringify(dKeep) && dKeep.some((x, i) => x !== dWant[i]), { got: d2, want: dKeep });
   }
+  const oor = await post(pl, "/decode", { model: "llama", ids: [1, 2, 1 << 20] });
+  check("/decode with an id out of the tokenizer.json's vocabulary: 422 naming it", oor.status === 422 &&
+    oor.body.error_type === "Tokenizer" && /not in the model.s vocabulary/.test(oor.body.error), oor);
   // /embed's truncate keeps the post-processor's pieces and cuts the text (Right: its end,
   // Left: its start), as the library's truncation to the model's 256 does
   const long = readFileSync("/usr/share/common-licenses/GPL-3", "utf8").slice(0, 6000);

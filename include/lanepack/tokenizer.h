@@ -70,11 +70,12 @@ long lp_tok_pieces(const lp_tok_t *t, const char *text, size_t len, int special,
 const char *lp_tok_piece_name(const lp_tok_t *t, int32_t id);
 
 /* ids as text (UTF-8, not NUL-terminated) into out, at most cap bytes, as
- * SentencePiece decodes them; control pieces ("<s>", "</s>") left out with
+ * SentencePiece decodes them, or a tokenizer.json as Hugging Face's library
+ * does (its "decoder"; none: the pieces joined by spaces); control pieces
+ * ("<s>", "</s>"; a tokenizer.json's special added tokens) left out with
  * skip_special, else written by their names. Returns the length (more than
  * cap: out holds nothing; call again with room), or -EINVAL (an id out of the
- * vocabulary) / -ENOMEM, or -EOPNOTSUPP for a tokenizer.json (its decoders
- * are not read yet). */
+ * vocabulary) / -ENOMEM. */
 long lp_tok_decode(const lp_tok_t *t, const int32_t *ids, size_t n, int skip_special, char *out, size_t cap);
 /* A tokenizer.json's own pair layout (its post-processor's, e.g. BERT's
  * "[CLS] $A [SEP] $B [SEP]") as a TEI pair template's text into out (cap

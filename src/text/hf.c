@@ -327,9 +327,19 @@ static int names(lp__hf_t *h) {
     if (h->added.tok[i].id >= n) n = h->added.tok[i].id + 1;
   h->nnames = n;
   h->names = calloc((size_t)n + 1, sizeof(*h->names));
-  if (!h->names) return -ENOMEM;
+  h->special = calloc((size_t)n + 1, 1);
+  if (!h->names || !h->special) return -ENOMEM;
   for (int32_t i = 0; i < h->model.vocab.n; i++) h->names[i] = h->model.vocab.piece[i];
+  /* the library names an id by its added token's content (normalized, as
+     it matches), and skips on decode every piece equal to a special one */
   for (size_t i = 0; i < h->added.ntok; i++) h->names[h->added.tok[i].id] = h->added.tok[i].content;
+  for (size_t i = 0; i < h->added.ntok; i++) {
+    const lp__hf_added_t *t = &h->added.tok[i];
+    if (!t->special) continue;
+    h->special[t->id] = 1;
+    int32_t v = lp__hf_vocab_get(&h->model.vocab, t->content, t->len);
+    if (v >= 0 && h->names[v] == h->model.vocab.piece[v]) h->special[v] = 1;
+  }
   return 0;
 }
 
@@ -358,6 +368,11 @@ lp__hf_t *lp__hf_load_json(json_t *root, char *err, size_t errlen) {
   if ((rc = lp__hf_model_load(&h->model, json_object_get(root, "model"), err, errlen))) goto fail;
   if ((rc = lp__hf_post_load(&h->post, json_object_get(root, "post_processor"), "post_processor", err, errlen)))
     goto fail;
+  json_t *d = json_object_get(root, "decoder");
+  if (d && !json_is_null(d)) { /* none: the pieces joined by spaces */
+    h->has_dec = 1;
+    if ((rc = lp__hf_dec_load(&h->dec, d, "decoder", err, errlen))) goto fail;
+  }
   if ((rc = normalize_added(h)) || (rc = names(h))) goto fail;
   const lp__hf_post_t *pp = &h->post;
   for (size_t i = 0; pp->kind == LP_HF_PP_SEQ && i < h->post.nseq; i++)
@@ -394,6 +409,8 @@ void lp__hf_free(lp__hf_t *h) {
   if (h->has_pre) lp__hf_pre_free(&h->pre);
   lp__hf_model_free(&h->model);
   lp__hf_post_free(&h->post);
+  if (h->has_dec) lp__hf_dec_free(&h->dec);
   free(h->names);
+  free(h->special);
   free(h);
 }

@@ -266,6 +266,29 @@ typedef struct {
 int lp__hf_added_find(const lp__hf_addedset_t *a, int normalized, const char *s, size_t n, lp__hf_split_t **sp,
                       size_t *nsp, size_t *cap);
 
+/* ---- decoders: pieces back to text (hf-decode.c) */
+typedef enum {
+  LP_HF_D_WORDPIECE, LP_HF_D_BYTELEVEL, LP_HF_D_METASPACE, LP_HF_D_BPE, LP_HF_D_BYTEFALLBACK, LP_HF_D_FUSE,
+  LP_HF_D_STRIP, LP_HF_D_REPLACE, LP_HF_D_CTC, LP_HF_D_SEQ
+} lp__hf_dec_kind_t;
+
+typedef struct lp__hf_dec_s lp__hf_dec_t;
+struct lp__hf_dec_s {
+  lp__hf_dec_kind_t kind;
+  char *a, *b;        /* WordPiece's prefix, BPE's suffix, Replace's pattern and content, CTC's pad and delimiter; owned */
+  size_t alen, blen;
+  lp__hf_norm_t *rep; /* Replace, run as the Replace normalizer it is; owned */
+  int cleanup;        /* WordPiece, CTC */
+  int prepend;        /* Metaspace: 0 never, else first/always */
+  uint32_t ch;        /* Metaspace's replacement, Strip's content */
+  size_t start, stop; /* Strip */
+  lp__hf_dec_t *seq;  /* Sequence; owned */
+  size_t nseq;
+};
+
+int lp__hf_dec_load(void *d, json_t *o, const char *where, char *err, size_t errlen);
+void lp__hf_dec_free(lp__hf_dec_t *d);
+
 /* ---- the whole tokenizer */
 typedef struct {
   lp__hf_addedset_t added;
@@ -274,6 +297,9 @@ typedef struct {
   lp__hf_pre_t pre;
   lp__hf_model_t model;
   lp__hf_post_t post;
+  int has_dec;
+  lp__hf_dec_t dec;
+  uint8_t *special; /* by id: the piece is a special added token's (decode skips it); owned, nnames */
   int trim_offsets, trim_prefix; /* a ByteLevel/Roberta post-processor trims offsets (its add_prefix_space) */
   char **names;     /* id -> piece, the added tokens' included; owned (the pieces are the vocabulary's and added tokens') */
   int32_t nnames;
@@ -290,6 +316,10 @@ int lp__hf_encode(const lp__hf_t *h, const char *text, size_t len, const char *p
 lp__hf_enc_t *lp__hf_result(void);
 int lp__hf_encode_fit(const lp__hf_t *h, const char *text, size_t len, size_t max, int left, lp__hf_enc_t *out);
 int lp__hf_pair_template(const lp__hf_t *h, char *out, size_t cap);
+/* ids as text, as the library's decode (its decoder, or the pieces joined
+ * by spaces): the length, written when it fits cap; -EINVAL (an id out of
+ * the vocabulary) or -ENOMEM. */
+long lp__hf_decode(const lp__hf_t *h, const int32_t *ids, size_t n, int skip_special, char *out, size_t cap);
 int32_t lp__hf_piece_id(const lp__hf_t *h, const char *piece);
 void lp__hf_free(lp__hf_t *h);
 

@@ -114,9 +114,8 @@ int lp_tok_pair_template(const lp_tok_t *t, char *text, size_t cap) {
 }
 
 long lp_tok_decode(const lp_tok_t *t, const int32_t *ids, size_t n, int skip_special, char *out, size_t cap) {
-  /* a tokenizer.json's decoders (WordPiece's "##", ByteLevel's bytes,
-   * Metaspace's spaces) are not read yet: said, not guessed */
-  return t->sp ? lp__sp_decode(t->sp, ids, n, skip_special, out, cap) : -EOPNOTSUPP;
+  return t->sp ? lp__sp_decode(t->sp, ids, n, skip_special, out, cap)
+               : lp__hf_decode(t->hf, ids, n, skip_special, out, cap);
 }
 
 int32_t lp_tok_vocab(const lp_tok_t *t) { return t->sp ? lp__sp_vocab(t->sp) : t->hf->nnames; }

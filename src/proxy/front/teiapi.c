@@ -159,10 +159,6 @@ void lp__tei_decode(lp_front_t *f, lp_http_req_t *req, const lp_tei_req_t *r, co
   if (rc == -EINVAL) {
     lp__tei_reject(f, req, LP_ROUTE_TEI_DECODE, 422, LP_TEI_TOKENIZER, "token_out_of_range",
                    "an id is not in the model's vocabulary", NULL);
-  } else if (rc == -EOPNOTSUPP) {
-    lp__tei_reject(f, req, LP_ROUTE_TEI_DECODE, 422, LP_TEI_TOKENIZER, "decode_not_supported",
-                   "this model's tokenizer.json cannot decode here yet (its decoders are not read): only "
-                   "SentencePiece models decode", NULL);
   } else if (rc < 0 || out.oom) {
     lp__tei_reject(f, req, LP_ROUTE_TEI_DECODE, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory", NULL);
   } else {
