@@ -1,5 +1,5 @@
 /* json_loadb for request bodies that carry long texts: the same tree, with the
- * long strings of the top level decoded by a scan eight bytes at a time
+ * long strings of the top level decoded by a scan 16 bytes at a time
  * instead of jansson's lexer (which costs 70-84 ms a MiB). */
 #ifndef LANEPACK_JLOAD_H
 #define LANEPACK_JLOAD_H

@@ -63,7 +63,7 @@ static const char *take(holes_t *hs, const char *key, long index, const char *p,
     h->text = p + 1;
     h->len = (size_t)(after - p) - 2;
   } else {
-    if (!(h->own = malloc((size_t)(after - p) + 8))) return NULL;
+    if (!(h->own = malloc((size_t)(after - p) + 16))) return NULL;
     lp_jscan_string(p, end, h->own, &h->len, &escaped);
     h->text = h->own;
   }
