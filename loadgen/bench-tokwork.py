@@ -134,28 +134,51 @@ def run(name, proxy, emulator, model, threads, seconds, texts, tmp):
         stop_all(procs)
 
 
+def cpu_ns(pid):
+    """The CPU time a process's threads have run, in ns (schedstat: not ticks)."""
+    total = 0
+    for t in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass  # a thread that ended
+    return total
+
+
 def long_rounds(builds, emulator, model, rounds, texts, tmp):
-    """The 4 MiB and the 512-token text on every build in turn, rounds times."""
+    """The 4 MiB and the 512-token text on every build in turn, rounds times;
+    wall time at the client and the proxy's CPU time (all its threads)."""
     procs = []
     try:
-        ports = [start(name, binary, emulator, model, 1, tmp, procs) for name, binary in builds]
+        ports, pids = [], []
+        for name, binary in builds:
+            ports.append(start(name, binary, emulator, model, 1, tmp, procs))
+            pids.append(procs[-1].pid)
         conns = [http.client.HTTPConnection("127.0.0.1", p, timeout=120) for p in ports]
         ts = {name: ([], []) for name, _ in builds}
+        cpu = {name: ([], []) for name, _ in builds}
         for _ in range(rounds):
-            for (name, _), c in zip(builds, conns):
+            for (name, _), c, pid in zip(builds, conns, pids):
                 for k, key in enumerate(("4mib", "512")):
-                    t0 = time.perf_counter()
+                    c0, t0 = cpu_ns(pid), time.perf_counter()
                     c.request("POST", "/embed", texts[key], {"Content-Type": "application/json"})
                     r = c.getresponse()
                     r.read()
                     if r.status != 200:
                         sys.exit("%s: %s answered %d" % (name, key, r.status))
                     ts[name][k].append(time.perf_counter() - t0)
+                    cpu[name][k].append((cpu_ns(pid) - c0) / 1e9)
+
+        def med(x):
+            return sorted(x)[len(x) // 2] * 1e3
         for name, _ in builds:
-            t4, t512 = (sorted(x)[len(x) // 2] * 1e3 for x in ts[name])
-            print("%-6s threads 1: a 4 MiB text with truncate %.1f ms (min %.1f), a 512-token text %.1f ms (min %.1f): "
-                  "%.2fx (median of %d rounds)" % (name, t4, min(ts[name][0]) * 1e3, t512, min(ts[name][1]) * 1e3,
-                                                   t4 / t512, rounds), flush=True)
+            t4, t512 = med(ts[name][0]), med(ts[name][1])
+            c4, c512 = med(cpu[name][0]), med(cpu[name][1])
+            print("%-6s threads 1: a 4 MiB text with truncate %.1f ms (min %.1f; proxy CPU %.1f ms), a 512-token "
+                  "text %.1f ms (min %.1f; CPU %.1f ms): %.2fx, CPU %.2fx (medians of %d rounds)"
+                  % (name, t4, min(ts[name][0]) * 1e3, c4, t512, min(ts[name][1]) * 1e3, c512, t4 / t512,
+                     c4 / c512 if c512 else float("nan"), rounds), flush=True)
     finally:
         stop_all(procs)
 
