@@ -10,7 +10,8 @@
 # tokens/s per core; then the tokenizer alone (lanepack-tokrate: the same module
 # and model, 1 and 2 threads on one loaded model). Not a timed test: figures
 # move with the machine's load.
-# Usage: bench/bench-embeddings.sh [BUILD_DIR] [DURATION] [RUNS] [BATCH] [TEXT]
+# Usage: [TOKENIZER_THREADS=N] bench/bench-embeddings.sh [BUILD_DIR] [DURATION] [RUNS] [BATCH] [TEXT]
+# (TOKENIZER_THREADS: the proxy's tokenizer_threads, for builds that have the key)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -48,8 +49,8 @@ measure() {
   local threads=$1 kind=$2 port cfg lp c0 c1 input
   port=$(free_port)
   cfg="$tmp/lp-$threads.json"
-  printf '{"listen": "127.0.0.1:%s", "log_level": "warn", "threads": %s, "models": {"default": {"shapes": "8x128,4x256", "max_wait_ms": 1, "backends": ["http://127.0.0.1:%s"], "tokenizer": {"sentencepiece": "%s"}}}}\n' \
-    "$port" "$threads" "$p_emu" "$tmp/spm.model" > "$cfg"
+  printf '{"listen": "127.0.0.1:%s", "log_level": "warn", "threads": %s, %s"models": {"default": {"shapes": "8x128,4x256", "max_wait_ms": 1, "backends": ["http://127.0.0.1:%s"], "tokenizer": {"sentencepiece": "%s"}}}}\n' \
+    "$port" "$threads" "${TOKENIZER_THREADS:+\"tokenizer_threads\": $TOKENIZER_THREADS, }" "$p_emu" "$tmp/spm.model" > "$cfg"
   "$build/src/lanepack" --config "$cfg" 2> "$tmp/lp.log" & lp=$!
   pids+=($lp)
   for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done

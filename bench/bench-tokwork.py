@@ -5,9 +5,13 @@ quiet, beside 2 keep-alive connections posting 1 MiB texts to /embed with
 texts, with threads 1, 2 and 4; and the time of a 4 MiB text with truncate
 against a 512-token text. With --before BINARY (a lanepack built before the
 tokenizer workers) the same for it, side by side. One line per figure.
+With --long ROUNDS only the second figure, for every build (--also NAME=BINARY
+adds more), their proxies up at once and timed in turn, a 4 MiB and a 512-token
+request from each build in every round (so a machine shared with other work
+slows all alike): medians of the rounds.
 
   bench/bench-tokwork.py --proxy build/src/lanepack --emulator build/loadgen/lanepack-emulator \\
-      [--before /tmp/lanepack-before] [--seconds 4]"""
+      [--before /tmp/lanepack-before] [--also NAME=BINARY ...] [--seconds 4] [--long ROUNDS]"""
 import argparse
 import http.client
 import json
@@ -90,25 +94,31 @@ def timed(port, body, n=5):
     return sorted(ts)[len(ts) // 2] * 1e3, status
 
 
-def run(name, proxy, emulator, model, threads, seconds, texts, tmp):
+def start(name, proxy, emulator, model, threads, tmp, procs):
+    """The emulator and a proxy in front of it; returns the proxy's port."""
     pe, pl = free_port(), free_port()
+    procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % pe, "--shapes", "4x512,16x64",
+                                   "--per-segment", "--dims", "8"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    wait_http(pe, "/healthz")
+    cfg = {"listen": "127.0.0.1:%d" % pl, "log_level": "warn", "threads": threads,
+           "max_sequences_per_request": 4096, "max_body_bytes": 16 << 20,
+           "models": {"default": {"shapes": "4x512,16x64", "max_wait_ms": 1,
+                                  "backends": ["http://127.0.0.1:%d" % pe],
+                                  "tokenizer": {"sentencepiece": model, "extra_options": "bos:eos"}}}}
+    path = os.path.join(tmp, "lp-%s-%d.json" % (name, threads))
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    procs.append(subprocess.Popen([proxy, "--config", path], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL))
+    wait_http(pl, "/readyz")
+    return pl
+
+
+def run(name, proxy, emulator, model, threads, seconds, texts, tmp):
     procs = []
     try:
-        procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % pe, "--shapes", "4x512,16x64",
-                                       "--per-segment", "--dims", "8"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_http(pe, "/healthz")
-        cfg = {"listen": "127.0.0.1:%d" % pl, "log_level": "warn", "threads": threads,
-               "max_sequences_per_request": 4096, "max_body_bytes": 16 << 20,
-               "models": {"default": {"shapes": "4x512,16x64", "max_wait_ms": 1,
-                                      "backends": ["http://127.0.0.1:%d" % pe],
-                                      "tokenizer": {"sentencepiece": model, "extra_options": "bos:eos"}}}}
-        path = os.path.join(tmp, "lp-%s-%d.json" % (name, threads))
-        with open(path, "w") as f:
-            json.dump(cfg, f)
-        procs.append(subprocess.Popen([proxy, "--config", path], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
-        wait_http(pl, "/readyz")
+        pl = start(name, proxy, emulator, model, threads, tmp, procs)
         q = measure(pl, seconds)
         b = measure(pl, seconds, texts["1mib"], 2)
         m = measure(pl, seconds, texts["2048"], 1)
@@ -124,6 +134,55 @@ def run(name, proxy, emulator, model, threads, seconds, texts, tmp):
         stop_all(procs)
 
 
+def cpu_ns(pid):
+    """The CPU time a process's threads have run, in ns (schedstat: not ticks)."""
+    total = 0
+    for t in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass  # a thread that ended
+    return total
+
+
+def long_rounds(builds, emulator, model, rounds, texts, tmp):
+    """The 4 MiB and the 512-token text on every build in turn, rounds times;
+    wall time at the client and the proxy's CPU time (all its threads)."""
+    procs = []
+    try:
+        ports, pids = [], []
+        for name, binary in builds:
+            ports.append(start(name, binary, emulator, model, 1, tmp, procs))
+            pids.append(procs[-1].pid)
+        conns = [http.client.HTTPConnection("127.0.0.1", p, timeout=120) for p in ports]
+        ts = {name: ([], []) for name, _ in builds}
+        cpu = {name: ([], []) for name, _ in builds}
+        for _ in range(rounds):
+            for (name, _), c, pid in zip(builds, conns, pids):
+                for k, key in enumerate(("4mib", "512")):
+                    c0, t0 = cpu_ns(pid), time.perf_counter()
+                    c.request("POST", "/embed", texts[key], {"Content-Type": "application/json"})
+                    r = c.getresponse()
+                    r.read()
+                    if r.status != 200:
+                        sys.exit("%s: %s answered %d" % (name, key, r.status))
+                    ts[name][k].append(time.perf_counter() - t0)
+                    cpu[name][k].append((cpu_ns(pid) - c0) / 1e9)
+
+        def med(x):
+            return sorted(x)[len(x) // 2] * 1e3
+        for name, _ in builds:
+            t4, t512 = med(ts[name][0]), med(ts[name][1])
+            c4, c512 = med(cpu[name][0]), med(cpu[name][1])
+            print("%-6s threads 1: a 4 MiB text with truncate %.1f ms (min %.1f; proxy CPU %.1f ms), a 512-token "
+                  "text %.1f ms (min %.1f; CPU %.1f ms): %.2fx, CPU %.2fx (medians of %d rounds)"
+                  % (name, t4, min(ts[name][0]) * 1e3, c4, t512, min(ts[name][1]) * 1e3, c512, t4 / t512,
+                     c4 / c512 if c512 else float("nan"), rounds), flush=True)
+    finally:
+        stop_all(procs)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--proxy", required=True)
@@ -131,6 +190,8 @@ def main():
     ap.add_argument("--before", help="a lanepack built before the tokenizer workers")
     ap.add_argument("--seconds", type=float, default=4)
     ap.add_argument("--threads", default="1,2,4")
+    ap.add_argument("--also", action="append", default=[], help="NAME=BINARY: one more build")
+    ap.add_argument("--long", type=int, help="only the long-text figure, this many rounds")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         prefix = os.path.join(tmp, "spm")
@@ -153,6 +214,10 @@ def main():
                  "512": json.dumps({"inputs": t512, "truncate": True}),
                  "2048": json.dumps({"inputs": short, "truncate": True})}
         builds = [("after", a.proxy)] + ([("before", a.before)] if a.before else [])
+        builds += [tuple(x.split("=", 1)) for x in a.also]
+        if a.long:
+            long_rounds(builds, a.emulator, prefix + ".model", a.long, texts, tmp)
+            return
         for threads in [int(x) for x in a.threads.split(",")]:
             for name, binary in builds:
                 run(name, binary, a.emulator, prefix + ".model", threads, a.seconds, texts, tmp)

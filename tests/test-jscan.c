@@ -8,6 +8,7 @@
 #include "testutil.h"
 #include "lanepack/jscan.h"
 #include "lanepack/rng.h"
+#include "mutate.h"
 
 static int scan_ok(const char *s) {
   const char *end = s + strlen(s);
@@ -96,15 +97,7 @@ START_TEST(differential) {
     const char *seed = seeds[round % 3];
     size_t n = strlen(seed);
     memcpy(buf, seed, n + 1);
-    int muts = 1 + (int)lp_rng_below(&rng, 3);
-    for (int m = 0; m < muts; m++) {
-      size_t at = (size_t)lp_rng_below(&rng, n);
-      int op = (int)lp_rng_below(&rng, 3);
-      char c = alphabet[lp_rng_below(&rng, sizeof(alphabet) - 1)];
-      if (op == 0) buf[at] = c;
-      else if (op == 1 && n > 1) { memmove(buf + at, buf + at + 1, n - at); n--; }
-      else if (n + 2 < sizeof(buf)) { memmove(buf + at + 1, buf + at, n - at + 1); buf[at] = c; n++; }
-    }
+    lp_test_mutate(&rng, buf, &n, sizeof(buf), alphabet, sizeof(alphabet) - 1);
     int a = scan_ok(buf), b = jansson_ok(buf);
     if (a != b) ck_abort_msg("scanner %d jansson %d on: %s", a, b, buf);
     agree++;

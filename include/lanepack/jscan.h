@@ -60,6 +60,14 @@ const char *lp_jscan_key(const char *p, const char *end, const char *key, int *e
 const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, size_t cap,
                                int64_t min, int64_t max, size_t *n, int *err);
 
+/* p points at a JSON string; returns the byte after it, or NULL when it is not
+ * valid JSON or holds \u0000 (as jansson refuses it: what this accepts, jansson
+ * decodes to the same bytes). Sets *escaped to whether it holds any escape.
+ * With out (room for the string's raw length, quotes included, plus 16: plain
+ * text is copied sixteen bytes at a time), writes its decoded text there and
+ * its length to *n. Plain text is scanned 16 (SSE2) or 8 bytes at a time. */
+const char *lp_jscan_string(const char *p, const char *end, char *out, size_t *n, int *escaped);
+
 /* Whether p[0..n) is only digits and commas: the text of an array that
  * lp_jscan_int_array read (between its brackets) is then exactly what
  * lp_buf_i32_array writes for its values, and can be copied instead. */

@@ -482,3 +482,123 @@ const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, siz
     p = lp_jscan_ws(p + 1, end);
   }
 }
+
+/* High bit set in each byte of w that ends a run of plain string text: '"',
+ * '\\', a control byte (< 0x20) or any byte >= 0x80 (UTF-8, checked apart).
+ * Exact per byte: no carry crosses a byte. */
+static inline uint64_t str_special8(uint64_t w) {
+  const uint64_t lo7 = 0x7f7f7f7f7f7f7f7fULL, hi = 0x8080808080808080ULL;
+  uint64_t q = w ^ 0x2222222222222222ULL, b = w ^ 0x5c5c5c5c5c5c5c5cULL;
+  uint64_t zq = ~(((q & lo7) + lo7) | q | lo7);
+  uint64_t zb = ~(((b & lo7) + lo7) | b | lo7);
+  uint64_t ctl = ~(((w & lo7) + 0x6060606060606060ULL) | w) & hi;
+  return zq | zb | ctl | (w & hi);
+}
+
+/* Writes code point cp as UTF-8 at o; returns the byte after it. */
+static char *put_utf8(char *o, long cp) {
+  if (cp < 0x80) {
+    *o++ = (char)cp;
+  } else if (cp < 0x800) {
+    *o++ = (char)(0xc0 | (cp >> 6));
+    *o++ = (char)(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    *o++ = (char)(0xe0 | (cp >> 12));
+    *o++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+    *o++ = (char)(0x80 | (cp & 0x3f));
+  } else {
+    *o++ = (char)(0xf0 | (cp >> 18));
+    *o++ = (char)(0x80 | ((cp >> 12) & 0x3f));
+    *o++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+    *o++ = (char)(0x80 | (cp & 0x3f));
+  }
+  return o;
+}
+
+const char *lp_jscan_string(const char *p, const char *end, char *out, size_t *n, int *escaped) {
+  char *o = out;
+  *escaped = 0;
+  p++; /* opening quote */
+  for (;;) {
+    /* plain text sixteen or eight bytes at a time: most of a long text is plain */
+#if defined(LP_SCAN64_SSE2)
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(' ');
+    while (end - p >= 16) {
+      __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+      /* signed: below ' ' is a control byte or any byte >= 0x80 */
+      __m128i sp = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                                _mm_cmplt_epi8(v, space));
+      unsigned s = (unsigned)_mm_movemask_epi8(sp);
+      size_t k = s ? (size_t)__builtin_ctz(s) : 16;
+      if (o) {
+        _mm_storeu_si128((__m128i *)(void *)o, v); /* room: see the header */
+        o += k;
+      }
+      p += k;
+      if (s) break;
+    }
+#endif
+    while (end - p >= 8) {
+      uint64_t w;
+      memcpy(&w, p, 8);
+      uint64_t s = str_special8(w);
+      size_t k = s ? (size_t)__builtin_ctzll(s) / 8 : 8;
+      if (o) {
+        memcpy(o, p, 8); /* room: see the header */
+        o += k;
+      }
+      p += k;
+      if (s) break;
+    }
+    if (p >= end) return NULL;
+    unsigned char c = (unsigned char)*p;
+    if (c == '"') {
+      if (o) *n = (size_t)(o - out);
+      return p + 1;
+    }
+    if (c < 0x20) return NULL;
+    if (c >= 0x80) {
+      size_t k = utf8_len((const unsigned char *)p, (const unsigned char *)end);
+      if (k == 0) return NULL;
+      if (o) {
+        memcpy(o, p, k);
+        o += k;
+      }
+      p += k;
+      continue;
+    }
+    if (c != '\\') {
+      if (o) *o++ = (char)c;
+      p++;
+      continue;
+    }
+    *escaped = 1;
+    if (++p >= end) return NULL;
+    long cp;
+    switch (*p) {
+      case '"': case '\\': case '/': cp = *p; break;
+      case 'b': cp = '\b'; break;
+      case 'f': cp = '\f'; break;
+      case 'n': cp = '\n'; break;
+      case 'r': cp = '\r'; break;
+      case 't': cp = '\t'; break;
+      case 'u': {
+        cp = hex4(p + 1, end);
+        /* \u0000 too: jansson refuses it (without JSON_ALLOW_NUL) */
+        if (cp <= 0 || (cp >= 0xdc00 && cp <= 0xdfff)) return NULL; /* lone low surrogate */
+        p += 4;
+        if (cp >= 0xd800 && cp <= 0xdbff) { /* a high surrogate needs its low half */
+          long lo = end - p >= 7 && p[1] == '\\' && p[2] == 'u' ? hex4(p + 3, end) : -1;
+          if (lo < 0xdc00 || lo > 0xdfff) return NULL;
+          cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+          p += 6;
+        }
+        break;
+      }
+      default:
+        return NULL;
+    }
+    p++;
+    if (o) o = put_utf8(o, cp);
+  }
+}

@@ -11,6 +11,8 @@
 
 #include <jansson.h>
 
+#include "lanepack/jload.h"
+
 #include "internal.h"
 
 static int bad(lp_openai_req_t *r, const char *param, char *err, size_t errlen, const char *msg) {
@@ -46,7 +48,7 @@ int lp_openai_parse(const char *body, size_t len, lp_openai_req_t *r, char *err,
   memset(r, 0, sizeof(*r));
   json_error_t je;
   /* no duplicate keys: which of two "model"s would a client have meant */
-  json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+  json_t *root = lp_jload(body, len, JSON_REJECT_DUPLICATES, &je);
   if (!root) {
     char msg[256];
     snprintf(msg, sizeof(msg), "the body is not valid JSON: %s", je.text);

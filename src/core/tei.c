@@ -11,6 +11,8 @@
 
 #include <jansson.h>
 
+#include "lanepack/jload.h"
+
 static int bad(int *status, const char **type, int st, const char *ty, char *err, size_t errlen,
                const char *fmt, const char *what) {
   *status = st;
@@ -196,7 +198,7 @@ int lp_tei_parse(int route, const char *body, size_t len, size_t max_inputs, lp_
   r->skip_special_tokens = 1;
   json_error_t je;
   /* no duplicate keys: which of two "inputs" would a client have meant */
-  json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+  json_t *root = lp_jload(body, len, JSON_REJECT_DUPLICATES, &je);
   if (!root) return bad(status, type, 400, LP_TEI_VALIDATION, err, errlen, "the body is not valid JSON: %s", je.text);
   r->root = root;
   if (!json_is_object(root))

@@ -1,15 +1,18 @@
 /* libFuzzer: the OpenAI embeddings codec on arbitrary bytes: a request is
  * decoded or refused with a message (never a crash or leak), what it decodes
- * is consistent, and a backend's vector text is read or refused. */
+ * is consistent, and a backend's vector text is read or refused; lp_jload
+ * gives what jansson gives on the same bytes. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "jload-diff.h"
 #include "lanepack/openai.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  fuzz_jload_vs_jansson(data, size);
   lp_openai_req_t r;
   char err[256] = "";
   int rc = lp_openai_parse((const char *)data, size, &r, err, sizeof(err));

@@ -1,12 +1,14 @@
 /* libFuzzer: the TEI routes' codec on arbitrary bytes: each route's request is
  * decoded or refused with a status, a type and a message (never a crash or
  * leak), what it decodes is consistent; the bytes as a pair template are
- * parsed or refused and, when parsed, lay out a pair within any bound. */
+ * parsed or refused and, when parsed, lay out a pair within any bound;
+ * lp_jload gives what jansson gives on the same bytes. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "jload-diff.h"
 #include "lanepack/tei.h"
 
 /* the bound on inputs the fuzzer's requests meet (the proxy's is configured) */
@@ -19,6 +21,7 @@ static int32_t lookup(const void *ud, const char *piece) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  fuzz_jload_vs_jansson(data, size);
   for (int route = LP_TEI_EMBED; route <= LP_TEI_EMBED_SPARSE; route++) {
     lp_tei_req_t r;
     int status = 0;
