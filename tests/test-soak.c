@@ -246,8 +246,12 @@ START_TEST(overload) {
   ck_assert_int_gt(full, 0);                            /* overload was real */
   ck_assert_int_eq(jint(over, "failed"), full);         /* only 429s */
   /* bounded by the queue's 64 requests (about 50 ms of batches); unbounded, 5 s
-   * at three times the rate served would queue about 10 s: 4 s sits between */
-  ck_assert_msg(p99 < 4000, "p99 of admitted requests %.1f ms", p99);
+   * at three times the rate served would queue about 10 s: 4 s sits between.
+   * The sanitizer build (scripts/test.sh sets ASAN_OPTIONS for it) serves a
+   * fraction of the rate beside the gcc run on 2 cores (4.2 s once), while an
+   * unbounded queue would grow longer still: 8 s there */
+  double limit_ms = getenv("ASAN_OPTIONS") ? 8000 : 4000;
+  ck_assert_msg(p99 < limit_ms, "p99 of admitted requests %.1f ms (limit %.0f)", p99, limit_ms);
   json_decref(over);
 
   json_t *after = load(port, "500", "3s");
