@@ -165,6 +165,12 @@ def run_checks(pl, model):
     st, body = get(pl, "/info")
     check("GET /info with several models and none named: 400 in TEI's shape",
           tei_error(st, json.loads(body), 400, "Validation", "model"), (st, body))
+    st, body = get(pl, "/info?xmodel=cls")
+    check("GET /info?xmodel=cls names no model (not the tail of another parameter): 400",
+          tei_error(st, json.loads(body), 400, "Validation", "model"), (st, body))
+    st, body = get(pl, "/info?x=1&model=cls")
+    check("GET /info?x=1&model=cls: the model named after another parameter",
+          st == 200 and json.loads(body)["model_id"] == "cls", (st, body))
 
     # /predict: a classifier's labelled scores
     raw = emu_vector(tid, DIMS)

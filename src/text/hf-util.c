@@ -25,6 +25,10 @@ static int grow(void **p, size_t *cap, size_t need, size_t size) {
 
 int lp__hf_ns_reserve(lp__hf_ns_t *s, size_t more) {
   size_t cap = s->cap;
+  if (s->max && s->len + more > s->max) {
+    s->over = 1;
+    return -ENOMEM;
+  }
   if (s->len + more <= cap) return 0;
   size_t cap2 = cap;
   if (grow((void **)&s->b, &cap, s->len + more, 1)) return -ENOMEM;

@@ -110,7 +110,16 @@ static int gather(const lp__hf_t *h, lp__hf_work_t *w, const char *text, size_t 
       rc = lp__hf_split_push(&w->sp, &w->nsp, &w->spcap, base, r.len, r.added);
       continue;
     }
-    if (h->has_norm && (rc = lp__hf_norm_run(&h->norm, w, s))) break;
+    if (h->has_norm) {
+      /* bounded: a file's normalizers may multiply a text without end */
+      w->ns.max = w->tmp.max = (size_t)r.len * LP_HF_NORM_GROWTH + LP_HF_NORM_SLACK;
+      w->ns.over = w->tmp.over = 0;
+      rc = lp__hf_norm_run(&h->norm, w, s);
+      int over = w->ns.over || w->tmp.over;
+      w->ns.max = w->tmp.max = 0;
+      if (rc && over) rc = -EINVAL; /* the text, not the machine: refused */
+      if (rc) break;
+    }
     if ((rc = lp__hf_ns_append(&w->pre, s->b, s->al, s->len))) break;
     if (h->added.any_norm) {
       size_t before = w->nsp;

@@ -27,7 +27,18 @@ typedef struct {
   char *b;         /* owned; not NUL-terminated */
   lp__hf_al_t *al; /* owned; len entries */
   size_t len, cap;
+  size_t max;      /* 0: unbounded; else growing past max bytes fails (-ENOMEM) and sets over */
+  int over;
 } lp__hf_ns_t;
+
+/* A text's normalized form may be at most this many times its bytes, plus
+ * LP_HF_NORM_SLACK: past it the text is refused (-EINVAL). The library's
+ * normalizers grow a text by 11x at most (NFKD of U+FDFA, 3 bytes to 33);
+ * a Sequence of Replace rules, each making one byte many, grows it
+ * exponentially (8 rules of 1 -> 16 bytes made 4 bytes 17 GB). */
+#define LP_HF_NORM_GROWTH 32
+/* ... and room for what a normalizer adds once per text (Prepend's piece). */
+#define LP_HF_NORM_SLACK (64u * 1024)
 
 int lp__hf_ns_reserve(lp__hf_ns_t *s, size_t more);
 /* Appends code point cp with alignment al; 0 or -ENOMEM. */

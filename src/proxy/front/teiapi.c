@@ -43,7 +43,11 @@ const char *lp__tei_wrong_kind(const lp_model_config_t *mc, int kind) {
  * NULL after answering the client. */
 static const lp_model_config_t *info_model(lp_front_t *f, lp_http_req_t *req) {
   const lp_config_t *c = f->cfg;
-  const char *q = req->url + req->path_len, *at = strstr(q, "model=");
+  /* the query's own "model" parameter: not the tail of another's name
+   * (?xmodel=a names no model) */
+  const char *at = NULL;
+  for (const char *p = req->url + req->path_len; p && *p && !at; p = strchr(p + 1, '&'))
+    if (strncmp(p + 1, "model=", 6) == 0) at = p + 1;
   if (!at && c->nmodels == 1) return &c->models[0];
   char name[LP_NAME_MAX] = "";
   if (at) {
