@@ -252,6 +252,7 @@ static int strip(const lp__hf_dec_t *d, const toks_t *in, toks_t *out) {
 static int replace(const lp__hf_dec_t *d, const toks_t *in, toks_t *out) {
   lp__hf_work_t w = {0};
   int rc = 0;
+  lp__hf_budget_start(in->off && in->cnt ? in->off[in->cnt - 1] + in->n[in->cnt - 1] : 0); /* its own regex budget */
   for (size_t i = 0; i < in->cnt && !rc; i++) {
     lp__hf_ns_t *s = &w.ns;
     s->len = 0;

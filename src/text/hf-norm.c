@@ -216,6 +216,10 @@ static int replace(const lp__hf_norm_t *n, lp__hf_work_t *w, const lp__hf_ns_t *
   for (size_t at = 0; at <= s->len;) {
     size_t ms, me;
     if (n->re) {
+      if (lp__hf_budget_spent()) { /* a pattern that backtracks: refused, not cut short */
+        rc = -EINVAL;
+        break;
+      }
       int r = pcre2_match(n->re, (PCRE2_SPTR)s->b, s->len, at, PCRE2_NO_UTF_CHECK, md, NULL);
       if (r == PCRE2_ERROR_NOMATCH) break;
       if (r < 0) { /* a match or depth limit: refused, not cut short */

@@ -116,6 +116,7 @@ static int by_char(const char *b, uint32_t n, int (*pred)(uint32_t), mts_t *l) {
 static int by_regex(const pcre2_code *re, pcre2_match_data *md, const char *b, uint32_t n, mts_t *l) {
   uint32_t prev = 0;
   for (size_t at = 0; at <= n;) {
+    if (lp__hf_budget_spent()) return -EINVAL; /* a pattern that backtracks: refused, not cut short */
     int r = pcre2_match(re, (PCRE2_SPTR)b, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
     if (r == PCRE2_ERROR_NOMATCH) break;
     if (r < 0) return -EINVAL; /* a match or depth limit: refused, not cut short */

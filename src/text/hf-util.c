@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <utf8proc.h>
 
@@ -220,4 +221,35 @@ int lp__hf_load_seq(json_t *o, const char *key, const char *where, size_t elsize
     if (rc) return rc;
   }
   return 0;
+}
+
+/* A text's regex time: a fixed part and a part per byte, some 200 times
+ * what real tokenizers' patterns take (about 0.1 us a byte), so that only a
+ * pathological pattern ever reaches it: an 840-byte text that cost 3.6 s
+ * is refused after about 27 ms. The clock is read once every
+ * BUDGET_CHECK_EVERY matches (a match of a sound pattern takes well under a
+ * microsecond). */
+#define BUDGET_BASE_NS 10000000ull
+#define BUDGET_PER_BYTE_NS 20000ull
+#define BUDGET_CHECK_EVERY 64
+
+static _Thread_local struct {
+  uint64_t deadline; /* thread CPU time, ns; 0: no text under way */
+  unsigned calls;
+} budget;
+
+static uint64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)) return 0;
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void lp__hf_budget_start(size_t len) {
+  budget.deadline = thread_cpu_ns() + BUDGET_BASE_NS + (uint64_t)len * BUDGET_PER_BYTE_NS;
+  budget.calls = 0;
+}
+
+int lp__hf_budget_spent(void) {
+  if (!budget.deadline || ++budget.calls % BUDGET_CHECK_EVERY) return 0;
+  return thread_cpu_ns() > budget.deadline;
 }

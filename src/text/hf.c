@@ -81,6 +81,7 @@ static void work_trim(bufs_t *b) {
 /* One text's pieces into w->pre / w->sp: the added tokens matched raw, the
  * rest normalized, then the added tokens matched in the normalized text. */
 static int gather(const lp__hf_t *h, lp__hf_work_t *w, const char *text, size_t len) {
+  lp__hf_budget_start(len);
   w->pre.len = 0;
   w->nsp = 0;
   lp__hf_split_t *raw = NULL;

@@ -46,6 +46,13 @@ int lp__hf_ns_put(lp__hf_ns_t *s, uint32_t cp, lp__hf_al_t al);
 /* Appends n bytes (whole characters) with their own alignments. */
 int lp__hf_ns_append(lp__hf_ns_t *s, const char *b, const lp__hf_al_t *al, size_t n);
 void lp__hf_ns_free(lp__hf_ns_t *s);
+/* The regex work one text may cost (Split, Replace): a pattern the file
+ * brings may backtrack (`(a|a)+c`), each match under PCRE2's own step limit
+ * yet minutes in all. Set by lp__hf_budget_start as a text's encoding begins
+ * (the calling thread's), checked by lp__hf_budget_spent between matches. */
+void lp__hf_budget_start(size_t len);
+/* 1 once the calling thread's text has spent its budget: the text is refused. */
+int lp__hf_budget_spent(void);
 /* The code point at b[i] (valid UTF-8, as every string here is) and its length. */
 uint32_t lp__hf_utf8_get(const char *b, size_t i, int *n);
 int lp__hf_utf8_put(char *out, uint32_t cp);
