@@ -247,7 +247,7 @@ static int replace(const lp__hf_norm_t *n, lp__hf_work_t *w, const lp__hf_ns_t *
     if ((rc = lp__hf_ns_append(o, s->b + last, s->al + last, ms - last))) break;
     lp__hf_al_t al = s->al[me - 1];
     if ((rc = lp__hf_ns_reserve(o, n->content_len))) break;
-    memcpy(o->b + o->len, n->content, n->content_len);
+    if (n->content_len) memcpy(o->b + o->len, n->content, n->content_len); /* "" keeps o->b NULL */
     for (size_t j = 0; j < n->content_len; j++) o->al[o->len + j] = al;
     o->len += n->content_len;
     last = at = me;
