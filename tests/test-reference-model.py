@@ -57,6 +57,19 @@ def post(url, body):
         return json.loads(r.read())
 
 
+def stop(proxy, backend):
+    """SIGTERM to both; lanepack's exit status kept in exits ("hung" past 30 s)."""
+    proxy.terminate()
+    backend.terminate()
+    try:
+        code = proxy.wait(30)
+    except subprocess.TimeoutExpired:
+        proxy.kill()
+        code = "hung"
+    backend.wait(10)
+    exits.append(code)
+
+
 def run(mask, outputs, segment_mask=True, protocol="lanepack", head="vector"):
     """Returns (sequences compared, packed with others, largest difference)."""
     bport, pport = free_port(), free_port()
@@ -103,15 +116,7 @@ def run(mask, outputs, segment_mask=True, protocol="lanepack", head="vector"):
             packed += a["batch"]["offset"] > 0
         return len(seqs), packed, worst
     finally:
-        proxy.terminate()
-        backend.terminate()
-        try:
-            code = proxy.wait(30)
-        except subprocess.TimeoutExpired:
-            proxy.kill()
-            code = "hung"
-        backend.wait(10)
-        exits.append(code)
+        stop(proxy, backend)
 
 
 def rerank_run(protocol):
@@ -157,15 +162,7 @@ def rerank_run(protocol):
             raise AssertionError("/rerank did not rank every text once: %s" % got)
         return len(got), worst
     finally:
-        proxy.terminate()
-        backend.terminate()
-        try:
-            code = proxy.wait(30)
-        except subprocess.TimeoutExpired:
-            proxy.kill()
-            code = "hung"
-        backend.wait(10)
-        exits.append(code)
+        stop(proxy, backend)
 
 
 passed = failed = 0
