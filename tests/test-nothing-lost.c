@@ -376,12 +376,19 @@ START_TEST(answered_once_within_bound_random) {
 }
 END_TEST
 
+/* How long a test waits for the proxy to queue what was sent: 60 s, generous
+ * because the sanitizer build beside the gcc run on two cores once queued
+ * nothing of 150k sequences in 5 s; a working proxy takes well under 1 s. */
+enum { QUEUE_WAIT_STEPS = 1200, QUEUE_WAIT_STEP_US = 50000 };
+
 /* ---- what a client can make the proxy hold or wait for ---- */
 
 /* Bodies are freed once parsed: queued one-token requests padded to the body
  * limit hold little. */
 START_TEST(queued_bodies_hold_nothing) {
-  one_t o = one_backend("--shapes 4x64 --cost-ms 4000", "\"max_body_bytes\": 8388608,",
+  /* a batch holds the one device for a minute: nothing drains while the bodies
+   * arrive, which takes 20 s under the sanitizers on a busy machine */
+  one_t o = one_backend("--shapes 4x64 --cost-ms 60000", "\"max_body_bytes\": 8388608,",
                         "\"shapes\": \"4x64\", \"max_wait_ms\": 0, \"max_inflight\": 1, "
                         "\"max_segments_per_lane\": 1");
   int port = o.port;
@@ -402,9 +409,15 @@ START_TEST(queued_bodies_hold_nothing) {
     ck_assert_int_eq(h_send_all(fds[i], head, strlen(head)), 0);
     ck_assert_int_eq(h_send_all(fds[i], body, len), 0);
   }
-  usleep(500000);
+  /* the 40 bodies are parsed as the proxy gets CPU: on two busy cores under the
+   * sanitizers that took over 500 ms (28 of 40 queued once); wait for them */
+  double queued = 0;
+  for (int i = 0; i < QUEUE_WAIT_STEPS; i++) {
+    queued = h_metric(port, "lanepack_queue_sequences{");
+    if (queued >= N - 8) break;
+    usleep(QUEUE_WAIT_STEP_US);
+  }
   long held = h_rss_kb(proxy, "VmRSS:");
-  double queued = h_metric(port, "lanepack_queue_sequences{");
   printf("queued bodies: %d requests of %zu bytes, %.0f queued, RSS %ld -> %ld kB\n", N, len, queued,
          base, held);
   ck_assert_msg(queued >= N - 8, "only %.0f queued", queued);
@@ -500,9 +513,9 @@ START_TEST(deep_queue_does_not_block_the_loop) {
       h_send_all(fds[c], one.data, one.len);
     }
   }
-  for (int i = 0; i < 100; i++) {
+  for (int i = 0; i < QUEUE_WAIT_STEPS; i++) {
     if (h_metric(port, "lanepack_queue_sequences{") >= 140000) break;
-    usleep(50000);
+    usleep(QUEUE_WAIT_STEP_US);
   }
   double queued = h_metric(port, "lanepack_queue_sequences{");
   /* four priority-1 requests of 1,024 sequences, and a health check behind them */
