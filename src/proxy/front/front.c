@@ -339,7 +339,8 @@ static int claim_port(const char *addr, int *port) {
 int lp__fronts_start(lp_proxy_t *p, int *port) {
   unsigned n = lp_config_threads(&p->cfg);
   p->fronts = calloc(n, sizeof(lp_front_t));
-  if (!p->fronts) return -ENOMEM;
+  p->sfronts = calloc(n, sizeof(lp_sched_front_t));
+  if (!p->fronts || !p->sfronts) return -ENOMEM;
   p->nfronts = n;
   for (unsigned i = 0; i < n; i++) front_init(&p->fronts[i], p, i);
   int afd = -1, rc;
@@ -370,6 +371,7 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
     if ((rc = uv_loop_init(&f->own_loop)) != 0) return rc;
     f->loop = &f->own_loop;
     if ((rc = lp__mbox_init(&f->inbox, f->loop, on_front_inbox, f)) != 0) return rc;
+    p->sfronts[i].inbox = &f->inbox; /* where the scheduler's hand-backs go */
     if ((rc = lp__front_tok_init(f)) != 0) return rc;
     /* its batches' answers are bounded by each batch's own max_answer */
     if (!(f->up = lp_upstream_new(f->loop, LP_FRONT_ANSWER_MAX))) return -ENOMEM;
@@ -429,13 +431,14 @@ void lp__fronts_stop(lp_proxy_t *p) {
     n = b->hand_next;
     lp__batch_drop(b);
   }
-  for (unsigned i = 0; i < p->nfronts; i++) {
-    for (lp_batch_t *b = p->fronts[i].out, *n; b; b = n) {
+  for (unsigned i = 0; p->sfronts && i < p->nfronts; i++) {
+    for (lp_batch_t *b = p->sfronts[i].out, *n; b; b = n) {
       n = b->hand_next;
       lp__batch_drop(b);
     }
-    p->fronts[i].out = p->fronts[i].out_last = NULL;
   }
+  free(p->sfronts); /* the scheduler's loop has stopped: nothing hands back any more */
+  p->sfronts = NULL;
   lp__mbox_close(&p->inbox, NULL);
   lp__mbox_destroy(&p->inbox); /* the fronts, its only senders, are joined */
   /* the last resort left connections open on a front's loop, which lives in

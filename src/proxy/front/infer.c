@@ -359,6 +359,7 @@ lp_job_t *lp__job_new_text(lp_front_t *f, lp_model_t *m, const int32_t *tokens, 
   job->model = m;
   job->proxy = p;
   job->front = f;
+  job->front_index = f->index;
   for (size_t i = 0; i < nseq; i++) {
     job->seqs[i].job = job;
     job->seqs[i].len = lens[i];

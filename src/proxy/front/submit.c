@@ -58,6 +58,7 @@ void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
   memcpy(url, req->url, req->url_len + 1);
   job->proxy = f->proxy;
   job->front = f;
+  job->front_index = f->index;
   job->admin_route = route;
   job->admin_v2 = v2r;
   job->admin_url = url;

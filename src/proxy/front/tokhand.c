@@ -24,6 +24,9 @@ static void on_tokbox(lp_wake_t *w) {
 
 int lp__front_tok_init(lp_front_t *f) { return lp__tokbox_init(&f->tokbox, f->loop, on_tokbox, f); }
 
+/* On a worker: the pool calls up here (registered at its start). */
+void lp__front_tok_finished(lp_tokjob_t *job) { lp__tokbox_push(&job->front->tokbox, job); }
+
 int lp__front_tokenize(lp_front_t *f, lp_http_req_t *req, lp_tokjob_t *job) {
   lp_tokpool_t *p = f->proxy->tokpool;
   if (!p) return -EINVAL; /* no model has a tokenizer: the route refused its text before */

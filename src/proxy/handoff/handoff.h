@@ -179,6 +179,8 @@ struct lp_job_s {
   lp_proxy_t *proxy;
   lp_model_t *model;
   lp_front_t *front;      /* whose client it is */
+  unsigned front_index;   /* ... its index (lp_front_s.index), set by the front that makes
+                             the job: the scheduler's record of it is p->sfronts[front_index] */
   lp_http_req_t *front_req; /* FRONT: the client's request, NULL once it left */
   lp_job_t *mq_next;      /* in a mailbox: to the scheduler, then back to its front */
   lp_job_t *cq_next;      /* its cancel, in the scheduler's mailbox */
@@ -336,8 +338,9 @@ struct lp_batch_s {
   void (*on_done)(lp_batch_t *bt, void *ud); /* where the transfer's thread hands it */
   void *on_done_ud;
   lp_batch_t *hand_next; /* in a hand-over list: to a front, or back */
-  lp_front_t *front;      /* several threads: the front whose loop runs its
-                             transfer (the scheduler's count, batches_out) */
+  unsigned front_index;   /* the front whose loop runs its transfer (p->fronts[i]), written
+                             by the scheduler at the hand-out; read back by it (that
+                             front's batches_out in p->sfronts) */
   int in_flight;          /* its transfer is running */
   lp_batch_t *next_failed;/* in the model's list of batches whose start failed */
   uint64_t view_ticket;   /* its entry in the recent-batches ring; 0: none */
@@ -349,16 +352,6 @@ struct lp_batch_s {
 void lp__job_times(const lp_job_t *job, uint64_t *queue_ns, uint64_t *backend_ns);
 
 void lp__put_ms(lp_buf_t *b, uint64_t ns);
-
-/* handoff/handback.c: the scheduler is done with a job:
- * back to it (with the others of this loop turn, by lp__fronts_flush, which
- * the scheduler loop's check handle calls once per turn). */
-void lp__job_hand_back(lp_job_t *job);
-/* Several threads: bt, built, to the front with the fewest batches out,
- * whose loop sends it; it comes back through the scheduler's inbox. */
-void lp__batch_hand_out(lp_proxy_t *p, lp_batch_t *bt);
-void lp__fronts_flush(lp_proxy_t *p);
-void lp__sched_on_flush(uv_check_t *h);
 
 /* handoff/jobref.c, any thread that holds a reference: a reference to a job
  * dropped: the last frees it. */

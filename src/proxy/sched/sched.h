@@ -115,11 +115,23 @@ typedef struct lp_advq_s {
   size_t queued;
 } lp_advq_t;
 
+/* The scheduler's record of front i (p->sfronts[i]): what it hands that
+ * front this turn of its loop, pushed together by its check handle
+ * (sched/handback.c), and how many of its batches are out. The scheduler's
+ * thread's only; front/front.c sets inbox before the threads start. */
+typedef struct lp_sched_front_s {
+  lp_mbox_t *inbox;        /* the front's (lp_front_s.inbox): the scheduler only pushes to it */
+  lp_job_t *back, *back_last; /* jobs handed back, by mq_next */
+  lp_batch_t *out, *out_last; /* batches for it to send, by hand_next */
+  unsigned batches_out;    /* its batches handed out and not back yet */
+} lp_sched_front_t;
+
 struct lp_proxy_s {
   uv_loop_t *loop;
   lp_config_t cfg;
   lp_front_t *fronts;      /* nfronts; owned */
   unsigned nfronts;
+  lp_sched_front_t *sfronts; /* nfronts, the scheduler's record of each; owned */
   lp_mbox_t inbox;         /* jobs, cancels and control messages from the fronts */
   unsigned fronts_open;    /* fronts whose listeners are not closed yet (drain) */
   uv_check_t flush;        /* hands back the turn's answers, one push per front */
@@ -194,6 +206,17 @@ typedef struct lp_page_s {
  * without memory. Only on the scheduler's thread: it walks live jobs and
  * samples each model's saturation (LP_SNAP_METRICS). */
 lp_snap_t *lp__sched_snapshot(lp_proxy_t *p, unsigned parts);
+
+/* sched/handback.c (the scheduler's thread): the scheduler is done with a
+ * job: back to its front (with the others of this loop turn, by
+ * lp__fronts_flush, which the scheduler loop's check handle calls once per
+ * turn). */
+void lp__job_hand_back(lp_job_t *job);
+/* bt, built, to the front with the fewest batches out, whose loop sends it;
+ * it comes back through the scheduler's inbox. */
+void lp__batch_hand_out(lp_proxy_t *p, lp_batch_t *bt);
+void lp__fronts_flush(lp_proxy_t *p);
+void lp__sched_on_flush(uv_check_t *h);
 
 /* sched/inbox.c: the scheduler's side: takes what the fronts sent (the
  * inbox's wake-up); a wake-up's pages share one snapshot (the advice gets its
