@@ -51,7 +51,7 @@ static int gather_ids(lp_front_t *f, const lp_openai_req_t *r, const lp_tokjob_t
 static lp_model_t *find_model(lp_front_t *f, const char *name) {
   const lp_config_t *c = f->cfg;
   for (size_t i = 0; i < c->nmodels; i++)
-    if (strcmp(c->models[i].name, name) == 0) return &f->proxy->models[i];
+    if (strcmp(c->models[i].name, name) == 0) return &f->shared->models[i];
   return NULL;
 }
 
@@ -65,7 +65,7 @@ static void embeddings_submit(lp_front_t *f, lp_http_req_t *req, lp_openai_req_t
   lp_job_t *job = NULL;
   size_t ntok = 0, bad = 0;
   long over = 0;
-  const lp_model_config_t *mc = &f->cfg->models[m - f->proxy->models];
+  const lp_model_config_t *mc = &f->cfg->models[m - f->shared->models];
   int grc = lens ? gather_ids(f, r, tj, lens, &ntok, &bad, &over) : -ENOMEM;
   if (grc == -EINVAL && !tj) {
     snprintf(err, sizeof(err), "the model '%.100s' takes token ids: it has no tokenizer for text "
@@ -142,7 +142,7 @@ static void embeddings_tokenize(lp_front_t *f, lp_http_req_t *req, emb_ctx_t *c,
   tj->ctx_free = emb_ctx_free;
   tj->done = embeddings_tokenized;
   /* more than the largest bucket holds is refused without reading the rest */
-  uint32_t limit = lp_bucket_set_max_len(&f->cfg->models[m - f->proxy->models].shapes);
+  uint32_t limit = lp_bucket_set_max_len(&f->cfg->models[m - f->shared->models].shapes);
   for (size_t i = 0, u = 0; i < c->r.ninputs; i++) {
     if (!c->r.in[i].text) continue;
     tj->units[u].text = c->r.in[i].text;
@@ -182,24 +182,24 @@ static void embeddings_decoded(lp_front_t *f, lp_http_req_t *req, emb_ctx_t *c) 
     snprintf(err, sizeof(err), "'input' has %zu inputs, more than this proxy's max_sequences_per_request (%u)",
              r->ninputs, f->cfg->max_sequences_per_request);
     lp__openai_reject(f, req, 400, NULL, "too_many_sequences", err, "input", NULL);
-  } else if (f->cfg->models[m - f->proxy->models].outputs == LP_OUTPUTS_PER_TOKEN ||
-             f->cfg->models[m - f->proxy->models].outputs == LP_OUTPUTS_SCORE) {
+  } else if (f->cfg->models[m - f->shared->models].outputs == LP_OUTPUTS_PER_TOKEN ||
+             f->cfg->models[m - f->shared->models].outputs == LP_OUTPUTS_SCORE) {
     /* its configuration says it gives no vector per input: not worth a batch */
     snprintf(err, sizeof(err), "the model '%.100s' gives no embeddings: its outputs are %s (use /v1/infer)", r->model,
-             lp_outputs_name(f->cfg->models[m - f->proxy->models].outputs));
+             lp_outputs_name(f->cfg->models[m - f->shared->models].outputs));
     lp__openai_reject(f, req, 400, NULL, "invalid_request", err, "model", NULL);
-  } else if (r->dimensions && !f->cfg->models[m - f->proxy->models].embed_dimensions) {
+  } else if (r->dimensions && !f->cfg->models[m - f->shared->models].embed_dimensions) {
     /* a vector cut short is only right for a model trained for it
      * (Matryoshka), which its configuration says */
     snprintf(err, sizeof(err), "the model '%.40s' does not allow its vectors to be cut: leave out 'dimensions' "
              "(or configure models.%.40s.embedding.dimensions)", r->model, r->model);
     lp__openai_reject(f, req, 400, NULL, "invalid_request", err, "dimensions", NULL);
-  } else if (r->dimensions > f->cfg->models[m - f->proxy->models].embed_dimensions) {
+  } else if (r->dimensions > f->cfg->models[m - f->shared->models].embed_dimensions) {
     snprintf(err, sizeof(err), "'dimensions' is %u: the model '%.100s' gives vectors of %u values", r->dimensions,
-             r->model, f->cfg->models[m - f->proxy->models].embed_dimensions);
+             r->model, f->cfg->models[m - f->shared->models].embed_dimensions);
     lp__openai_reject(f, req, 400, NULL, "invalid_request", err, "dimensions", NULL);
   } else {
-    const lp_tok_t *t = f->proxy->tok[m - f->proxy->models];
+    const lp_tok_t *t = f->shared->tok[m - f->shared->models];
     int text = 0;
     for (size_t i = 0; i < r->ninputs && !text; i++) text = r->in[i].text != NULL;
     /* text is tokenized on the workers, never here; token ids go on at once */

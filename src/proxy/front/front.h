@@ -39,7 +39,7 @@ typedef struct lp_alog_s {
  * scheduler through mailboxes only, whatever the number of fronts.
  * Everything here is the front's own unless marked. */
 struct lp_front_s {
-  lp_proxy_t *proxy;
+  lp_shared_t *shared;     /* what every front reads (the process's; its thread rule there) */
   unsigned index;
   int trim_due;            /* the proxy found it quiet: give its arena's top back (atomic) */
   uv_loop_t *loop;         /* own_loop */

@@ -19,9 +19,9 @@
 static lp_model_t *pick_model(lp_front_t *f, lp_http_req_t *req, int route, const char *name) {
   const lp_config_t *c = f->cfg;
   char msg[400];
-  if (!name[0] && c->nmodels == 1) return &f->proxy->models[0];
+  if (!name[0] && c->nmodels == 1) return &f->shared->models[0];
   for (size_t i = 0; name[0] && i < c->nmodels; i++)
-    if (strcmp(c->models[i].name, name) == 0) return &f->proxy->models[i];
+    if (strcmp(c->models[i].name, name) == 0) return &f->shared->models[i];
   if (name[0]) {
     snprintf(msg, sizeof(msg), "the model '%.100s' is not served here", name);
     lp__tei_reject(f, req, route, 404, LP_TEI_VALIDATION, "unknown_model", msg, NULL);
@@ -465,9 +465,9 @@ static void tei_decode_work(lp_tokjob_t *job) {
 static void tei_submit(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req, tei_ctx_t *c) {
   const lp_tei_req_t *r = &c->r;
   int route = c->route, kind = c->kind;
-  size_t mi = (size_t)(c->m - f->proxy->models);
+  size_t mi = (size_t)(c->m - f->shared->models);
   const lp_model_config_t *mc = &f->cfg->models[mi];
-  const lp_tei_template_t *tpl = &f->proxy->pair[mi];
+  const lp_tei_template_t *tpl = &f->shared->pair[mi];
   uint32_t *lens = malloc(r->ntexts * sizeof(*lens)); /* owned here */
   seq_err_t se = {.status = 503, .type = LP_TEI_UNHEALTHY, .code = "out_of_memory", .msg = "proxy out of memory"};
   size_t ntok = 0;
@@ -508,7 +508,7 @@ static void tei_submit(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req, tei_c
 static void tei_tokenized(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req) {
   tei_ctx_t *c = tj->ctx;
   if (c->kind == LP_TEI_TOKENIZE)
-    tokenize(f, req, tj, f->proxy->tok[c->m - f->proxy->models], &c->r, c->limit);
+    tokenize(f, req, tj, f->shared->tok[c->m - f->shared->models], &c->r, c->limit);
   else tei_submit(f, tj, req, c);
 }
 
@@ -543,10 +543,10 @@ static void tei_decoded(lp_front_t *f, lp_http_req_t *req, tei_ctx_t *c) {
     tei_ctx_free(c);
     return;
   }
-  size_t mi = (size_t)(m - f->proxy->models);
+  size_t mi = (size_t)(m - f->shared->models);
   const lp_model_config_t *mc = &f->cfg->models[mi];
-  const lp_tok_t *t = f->proxy->tok[mi];
-  const lp_tei_template_t *tpl = &f->proxy->pair[mi];
+  const lp_tok_t *t = f->shared->tok[mi];
+  const lp_tei_template_t *tpl = &f->shared->pair[mi];
   /* the longest sequence its configured shapes hold (the scheduler checks
    * the shapes in force again) */
   uint32_t limit = lp_bucket_set_max_len(&mc->shapes);

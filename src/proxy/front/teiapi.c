@@ -174,7 +174,7 @@ void lp__tei_decode(lp_front_t *f, lp_http_req_t *req, const lp_tei_req_t *r, co
 }
 
 int lp__tei_predict_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
-  const lp_model_config_t *mc = &f->cfg->models[job->model - f->proxy->models];
+  const lp_model_config_t *mc = &f->cfg->models[job->model - f->shared->models];
   lp_tei_rank_t *rank = NULL; /* one input's scores by rank; owned here */
   size_t cap = 0;
   char tmp[32];

@@ -17,7 +17,7 @@
 
 static void infer(lp_front_t *f, lp_http_req_t *req, lp_model_t *m) {
   lp_front_t *p = f;
-  const lp_model_config_t *mc = &f->cfg->models[m - f->proxy->models];
+  const lp_model_config_t *mc = &f->cfg->models[m - f->shared->models];
   char err[300];
   if (req->method != LP_HTTP_POST) return lp__v2_reject(p, req, 405, "method_not_allowed", "use POST");
   if (req->inference_header_len == -2)
@@ -136,7 +136,7 @@ static int collect(json_t *v, double *vals, size_t *nv, size_t cap, int64_t *inn
 /* The model's configuration as the job's front has it: its own copy (the
  * scheduler's, which a reload rewrites in place, is not this thread's). */
 static const lp_model_config_t *front_model_cfg(const lp_job_t *job) {
-  return &job->front->cfg->models[job->model - job->front->proxy->models];
+  return &job->front->cfg->models[job->model - job->front->shared->models];
 }
 
 /* The answer's members before "outputs". */
@@ -276,7 +276,7 @@ int lp__v2_route(lp_front_t *f, lp_http_req_t *req) {
     lp__v2_reject(f, req, 404, "not_found", "no such route");
     return 1;
   }
-  lp_model_t *m = lp__v2_find_model(f->proxy, f->cfg, name, nlen);
+  lp_model_t *m = lp__v2_find_model(f->shared->models, f->cfg, name, nlen);
   if (!m) {
     char msg[200];
     snprintf(msg, sizeof(msg), "no model named '%.*s'", (int)(nlen > 64 ? 64 : nlen), name);

@@ -176,7 +176,7 @@ void lp__put_output(lp_buf_t *b, const lp_seq_t *s);
  * once read: the memory goes when the last reference does (refs), so no job
  * is freed while a message about it is in flight. */
 struct lp_job_s {
-  lp_proxy_t *proxy;
+  lp_proxy_t *proxy;      /* the scheduler's context, set by it as it takes the job from its inbox */
   lp_model_t *model;
   lp_front_t *front;      /* whose client it is */
   unsigned front_index;   /* ... its index (lp_front_s.index), set by the front that makes

@@ -27,8 +27,8 @@ void lp__job_hand_back(lp_job_t *job) {
 void lp__batch_hand_out(lp_proxy_t *p, lp_batch_t *bt) {
   /* the front with the fewest batches out, ties in turn: batches differ in
    * size, so a turn alone would leave one front behind another */
-  unsigned fi = p->next_front++ % p->nfronts;
-  for (unsigned i = 0; i < p->nfronts; i++)
+  unsigned fi = p->next_front++ % p->shared.nfronts;
+  for (unsigned i = 0; i < p->shared.nfronts; i++)
     if (p->sfronts[i].batches_out < p->sfronts[fi].batches_out) fi = i;
   lp_sched_front_t *f = &p->sfronts[fi];
   f->batches_out++;
@@ -44,7 +44,7 @@ void lp__fronts_flush(lp_proxy_t *p) {
   if (!p->back_pending) return;
   p->back_pending = 0;
   uv_idle_stop(&p->flush_soon);
-  for (unsigned i = 0; i < p->nfronts; i++) {
+  for (unsigned i = 0; i < p->shared.nfronts; i++) {
     lp_sched_front_t *f = &p->sfronts[i];
     if (!f->back && !f->out) continue;
     lp__mbox_push(f->inbox, f->back, f->back_last, f->out, f->out_last);

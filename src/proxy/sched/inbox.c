@@ -60,6 +60,7 @@ void lp__sched_on_inbox(lp_wake_t *w) {
   while (jobs) {
     lp_job_t *job = jobs;
     jobs = job->mq_next;
+    job->proxy = p; /* the front names its model and front, not the scheduler's context */
     if (job->admin_route == LP_ROUTE_ADVICE) {
       lp__advice_page(p, job);
     } else if (job->admin_route) {
