@@ -85,11 +85,11 @@ static void embeddings_submit(lp_front_t *f, lp_http_req_t *req, lp_openai_req_t
     lp__openai_reject(f, req, e.status, NULL, e.code, e.msg, "input", NULL);
   } else {
     job->openai = 1;
-    job->openai_base64 = r->base64;
-    job->openai_normalize = mc->embed_normalize;
-    job->openai_dims = r->dimensions;
-    job->openai_tokens = ntok;
-    snprintf(job->openai_model, sizeof(job->openai_model), "%.*s", LP_NAME_MAX - 1, r->model); /* a model's name fits */
+    job->proto.openai.base64 = r->base64;
+    job->proto.openai.normalize = mc->embed_normalize;
+    job->proto.openai.dims = r->dimensions;
+    job->proto.openai.tokens = ntok;
+    snprintf(job->proto.openai.model, sizeof(job->proto.openai.model), "%.*s", LP_NAME_MAX - 1, r->model); /* a model's name fits */
     job->embed_dims = mc->embed_dimensions;
     /* the tokens were copied out: a queued request holds no body (which
      * max_queue_bytes does not count) */
@@ -257,16 +257,16 @@ int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
     long n = lp__seq_vector(f, &job->seqs[i], 0);
     if (n < 0) return (int)n;
     if ((n = lp__check_vector(job, n, &first)) < 0) return (int)n;
-    /* openai_dims <= embed_dims <= n: admission and lp__check_vector saw to it */
-    if (job->openai_dims) n = (long)job->openai_dims;
-    if (job->openai_normalize) lp_openai_normalize(f->vec, (size_t)n);
+    /* proto.openai.dims <= embed_dims <= n: admission and lp__check_vector saw to it */
+    if (job->proto.openai.dims) n = (long)job->proto.openai.dims;
+    if (job->proto.openai.normalize) lp_openai_normalize(f->vec, (size_t)n);
     if (i) lp_buf_puts(out, ", ");
-    lp_openai_embedding(out, i, f->vec, (size_t)n, job->openai_base64);
+    lp_openai_embedding(out, i, f->vec, (size_t)n, job->proto.openai.base64);
   }
   lp_buf_puts(out, "], \"model\": ");
-  lp_buf_json_str(out, job->openai_model, strlen(job->openai_model));
-  lp_buf_printf(out, ", \"usage\": {\"prompt_tokens\": %zu, \"total_tokens\": %zu}}\n", job->openai_tokens,
-                job->openai_tokens);
+  lp_buf_json_str(out, job->proto.openai.model, strlen(job->proto.openai.model));
+  lp_buf_printf(out, ", \"usage\": {\"prompt_tokens\": %zu, \"total_tokens\": %zu}}\n", job->proto.openai.tokens,
+                job->proto.openai.tokens);
   return out->oom ? -ENOMEM : 0;
 }
 

@@ -485,13 +485,13 @@ static void tei_submit(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req, tei_c
     lp__tei_reject_job(f, req, route, e.status, e.code, e.msg, NULL);
   } else {
     job->tei = route;
-    job->tei_normalize = r->normalize;
-    job->tei_raw_scores = r->raw_scores;
-    job->tei_texts = texts;
+    job->proto.tei.normalize = r->normalize;
+    job->proto.tei.raw_scores = r->raw_scores;
+    job->proto.tei.texts = texts;
     job->bytes += texts_bytes; /* held while queued: max_queue_bytes counts them */
     job->embed_dims = kind == LP_TEI_EMBED || kind == LP_TEI_SIMILARITY ? mc->embed_dimensions : 0;
-    job->tei_dims = r->dimensions;
-    job->tei_single = r->single;
+    job->proto.tei.dims = r->dimensions;
+    job->proto.tei.single = r->single;
     texts = NULL;
     /* the ids and texts were copied out: a queued request holds no body */
     free(req->body);
@@ -707,20 +707,20 @@ int lp__tei_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
       return n < 0 ? (int)n : -EPROTO;
     }
     if (rerank) {
-      ranks[i] = (lp_tei_rank_t){job->tei_raw_scores ? f->vec[0] : lp_tei_sigmoid(f->vec[0]), i};
+      ranks[i] = (lp_tei_rank_t){job->proto.tei.raw_scores ? f->vec[0] : lp_tei_sigmoid(f->vec[0]), i};
       continue;
     }
     if ((n = lp__check_vector(job, n, &first)) < 0) return (int)n;
-    /* tei_dims <= embed_dims <= n: admission and lp__check_vector saw to it */
-    if (job->tei_dims) n = (long)job->tei_dims;
-    if (job->tei_normalize) lp_openai_normalize(f->vec, (size_t)n);
+    /* proto.tei.dims <= embed_dims <= n: admission and lp__check_vector saw to it */
+    if (job->proto.tei.dims) n = (long)job->proto.tei.dims;
+    if (job->proto.tei.normalize) lp_openai_normalize(f->vec, (size_t)n);
     if (i) lp_buf_puts(out, ",");
     lp_tei_vector(out, f->vec, (size_t)n);
   }
   if (rerank) {
     lp_tei_rank(ranks, job->nseq);
-    const size_t *off = (const size_t *)job->tei_texts;
-    const char *s = job->tei_texts ? (const char *)(off + job->nseq + 1) : NULL;
+    const size_t *off = (const size_t *)job->proto.tei.texts;
+    const char *s = job->proto.tei.texts ? (const char *)(off + job->nseq + 1) : NULL;
     for (uint32_t i = 0; i < job->nseq; i++) {
       size_t k = ranks[i].index;
       if (i) lp_buf_puts(out, ",");

@@ -106,8 +106,8 @@ static void infer(lp_front_t *f, lp_http_req_t *req, lp_model_t *m) {
   req->body_len = 0;
   if (!job) return lp__v2_reject(p, req, e.status, e.code, e.msg[0] ? e.msg : "proxy out of memory");
   job->v2 = 1;
-  job->v2_binary = binary;
-  job->v2_rows = k;
+  job->proto.v2.binary = binary;
+  job->proto.v2.rows = k;
   lp__job_bind(job, req);
   lp__front_submit(f, req, job);
 }
@@ -159,7 +159,7 @@ static int typed_output(lp_job_t *job, int per_segment, lp_v2_out_t *o, void **d
   size_t inner = 1;
   for (int d = 0; d < job->v2_ndim; d++) inner *= (size_t)job->v2_dims[d];
   size_t per_row = per_segment ? inner : job->seqs[0].len * inner;
-  if (!esz || o->ndim + job->v2_ndim > LP_TENSOR_MAX_DIMS || bytes != job->v2_rows * per_row * esz)
+  if (!esz || o->ndim + job->v2_ndim > LP_TENSOR_MAX_DIMS || bytes != job->proto.v2.rows * per_row * esz)
     return -EDOM;
   for (int d = 0; d < job->v2_ndim; d++) o->shape[o->ndim++] = job->v2_dims[d];
   char *all = malloc(bytes ? bytes : 1);
@@ -202,7 +202,7 @@ static int text_output(lp_job_t *job, int per_segment, lp_v2_out_t *o, void **da
       for (size_t j = 0; j < n && !rc; j++) rc = collect(json_array_get(v, j), vals, &nv, cap, &inner);
     json_decref(v);
   }
-  size_t rows = job->v2_rows * (per_segment ? 1 : n);
+  size_t rows = job->proto.v2.rows * (per_segment ? 1 : n);
   if (!rc && nv != rows * (size_t)(inner > 0 ? inner : 1)) rc = -EPROTO;
   if (rc) {
     free(vals);
@@ -218,7 +218,7 @@ static int text_output(lp_job_t *job, int per_segment, lp_v2_out_t *o, void **da
 int lp__v2_answer(lp_job_t *job, int per_segment, lp_buf_t *out_body, const char **ctype,
                   char *hdr, size_t hdrlen) {
   lp_v2_out_t o = {.name = lp__v2_output_name_of(front_model_cfg(job)), .ndim = 0};
-  o.shape[o.ndim++] = (int64_t)job->v2_rows;
+  o.shape[o.ndim++] = (int64_t)job->proto.v2.rows;
   if (!per_segment) o.shape[o.ndim++] = (int64_t)job->seqs[0].len;
   void *data = NULL;
   int rc = job->v2_dtype != LP_DT_INVALID ? typed_output(job, per_segment, &o, &data)
@@ -231,13 +231,13 @@ int lp__v2_answer(lp_job_t *job, int per_segment, lp_buf_t *out_body, const char
   size_t hl = 0;
   lp_buf_reset(out_body);
   rc = members.oom ? -ENOMEM
-                   : lp_v2_write(out_body, lp_buf_cstr(&members), "outputs", &o, 1, job->v2_binary, &hl);
+                   : lp_v2_write(out_body, lp_buf_cstr(&members), "outputs", &o, 1, job->proto.v2.binary, &hl);
   lp_buf_free(&members);
   free(data);
   if (rc) return rc;
-  *ctype = job->v2_binary ? "application/octet-stream" : "application/json";
+  *ctype = job->proto.v2.binary ? "application/octet-stream" : "application/json";
   hdr[0] = '\0';
-  if (job->v2_binary) snprintf(hdr, hdrlen, "Inference-Header-Content-Length: %zu\r\n", hl);
+  if (job->proto.v2.binary) snprintf(hdr, hdrlen, "Inference-Header-Content-Length: %zu\r\n", hl);
   return 0;
 }
 
