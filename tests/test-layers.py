@@ -60,14 +60,7 @@ MAX_HEADER_LINES = 400
 # Files that include the header of a folder LAYERS does not let them call,
 # each for a reason its include line repeats; an entry no longer needed fails
 # too, so that the list only shrinks.
-KNOWN_INCLUDES = {
-    # runs on the scheduler and writes its per-front lists in lp_front_s
-    ("src/proxy/handoff/handback.c", "front"),
-    # a batch back from its front lowers that front's batches_out
-    ("src/proxy/sched/inbox.c", "front"),
-    # a worker pushes a finished job onto its front's tok box
-    ("src/proxy/tokwork/pool.c", "front"),
-}
+KNOWN_INCLUDES = set()
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 

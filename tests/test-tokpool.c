@@ -112,7 +112,7 @@ START_TEST(test_round_robin) {
   memset(&f, 0, sizeof(f));
   f.loop = &loop;
   ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
-  lp_tokpool_t *p = lp__tokpool_start(1);
+  lp_tokpool_t *p = lp__tokpool_start(1, lp__front_tok_finished);
   ck_assert_ptr_nonnull(p);
   expected_back = 3;
   ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 0, 1, unit_gate, 1), SIZE_MAX), 0);
@@ -143,7 +143,7 @@ START_TEST(test_cancel_any_time) {
   memset(&f, 0, sizeof(f));
   f.loop = &loop;
   ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
-  lp_tokpool_t *p = lp__tokpool_start(3);
+  lp_tokpool_t *p = lp__tokpool_start(3, lp__front_tok_finished);
   ck_assert_ptr_nonnull(p);
   fx.spin = 20000;
   static lp_tokjob_t *jobs[JOBS];
@@ -184,7 +184,7 @@ START_TEST(test_bound_and_stop) {
   memset(&f, 0, sizeof(f));
   f.loop = &loop;
   ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
-  lp_tokpool_t *p = lp__tokpool_start(1);
+  lp_tokpool_t *p = lp__tokpool_start(1, lp__front_tok_finished);
   ck_assert_ptr_nonnull(p);
   ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 0, 1, unit_gate, 5000), 1000), 0); /* alone: in */
   ck_assert_uint_eq(lp__tokpool_bytes(p), 5000);

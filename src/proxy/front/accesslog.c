@@ -61,7 +61,7 @@ int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errle
   int rc = lp__alog_open_path(path, &fd, err, errlen);
   if (rc) return rc;
   /* each front writes whole lines to its own descriptor of the file */
-  for (unsigned i = 0; i < p->nfronts; i++) {
+  for (unsigned i = 0; i < p->shared.nfronts; i++) {
     lp_ctl_t *c = calloc(1, sizeof(*c));
     int d = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 3);
     if (!c || (fd >= 0 && d < 0)) {
@@ -72,7 +72,7 @@ int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errle
     }
     c->kind = LP_CTL_RECONF;
     c->access_fd = d;
-    lp__mbox_push_ctl(&p->fronts[i].inbox, c);
+    lp__mbox_push_ctl(&p->shared.fronts[i].inbox, c);
   }
   if (fd >= 0 && fd != STDERR_FILENO) close(fd);
   return 0;
@@ -251,7 +251,7 @@ static void log_line(lp_front_t *f, const lp_http_req_t *req, int status, const 
     lp__job_times(job, &queue_ns, &backend_ns);
     lp_buf_puts(b, ", \"model\": ");
     /* the front's copy of the configuration: the scheduler's changes on reload */
-    const char *name = f->cfg->models[job->model - f->proxy->models].name;
+    const char *name = f->cfg->models[job->model - f->shared->models].name;
     put_str(b, name, strlen(name));
     lp_buf_puts(b, ", \"sequences\": ");
     lp_buf_u64(b, job->nseq);

@@ -119,7 +119,7 @@ static int write_success(lp_front_t *f, lp_job_t *job, lp_http_req_t *req) {
 /* Why job's outputs cannot be its route's answer (lp__tei_body's or
  * lp__openai_body's -ENOTSUP): what the route needs, naming the model's key. */
 static const char *wrong_kind(lp_front_t *f, const lp_job_t *job, char *why, size_t len) {
-  const char *name = f->cfg->models[job->model - f->proxy->models].name; /* the front's own configuration */
+  const char *name = f->cfg->models[job->model - f->shared->models].name; /* the front's own configuration */
   const char *got = "a value per token, or a score", *want = "\"per_segment\"";
   if (job->tei == LP_ROUTE_TEI_RERANK) got = "a value per token", want = "\"score\" or \"per_segment\"";
   else if (job->tei == LP_ROUTE_TEI_PREDICT) got = "a value per token", want = "\"score\"";

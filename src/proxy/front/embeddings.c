@@ -51,7 +51,7 @@ static int gather_ids(lp_front_t *f, const lp_openai_req_t *r, const lp_tokjob_t
 static lp_model_t *find_model(lp_front_t *f, const char *name) {
   const lp_config_t *c = f->cfg;
   for (size_t i = 0; i < c->nmodels; i++)
-    if (strcmp(c->models[i].name, name) == 0) return &f->proxy->models[i];
+    if (strcmp(c->models[i].name, name) == 0) return &f->shared->models[i];
   return NULL;
 }
 
@@ -65,7 +65,7 @@ static void embeddings_submit(lp_front_t *f, lp_http_req_t *req, lp_openai_req_t
   lp_job_t *job = NULL;
   size_t ntok = 0, bad = 0;
   long over = 0;
-  const lp_model_config_t *mc = &f->cfg->models[m - f->proxy->models];
+  const lp_model_config_t *mc = &f->cfg->models[m - f->shared->models];
   int grc = lens ? gather_ids(f, r, tj, lens, &ntok, &bad, &over) : -ENOMEM;
   if (grc == -EINVAL && !tj) {
     snprintf(err, sizeof(err), "the model '%.100s' takes token ids: it has no tokenizer for text "
@@ -85,11 +85,11 @@ static void embeddings_submit(lp_front_t *f, lp_http_req_t *req, lp_openai_req_t
     lp__openai_reject(f, req, e.status, NULL, e.code, e.msg, "input", NULL);
   } else {
     job->openai = 1;
-    job->openai_base64 = r->base64;
-    job->openai_normalize = mc->embed_normalize;
-    job->openai_dims = r->dimensions;
-    job->openai_tokens = ntok;
-    snprintf(job->openai_model, sizeof(job->openai_model), "%.*s", LP_NAME_MAX - 1, r->model); /* a model's name fits */
+    job->proto.openai.base64 = r->base64;
+    job->proto.openai.normalize = mc->embed_normalize;
+    job->proto.openai.dims = r->dimensions;
+    job->proto.openai.tokens = ntok;
+    snprintf(job->proto.openai.model, sizeof(job->proto.openai.model), "%.*s", LP_NAME_MAX - 1, r->model); /* a model's name fits */
     job->embed_dims = mc->embed_dimensions;
     /* the tokens were copied out: a queued request holds no body (which
      * max_queue_bytes does not count) */
@@ -142,7 +142,7 @@ static void embeddings_tokenize(lp_front_t *f, lp_http_req_t *req, emb_ctx_t *c,
   tj->ctx_free = emb_ctx_free;
   tj->done = embeddings_tokenized;
   /* more than the largest bucket holds is refused without reading the rest */
-  uint32_t limit = lp_bucket_set_max_len(&f->cfg->models[m - f->proxy->models].shapes);
+  uint32_t limit = lp_bucket_set_max_len(&f->cfg->models[m - f->shared->models].shapes);
   for (size_t i = 0, u = 0; i < c->r.ninputs; i++) {
     if (!c->r.in[i].text) continue;
     tj->units[u].text = c->r.in[i].text;
@@ -182,24 +182,24 @@ static void embeddings_decoded(lp_front_t *f, lp_http_req_t *req, emb_ctx_t *c) 
     snprintf(err, sizeof(err), "'input' has %zu inputs, more than this proxy's max_sequences_per_request (%u)",
              r->ninputs, f->cfg->max_sequences_per_request);
     lp__openai_reject(f, req, 400, NULL, "too_many_sequences", err, "input", NULL);
-  } else if (f->cfg->models[m - f->proxy->models].outputs == LP_OUTPUTS_PER_TOKEN ||
-             f->cfg->models[m - f->proxy->models].outputs == LP_OUTPUTS_SCORE) {
+  } else if (f->cfg->models[m - f->shared->models].outputs == LP_OUTPUTS_PER_TOKEN ||
+             f->cfg->models[m - f->shared->models].outputs == LP_OUTPUTS_SCORE) {
     /* its configuration says it gives no vector per input: not worth a batch */
     snprintf(err, sizeof(err), "the model '%.100s' gives no embeddings: its outputs are %s (use /v1/infer)", r->model,
-             lp_outputs_name(f->cfg->models[m - f->proxy->models].outputs));
+             lp_outputs_name(f->cfg->models[m - f->shared->models].outputs));
     lp__openai_reject(f, req, 400, NULL, "invalid_request", err, "model", NULL);
-  } else if (r->dimensions && !f->cfg->models[m - f->proxy->models].embed_dimensions) {
+  } else if (r->dimensions && !f->cfg->models[m - f->shared->models].embed_dimensions) {
     /* a vector cut short is only right for a model trained for it
      * (Matryoshka), which its configuration says */
     snprintf(err, sizeof(err), "the model '%.40s' does not allow its vectors to be cut: leave out 'dimensions' "
              "(or configure models.%.40s.embedding.dimensions)", r->model, r->model);
     lp__openai_reject(f, req, 400, NULL, "invalid_request", err, "dimensions", NULL);
-  } else if (r->dimensions > f->cfg->models[m - f->proxy->models].embed_dimensions) {
+  } else if (r->dimensions > f->cfg->models[m - f->shared->models].embed_dimensions) {
     snprintf(err, sizeof(err), "'dimensions' is %u: the model '%.100s' gives vectors of %u values", r->dimensions,
-             r->model, f->cfg->models[m - f->proxy->models].embed_dimensions);
+             r->model, f->cfg->models[m - f->shared->models].embed_dimensions);
     lp__openai_reject(f, req, 400, NULL, "invalid_request", err, "dimensions", NULL);
   } else {
-    const lp_tok_t *t = f->proxy->tok[m - f->proxy->models];
+    const lp_tok_t *t = f->shared->tok[m - f->shared->models];
     int text = 0;
     for (size_t i = 0; i < r->ninputs && !text; i++) text = r->in[i].text != NULL;
     /* text is tokenized on the workers, never here; token ids go on at once */
@@ -257,16 +257,16 @@ int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
     long n = lp__seq_vector(f, &job->seqs[i], 0);
     if (n < 0) return (int)n;
     if ((n = lp__check_vector(job, n, &first)) < 0) return (int)n;
-    /* openai_dims <= embed_dims <= n: admission and lp__check_vector saw to it */
-    if (job->openai_dims) n = (long)job->openai_dims;
-    if (job->openai_normalize) lp_openai_normalize(f->vec, (size_t)n);
+    /* proto.openai.dims <= embed_dims <= n: admission and lp__check_vector saw to it */
+    if (job->proto.openai.dims) n = (long)job->proto.openai.dims;
+    if (job->proto.openai.normalize) lp_openai_normalize(f->vec, (size_t)n);
     if (i) lp_buf_puts(out, ", ");
-    lp_openai_embedding(out, i, f->vec, (size_t)n, job->openai_base64);
+    lp_openai_embedding(out, i, f->vec, (size_t)n, job->proto.openai.base64);
   }
   lp_buf_puts(out, "], \"model\": ");
-  lp_buf_json_str(out, job->openai_model, strlen(job->openai_model));
-  lp_buf_printf(out, ", \"usage\": {\"prompt_tokens\": %zu, \"total_tokens\": %zu}}\n", job->openai_tokens,
-                job->openai_tokens);
+  lp_buf_json_str(out, job->proto.openai.model, strlen(job->proto.openai.model));
+  lp_buf_printf(out, ", \"usage\": {\"prompt_tokens\": %zu, \"total_tokens\": %zu}}\n", job->proto.openai.tokens,
+                job->proto.openai.tokens);
   return out->oom ? -ENOMEM : 0;
 }
 

@@ -104,7 +104,7 @@ static void front_servers_closed(lp_front_t *f) {
   }
   c->kind = LP_CTL_CLOSED;
   c->front = f;
-  lp__mbox_push_ctl(&f->proxy->inbox, c);
+  lp__mbox_push_ctl(f->shared->sched_inbox, c);
 }
 
 static void front_close_servers(lp_front_t *f) {
@@ -224,31 +224,31 @@ static lp_ctl_t *reconf_msg(lp_proxy_t *p) {
 }
 
 void lp__fronts_reconfigure(lp_proxy_t *p) {
-  for (unsigned i = 0; i < p->nfronts; i++) {
+  for (unsigned i = 0; i < p->shared.nfronts; i++) {
     lp_ctl_t *c = reconf_msg(p);
     if (!c) {
       lp_log(LP_LOG_ERROR, "reload: out of memory: a front keeps its old configuration", "\"thread\": %u", i);
       continue;
     }
-    lp__mbox_push_ctl(&p->fronts[i].inbox, c);
+    lp__mbox_push_ctl(&p->shared.fronts[i].inbox, c);
   }
 }
 
 void lp__fronts_drain(lp_proxy_t *p) {
-  for (unsigned i = 0; i < p->nfronts; i++) {
+  for (unsigned i = 0; i < p->shared.nfronts; i++) {
     lp_ctl_t *c = calloc(1, sizeof(*c));
     if (!c) continue; /* that front closes at the stop */
     c->kind = LP_CTL_DRAIN;
-    lp__mbox_push_ctl(&p->fronts[i].inbox, c);
+    lp__mbox_push_ctl(&p->shared.fronts[i].inbox, c);
   }
 }
 
 void lp__fronts_cancel_transfers(lp_proxy_t *p) {
-  for (unsigned i = 0; i < p->nfronts; i++) {
+  for (unsigned i = 0; i < p->shared.nfronts; i++) {
     lp_ctl_t *c = calloc(1, sizeof(*c));
     if (!c) continue; /* that front's transfers end at the stop */
     c->kind = LP_CTL_CANCEL;
-    lp__mbox_push_ctl(&p->fronts[i].inbox, c);
+    lp__mbox_push_ctl(&p->shared.fronts[i].inbox, c);
   }
 }
 
@@ -257,7 +257,7 @@ void lp__fronts_cancel_transfers(lp_proxy_t *p) {
 static void front_init(lp_front_t *f, lp_proxy_t *p, unsigned i) {
   size_t nb;
   const double *bounds = lp__latency_bounds(&nb);
-  f->proxy = p;
+  f->shared = &p->shared;
   f->index = i;
   f->cfg = &p->cfg;
   lp_buf_init(&f->scratch);
@@ -280,10 +280,10 @@ static void listen_addr(const char *cfg_addr, int port, char *out, size_t n) {
 }
 
 static int front_listen(lp_front_t *f, unsigned n, uint64_t id_base, int *port) {
-  const lp_config_t *cfg = &f->proxy->cfg;
+  const lp_config_t *cfg = f->cfg; /* its own copy, taken before */
   lp_httpd_config_t hc;
   lp__httpd_limits(cfg, &hc);
-  hc.shared = &f->proxy->client_counts; /* the limits are the process's, not a front's share */
+  hc.shared = &f->shared->client_counts; /* the limits are the process's, not a front's share */
   hc.on_request = lp__on_request;
   hc.on_cancel = lp__on_cancel;
   hc.on_reject = lp__on_reject;
@@ -338,10 +338,13 @@ static int claim_port(const char *addr, int *port) {
 
 int lp__fronts_start(lp_proxy_t *p, int *port) {
   unsigned n = lp_config_threads(&p->cfg);
-  p->fronts = calloc(n, sizeof(lp_front_t));
-  if (!p->fronts) return -ENOMEM;
-  p->nfronts = n;
-  for (unsigned i = 0; i < n; i++) front_init(&p->fronts[i], p, i);
+  p->shared.fronts = calloc(n, sizeof(lp_front_t));
+  p->sfronts = calloc(n, sizeof(lp_sched_front_t));
+  if (!p->shared.fronts || !p->sfronts) return -ENOMEM;
+  p->shared.nfronts = n;
+  p->shared.sched_inbox = &p->inbox;
+  p->shared.models = p->models;
+  for (unsigned i = 0; i < n; i++) front_init(&p->shared.fronts[i], p, i);
   int afd = -1, rc;
   if (p->cfg.access_log[0]) {
     char err[300];
@@ -359,7 +362,7 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
   int bound = 0;
   if ((rc = claim_port(p->cfg.listen, &bound)) != 0) return rc;
   for (unsigned i = 0; i < n; i++) {
-    lp_front_t *f = &p->fronts[i];
+    lp_front_t *f = &p->shared.fronts[i];
     f->cfg = NULL; /* its own copy, from the message */
     lp_ctl_t *c = reconf_msg(p); /* its own configuration and tokens, taken at once */
     if (!c) return -ENOMEM;
@@ -370,6 +373,7 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
     if ((rc = uv_loop_init(&f->own_loop)) != 0) return rc;
     f->loop = &f->own_loop;
     if ((rc = lp__mbox_init(&f->inbox, f->loop, on_front_inbox, f)) != 0) return rc;
+    p->sfronts[i].inbox = &f->inbox; /* where the scheduler's hand-backs go */
     if ((rc = lp__front_tok_init(f)) != 0) return rc;
     /* its batches' answers are bounded by each batch's own max_answer */
     if (!(f->up = lp_upstream_new(f->loop, LP_FRONT_ANSWER_MAX))) return -ENOMEM;
@@ -385,7 +389,7 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
   *port = bound;
   p->fronts_open = n;
   for (unsigned i = 0; i < n; i++)
-    if ((rc = uv_thread_create(&p->fronts[i].thread, front_main, &p->fronts[i])) != 0) return rc;
+    if ((rc = uv_thread_create(&p->shared.fronts[i].thread, front_main, &p->shared.fronts[i])) != 0) return rc;
   lp_log(LP_LOG_INFO, "front threads", "\"threads\": %u", n);
   return 0;
 }
@@ -404,16 +408,16 @@ static void front_free(lp_front_t *f) {
 }
 
 void lp__fronts_stop(lp_proxy_t *p) {
-  if (!p->fronts) return;
-  for (unsigned i = 0; i < p->nfronts; i++) {
+  if (!p->shared.fronts) return;
+  for (unsigned i = 0; i < p->shared.nfronts; i++) {
     lp_ctl_t *c = calloc(1, sizeof(*c));
     if (!c) abort(); /* no way left to stop the thread */
     c->kind = LP_CTL_STOP;
-    lp__mbox_push_ctl(&p->fronts[i].inbox, c);
+    lp__mbox_push_ctl(&p->shared.fronts[i].inbox, c);
   }
   int stranded = 0;
-  for (unsigned i = 0; i < p->nfronts; i++) {
-    lp_front_t *f = &p->fronts[i];
+  for (unsigned i = 0; i < p->shared.nfronts; i++) {
+    lp_front_t *f = &p->shared.fronts[i];
     uv_thread_join(&f->thread);
     if (!f->httpd && !f->admin) { /* drained: every handle is closed */
       uv_loop_close(f->loop);
@@ -429,13 +433,14 @@ void lp__fronts_stop(lp_proxy_t *p) {
     n = b->hand_next;
     lp__batch_drop(b);
   }
-  for (unsigned i = 0; i < p->nfronts; i++) {
-    for (lp_batch_t *b = p->fronts[i].out, *n; b; b = n) {
+  for (unsigned i = 0; p->sfronts && i < p->shared.nfronts; i++) {
+    for (lp_batch_t *b = p->sfronts[i].out, *n; b; b = n) {
       n = b->hand_next;
       lp__batch_drop(b);
     }
-    p->fronts[i].out = p->fronts[i].out_last = NULL;
   }
+  free(p->sfronts); /* the scheduler's loop has stopped: nothing hands back any more */
+  p->sfronts = NULL;
   lp__mbox_close(&p->inbox, NULL);
   lp__mbox_destroy(&p->inbox); /* the fronts, its only senders, are joined */
   /* the last resort left connections open on a front's loop, which lives in
@@ -443,12 +448,12 @@ void lp__fronts_stop(lp_proxy_t *p) {
    * thread's connections on the default loop are) rather than freed under
    * them */
   if (stranded) {
-    for (unsigned i = 0; i < p->nfronts; i++) lp__alog_flush(&p->fronts[i].alog);
+    for (unsigned i = 0; i < p->shared.nfronts; i++) lp__alog_flush(&p->shared.fronts[i].alog);
     return;
   }
-  for (unsigned i = 0; i < p->nfronts; i++) front_free(&p->fronts[i]);
-  free(p->fronts);
-  p->fronts = NULL;
+  for (unsigned i = 0; i < p->shared.nfronts; i++) front_free(&p->shared.fronts[i]);
+  free(p->shared.fronts);
+  p->shared.fronts = NULL;
 }
 
 /* fine around typical batch times (a few ms to tens of ms), coarse past */

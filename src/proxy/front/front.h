@@ -1,10 +1,10 @@
 /* A front's thread (src/proxy/front/): its context (lp_front_s: loop,
  * listeners, scratch, counters, access log, its copy of the configuration)
- * and the routes, refusals and answers written on it. Three files outside
- * front/ read lp_front_s although LAYERS does not let them call front/ (each
- * says so at its include; test layers lists them): handoff/handback.c and
- * sched/inbox.c, for the fields the scheduler owns (back, out, batches_out),
- * and tokwork/pool.c, for the tok box a finished job is pushed to. */
+ * and the routes, refusals and answers written on it. No folder below
+ * front/ sees lp_front_s: the scheduler keeps its own record of each front
+ * (lp_sched_front_t, sched/sched.h), and the tokenizer workers hand a
+ * finished job up through the callback the front registered
+ * (lp__front_tok_finished). */
 #ifndef LANEPACK_PROXY_FRONT_H
 #define LANEPACK_PROXY_FRONT_H
 
@@ -39,7 +39,7 @@ typedef struct lp_alog_s {
  * scheduler through mailboxes only, whatever the number of fronts.
  * Everything here is the front's own unless marked. */
 struct lp_front_s {
-  lp_proxy_t *proxy;
+  lp_shared_t *shared;     /* what every front reads (the process's; its thread rule there) */
   unsigned index;
   int trim_due;            /* the proxy found it quiet: give its arena's top back (atomic) */
   uv_loop_t *loop;         /* own_loop */
@@ -69,12 +69,6 @@ struct lp_front_s {
   lp_upstream_t *up;
   /* batches whose transfer ended this turn, handed back with to_sched */
   lp_batch_t *sent, *sent_last;
-  /* the scheduler's (not the front's): jobs handed back to this front and
-   * batches for it to send, this turn of the scheduler's loop, pushed
-   * together by its check handle; and how many of its batches are out */
-  lp_job_t *back, *back_last;
-  lp_batch_t *out, *out_last;
-  unsigned batches_out;
   int closing;             /* its listeners are closing (drain) */
   int open_servers;        /* listeners not yet closed */
   lp_buf_t scratch;        /* answers are built here, then handed to the server */
@@ -165,11 +159,13 @@ void lp__httpd_limits(const lp_config_t *cfg, lp_httpd_config_t *hc);
 const double *lp__latency_bounds(size_t *n);
 
 /* front/tokhand.c: a front's traffic to the tokenizer workers. init: its
- * tok box on its loop. tokenize hands job (its units and done set) over for
+ * tok box on its loop. finished: the pool's callback (lp__tokpool_start; any
+ * thread, a worker's), job onto its front's box. tokenize hands job (its units and done set) over for
  * req: 0, or -EAGAIN (the text waiting would pass tokenizer_queue_bytes: the
  * route answers 429) with the job still the caller's. cancel: req's client
  * left (lp__on_cancel). */
 int lp__front_tok_init(lp_front_t *f);
+void lp__front_tok_finished(lp_tokjob_t *job);
 int lp__front_tokenize(lp_front_t *f, lp_http_req_t *req, lp_tokjob_t *job);
 void lp__front_tok_cancel(lp_front_t *f, lp_tokjob_t *job);
 /* req->app while req's text is at the workers: its tokjob with the low bit

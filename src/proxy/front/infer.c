@@ -279,7 +279,7 @@ static lp_job_t *parse(lp_front_t *f, lp_http_req_t *req, const char *path_model
   for (size_t i = 0; i < c->nmodels; i++) {
     if (mname[0] ? strcmp(c->models[i].name, mname) == 0
                  : (c->nmodels == 1 || strcmp(c->models[i].name, "default") == 0)) {
-      m = &f->proxy->models[i];
+      m = &f->shared->models[i];
       break;
     }
   }
@@ -320,7 +320,7 @@ lp_job_t *lp__job_new_text(lp_front_t *f, lp_model_t *m, const int32_t *tokens, 
                            const uint32_t *lens, size_t nseq, int multi, int priority,
                            double deadline_ms, const char *id_json, size_t id_len,
                            const char *text, size_t text_len, const char *field, lp_perr_t *e) {
-  lp_proxy_t *p = f->proxy;
+  const lp_shared_t *p = f->shared;
   /* the front's copy of the model's configuration (the scheduler's may be
    * rewritten by a reload meanwhile) */
   const lp_model_config_t *mc = &f->cfg->models[m - p->models];
@@ -357,8 +357,8 @@ lp_job_t *lp__job_new_text(lp_front_t *f, lp_model_t *m, const int32_t *tokens, 
   job->multi = multi;
   job->priority = priority;
   job->model = m;
-  job->proxy = p;
   job->front = f;
+  job->front_index = f->index;
   for (size_t i = 0; i < nseq; i++) {
     job->seqs[i].job = job;
     job->seqs[i].len = lens[i];

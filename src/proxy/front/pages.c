@@ -161,7 +161,7 @@ static void process_metrics(lp_buf_t *b, const lp_snap_t *s) {
  * writes its own, read relaxed: never older than the snapshot), then the
  * scheduler's from the snapshot. */
 static void render_metrics(lp_front_t *self, const lp_snap_t *s, lp_buf_t *b) {
-  lp_proxy_t *p = self->proxy;
+  const lp_shared_t *p = self->shared;
   char labels[LP_LABELS_BACKEND];
   process_metrics(b, s);
   lp__front_publish(self); /* this front's count is current (the others' as of their last tick) */

@@ -232,5 +232,5 @@ void lp__on_cancel(lp_http_req_t *req, void *ud) {
   lp__front_flush(f);
   job->front_req = NULL;
   __atomic_fetch_add(&job->refs, 1, __ATOMIC_RELAXED);
-  lp__mbox_push_cancel(&f->proxy->inbox, job);
+  lp__mbox_push_cancel(f->shared->sched_inbox, job);
 }

@@ -32,7 +32,7 @@ void lp__front_flush_due(lp_front_t *f) {
 void lp__front_flush(lp_front_t *f) {
   if (!f->to_sched && !f->sent) return;
   uv_idle_stop(&f->flush_soon);
-  lp__mbox_push(&f->proxy->inbox, f->to_sched, f->to_sched_last, f->sent, f->sent_last);
+  lp__mbox_push(f->shared->sched_inbox, f->to_sched, f->to_sched_last, f->sent, f->sent_last);
   f->to_sched = f->to_sched_last = NULL;
   f->sent = f->sent_last = NULL;
 }
@@ -56,8 +56,8 @@ void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
     return;
   }
   memcpy(url, req->url, req->url_len + 1);
-  job->proxy = f->proxy;
   job->front = f;
+  job->front_index = f->index;
   job->admin_route = route;
   job->admin_v2 = v2r;
   job->admin_url = url;
@@ -67,5 +67,5 @@ void lp__front_ask_page(lp_front_t *f, lp_http_req_t *req, int route, int v2r) {
   job->refs = 1;
   job->waited = 1;
   req->app = job;
-  lp__mbox_push_job(&f->proxy->inbox, job);
+  lp__mbox_push_job(f->shared->sched_inbox, job);
 }

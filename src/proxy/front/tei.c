@@ -19,9 +19,9 @@
 static lp_model_t *pick_model(lp_front_t *f, lp_http_req_t *req, int route, const char *name) {
   const lp_config_t *c = f->cfg;
   char msg[400];
-  if (!name[0] && c->nmodels == 1) return &f->proxy->models[0];
+  if (!name[0] && c->nmodels == 1) return &f->shared->models[0];
   for (size_t i = 0; name[0] && i < c->nmodels; i++)
-    if (strcmp(c->models[i].name, name) == 0) return &f->proxy->models[i];
+    if (strcmp(c->models[i].name, name) == 0) return &f->shared->models[i];
   if (name[0]) {
     snprintf(msg, sizeof(msg), "the model '%.100s' is not served here", name);
     lp__tei_reject(f, req, route, 404, LP_TEI_VALIDATION, "unknown_model", msg, NULL);
@@ -465,9 +465,9 @@ static void tei_decode_work(lp_tokjob_t *job) {
 static void tei_submit(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req, tei_ctx_t *c) {
   const lp_tei_req_t *r = &c->r;
   int route = c->route, kind = c->kind;
-  size_t mi = (size_t)(c->m - f->proxy->models);
+  size_t mi = (size_t)(c->m - f->shared->models);
   const lp_model_config_t *mc = &f->cfg->models[mi];
-  const lp_tei_template_t *tpl = &f->proxy->pair[mi];
+  const lp_tei_template_t *tpl = &f->shared->pair[mi];
   uint32_t *lens = malloc(r->ntexts * sizeof(*lens)); /* owned here */
   seq_err_t se = {.status = 503, .type = LP_TEI_UNHEALTHY, .code = "out_of_memory", .msg = "proxy out of memory"};
   size_t ntok = 0;
@@ -485,13 +485,13 @@ static void tei_submit(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req, tei_c
     lp__tei_reject_job(f, req, route, e.status, e.code, e.msg, NULL);
   } else {
     job->tei = route;
-    job->tei_normalize = r->normalize;
-    job->tei_raw_scores = r->raw_scores;
-    job->tei_texts = texts;
+    job->proto.tei.normalize = r->normalize;
+    job->proto.tei.raw_scores = r->raw_scores;
+    job->proto.tei.texts = texts;
     job->bytes += texts_bytes; /* held while queued: max_queue_bytes counts them */
     job->embed_dims = kind == LP_TEI_EMBED || kind == LP_TEI_SIMILARITY ? mc->embed_dimensions : 0;
-    job->tei_dims = r->dimensions;
-    job->tei_single = r->single;
+    job->proto.tei.dims = r->dimensions;
+    job->proto.tei.single = r->single;
     texts = NULL;
     /* the ids and texts were copied out: a queued request holds no body */
     free(req->body);
@@ -508,7 +508,7 @@ static void tei_submit(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req, tei_c
 static void tei_tokenized(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req) {
   tei_ctx_t *c = tj->ctx;
   if (c->kind == LP_TEI_TOKENIZE)
-    tokenize(f, req, tj, f->proxy->tok[c->m - f->proxy->models], &c->r, c->limit);
+    tokenize(f, req, tj, f->shared->tok[c->m - f->shared->models], &c->r, c->limit);
   else tei_submit(f, tj, req, c);
 }
 
@@ -543,10 +543,10 @@ static void tei_decoded(lp_front_t *f, lp_http_req_t *req, tei_ctx_t *c) {
     tei_ctx_free(c);
     return;
   }
-  size_t mi = (size_t)(m - f->proxy->models);
+  size_t mi = (size_t)(m - f->shared->models);
   const lp_model_config_t *mc = &f->cfg->models[mi];
-  const lp_tok_t *t = f->proxy->tok[mi];
-  const lp_tei_template_t *tpl = &f->proxy->pair[mi];
+  const lp_tok_t *t = f->shared->tok[mi];
+  const lp_tei_template_t *tpl = &f->shared->pair[mi];
   /* the longest sequence its configured shapes hold (the scheduler checks
    * the shapes in force again) */
   uint32_t limit = lp_bucket_set_max_len(&mc->shapes);
@@ -707,20 +707,20 @@ int lp__tei_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
       return n < 0 ? (int)n : -EPROTO;
     }
     if (rerank) {
-      ranks[i] = (lp_tei_rank_t){job->tei_raw_scores ? f->vec[0] : lp_tei_sigmoid(f->vec[0]), i};
+      ranks[i] = (lp_tei_rank_t){job->proto.tei.raw_scores ? f->vec[0] : lp_tei_sigmoid(f->vec[0]), i};
       continue;
     }
     if ((n = lp__check_vector(job, n, &first)) < 0) return (int)n;
-    /* tei_dims <= embed_dims <= n: admission and lp__check_vector saw to it */
-    if (job->tei_dims) n = (long)job->tei_dims;
-    if (job->tei_normalize) lp_openai_normalize(f->vec, (size_t)n);
+    /* proto.tei.dims <= embed_dims <= n: admission and lp__check_vector saw to it */
+    if (job->proto.tei.dims) n = (long)job->proto.tei.dims;
+    if (job->proto.tei.normalize) lp_openai_normalize(f->vec, (size_t)n);
     if (i) lp_buf_puts(out, ",");
     lp_tei_vector(out, f->vec, (size_t)n);
   }
   if (rerank) {
     lp_tei_rank(ranks, job->nseq);
-    const size_t *off = (const size_t *)job->tei_texts;
-    const char *s = job->tei_texts ? (const char *)(off + job->nseq + 1) : NULL;
+    const size_t *off = (const size_t *)job->proto.tei.texts;
+    const char *s = job->proto.tei.texts ? (const char *)(off + job->nseq + 1) : NULL;
     for (uint32_t i = 0; i < job->nseq; i++) {
       size_t k = ranks[i].index;
       if (i) lp_buf_puts(out, ",");

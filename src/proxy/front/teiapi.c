@@ -174,12 +174,12 @@ void lp__tei_decode(lp_front_t *f, lp_http_req_t *req, const lp_tei_req_t *r, co
 }
 
 int lp__tei_predict_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
-  const lp_model_config_t *mc = &f->cfg->models[job->model - f->proxy->models];
+  const lp_model_config_t *mc = &f->cfg->models[job->model - f->shared->models];
   lp_tei_rank_t *rank = NULL; /* one input's scores by rank; owned here */
   size_t cap = 0;
   char tmp[32];
   int rc = 0;
-  if (!job->tei_single) lp_buf_puts(out, "[");
+  if (!job->proto.tei.single) lp_buf_puts(out, "[");
   for (uint32_t i = 0; i < job->nseq && !rc; i++) {
     /* one score (a reranker's), or one per label (a classifier's) */
     long n = lp__seq_vector(f, &job->seqs[i], 1);
@@ -193,7 +193,7 @@ int lp__tei_predict_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
       rc = rc ? rc : -ENOMEM;
       break;
     }
-    lp_tei_scores(f->vec, (size_t)n, job->tei_raw_scores);
+    lp_tei_scores(f->vec, (size_t)n, job->proto.tei.raw_scores);
     for (long k = 0; k < n; k++) rank[k] = (lp_tei_rank_t){f->vec[k], (size_t)k};
     lp_tei_rank(rank, (size_t)n);
     lp_buf_puts(out, i ? ",[" : "[");
@@ -205,7 +205,7 @@ int lp__tei_predict_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
   }
   free(rank);
   if (rc) return rc;
-  lp_buf_puts(out, job->tei_single ? "\n" : "]\n");
+  lp_buf_puts(out, job->proto.tei.single ? "\n" : "]\n");
   return out->oom ? -ENOMEM : 0;
 }
 

@@ -24,8 +24,11 @@ static void on_tokbox(lp_wake_t *w) {
 
 int lp__front_tok_init(lp_front_t *f) { return lp__tokbox_init(&f->tokbox, f->loop, on_tokbox, f); }
 
+/* On a worker: the pool calls up here (registered at its start). */
+void lp__front_tok_finished(lp_tokjob_t *job) { lp__tokbox_push(&job->front->tokbox, job); }
+
 int lp__front_tokenize(lp_front_t *f, lp_http_req_t *req, lp_tokjob_t *job) {
-  lp_tokpool_t *p = f->proxy->tokpool;
+  lp_tokpool_t *p = f->shared->tokpool;
   if (!p) return -EINVAL; /* no model has a tokenizer: the route refused its text before */
   job->req = req;
   int rc = lp__tokpool_submit(p, job, f->cfg->tokenizer_queue_bytes);
@@ -39,12 +42,12 @@ int lp__front_tokenize(lp_front_t *f, lp_http_req_t *req, lp_tokjob_t *job) {
 
 void lp__front_tok_cancel(lp_front_t *f, lp_tokjob_t *job) {
   job->req = NULL;
-  lp__tokpool_cancel(f->proxy->tokpool, job);
+  lp__tokpool_cancel(f->shared->tokpool, job);
 }
 
 int lp__front_decode(lp_front_t *f, lp_http_req_t *req, void *ctx, void (*ctx_free)(void *ctx), char **body,
                      void (*call)(lp_tokjob_t *job), void (*done)(lp_front_t *f, lp_tokjob_t *job, lp_http_req_t *req)) {
-  lp_tokpool_t *p = f->proxy->tokpool; /* none: no model takes text */
+  lp_tokpool_t *p = f->shared->tokpool; /* none: no model takes text */
   if (!p || req->body_len <= LP_PARSE_INLINE_MAX || lp__tokpool_bytes(p) + req->body_len > LP_DECODE_QUEUE_MAX)
     return -EAGAIN;
   lp_tokjob_t *tj = lp__tokjob_new(f, NULL, 1);

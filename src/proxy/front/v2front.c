@@ -17,7 +17,7 @@
 
 static void infer(lp_front_t *f, lp_http_req_t *req, lp_model_t *m) {
   lp_front_t *p = f;
-  const lp_model_config_t *mc = &f->cfg->models[m - f->proxy->models];
+  const lp_model_config_t *mc = &f->cfg->models[m - f->shared->models];
   char err[300];
   if (req->method != LP_HTTP_POST) return lp__v2_reject(p, req, 405, "method_not_allowed", "use POST");
   if (req->inference_header_len == -2)
@@ -106,8 +106,8 @@ static void infer(lp_front_t *f, lp_http_req_t *req, lp_model_t *m) {
   req->body_len = 0;
   if (!job) return lp__v2_reject(p, req, e.status, e.code, e.msg[0] ? e.msg : "proxy out of memory");
   job->v2 = 1;
-  job->v2_binary = binary;
-  job->v2_rows = k;
+  job->proto.v2.binary = binary;
+  job->proto.v2.rows = k;
   lp__job_bind(job, req);
   lp__front_submit(f, req, job);
 }
@@ -136,7 +136,7 @@ static int collect(json_t *v, double *vals, size_t *nv, size_t cap, int64_t *inn
 /* The model's configuration as the job's front has it: its own copy (the
  * scheduler's, which a reload rewrites in place, is not this thread's). */
 static const lp_model_config_t *front_model_cfg(const lp_job_t *job) {
-  return &job->front->cfg->models[job->model - job->front->proxy->models];
+  return &job->front->cfg->models[job->model - job->front->shared->models];
 }
 
 /* The answer's members before "outputs". */
@@ -159,7 +159,7 @@ static int typed_output(lp_job_t *job, int per_segment, lp_v2_out_t *o, void **d
   size_t inner = 1;
   for (int d = 0; d < job->v2_ndim; d++) inner *= (size_t)job->v2_dims[d];
   size_t per_row = per_segment ? inner : job->seqs[0].len * inner;
-  if (!esz || o->ndim + job->v2_ndim > LP_TENSOR_MAX_DIMS || bytes != job->v2_rows * per_row * esz)
+  if (!esz || o->ndim + job->v2_ndim > LP_TENSOR_MAX_DIMS || bytes != job->proto.v2.rows * per_row * esz)
     return -EDOM;
   for (int d = 0; d < job->v2_ndim; d++) o->shape[o->ndim++] = job->v2_dims[d];
   char *all = malloc(bytes ? bytes : 1);
@@ -202,7 +202,7 @@ static int text_output(lp_job_t *job, int per_segment, lp_v2_out_t *o, void **da
       for (size_t j = 0; j < n && !rc; j++) rc = collect(json_array_get(v, j), vals, &nv, cap, &inner);
     json_decref(v);
   }
-  size_t rows = job->v2_rows * (per_segment ? 1 : n);
+  size_t rows = job->proto.v2.rows * (per_segment ? 1 : n);
   if (!rc && nv != rows * (size_t)(inner > 0 ? inner : 1)) rc = -EPROTO;
   if (rc) {
     free(vals);
@@ -218,7 +218,7 @@ static int text_output(lp_job_t *job, int per_segment, lp_v2_out_t *o, void **da
 int lp__v2_answer(lp_job_t *job, int per_segment, lp_buf_t *out_body, const char **ctype,
                   char *hdr, size_t hdrlen) {
   lp_v2_out_t o = {.name = lp__v2_output_name_of(front_model_cfg(job)), .ndim = 0};
-  o.shape[o.ndim++] = (int64_t)job->v2_rows;
+  o.shape[o.ndim++] = (int64_t)job->proto.v2.rows;
   if (!per_segment) o.shape[o.ndim++] = (int64_t)job->seqs[0].len;
   void *data = NULL;
   int rc = job->v2_dtype != LP_DT_INVALID ? typed_output(job, per_segment, &o, &data)
@@ -231,13 +231,13 @@ int lp__v2_answer(lp_job_t *job, int per_segment, lp_buf_t *out_body, const char
   size_t hl = 0;
   lp_buf_reset(out_body);
   rc = members.oom ? -ENOMEM
-                   : lp_v2_write(out_body, lp_buf_cstr(&members), "outputs", &o, 1, job->v2_binary, &hl);
+                   : lp_v2_write(out_body, lp_buf_cstr(&members), "outputs", &o, 1, job->proto.v2.binary, &hl);
   lp_buf_free(&members);
   free(data);
   if (rc) return rc;
-  *ctype = job->v2_binary ? "application/octet-stream" : "application/json";
+  *ctype = job->proto.v2.binary ? "application/octet-stream" : "application/json";
   hdr[0] = '\0';
-  if (job->v2_binary) snprintf(hdr, hdrlen, "Inference-Header-Content-Length: %zu\r\n", hl);
+  if (job->proto.v2.binary) snprintf(hdr, hdrlen, "Inference-Header-Content-Length: %zu\r\n", hl);
   return 0;
 }
 
@@ -276,7 +276,7 @@ int lp__v2_route(lp_front_t *f, lp_http_req_t *req) {
     lp__v2_reject(f, req, 404, "not_found", "no such route");
     return 1;
   }
-  lp_model_t *m = lp__v2_find_model(f->proxy, f->cfg, name, nlen);
+  lp_model_t *m = lp__v2_find_model(f->shared->models, f->cfg, name, nlen);
   if (!m) {
     char msg[200];
     snprintf(msg, sizeof(msg), "no model named '%.*s'", (int)(nlen > 64 ? 64 : nlen), name);

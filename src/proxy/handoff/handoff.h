@@ -176,9 +176,11 @@ void lp__put_output(lp_buf_t *b, const lp_seq_t *s);
  * once read: the memory goes when the last reference does (refs), so no job
  * is freed while a message about it is in flight. */
 struct lp_job_s {
-  lp_proxy_t *proxy;
+  lp_proxy_t *proxy;      /* the scheduler's context, set by it as it takes the job from its inbox */
   lp_model_t *model;
   lp_front_t *front;      /* whose client it is */
+  unsigned front_index;   /* ... its index (lp_front_s.index), set by the front that makes
+                             the job: the scheduler's record of it is p->sfronts[front_index] */
   lp_http_req_t *front_req; /* FRONT: the client's request, NULL once it left */
   lp_job_t *mq_next;      /* in a mailbox: to the scheduler, then back to its front */
   lp_job_t *cq_next;      /* its cancel, in the scheduler's mailbox */
@@ -225,27 +227,42 @@ struct lp_job_s {
   char request_id[64];    /* its X-Request-Id (sent or made), passed on in batches */
   char traceparent[LP_TRACEPARENT_SIZE]; /* its span's traceparent, passed on in batches */
   char *tracestate;       /* the client's tracestate (cleaned), NULL when none; owned */
+  /* the client's protocol, the front's (set as it parses, read as it answers),
+   * multi and v2 read by the scheduler too; none of v2, openai, tei: lanepack's
+   * own /v1/infer */
   int multi;              /* "inputs" form: answers "outputs" */
   int v2;                 /* an Open Inference Protocol client: answered as a tensor */
   int openai;             /* an OpenAI embeddings client: answered in its shapes */
-  int openai_base64;      /* ... its vectors as base64 float32 */
-  int openai_normalize;   /* ... scaled to unit length (its model's embedding.normalize) */
-  uint32_t openai_dims;   /* ... cut to their first values (its "dimensions"); 0 = whole */
+  int tei;                /* a TEI client (its LP_ROUTE_TEI_*, else 0): answered in its shapes */
   uint32_t embed_dims;    /* /v1/embeddings, /embed: the model's embedding.dimensions (0: none),
                              the least a backend's vector may hold */
-  size_t openai_tokens;   /* ... its tokens, for "usage" */
-  char openai_model[LP_NAME_MAX]; /* ... the model it named, echoed */
-  int tei;                /* a TEI client (its LP_ROUTE_TEI_*, else 0): answered in its shapes */
-  int tei_normalize;      /* ... /embed: unit-length vectors */
-  int tei_raw_scores;     /* ... /rerank: scores without the sigmoid */
-  char *tei_texts;        /* ... /rerank with return_text: the texts, NUL-separated; owned */
-  uint32_t tei_dims;      /* ... /embed: vectors cut to their first values (its "dimensions"); 0 = whole */
-  int tei_single;         /* ... /predict of one input: answered without the outer list */
-  int v2_binary;          /* ... in binary */
-  size_t v2_rows;         /* k of its [k, n] input_ids */
-  /* its outputs as a v2 backend answered them: each sequence's out holds raw
-   * little-endian values of v2_dtype, with trailing dimensions v2_dims (the
-   * output's after its leading ones); LP_DT_INVALID: JSON text (lanepack wire) */
+  /* FRONT: what each protocol's answer needs, only the member the flag above
+   * names written or read */
+  union {
+    struct {              /* /v1/embeddings (front/embeddings.c) */
+      int base64;         /* its vectors as base64 float32 */
+      int normalize;      /* ... scaled to unit length (its model's embedding.normalize) */
+      uint32_t dims;      /* ... cut to their first values (its "dimensions"); 0 = whole */
+      size_t tokens;      /* its tokens, for "usage" */
+      char model[LP_NAME_MAX]; /* the model it named, echoed */
+    } openai;
+    struct {              /* TEI's routes (front/tei.c, front/teiapi.c) */
+      int normalize;      /* /embed: unit-length vectors */
+      int raw_scores;     /* /rerank, /predict: scores without the sigmoid */
+      char *texts;        /* /rerank with return_text: the texts, NUL-separated; owned */
+      uint32_t dims;      /* /embed: vectors cut to their first values (its "dimensions"); 0 = whole */
+      int single;         /* /predict of one input: answered without the outer list */
+    } tei;
+    struct {              /* /v2/models/.../infer (front/v2front.c) */
+      int binary;         /* answered in binary */
+      size_t rows;        /* k of its [k, n] input_ids */
+    } v2;
+  } proto;
+  /* v2 only, written by the scheduler (sched/job.c), read by the front once
+   * handed back: its outputs as a v2 backend answered them: each sequence's
+   * out holds raw little-endian values of v2_dtype, with trailing dimensions
+   * v2_dims (the output's after its leading ones); LP_DT_INVALID: JSON text
+   * (lanepack wire) */
   lp_dtype_t v2_dtype;
   int v2_mixed;           /* parts came in different datatypes or trailing shapes */
   int v2_ndim;
@@ -336,8 +353,9 @@ struct lp_batch_s {
   void (*on_done)(lp_batch_t *bt, void *ud); /* where the transfer's thread hands it */
   void *on_done_ud;
   lp_batch_t *hand_next; /* in a hand-over list: to a front, or back */
-  lp_front_t *front;      /* several threads: the front whose loop runs its
-                             transfer (the scheduler's count, batches_out) */
+  unsigned front_index;   /* the front whose loop runs its transfer (p->fronts[i]), written
+                             by the scheduler at the hand-out; read back by it (that
+                             front's batches_out in p->sfronts) */
   int in_flight;          /* its transfer is running */
   lp_batch_t *next_failed;/* in the model's list of batches whose start failed */
   uint64_t view_ticket;   /* its entry in the recent-batches ring; 0: none */
@@ -349,16 +367,6 @@ struct lp_batch_s {
 void lp__job_times(const lp_job_t *job, uint64_t *queue_ns, uint64_t *backend_ns);
 
 void lp__put_ms(lp_buf_t *b, uint64_t ns);
-
-/* handoff/handback.c: the scheduler is done with a job:
- * back to it (with the others of this loop turn, by lp__fronts_flush, which
- * the scheduler loop's check handle calls once per turn). */
-void lp__job_hand_back(lp_job_t *job);
-/* Several threads: bt, built, to the front with the fewest batches out,
- * whose loop sends it; it comes back through the scheduler's inbox. */
-void lp__batch_hand_out(lp_proxy_t *p, lp_batch_t *bt);
-void lp__fronts_flush(lp_proxy_t *p);
-void lp__sched_on_flush(uv_check_t *h);
 
 /* handoff/jobref.c, any thread that holds a reference: a reference to a job
  * dropped: the last frees it. */

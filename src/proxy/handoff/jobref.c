@@ -19,7 +19,7 @@ void lp__job_release(lp_job_t *job) {
   lp_buf_free(&job->res_body);
   free(job->admin_url);
   free(job->tracestate);
-  free(job->tei_texts);
+  if (job->tei) free(job->proto.tei.texts); /* the union's other members hold no pointer */
   free(job);
 }
 

@@ -113,11 +113,11 @@ static void on_sighup(uv_signal_t *s, int signum) {
 static void on_trim(uv_timer_t *t) {
   lp_proxy_t *p = t->data;
   uint64_t served = 0;
-  for (unsigned i = 0; i < p->nfronts; i++) served += LP_RELAXED_LOAD(p->fronts[i].served);
+  for (unsigned i = 0; i < p->shared.nfronts; i++) served += LP_RELAXED_LOAD(p->shared.fronts[i].served);
   /* answers held for clients that do not read (streamed ones, their
    * requests' texts) go when they read or leave, long after they were served */
-  if (__atomic_load_n(&p->client_counts.unsent_bytes, __ATOMIC_RELAXED)) p->unsent_seen = 1;
-  if (p->jobs || p->batches || __atomic_load_n(&p->client_counts.unsent_bytes, __ATOMIC_RELAXED)) return;
+  if (__atomic_load_n(&p->shared.client_counts.unsent_bytes, __ATOMIC_RELAXED)) p->unsent_seen = 1;
+  if (p->jobs || p->batches || __atomic_load_n(&p->shared.client_counts.unsent_bytes, __ATOMIC_RELAXED)) return;
   /* twice, on two quiet ticks: an answer still being written when the first
    * ran (its buffer freed just after) goes back at the second */
   if (served != p->trimmed_at || p->unsent_seen) p->trims_left = 2;
@@ -133,8 +133,8 @@ static void on_trim(uv_timer_t *t) {
   for (size_t i = 0; i < p->nmodels; i++) lp__batches_free(&p->models[i]);
   malloc_trim(0);
   lp__trim_arena();
-  for (unsigned i = 0; i < p->nfronts; i++)
-    __atomic_store_n(&p->fronts[i].trim_due, 1, __ATOMIC_RELAXED);
+  for (unsigned i = 0; i < p->shared.nfronts; i++)
+    __atomic_store_n(&p->shared.fronts[i].trim_due, 1, __ATOMIC_RELAXED);
 }
 
 int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *port) {
@@ -157,27 +157,27 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
     const lp_model_config_t *mc = &p->cfg.models[i];
     if (mc->sentencepiece[0] || mc->huggingface[0]) {
       char err[256];
-      if (!(p->tok[i] = lp_config_tok_load(mc, err, sizeof(err)))) {
+      if (!(p->shared.tok[i] = lp_config_tok_load(mc, err, sizeof(err)))) {
         lp_log(LP_LOG_ERROR, "tokenizer", "\"model\": \"%s\", \"file\": \"%s\", \"error\": \"%s\"", mc->name,
                mc->huggingface[0] ? mc->huggingface : mc->sentencepiece, err);
         return -EINVAL;
       }
       /* checked by the configuration's validation: it loads here too */
       if (mc->pair_template[0] &&
-          lp_tei_template_load(mc->pair_template, lp_config_piece_id, p->tok[i], &p->pair[i], err, sizeof(err))) {
+          lp_tei_template_load(mc->pair_template, lp_config_piece_id, p->shared.tok[i], &p->shared.pair[i], err, sizeof(err))) {
         lp_log(LP_LOG_ERROR, "tokenizer", "\"model\": \"%s\", \"pair_template\": \"%s\"", mc->name, err);
         return -EINVAL;
       }
       /* none configured: a tokenizer.json's own pair layout, where it has one
          that a template can say (else /rerank answers 400 naming the key) */
       char own[sizeof(mc->pair_template)];
-      if (!mc->pair_template[0] && lp_tok_pair_template(p->tok[i], own, sizeof(own)) == 0 &&
-          lp_tei_template_load(own, lp_config_piece_id, p->tok[i], &p->pair[i], err, sizeof(err)))
-        memset(&p->pair[i], 0, sizeof(p->pair[i]));
+      if (!mc->pair_template[0] && lp_tok_pair_template(p->shared.tok[i], own, sizeof(own)) == 0 &&
+          lp_tei_template_load(own, lp_config_piece_id, p->shared.tok[i], &p->shared.pair[i], err, sizeof(err)))
+        memset(&p->shared.pair[i], 0, sizeof(p->shared.pair[i]));
     }
   }
-  for (size_t i = 0; i < p->nmodels && !p->tokpool; i++)
-    if (p->tok[i] && !(p->tokpool = lp__tokpool_start(lp_config_tokenizer_threads(cfg)))) return -ENOMEM;
+  for (size_t i = 0; i < p->nmodels && !p->shared.tokpool; i++)
+    if (p->shared.tok[i] && !(p->shared.tokpool = lp__tokpool_start(lp_config_tokenizer_threads(cfg), lp__front_tok_finished))) return -ENOMEM;
   uv_idle_init(loop, &p->kick);
   uv_timer_init(loop, &p->health);
   uv_timer_init(loop, &p->drain);
@@ -213,12 +213,12 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
 void lp_proxy_free(lp_proxy_t *p) {
   lp__advice_free(p);
   /* the workers first: none pushes to a front's box once it is freed */
-  lp__tokpool_stop(p->tokpool);
+  lp__tokpool_stop(p->shared.tokpool);
   lp__fronts_stop(p); /* joins the threads and frees what the fronts own */
-  lp__tokpool_free(p->tokpool); /* after: a front can no longer cancel a job */
-  p->tokpool = NULL;
+  lp__tokpool_free(p->shared.tokpool); /* after: a front can no longer cancel a job */
+  p->shared.tokpool = NULL;
   /* after: a front left running (stranded) until its join could still tokenize */
-  for (size_t i = 0; i < LP_MAX_MODELS; i++) lp_tok_free(p->tok[i]);
+  for (size_t i = 0; i < LP_MAX_MODELS; i++) lp_tok_free(p->shared.tok[i]);
   lp_recent_free(p->recent);
   p->recent = NULL;
 }

@@ -7,10 +7,6 @@
 
 #include "lanepack/log.h"
 #include "sched/sched.h"
-/* Outside LAYERS (sched/ does not call front/): a batch back from its front
- * lowers that front's batches_out, a field of lp_front_s the scheduler owns
- * (test layers lists it as a known exception). */
-#include "front/front.h"
 
 /* Pages linked by mq_next (none the advice's), all served by one snapshot
  * taken now: what it holds is as fresh as the inbox's order asks (an answer a
@@ -64,6 +60,7 @@ void lp__sched_on_inbox(lp_wake_t *w) {
   while (jobs) {
     lp_job_t *job = jobs;
     jobs = job->mq_next;
+    job->proxy = p; /* the front names its model and front, not the scheduler's context */
     if (job->admin_route == LP_ROUTE_ADVICE) {
       lp__advice_page(p, job);
     } else if (job->admin_route) {
@@ -91,7 +88,7 @@ void lp__sched_on_inbox(lp_wake_t *w) {
   while (batches) {
     lp_batch_t *bt = batches;
     batches = bt->hand_next; /* before: finishing frees or reuses it */
-    bt->front->batches_out--;
+    p->sfronts[bt->front_index].batches_out--;
     lp__batch_finish(bt);
   }
   while (ctls) {

@@ -1,10 +1,8 @@
 /* The scheduler's thread (src/proxy/sched/): models with their dispatch
- * cores and backends, the shape advisor's queue, and lp_proxy_s, the
- * scheduler's context. lp_proxy_s still holds what is shared by every front
- * (the fronts array, tokenizers, pair templates, the tokenizer pool, the
- * client listener counts, the configuration copied from), which the fronts
- * read through it (LAYERS lets front/ call sched/); the process folder
- * builds and frees it. */
+ * cores and backends, the shape advisor's queue, lp_proxy_s, the
+ * scheduler's context (the process folder builds and frees it), and
+ * lp_shared_t, what every front reads beside its own context (f->shared),
+ * which no front writes. */
 #ifndef LANEPACK_PROXY_SCHED_H
 #define LANEPACK_PROXY_SCHED_H
 
@@ -115,11 +113,49 @@ typedef struct lp_advq_s {
   size_t queued;
 } lp_advq_t;
 
+/* The scheduler's record of front i (p->sfronts[i]): what it hands that
+ * front this turn of its loop, pushed together by its check handle
+ * (sched/handback.c), and how many of its batches are out. The scheduler's
+ * thread's only; front/front.c sets inbox before the threads start. */
+typedef struct lp_sched_front_s {
+  lp_mbox_t *inbox;        /* the front's (lp_front_s.inbox): the scheduler only pushes to it */
+  lp_job_t *back, *back_last; /* jobs handed back, by mq_next */
+  lp_batch_t *out, *out_last; /* batches for it to send, by hand_next */
+  unsigned batches_out;    /* its batches handed out and not back yet */
+} lp_sched_front_t;
+
+/* What the fronts share: set on the main thread (process/proxy.c, front/front.c's
+ * lp__fronts_start) before the front threads start, then read by every
+ * thread and written by none until they are joined, but client_counts
+ * (every front's listener counts, atomically). Embedded in lp_proxy_s, which
+ * owns what it points to; a front holds it as f->shared and reaches nothing
+ * of the scheduler's but through these. */
+typedef struct lp_shared_s {
+  lp_front_t *fronts;      /* nfronts (each front's counters, read relaxed by /metrics); owned */
+  unsigned nfronts;
+  lp_mbox_t *sched_inbox;  /* the scheduler's inbox (lp_proxy_s.inbox): fronts push jobs,
+                              cancels, batches and control messages to it */
+  lp_model_t *models;      /* the scheduler's models (lp_proxy_s.models): a front names a
+                              job's model by address, the index of its configuration, and
+                              never reads one */
+  lp_httpd_shared_t client_counts; /* every front's client listener counts (atomic) */
+  /* each model's tokenizer, or NULL: loaded at start, read by every front
+   * (encoding only reads it) and the scheduler's snapshot (its vocabulary),
+   * kept until the end (a reload may not change it) */
+  lp_tok_t *tok[LP_MAX_MODELS];
+  /* each model's /rerank pair template with its pieces' ids (nparts 0: none) */
+  lp_tei_template_t pair[LP_MAX_MODELS];
+  lp_tokpool_t *tokpool;   /* the tokenizer workers (NULL: no model has a tokenizer); owned */
+} lp_shared_t;
+
+/* The scheduler's context: the thread lp-sched's, which runs the process's
+ * main loop (signals, reloads, the drain: process/) as well; no other
+ * thread reads or writes it. */
 struct lp_proxy_s {
   uv_loop_t *loop;
-  lp_config_t cfg;
-  lp_front_t *fronts;      /* nfronts; owned */
-  unsigned nfronts;
+  lp_config_t cfg;         /* the configuration the scheduler owns; fronts get copies (RECONF) */
+  lp_shared_t shared;      /* what the fronts read (see lp_shared_t for its thread rule) */
+  lp_sched_front_t *sfronts; /* shared.nfronts, the scheduler's record of each front; owned */
   lp_mbox_t inbox;         /* jobs, cancels and control messages from the fronts */
   unsigned fronts_open;    /* fronts whose listeners are not closed yet (drain) */
   uv_check_t flush;        /* hands back the turn's answers, one push per front */
@@ -130,17 +166,9 @@ struct lp_proxy_s {
    * process's (registered by lp_proxy_init) ends the run. */
   void (*drained)(lp_proxy_t *p);
   lp_advq_t advq;
-  lp_httpd_shared_t client_counts; /* every front's client listener counts here */
-  /* each model's tokenizer, or NULL: loaded at start, read by every front
-   * (encoding only reads it), kept until the end (a reload may not change it) */
-  lp_tok_t *tok[LP_MAX_MODELS];
-  /* each model's /rerank pair template with its pieces' ids (nparts 0: none);
-   * set at start, read by every front */
-  lp_tei_template_t pair[LP_MAX_MODELS];
-  lp_tokpool_t *tokpool;   /* the tokenizer workers (NULL: no model has a tokenizer); owned */
-  char **tokens;           /* bearer tokens clients must show; owned; NULL: none */
+  char **tokens;           /* bearer tokens clients must show (fronts get copies); owned; NULL: none */
   size_t ntokens;
-  lp_upstream_t *up;        /* probes; batches too with one thread */
+  lp_upstream_t *up;       /* the backends' health and shape probes (fronts send batches) */
   lp_model_t models[LP_MAX_MODELS];
   size_t nmodels;
   uv_idle_t kick;          /* run the schedulers once this loop turn */
@@ -194,6 +222,17 @@ typedef struct lp_page_s {
  * without memory. Only on the scheduler's thread: it walks live jobs and
  * samples each model's saturation (LP_SNAP_METRICS). */
 lp_snap_t *lp__sched_snapshot(lp_proxy_t *p, unsigned parts);
+
+/* sched/handback.c (the scheduler's thread): the scheduler is done with a
+ * job: back to its front (with the others of this loop turn, by
+ * lp__fronts_flush, which the scheduler loop's check handle calls once per
+ * turn). */
+void lp__job_hand_back(lp_job_t *job);
+/* bt, built, to the front with the fewest batches out, whose loop sends it;
+ * it comes back through the scheduler's inbox. */
+void lp__batch_hand_out(lp_proxy_t *p, lp_batch_t *bt);
+void lp__fronts_flush(lp_proxy_t *p);
+void lp__sched_on_flush(uv_check_t *h);
 
 /* sched/inbox.c: the scheduler's side: takes what the fronts sent (the
  * inbox's wake-up); a wake-up's pages share one snapshot (the advice gets its
@@ -266,9 +305,10 @@ void lp__v2_adopt(lp_batch_t *bt, lp_answer_t *a);
  * answers set its states. */
 void lp__v2_probe_shapes(lp_backend_t *b);
 
-/* sched/v2pages.c: the model a v2 path names (n bytes; NULL: none), and the
- * name of a model's output tensor. */
-lp_model_t *lp__v2_find_model(lp_proxy_t *p, const lp_config_t *c, const char *name, size_t n);
+/* sched/v2pages.c: the model a v2 path names (n bytes; NULL: none; any
+ * thread: c is the caller's configuration, models the address it names, never
+ * read), and the name of a model's output tensor. */
+lp_model_t *lp__v2_find_model(lp_model_t *models, const lp_config_t *c, const char *name, size_t n);
 const char *lp__v2_output_name_of(const lp_model_config_t *c);
 const char *lp__v2_output_name(const lp_model_t *m);
 

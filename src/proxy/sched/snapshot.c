@@ -81,7 +81,7 @@ static void take_model(const lp_model_t *m, unsigned parts, lp_snap_model_t *sm)
   copy_str(sm->v2_output, sizeof(sm->v2_output), lp__v2_output_name(m));
   sm->ragged = m->cfg->ragged;
   /* as admission bounds ids (infer.c); the tokenizers are set at start-up */
-  const lp_tok_t *tok = m->proxy->tok[m - m->proxy->models];
+  const lp_tok_t *tok = m->proxy->shared.tok[m - m->proxy->models];
   sm->vocab = m->cfg->vocab_size ? m->cfg->vocab_size : tok ? lp_tok_vocab(tok) : 0;
   sm->ready = lp__model_ready(m);
   sm->v2_dtype = v2_out_dtype(m);

@@ -7,9 +7,9 @@
 #include "sched/sched.h"
 
 /* Model i of a configuration is the proxy's model i. */
-lp_model_t *lp__v2_find_model(lp_proxy_t *p, const lp_config_t *c, const char *name, size_t n) {
+lp_model_t *lp__v2_find_model(lp_model_t *models, const lp_config_t *c, const char *name, size_t n) {
   for (size_t i = 0; i < c->nmodels; i++)
-    if (strlen(c->models[i].name) == n && memcmp(c->models[i].name, name, n) == 0) return &p->models[i];
+    if (strlen(c->models[i].name) == n && memcmp(c->models[i].name, name, n) == 0) return &models[i];
   return NULL;
 }
 

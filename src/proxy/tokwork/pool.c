@@ -4,7 +4,10 @@
  * eventfd, as the fronts and the scheduler talk). Workers take one unit at a
  * time, round robin across jobs, so a request of 2,048 inputs or of one long
  * text holds one worker at a time while a one-line request waits for one
- * unit at most. Submit and cancel run on the fronts; the rest on the workers. */
+ * unit at most. Submit and cancel run on the fronts; the rest on the workers.
+ * A finished job goes up through the callback registered at start (the
+ * front's, which pushes it onto the job's front's box): nothing here reads a
+ * front. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,10 +18,6 @@
 #include "lanepack/tei.h"
 #include "lanepack/tokwindow.h"
 #include "tokwork/tokwork.h"
-/* Outside LAYERS (tokwork/ does not call front/): a worker pushes a finished
- * job onto its front's tok box (job->front->tokbox), so it reads lp_front_s
- * (test layers lists it as a known exception). */
-#include "front/front.h"
 
 typedef struct lp_tokworker_s {
   lp_tokpool_t *pool;
@@ -32,6 +31,7 @@ struct lp_tokpool_s {
   lp_tokjob_t *ring;       /* jobs with units not yet taken, circular by rr_next: the head's turn is next */
   size_t bytes;            /* text held by jobs not yet finished (their units' lengths) */
   int stopping;
+  lp_tokjob_cb finished;   /* a job every unit of which is done goes up here (set at start) */
   unsigned nthreads;
   lp_tokworker_t *workers; /* nthreads; owned */
 };
@@ -51,9 +51,8 @@ int lp__tokbox_init(lp_tokbox_t *b, uv_loop_t *loop, lp_wake_cb cb, void *owner)
   return 0;
 }
 
-/* Any thread (a worker): the job to its front, one wake-up per burst as in
- * mailbox.c. */
-static void box_push(lp_tokbox_t *b, lp_tokjob_t *job) {
+/* Any thread (a worker): one wake-up per burst as in mailbox.c. */
+void lp__tokbox_push(lp_tokbox_t *b, lp_tokjob_t *job) {
   job->done_next = NULL;
   uv_mutex_lock(&b->lock);
   int was_empty = b->done == NULL;
@@ -235,15 +234,16 @@ static void worker_main(void *arg) {
       uv_mutex_lock(&p->lock);
     } else {
       job->posted = 1;
-      box_push(&job->front->tokbox, job); /* the front's now */
+      p->finished(job); /* the front's now */
     }
   }
   uv_mutex_unlock(&p->lock);
 }
 
-lp_tokpool_t *lp__tokpool_start(unsigned nthreads) {
+lp_tokpool_t *lp__tokpool_start(unsigned nthreads, lp_tokjob_cb finished) {
   lp_tokpool_t *p = calloc(1, sizeof(*p));
   if (!p) return NULL;
+  p->finished = finished;
   if (uv_mutex_init(&p->lock)) {
     free(p);
     return NULL;
@@ -283,7 +283,7 @@ int lp__tokpool_submit(lp_tokpool_t *p, lp_tokjob_t *job, size_t bound) {
   uv_mutex_unlock(&p->lock);
   if (!job->nunits) { /* nothing to tokenize: back at once, by the same way */
     job->posted = 1;
-    box_push(&job->front->tokbox, job);
+    p->finished(job);
     return 0;
   }
   /* one worker per unit, at most: a one-input job wakes one */

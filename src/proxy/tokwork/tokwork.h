@@ -12,6 +12,10 @@
  * there, never on a loop: a front hands over a job of units, one per input,
  * and takes it back from its tok box (a mailbox woken by an eventfd). ---- */
 typedef struct lp_tokjob_s lp_tokjob_t;
+/* What the pool calls, on the worker that finished it (or the submitting
+ * front, for a job of no units), with a job every unit of which is done: the
+ * job is the callee's from then on. */
+typedef void (*lp_tokjob_cb)(lp_tokjob_t *job);
 
 /* What a unit asks: the ids with the encode options (IDS), without them
  * (PLAIN, a part of a /rerank pair), /tokenize's pieces (PIECES), or the
@@ -49,7 +53,7 @@ typedef struct lp_tokunit_s {
  * are dropped, and whoever holds it last (the worker of its last unit, or
  * the front taking it from the box) frees it unread. */
 struct lp_tokjob_s {
-  lp_front_t *front;      /* whose client it is; its box gets the job back */
+  lp_front_t *front;      /* whose client it is (the pool never reads it: its finished callback does) */
   lp_http_req_t *req;     /* FRONT: the client's request */
   const lp_tok_t *tok;    /* the model's, kept until the process ends */
   lp_tokunit_t *units;    /* nunits; owned */
@@ -76,14 +80,15 @@ typedef struct lp_tokbox_s {
   int ready;              /* initialised */
 } lp_tokbox_t;
 
-/* tokwork/pool.c. start: nthreads workers, or NULL. submit (a front's):
+/* tokwork/pool.c. start: nthreads workers, or NULL; each finished job goes
+ * to finished (any thread: a worker's). submit (a front's):
  * the job's units queued behind those of every job already there, or
  * -EAGAIN when the text the pool holds would pass bound bytes (a job alone
  * always goes in) or the pool stops; the job is the pool's on success.
  * cancel (its front's, the client gone): see lp_tokjob_t. stop joins the
  * workers (those running finish their unit); free then frees the jobs never
  * taken, once no front can cancel any. bytes: the text held now. */
-lp_tokpool_t *lp__tokpool_start(unsigned nthreads);
+lp_tokpool_t *lp__tokpool_start(unsigned nthreads, lp_tokjob_cb finished);
 int lp__tokpool_submit(lp_tokpool_t *p, lp_tokjob_t *job, size_t bound);
 void lp__tokpool_cancel(lp_tokpool_t *p, lp_tokjob_t *job);
 size_t lp__tokpool_bytes(lp_tokpool_t *p);
@@ -93,10 +98,12 @@ void lp__tokpool_free(lp_tokpool_t *p);
  * units' results, its ctx (ctx_free) and itself. */
 lp_tokjob_t *lp__tokjob_new(lp_front_t *f, const lp_tok_t *t, size_t nunits);
 void lp__tokjob_free(lp_tokjob_t *job);
-/* The box on the front's loop (cb runs there after a worker's push); take:
- * everything in it, by done_next; close stops its polling (the loop must run
+/* The box on the front's loop (cb runs there after a push); push (any
+ * thread: the front's finished callback, on a worker): job in, by done_next;
+ * take: everything in it, by done_next; close stops its polling (the loop must run
  * after); destroy frees jobs still in it, once no worker runs. */
 int lp__tokbox_init(lp_tokbox_t *b, uv_loop_t *loop, lp_wake_cb cb, void *owner);
+void lp__tokbox_push(lp_tokbox_t *b, lp_tokjob_t *job);
 lp_tokjob_t *lp__tokbox_take(lp_tokbox_t *b);
 void lp__tokbox_close(lp_tokbox_t *b);
 void lp__tokbox_destroy(lp_tokbox_t *b);
