@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "lanepack/jload.h"
+#include "lanepack/tensor.h"
 
 #include "internal.h"
 
@@ -187,7 +188,11 @@ void lp_openai_embedding(lp_buf_t *b, size_t index, const float *v, size_t n, in
     return;
   }
   lp_buf_puts(b, "[");
-  for (size_t i = 0; i < n; i++) lp_buf_printf(b, i ? ", %.9g" : "%.9g", (double)v[i]);
+  char t[32];
+  for (size_t i = 0; i < n; i++) {
+    if (i) lp_buf_puts(b, ", ");
+    lp_buf_append(b, t, lp_fmt_float_g9(t, v[i])); /* "%.9g" without printf's float path */
+  }
   lp_buf_puts(b, "]}");
 }
 
