@@ -272,9 +272,10 @@ size_t lp_fmt_float_g9(char *out, float v) {
   int ex;
   double fr = frexp(a, &ex);
   uint64_t m = (uint64_t)ldexp(fr, 24); /* exact: a float has 24 significant bits */
-  int e2 = ex - 24, e10 = (int)floor(log10(a));
+  /* the first digit's exponent from the binary one (log10(2) = 0.30103):
+   * one low at most, or off by the carry of rounding to 10^9 */
+  int e2 = ex - 24, e10 = (int)floor((ex - 1) * 0.30102999566398120);
   uint64_t q = scale9(m, e2, e10);
-  /* log10 may be one off near a power of ten; rounding may carry to 10^9 */
   for (int k = 0; k < 3 && (q < 100000000ull || q >= 1000000000ull); k++) {
     e10 += q < 100000000ull ? -1 : 1;
     q = scale9(m, e2, e10);
