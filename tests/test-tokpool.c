@@ -18,6 +18,7 @@
 #include <uv.h>
 
 #include "front/front.h" /* a front's tok box */
+#include "lanepack/config.h"
 #include "tokwork/tokwork.h"
 
 typedef struct {
@@ -118,7 +119,7 @@ START_TEST(test_round_robin) {
   memset(&f, 0, sizeof(f));
   f.loop = &loop;
   ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
-  lp_tokpool_t *p = lp__tokpool_start(1);
+  lp_tokpool_t *p = lp__tokpool_start(1, 0);
   ck_assert_ptr_nonnull(p);
   expected_back = 3;
   ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 0, 1, unit_gate, 1), SIZE_MAX), 0);
@@ -149,7 +150,7 @@ START_TEST(test_cancel_any_time) {
   memset(&f, 0, sizeof(f));
   f.loop = &loop;
   ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
-  lp_tokpool_t *p = lp__tokpool_start(3);
+  lp_tokpool_t *p = lp__tokpool_start(3, 0);
   ck_assert_ptr_nonnull(p);
   fx.spin = 20000;
   static lp_tokjob_t *jobs[JOBS];
@@ -190,7 +191,7 @@ START_TEST(test_bound_and_stop) {
   memset(&f, 0, sizeof(f));
   f.loop = &loop;
   ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
-  lp_tokpool_t *p = lp__tokpool_start(1);
+  lp_tokpool_t *p = lp__tokpool_start(1, 0);
   ck_assert_ptr_nonnull(p);
   ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 0, 1, unit_gate, 5000), 1000), 0); /* alone: in */
   ck_assert_uint_eq(lp__tokpool_bytes(p), 5000);
@@ -232,10 +233,11 @@ static void unit_priority(lp_tokjob_t *job) {
   if (unit_nice == -1 && errno) unit_nice = -100;
 }
 
-/* A worker runs below the loops: SCHED_BATCH and a higher nice value than
- * the thread that started the pool (a loop's), so a front or the scheduler
- * waking on a core a busy worker holds gets it (fails before: the workers
- * ran at the loops' policy and nice value). */
+/* A worker runs below the loops by default: SCHED_BATCH and a higher nice
+ * value than the thread that started the pool (a loop's), so a front or the
+ * scheduler waking on a core a busy worker holds gets it (fails before: the
+ * workers ran at the loops' policy and nice value); tokenizer_nice 0 leaves
+ * them as the process is. */
 START_TEST(test_lower_priority) {
   uv_loop_t loop;
   lp_front_t f;
@@ -243,19 +245,33 @@ START_TEST(test_lower_priority) {
   errno = 0;
   int base = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
   ck_assert(!(base == -1 && errno));
-  lp_tokpool_t *p = lp__tokpool_start(1);
-  ck_assert_ptr_nonnull(p);
-  expected_back = 1;
-  ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 0, 1, unit_priority, 1), SIZE_MAX), 0);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  ck_assert_int_eq(fx.done, 1);
-  ck_assert_int_eq(unit_policy, SCHED_BATCH);
-  ck_assert_int_gt(unit_nice, base < 19 ? base : 18); /* at 19 already: as low as it goes */
-  /* the thread that started the pool keeps its own */
-  ck_assert_int_eq(getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)), base);
-  ck_assert_int_ne(sched_getscheduler(0), SCHED_BATCH);
-  lp__tokpool_stop(p);
-  lp__tokpool_free(p);
+  int base_policy = sched_getscheduler(0);
+  ck_assert_int_ne(base_policy, SCHED_BATCH);
+  for (int round = 0; round < 2; round++) {
+    /* the default, then 0: at the loops' policy and nice value */
+    lp_tokpool_t *p = lp__tokpool_start(1, round ? 0 : LP_TOKENIZER_NICE_DEFAULT);
+    ck_assert_ptr_nonnull(p);
+    expected_back = back + 1;
+    ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, round, 1, unit_priority, 1), SIZE_MAX), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(fx.done, round + 1);
+    if (!round) {
+      ck_assert_int_eq(unit_policy, SCHED_BATCH);
+      ck_assert_int_gt(unit_nice, base < 19 ? base : 18); /* at 19 already: as low as it goes */
+    } else {
+      ck_assert_int_eq(unit_policy, base_policy);
+      ck_assert_int_eq(unit_nice, base);
+    }
+    /* the thread that started the pool keeps its own */
+    ck_assert_int_eq(getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)), base);
+    ck_assert_int_eq(sched_getscheduler(0), base_policy);
+    lp__tokpool_stop(p);
+    lp__tokpool_free(p);
+    if (!round) { /* the box was closed when the job came back: a new one */
+      lp__tokbox_destroy(&f.tokbox);
+      ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
+    }
+  }
   front_close(&loop, &f);
 }
 END_TEST

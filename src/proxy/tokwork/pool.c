@@ -25,17 +25,6 @@
  * (test layers lists it as a known exception). */
 #include "front/front.h"
 
-/* How much nicer than the process a worker runs. Tokenizing is throughput
- * work; the loops (fronts, scheduler) are latency work that must get a core
- * the moment it wakes. On a 2-core machine two workers busy with 1 MiB texts
- * at the loops' priority took half of every core from them: a light token
- * load's p99 went from 16 to 42 ms with threads 1 (bench/bench-tokwork.py).
- * At +10 a woken loop weighs some 9 times a worker (CFS weights 1024 and 110)
- * while a worker still gets every cycle nothing else wants; 19 (as the shape
- * advisor's) would leave text almost nothing beside a busy backend or client
- * on the same cores. */
-#define LP_TOKWORK_NICE 10
-
 typedef struct lp_tokworker_s {
   lp_tokpool_t *pool;
   unsigned index;
@@ -48,6 +37,7 @@ struct lp_tokpool_s {
   lp_tokjob_t *ring;       /* jobs with units not yet taken, circular by rr_next: the head's turn is next */
   size_t bytes;            /* text held by jobs not yet finished (their units' lengths) */
   int stopping;
+  unsigned nice;           /* tokenizer_nice: above the process's nice value, with SCHED_BATCH; 0: neither */
   int prio_warned;         /* a worker could not lower its priority: said once (atomic) */
   unsigned nthreads;
   lp_tokworker_t *workers; /* nthreads; owned */
@@ -228,10 +218,11 @@ static void ring_remove(lp_tokpool_t *p, lp_tokjob_t *job) {
 
 /* On the worker itself (Linux: policy and nice are a thread's): SCHED_BATCH,
  * so that a worker woken by new text does not preempt a running loop, and
- * LP_TOKWORK_NICE above the process's nice value. Lowering needs no
- * privilege; where it fails anyway (a seccomp profile) the worker runs as it
- * is, said once. */
+ * p->nice above the process's nice value (LP_TOKENIZER_NICE_DEFAULT says
+ * why). Lowering needs no privilege; where it fails anyway (a seccomp
+ * profile) the worker runs as it is, said once. */
 static void lower_priority(lp_tokpool_t *p) {
+  if (!p->nice) return;
   pid_t tid = (pid_t)syscall(SYS_gettid);
   struct sched_param sp = {.sched_priority = 0};
   int rc = sched_setscheduler(0, SCHED_BATCH, &sp) == 0 ? 0 : -errno; /* keeps the nice value */
@@ -240,7 +231,7 @@ static void lower_priority(lp_tokpool_t *p) {
   if (nice == -1 && errno) {
     rc = -errno;
   } else if (nice < 19) {
-    nice = nice + LP_TOKWORK_NICE > 19 ? 19 : nice + LP_TOKWORK_NICE;
+    nice = nice + (int)p->nice > 19 ? 19 : nice + (int)p->nice;
     if (setpriority(PRIO_PROCESS, (id_t)tid, nice) != 0) rc = -errno;
   }
   if (rc && !__atomic_exchange_n(&p->prio_warned, 1, __ATOMIC_RELAXED))
@@ -280,9 +271,10 @@ static void worker_main(void *arg) {
   uv_mutex_unlock(&p->lock);
 }
 
-lp_tokpool_t *lp__tokpool_start(unsigned nthreads) {
+lp_tokpool_t *lp__tokpool_start(unsigned nthreads, unsigned nice) {
   lp_tokpool_t *p = calloc(1, sizeof(*p));
   if (!p) return NULL;
+  p->nice = nice; /* before the workers: each reads it as it starts */
   if (uv_mutex_init(&p->lock)) {
     free(p);
     return NULL;
@@ -302,7 +294,7 @@ lp_tokpool_t *lp__tokpool_start(unsigned nthreads) {
     }
     p->nthreads++;
   }
-  lp_log(LP_LOG_INFO, "tokenizer threads", "\"threads\": %u", nthreads);
+  lp_log(LP_LOG_INFO, "tokenizer threads", "\"threads\": %u, \"nice\": %u", nthreads, nice);
   return p;
 }
 
