@@ -33,8 +33,10 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(len(xs) * q))] * 1e3 if xs else float("nan")
 
 
-def light(port, seconds, out, stop=None):
-    """Token-id requests every 20 ms on one keep-alive connection."""
+def light(port, seconds, out, queue):
+    """Token-id requests every 20 ms on one keep-alive connection: the time
+    at the client into out, the proxy's own wait in its scheduler's queue
+    (the answer's timing_ms.queue) into queue, both in seconds."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     body = json.dumps({"input_ids": [5, 6, 7, 8, 9, 10, 11, 12]})
     end = time.time() + seconds
@@ -42,9 +44,10 @@ def light(port, seconds, out, stop=None):
         t0 = time.perf_counter()
         c.request("POST", "/v1/infer", body, {"Content-Type": "application/json"})
         r = c.getresponse()
-        r.read()
+        answer = r.read()
         if r.status == 200:
             out.append(time.perf_counter() - t0)
+            queue.append(json.loads(answer)["timing_ms"]["queue"] / 1e3)
         time.sleep(max(0, 0.02 - (time.perf_counter() - t0)))
     c.close()
 
@@ -60,8 +63,9 @@ def poster(port, path, body, stop, count):
 
 
 def measure(port, seconds, busy_body=None, nbusy=0):
-    """p50 and p99 (ms) of the light load on 2 connections, beside nbusy posters."""
-    stop, count, lat = threading.Event(), [], []
+    """p50 and p99 (ms) of the light load on 2 connections, beside nbusy
+    posters; the posts' statuses; the p99 of its wait in the scheduler's queue."""
+    stop, count, lat, queue = threading.Event(), [], [], []
     ps = [threading.Thread(target=poster, args=(port, "/embed", busy_body, stop, count)) for _ in range(nbusy)]
     for p in ps:
         p.start()
@@ -69,7 +73,7 @@ def measure(port, seconds, busy_body=None, nbusy=0):
         end = time.time() + 30
         while not count and time.time() < end:
             time.sleep(0.01)
-    ls = [threading.Thread(target=light, args=(port, seconds, lat)) for _ in range(2)]
+    ls = [threading.Thread(target=light, args=(port, seconds, lat, queue)) for _ in range(2)]
     for t in ls:
         t.start()
     for t in ls:
@@ -77,7 +81,7 @@ def measure(port, seconds, busy_body=None, nbusy=0):
     stop.set()
     for p in ps:
         p.join()
-    return pct(lat, 0.5), pct(lat, 0.99), len(lat), count
+    return pct(lat, 0.5), pct(lat, 0.99), len(lat), count, pct(queue, 0.99)
 
 
 def timed(port, body, n=5):
@@ -123,8 +127,9 @@ def run(name, proxy, emulator, model, threads, seconds, texts, tmp):
         b = measure(pl, seconds, texts["1mib"], 2)
         m = measure(pl, seconds, texts["2048"], 1)
         print("%-6s threads %d: light p50/p99 quiet %.1f/%.1f ms | beside 2 x 1 MiB truncate %.1f/%.1f ms "
-              "(%d posts) | beside 2,048 texts %.1f/%.1f ms (%d posts)"
-              % (name, threads, q[0], q[1], b[0], b[1], len(b[3]), m[0], m[1], len(m[3])), flush=True)
+              "(%d posts) | beside 2,048 texts %.1f/%.1f ms (%d posts) | p99 in the scheduler's queue %.1f, "
+              "%.1f, %.1f ms" % (name, threads, q[0], q[1], b[0], b[1], len(b[3]), m[0], m[1], len(m[3]), q[4], b[4],
+                                 m[4]), flush=True)
         if threads == 1:
             t4, s4 = timed(pl, texts["4mib"])
             t512, s512 = timed(pl, texts["512"])

@@ -4,6 +4,7 @@
 #include <check.h>
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,4 +149,43 @@ START_TEST(vectors_and_encodings) {
 }
 END_TEST
 
-LP_TEST_MAIN("openai", input_forms, bad_requests_named, vectors_and_encodings)
+/* Each number of a backend's vector reads as (float)strtod reads it, through
+ * the fast path (Clinger's) or not: printf's forms of random doubles and
+ * floats, integers past 2^53, powers of ten past 10^22, long digit strings,
+ * signed zeros, forms strtod alone takes ("+1", ".5", "5."); and what the
+ * fast path must not take is still refused ("1-2", "1e", "--1"). */
+static void reads_as_strtod(const char *text) {
+  char arr[80];
+  float got;
+  int n = snprintf(arr, sizeof(arr), "[%s]", text);
+  long k = lp_openai_floats(arr, (size_t)n, &got, 1);
+  float want = (float)strtod(text, NULL);
+  if (k != 1 || memcmp(&got, &want, sizeof(got)) != 0)
+    ck_abort_msg("%s: got %ld values, %a; strtod %a", text, k, (double)got, (double)want);
+}
+
+START_TEST(numbers_read_as_strtod) {
+  static const char *const fmts[] = {"%.9g", "%.17g", "%.3e", "%.12f", "%.20e", "%g", "%.1f"};
+  char t[64];
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < 300000; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    double d = ldexp((double)(x >> 11), -53 - (int)(x % 64)) * ((x >> 8) % 1000) * ((x & 1) ? -1 : 1);
+    if (i % 3 == 0) d = (float)d;
+    snprintf(t, sizeof(t), fmts[i % 7], d);
+    reads_as_strtod(t);
+  }
+  static const char *const spots[] = {"0", "-0", "-0.0", "0e5", "1e22", "1e23", "9007199254740992", "9007199254740993",
+                                      "9007199254740993e-5", "12345678901234567890", "1234567890123456789",
+                                      "0.00000000000000000000000001", "1e-22", "1e-23", "3.4028234e38", "+1", ".5", "5.",
+                                      "-.25e1", "1E3", "1e+3", "00012", "123456789e-30", "1.00000000000000011102230246251565"};
+  for (size_t i = 0; i < sizeof(spots) / sizeof(spots[0]); i++) reads_as_strtod(spots[i]);
+  float v[2];
+  ck_assert_int_eq(lp_openai_floats("[1-2]", 5, v, 2), -EPROTO);
+  ck_assert_int_eq(lp_openai_floats("[1e]", 4, v, 2), -EPROTO);
+  ck_assert_int_eq(lp_openai_floats("[--1]", 5, v, 2), -EPROTO);
+  ck_assert_int_eq(lp_openai_floats("[1.5e3.2]", 9, v, 2), -EPROTO);
+}
+END_TEST
+
+LP_TEST_MAIN("openai", input_forms, bad_requests_named, vectors_and_encodings, numbers_read_as_strtod)

@@ -6,12 +6,19 @@
  * runs only for those whose client stayed; the bound on held text; a stop
  * with work queued. Run under ThreadSanitizer (suite threads) it checks the
  * hand-offs too. */
+#define _GNU_SOURCE /* SCHED_BATCH */
 #include <check.h>
+#include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "front/front.h" /* a front's tok box */
+#include "lanepack/config.h"
 #include "tokwork/tokwork.h"
 
 typedef struct {
@@ -112,7 +119,7 @@ START_TEST(test_round_robin) {
   memset(&f, 0, sizeof(f));
   f.loop = &loop;
   ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
-  lp_tokpool_t *p = lp__tokpool_start(1, lp__front_tok_finished);
+  lp_tokpool_t *p = lp__tokpool_start(1, 0, lp__front_tok_finished);
   ck_assert_ptr_nonnull(p);
   expected_back = 3;
   ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 0, 1, unit_gate, 1), SIZE_MAX), 0);
@@ -143,7 +150,7 @@ START_TEST(test_cancel_any_time) {
   memset(&f, 0, sizeof(f));
   f.loop = &loop;
   ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
-  lp_tokpool_t *p = lp__tokpool_start(3, lp__front_tok_finished);
+  lp_tokpool_t *p = lp__tokpool_start(3, 0, lp__front_tok_finished);
   ck_assert_ptr_nonnull(p);
   fx.spin = 20000;
   static lp_tokjob_t *jobs[JOBS];
@@ -184,7 +191,7 @@ START_TEST(test_bound_and_stop) {
   memset(&f, 0, sizeof(f));
   f.loop = &loop;
   ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
-  lp_tokpool_t *p = lp__tokpool_start(1, lp__front_tok_finished);
+  lp_tokpool_t *p = lp__tokpool_start(1, 0, lp__front_tok_finished);
   ck_assert_ptr_nonnull(p);
   ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 0, 1, unit_gate, 5000), 1000), 0); /* alone: in */
   ck_assert_uint_eq(lp__tokpool_bytes(p), 5000);
@@ -203,6 +210,72 @@ START_TEST(test_bound_and_stop) {
 }
 END_TEST
 
+/* A front's side for a test: its loop and tok box; closed once the pool is freed. */
+static void front_open(uv_loop_t *loop, lp_front_t *f) {
+  ck_assert_int_eq(uv_loop_init(loop), 0);
+  memset(f, 0, sizeof(*f));
+  f->loop = loop;
+  ck_assert_int_eq(lp__tokbox_init(&f->tokbox, loop, on_box, f), 0);
+}
+
+static void front_close(uv_loop_t *loop, lp_front_t *f) {
+  lp__tokbox_destroy(&f->tokbox);
+  ck_assert_int_eq(uv_loop_close(loop), 0);
+}
+
+/* The policy and nice value a unit runs at, as the worker sees them. */
+static int unit_policy, unit_nice;
+static void unit_priority(lp_tokjob_t *job) {
+  (void)job;
+  unit_policy = sched_getscheduler(0);
+  errno = 0;
+  unit_nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+  if (unit_nice == -1 && errno) unit_nice = -100;
+}
+
+/* A worker runs below the loops by default: SCHED_BATCH and a higher nice
+ * value than the thread that started the pool (a loop's), so a front or the
+ * scheduler waking on a core a busy worker holds gets it (fails before: the
+ * workers ran at the loops' policy and nice value); tokenizer_nice 0 leaves
+ * them as the process is. */
+START_TEST(test_lower_priority) {
+  uv_loop_t loop;
+  lp_front_t f;
+  front_open(&loop, &f);
+  errno = 0;
+  int base = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+  ck_assert(!(base == -1 && errno));
+  int base_policy = sched_getscheduler(0);
+  ck_assert_int_ne(base_policy, SCHED_BATCH);
+  for (int round = 0; round < 2; round++) {
+    /* the default, then 0: at the loops' policy and nice value */
+    lp_tokpool_t *p = lp__tokpool_start(1, round ? 0 : LP_TOKENIZER_NICE_DEFAULT, lp__front_tok_finished);
+    ck_assert_ptr_nonnull(p);
+    expected_back = back + 1;
+    ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, round, 1, unit_priority, 1), SIZE_MAX), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(fx.done, round + 1);
+    if (!round) {
+      ck_assert_int_eq(unit_policy, SCHED_BATCH);
+      ck_assert_int_gt(unit_nice, base < 19 ? base : 18); /* at 19 already: as low as it goes */
+    } else {
+      ck_assert_int_eq(unit_policy, base_policy);
+      ck_assert_int_eq(unit_nice, base);
+    }
+    /* the thread that started the pool keeps its own */
+    ck_assert_int_eq(getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)), base);
+    ck_assert_int_eq(sched_getscheduler(0), base_policy);
+    lp__tokpool_stop(p);
+    lp__tokpool_free(p);
+    if (!round) { /* the box was closed when the job came back: a new one */
+      lp__tokbox_destroy(&f.tokbox);
+      ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
+    }
+  }
+  front_close(&loop, &f);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("tokpool");
   TCase *tc = tcase_create("pool");
@@ -211,6 +284,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_round_robin);
   tcase_add_test(tc, test_cancel_any_time);
   tcase_add_test(tc, test_bound_and_stop);
+  tcase_add_test(tc, test_lower_priority);
   suite_add_tcase(s, tc);
   return s;
 }

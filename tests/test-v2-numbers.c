@@ -193,5 +193,58 @@ START_TEST(time_parameters_named) {
 }
 END_TEST
 
+/* lp_fmt_float_g9 writes what printf's "%.9g" writes, byte for byte: every
+ * 7th float of [0.5, 1), every binade at a stride, random bit patterns,
+ * ties at the tenth digit (m / 2^k with ten significant digits ending in 5:
+ * half to even), both sides of every power of ten, and the ends (zero,
+ * subnormals, the largest, infinities, NaN), which go through printf. */
+static void same_as_printf(float v) {
+  char want[64], got[64];
+  snprintf(want, sizeof(want), "%.9g", (double)v);
+  size_t n = lp_fmt_float_g9(got, v);
+  got[n] = 0; /* the length it returns is checked too */
+  if (strcmp(want, got) != 0) ck_abort_msg("%a: printf %s, lp_fmt_float_g9 %s", (double)v, want, got);
+}
+
+START_TEST(float_g9_as_printf) {
+  uint32_t bits;
+  float v;
+  for (bits = 0x3f000000u; bits < 0x3f800000u; bits += 7) { /* [0.5, 1): every 7th float */
+    memcpy(&v, &bits, 4);
+    same_as_printf(v);
+  }
+  for (bits = 0; bits < 0x80000000u - 0x20000u; bits += 0x1fffu) { /* every binade, a stride apart */
+    memcpy(&v, &bits, 4);
+    same_as_printf(v);
+    same_as_printf(-v);
+  }
+  uint64_t x = 88172645463325252ull;
+  for (int i = 0; i < 1000000; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    bits = (uint32_t)x;
+    memcpy(&v, &bits, 4);
+    same_as_printf(v);
+  }
+  for (int i = 0; i < 200000; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    same_as_printf(ldexpf((float)(x % (1u << 24)), -(int)(x >> 40) % 40));
+  }
+  same_as_printf(1234567.125f); /* a tie: 1234567.12 */
+  same_as_printf(1234567.375f); /* 1234567.38 */
+  for (int e = -45; e <= 38; e++) {
+    float p = (float)pow(10, e);
+    same_as_printf(p);
+    same_as_printf(nextafterf(p, 0));
+    same_as_printf(nextafterf(p, INFINITY));
+  }
+  const float ends[] = {0.0f, -0.0f, 1e-45f, 1.17549435e-38f, 3.40282347e38f, INFINITY, -INFINITY, NAN, 1e8f,
+                        123456792.0f, 1e9f, 9.99999944e8f, 1e-4f, 9.99999975e-5f, 1e19f, 1e-19f};
+  for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
+    same_as_printf(ends[i]);
+    same_as_printf(-ends[i]);
+  }
+}
+END_TEST
+
 LP_TEST_MAIN("v2-numbers", half_round_trip_and_rounding, json_written_exactly, json_read_as_triton_writes_it,
-             json_tensors_put_back_as_raw_bytes, time_parameters_named)
+             json_tensors_put_back_as_raw_bytes, time_parameters_named, float_g9_as_printf)

@@ -121,6 +121,9 @@ typedef struct lp_config_s {
   /* tokenizer workers, the threads that turn text into ids off every loop;
    * 0 = one per core the process may use (lp_config_tokenizer_threads) */
   uint32_t tokenizer_threads;
+  /* how much nicer than the process the workers run (and SCHED_BATCH);
+   * 0 = at the loops' priority */
+  uint32_t tokenizer_nice;
   /* bytes of text the workers may hold (waiting or being tokenized), all
    * requests together: past it a request with text gets 429 */
   uint64_t tokenizer_queue_bytes;
@@ -151,6 +154,15 @@ uint32_t lp_config_tokenizer_threads(const lp_config_t *c);
  * max_body_bytes, so a burst of large texts waits rather than being refused,
  * while what a flood of text can pin stays a fraction of the body budget. */
 #define LP_TOKENIZER_QUEUE_DEFAULT (64ull << 20)
+/* The default of tokenizer_nice. Tokenizing is throughput work; the loops
+ * (fronts, scheduler) are latency work that must get a core the moment they
+ * wake. At +10 a woken loop weighs some 9 times a busy worker (CFS weights
+ * 1024 and 110) while the workers still take every cycle nothing else wants;
+ * 19 (as the shape advisor's) would leave text almost nothing beside a busy
+ * backend or client on the same cores. The cost: beside other busy processes
+ * text waits for them too (a 4 MiB text on the loaded 2-core machine: median
+ * 20.3 ms, was 16.3; doc/benchmarks.md). */
+#define LP_TOKENIZER_NICE_DEFAULT 10
 
 /* Defaults: listen 127.0.0.1:8080, no models. */
 void lp_config_default(lp_config_t *c);

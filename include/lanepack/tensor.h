@@ -65,6 +65,9 @@ void lp_tensor_write_json_ex(lp_buf_t *b, const lp_tensor_t *t, size_t first, si
  * float (9 at most) that reads back exactly; returns its length (< 32). */
 size_t lp_fmt_double(char *out, double v);
 size_t lp_fmt_float(char *out, float v);
+/* printf's "%.9g" of a float, the same bytes, at about 6 times its speed
+ * (the embedding routes write every value so); returns its length (< 32). */
+size_t lp_fmt_float_g9(char *out, float v);
 
 /* Half-precision conversions (IEEE binary16 and bfloat16); to half: rounded
  * to nearest, ties to even, too large to infinity, NaN kept NaN. */

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "lanepack/jload.h"
+#include "lanepack/tensor.h"
 
 #include "internal.h"
 
@@ -121,6 +122,55 @@ void lp_openai_req_free(lp_openai_req_t *r) {
   memset(r, 0, sizeof(*r));
 }
 
+/* A character a number's text may hold (what the strtod path copies). */
+static int number_char(char c) {
+  return (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.' || c == 'e' || c == 'E';
+}
+
+/* Clinger's fast path: a decimal of at most 19 significant digits whose
+ * integer fits 2^53, with a power of ten up to 10^22, is one exact IEEE
+ * operation from its value, so the result is strtod's (correctly rounded).
+ * Every value of a backend's "%.9g" text takes it; strtod was the largest
+ * item of writing an embedding answer. The bytes read (the whole number),
+ * or 0: then strtod judges it, as before. */
+static size_t fast_number(const char *p, const char *end, double *out) {
+  static const double p10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                               1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+  const char *s = p;
+  int neg = s < end && *s == '-', sig = 0, e10 = 0, n = 0;
+  uint64_t m = 0;
+  s += neg;
+  for (; s < end && *s >= '0' && *s <= '9'; s++, n++)
+    if (m || *s != '0') {
+      if (++sig > 19) return 0;
+      m = m * 10 + (uint64_t)(*s - '0');
+    }
+  if (!n) return 0;
+  if (s < end && *s == '.') {
+    for (n = 0, s++; s < end && *s >= '0' && *s <= '9'; s++, n++, e10--)
+      if (m || *s != '0') {
+        if (++sig > 19) return 0;
+        m = m * 10 + (uint64_t)(*s - '0');
+      }
+    if (!n) return 0;
+  }
+  if (s < end && (*s == 'e' || *s == 'E')) {
+    int eneg = 0, x = 0;
+    s++;
+    if (s < end && (*s == '+' || *s == '-')) eneg = *s++ == '-';
+    for (n = 0; s < end && *s >= '0' && *s <= '9'; s++, n++)
+      if (x < 10000) x = x * 10 + (*s - '0');
+    if (!n) return 0;
+    e10 += eneg ? -x : x;
+  }
+  /* a number that goes on oddly, or longer than the strtod path reads */
+  if ((s < end && number_char(*s)) || s - p >= 63) return 0;
+  if (m > (1ull << 53) || e10 < -22 || e10 > 22) return 0;
+  double v = e10 < 0 ? (double)m / p10[-e10] : (double)m * p10[e10];
+  *out = neg ? -v : v;
+  return (size_t)(s - p);
+}
+
 long lp_openai_floats(const char *p, size_t len, float *out, size_t cap) {
   const char *end = p + len;
   while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
@@ -130,11 +180,17 @@ long lp_openai_floats(const char *p, size_t len, float *out, size_t cap) {
   for (;;) {
     while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
     if (p < end && *p == ']' && n == 0) return 0;
-    size_t k = 0;
-    while (p < end && k + 1 < sizeof(num) && (strchr("0123456789+-.eE", *p) != NULL)) num[k++] = *p++;
-    num[k] = '\0';
-    char *e;
-    double v = k ? strtod(num, &e) : 0;
+    double v = 0;
+    size_t k = fast_number(p, end, &v);
+    char *e = num;
+    num[0] = '\0';
+    if (k) {
+      p += k;
+    } else {
+      while (p < end && k + 1 < sizeof(num) && number_char(*p)) num[k++] = *p++;
+      num[k] = '\0';
+      v = k ? strtod(num, &e) : 0;
+    }
     if (!k || *e || !isfinite(v) || fabs(v) > 3.4028234663852886e38) return -EPROTO;
     if (n == cap) return -E2BIG;
     out[n++] = (float)v;
@@ -187,7 +243,11 @@ void lp_openai_embedding(lp_buf_t *b, size_t index, const float *v, size_t n, in
     return;
   }
   lp_buf_puts(b, "[");
-  for (size_t i = 0; i < n; i++) lp_buf_printf(b, i ? ", %.9g" : "%.9g", (double)v[i]);
+  char t[32];
+  for (size_t i = 0; i < n; i++) {
+    if (i) lp_buf_puts(b, ", ");
+    lp_buf_append(b, t, lp_fmt_float_g9(t, v[i])); /* "%.9g" without printf's float path */
+  }
   lp_buf_puts(b, "]}");
 }
 

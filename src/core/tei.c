@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "lanepack/jload.h"
+#include "lanepack/tensor.h"
 
 static int bad(int *status, const char **type, int st, const char *ty, char *err, size_t errlen,
                const char *fmt, const char *what) {
@@ -365,9 +366,19 @@ void lp_tei_rank(lp_tei_rank_t *r, size_t n) {
   if (n > 1) qsort(r, n, sizeof(*r), by_score);
 }
 
+/* v as printf's "%.9g" writes it, without its float path (a front writes
+ * every value of every embedding answer so). */
+static void put_f32(lp_buf_t *b, float v) {
+  char t[32];
+  lp_buf_append(b, t, lp_fmt_float_g9(t, v));
+}
+
 void lp_tei_vector(lp_buf_t *b, const float *v, size_t n) {
   lp_buf_puts(b, "[");
-  for (size_t i = 0; i < n; i++) lp_buf_printf(b, i ? ",%.9g" : "%.9g", (double)v[i]);
+  for (size_t i = 0; i < n; i++) {
+    if (i) lp_buf_puts(b, ",");
+    put_f32(b, v[i]);
+  }
   lp_buf_puts(b, "]");
 }
 
@@ -378,7 +389,9 @@ void lp_tei_rank_item(lp_buf_t *b, size_t index, float score, const char *text, 
     lp_buf_json_str(b, text, text_len);
     lp_buf_puts(b, ",");
   }
-  lp_buf_printf(b, "\"score\":%.9g}", (double)score);
+  lp_buf_puts(b, "\"score\":");
+  put_f32(b, score);
+  lp_buf_puts(b, "}");
 }
 
 void lp_tei_token(lp_buf_t *b, int32_t id, const char *text, size_t len, int special, size_t start,
@@ -405,7 +418,9 @@ void lp_tei_scores(float *v, size_t n, int raw) {
 }
 
 void lp_tei_prediction(lp_buf_t *b, float score, const char *label) {
-  lp_buf_printf(b, "{\"score\":%.9g,\"label\":", (double)score);
+  lp_buf_puts(b, "{\"score\":");
+  put_f32(b, score);
+  lp_buf_puts(b, ",\"label\":");
   lp_buf_json_str(b, label, strlen(label));
   lp_buf_puts(b, "}");
 }

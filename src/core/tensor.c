@@ -185,17 +185,20 @@ void lp_tensor_put_raw(uint8_t *dst, const lp_tensor_t *t, size_t first, size_t 
 }
 
 /* Writes digits (p significant, as an integer m with decimal exponent e10 of
- * its first digit) the way %g would: fixed for -4 <= e10 < p, else d.ddde+XX. */
-static size_t put_digits(char *out, int neg, uint64_t m, int p, int e10) {
+ * its first digit) the way %g would: fixed for -4 <= e10 < style (printf's
+ * precision; the shortest form passes its digits, trailing zeros dropped
+ * first), else d.ddde+XX. */
+static size_t put_digits(char *out, int neg, uint64_t m, int p, int e10, int style) {
   char d[20];
   for (int i = p - 1; i >= 0; i--) {
     d[i] = (char)('0' + m % 10);
     m /= 10;
   }
   while (p > 1 && d[p - 1] == '0') p--; /* %g drops trailing zeros */
+  if (style == 0) style = p;
   size_t k = 0;
   if (neg) out[k++] = '-';
-  if (e10 >= -4 && e10 < p) {
+  if (e10 >= -4 && e10 < style) {
     if (e10 < 0) {
       out[k++] = '0';
       out[k++] = '.';
@@ -223,6 +226,62 @@ static size_t put_digits(char *out, int neg, uint64_t m, int p, int e10) {
   }
   out[k] = '\0';
   return k;
+}
+
+/* 5^0 .. 5^27: the largest below 2^63 */
+static const uint64_t pow5_u64[28] = {
+    1ull, 5ull, 25ull, 125ull, 625ull, 3125ull, 15625ull, 78125ull, 390625ull, 1953125ull, 9765625ull,
+    48828125ull, 244140625ull, 1220703125ull, 6103515625ull, 30517578125ull, 152587890625ull,
+    762939453125ull, 3814697265625ull, 19073486328125ull, 95367431640625ull, 476837158203125ull,
+    2384185791015625ull, 11920928955078125ull, 59604644775390625ull, 298023223876953125ull,
+    1490116119384765625ull, 7450580596923828125ull};
+
+/* round(a * 10^(8 - e10)) half to even, for a = m * 2^e2 (m < 2^24) with
+ * -19 <= e10 <= 19: exact in 128 bits. UINT64_MAX where it would not fit. */
+static uint64_t scale9(uint64_t m, int e2, int e10) {
+  int s = 8 - e10;
+  if (s > 27) return 0;
+  if (s < -11) return UINT64_MAX;
+  unsigned __int128 x, q, r, half;
+  if (s >= 0) { /* m * 5^s * 2^(e2 + s): below 2^87 before the shift */
+    x = (unsigned __int128)m * pow5_u64[s];
+    int k = e2 + s;
+    if (k >= 40) return UINT64_MAX;
+    if (k >= 0) return (x << k) > UINT64_MAX ? UINT64_MAX : (uint64_t)(x << k);
+    if (-k >= 127) return 0;
+    q = x >> -k;
+    r = x - (q << -k);
+    half = (unsigned __int128)1 << (-k - 1);
+  } else { /* a >= 10^9, so e2 >= 6: m * 2^e2 / 10^-s */
+    if (e2 > 100) return UINT64_MAX;
+    unsigned __int128 den = 1;
+    for (int i = 0; i < -s; i++) den *= 10;
+    x = (unsigned __int128)m << e2;
+    q = x / den;
+    r = (x % den) * 2;
+    half = den;
+  }
+  if (r > half || (r == half && (q & 1))) q++;
+  return q > UINT64_MAX ? UINT64_MAX : (uint64_t)q;
+}
+
+size_t lp_fmt_float_g9(char *out, float v) {
+  double a = fabs((double)v);
+  /* zero, NaN, infinities and the ends of the range: printf's own */
+  if (!(a >= 1e-19 && a < 1e19)) return (size_t)snprintf(out, 32, "%.9g", (double)v);
+  int ex;
+  double fr = frexp(a, &ex);
+  uint64_t m = (uint64_t)ldexp(fr, 24); /* exact: a float has 24 significant bits */
+  /* the first digit's exponent from the binary one (log10(2) = 0.30103):
+   * one low at most, or off by the carry of rounding to 10^9 */
+  int e2 = ex - 24, e10 = (int)floor((ex - 1) * 0.30102999566398120);
+  uint64_t q = scale9(m, e2, e10);
+  for (int k = 0; k < 3 && (q < 100000000ull || q >= 1000000000ull); k++) {
+    e10 += q < 100000000ull ? -1 : 1;
+    q = scale9(m, e2, e10);
+  }
+  if (q < 100000000ull || q >= 1000000000ull) return (size_t)snprintf(out, 32, "%.9g", (double)v);
+  return put_digits(out, v < 0, q, 9, e10, 9);
 }
 
 /* Shortest round trip without printf: for p = 1, 2, ... significant digits the
@@ -266,7 +325,7 @@ static size_t shortest(char *out, long double v, int maxp, int is_float) {
       e++;
     }
     if (m == 0 || m < top / 10) continue;
-    size_t n = put_digits(out, neg, m, p, e);
+    size_t n = put_digits(out, neg, m, p, e, 0);
     if (is_float ? strtof(out, NULL) == (float)v : strtod(out, NULL) == (double)v) return n;
   }
   int n = snprintf(out, 32, is_float ? "%.9g" : "%.17g", (double)v);

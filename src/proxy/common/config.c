@@ -594,6 +594,10 @@ static const keydef_t top_keys[] = {
     {"tokenizer_threads", KEY_UINT, FIELD(TOP, tokenizer_threads), .max = LP_MAX_THREADS, .applies = APPLY_AT_RESTART,
      .def_doc = "0 (one per usable core)",
      .doc = "tokenizer workers (`lp-tok-N`): text is tokenized on them, off every loop, fair across requests"},
+    {"tokenizer_nice", KEY_UINT, FIELD(TOP, tokenizer_nice), .max = 19, .def = LP_TOKENIZER_NICE_DEFAULT,
+     .applies = APPLY_AT_RESTART,
+     .doc = "how much nicer than the loops the tokenizer workers run (added to the process's nice value, at most 19, "
+            "with `SCHED_BATCH`), so a loop that wakes gets a core first; 0 keeps them at the loops' priority"},
     {"tokenizer_queue_bytes", KEY_UINT, FIELD(TOP, tokenizer_queue_bytes), .min = 4096, .max = 1ull << 40,
      .def = LP_TOKENIZER_QUEUE_DEFAULT, .applies = APPLY_AT_ONCE,
      .doc = "bytes of text the workers hold, waiting or being tokenized, all requests together; past it a request "

@@ -177,7 +177,9 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
     }
   }
   for (size_t i = 0; i < p->nmodels && !p->shared.tokpool; i++)
-    if (p->shared.tok[i] && !(p->shared.tokpool = lp__tokpool_start(lp_config_tokenizer_threads(cfg), lp__front_tok_finished))) return -ENOMEM;
+    if (p->shared.tok[i] && !(p->shared.tokpool = lp__tokpool_start(lp_config_tokenizer_threads(cfg), cfg->tokenizer_nice,
+                                                                   lp__front_tok_finished)))
+      return -ENOMEM;
   uv_idle_init(loop, &p->kick);
   uv_timer_init(loop, &p->health);
   uv_timer_init(loop, &p->drain);

@@ -8,11 +8,16 @@
  * A finished job goes up through the callback registered at start (the
  * front's, which pushes it onto the job's front's box): nothing here reads a
  * front. */
+#define _GNU_SOURCE /* SCHED_BATCH */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "lanepack/log.h"
 #include "lanepack/tei.h"
@@ -32,6 +37,8 @@ struct lp_tokpool_s {
   size_t bytes;            /* text held by jobs not yet finished (their units' lengths) */
   int stopping;
   lp_tokjob_cb finished;   /* a job every unit of which is done goes up here (set at start) */
+  unsigned nice;           /* tokenizer_nice: above the process's nice value, with SCHED_BATCH; 0: neither */
+  int prio_warned;         /* a worker could not lower its priority: said once (atomic) */
   unsigned nthreads;
   lp_tokworker_t *workers; /* nthreads; owned */
 };
@@ -208,12 +215,35 @@ static void ring_remove(lp_tokpool_t *p, lp_tokjob_t *job) {
   job->rr_next = job->rr_prev = NULL;
 }
 
+/* On the worker itself (Linux: policy and nice are a thread's): SCHED_BATCH,
+ * so that a worker woken by new text does not preempt a running loop, and
+ * p->nice above the process's nice value (LP_TOKENIZER_NICE_DEFAULT says
+ * why). Lowering needs no privilege; where it fails anyway (a seccomp
+ * profile) the worker runs as it is, said once. */
+static void lower_priority(lp_tokpool_t *p) {
+  if (!p->nice) return;
+  pid_t tid = (pid_t)syscall(SYS_gettid);
+  struct sched_param sp = {.sched_priority = 0};
+  int rc = sched_setscheduler(0, SCHED_BATCH, &sp) == 0 ? 0 : -errno; /* keeps the nice value */
+  errno = 0;
+  int nice = getpriority(PRIO_PROCESS, (id_t)tid);
+  if (nice == -1 && errno) {
+    rc = -errno;
+  } else if (nice < 19) {
+    nice = nice + (int)p->nice > 19 ? 19 : nice + (int)p->nice;
+    if (setpriority(PRIO_PROCESS, (id_t)tid, nice) != 0) rc = -errno;
+  }
+  if (rc && !__atomic_exchange_n(&p->prio_warned, 1, __ATOMIC_RELAXED))
+    lp_log(LP_LOG_WARN, "tokenizer workers run at the loops' priority", "\"error\": \"%s\"", strerror(-rc));
+}
+
 static void worker_main(void *arg) {
   lp_tokworker_t *w = arg;
   lp_tokpool_t *p = w->pool;
   char name[16]; /* the kernel's limit, with its NUL */
   snprintf(name, sizeof(name), "lp-tok-%u", w->index);
   prctl(PR_SET_NAME, name, 0, 0, 0);
+  lower_priority(p);
   uv_mutex_lock(&p->lock);
   for (;;) {
     while (!p->stopping && !p->ring) uv_cond_wait(&p->work, &p->lock);
@@ -240,10 +270,11 @@ static void worker_main(void *arg) {
   uv_mutex_unlock(&p->lock);
 }
 
-lp_tokpool_t *lp__tokpool_start(unsigned nthreads, lp_tokjob_cb finished) {
+lp_tokpool_t *lp__tokpool_start(unsigned nthreads, unsigned nice, lp_tokjob_cb finished) {
   lp_tokpool_t *p = calloc(1, sizeof(*p));
   if (!p) return NULL;
   p->finished = finished;
+  p->nice = nice; /* before the workers: each reads it as it starts */
   if (uv_mutex_init(&p->lock)) {
     free(p);
     return NULL;
@@ -263,7 +294,7 @@ lp_tokpool_t *lp__tokpool_start(unsigned nthreads, lp_tokjob_cb finished) {
     }
     p->nthreads++;
   }
-  lp_log(LP_LOG_INFO, "tokenizer threads", "\"threads\": %u", nthreads);
+  lp_log(LP_LOG_INFO, "tokenizer threads", "\"threads\": %u, \"nice\": %u", nthreads, nice);
   return p;
 }
 

@@ -80,15 +80,16 @@ typedef struct lp_tokbox_s {
   int ready;              /* initialised */
 } lp_tokbox_t;
 
-/* tokwork/pool.c. start: nthreads workers, or NULL; each finished job goes
- * to finished (any thread: a worker's). submit (a front's):
+/* tokwork/pool.c. start: nthreads workers, each nice (tokenizer_nice) above
+ * the process's nice value and SCHED_BATCH (0: as the process), or NULL; each
+ * finished job goes to finished (any thread: a worker's). submit (a front's):
  * the job's units queued behind those of every job already there, or
  * -EAGAIN when the text the pool holds would pass bound bytes (a job alone
  * always goes in) or the pool stops; the job is the pool's on success.
  * cancel (its front's, the client gone): see lp_tokjob_t. stop joins the
  * workers (those running finish their unit); free then frees the jobs never
  * taken, once no front can cancel any. bytes: the text held now. */
-lp_tokpool_t *lp__tokpool_start(unsigned nthreads, lp_tokjob_cb finished);
+lp_tokpool_t *lp__tokpool_start(unsigned nthreads, unsigned nice, lp_tokjob_cb finished);
 int lp__tokpool_submit(lp_tokpool_t *p, lp_tokjob_t *job, size_t bound);
 void lp__tokpool_cancel(lp_tokpool_t *p, lp_tokjob_t *job);
 size_t lp__tokpool_bytes(lp_tokpool_t *p);
