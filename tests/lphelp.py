@@ -126,11 +126,20 @@ def write_config(path, cfg):
     return path
 
 
-def _rewind(f):
-    """Empties a file a failed start wrote to (a seekable file object), so that
-    the test reads only what the server it kept wrote."""
-    if hasattr(f, "seek") and hasattr(f, "truncate"):
-        f.seek(0)
+def _mark(f):
+    """Where a file object the server writes to stands now (None for a pipe, a
+    descriptor or /dev/null): what a failed start wrote after it is cut off."""
+    try:
+        return f.tell()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _rewind(f, mark):
+    """Cuts what a failed start wrote to f back to mark (from _mark), so that the
+    test reads only what earlier servers and the one it kept wrote."""
+    if mark is not None:
+        f.seek(mark)
         f.truncate()
 
 
@@ -139,6 +148,7 @@ def _serve(what, nports, launch, ready, timeout, popen_kw):
     GET ready on the first answers 200 while it runs, again on new ports when
     it exits first (a port taken in between): (its Popen, *ports). SystemExit
     when it never gets ready."""
+    outs = [(f, _mark(f)) for f in (popen_kw.get("stdout"), popen_kw.get("stderr"))]
     for _ in range(START_TRIES):
         ports = [free_port() for _ in range(nports)]
         p = launch(ports)
@@ -158,8 +168,8 @@ def _serve(what, nports, launch, ready, timeout, popen_kw):
         stop_all([p])
         if not exited:
             raise SystemExit("%s did not answer %s on port %d in %g s" % (what, ready, ports[0], timeout))
-        _rewind(popen_kw.get("stderr"))
-        _rewind(popen_kw.get("stdout"))
+        for f, mark in outs:
+            _rewind(f, mark)
     raise SystemExit("%s exited before it was ready on free ports (%d tries, last exit %s)"
                      % (what, START_TRIES, p.returncode))
 
