@@ -174,14 +174,21 @@ def _serve(what, nports, launch, ready, timeout, popen_kw):
                      % (what, START_TRIES, p.returncode))
 
 
+def start_server(what, command, ready="/healthz", timeout=8.0, **popen_kw):
+    """A server (what names it in errors) run as command(its --listen address)
+    on a free loopback port, answering GET ready before this returns: (its
+    Popen, its port)."""
+    return _serve(what, 1, lambda ports: subprocess.Popen(command(loopback(ports[0])), **popen_kw),
+                  ready, timeout, popen_kw)
+
+
 def start_emulator(emulator, shapes, args=(), ready="/healthz", timeout=8.0, **popen_kw):
     """lanepack-emulator serving shapes with args on a free loopback port
     (stderr to /dev/null unless popen_kw says), answering before this returns:
     (its Popen, its port)."""
     popen_kw.setdefault("stderr", subprocess.DEVNULL)
-    return _serve("the emulator", 1, lambda ports: subprocess.Popen(
-        [emulator, "--listen", loopback(ports[0]), "--shapes", shapes] + list(args), **popen_kw),
-        ready, timeout, popen_kw)
+    return start_server("the emulator", lambda listen: [emulator, "--listen", listen, "--shapes", shapes] + list(args),
+                        ready, timeout, **popen_kw)
 
 
 def start_proxy(lanepack, path, cfg, nports=1, args=(), ready="/readyz", timeout=30.0, **popen_kw):
