@@ -217,7 +217,7 @@ try:
     check("and every error (%d of 4)" % err_logged, err_logged == 4, err_logged)
 
     # ---- reload refusals that need a restart, and an access log that cannot open ----
-    line = reload(auth_tokens_file=tokens, listen="127.0.0.1:%d" % free_port(),
+    line = reload(auth_tokens_file=tokens, listen=loopback(free_port()),
                   models={"backends": ["http://127.0.0.1:%d" % emu_ports[1]]})
     check("a listen change is refused, naming it", "refused" in line and "listen" in line, line)
     line = reload(auth_tokens_file=tokens, access_log=os.path.join(tmp, "no-such-dir", "a.log"),

@@ -22,7 +22,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, loopback, model_config, start_emulator, start_proxy, stop_all  # noqa: E402
+from lphelp import (check, finish, loopback, model_config, start_emulator, start_proxy, stop_all,  # noqa: E402
+                    write_config)
 
 lanepack, emulator = sys.argv[1], sys.argv[2]
 HEAVY_MS = 1500  # one device, one batch of 4 at a time: a burst of 13 queues for seconds
@@ -213,8 +214,7 @@ with tempfile.TemporaryDirectory() as tmp:
               data.rfind(b"Connection: close") > data.rfind(b"HTTP/1.1 200"), data[-300:])
         # SIGHUP with max_requests_per_connection 2: new connections close after 2
         cfg["max_requests_per_connection"] = 2
-        with open(path, "w") as f:
-            json.dump(cfg, f)
+        write_config(path, cfg)
         lp.send_signal(signal.SIGHUP)
         end, hdrs = time.time() + 5, None
         while time.time() < end:
