@@ -15,7 +15,8 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, loopback, model_config, start_emulator, start_proxy, stop_proxy  # noqa: E402
+from lphelp import (check, finish, loopback, model_config,  # noqa: E402
+                    start_emulator, start_proxy, stop_all, stop_proxy)
 
 lanepack, emulator = sys.argv[1], sys.argv[2]
 
@@ -108,6 +109,5 @@ with tempfile.TemporaryDirectory() as tmp:
     finally:
         if lp is not None:
             stop_proxy(lp)
-        emu.terminate()
-        emu.wait(timeout=10)
+        stop_all([emu])
 finish()

@@ -17,7 +17,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, emu_outputs, finish, model_config, start_emulator, start_proxy  # noqa: E402
+from lphelp import check, emu_outputs, finish, model_config, start_emulator, start_proxy, stop_all  # noqa: E402
 
 # the steady load: one request every STEP_S on each of CLIENTS connections
 CLIENTS, STEP_S = 2, 0.02
@@ -162,8 +162,7 @@ def main():
                 proxy.kill()
                 rc = proxy.wait()
             check("the proxy exits 0 on SIGTERM", rc == 0, rc)
-        emu_p.terminate()
-        emu_p.wait()
+        stop_all([emu_p])
     finish()
 
 

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 
-from lphelp import check, finish, model_config, start_emulator, start_proxy
+from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_all
 
 
 def main():
@@ -50,8 +50,7 @@ def main():
         if proxy is not None and proxy.poll() is None:
             proxy.kill()
             proxy.wait()
-        emu_p.terminate()
-        emu_p.wait()
+        stop_all([emu_p])
     finish()
 
 

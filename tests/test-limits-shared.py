@@ -13,7 +13,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_proxy  # noqa: E402
+from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_all, stop_proxy  # noqa: E402
 
 FRONTS = 8
 MAX_CONNS = 200
@@ -108,9 +108,9 @@ def main():
         for s in socks:
             s.close()
     finally:
-        stop_proxy(proxy)
-        emu_p.terminate()
-        emu_p.wait()
+        if proxy is not None:
+            stop_proxy(proxy)
+        stop_all([emu_p])
     finish()
 
 

@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 
-from lphelp import check, emu_outputs, finish, model_config, start_emulator, start_proxy, stop_proxy
+from lphelp import check, emu_outputs, finish, model_config, start_emulator, start_proxy, stop_all, stop_proxy
 
 def main():
     proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
@@ -84,8 +84,7 @@ def main():
         stop.set()
         if proxy is not None:
             stop_proxy(proxy)
-        emu_p.terminate()
-        emu_p.wait()
+        stop_all([emu_p])
     finish()
 
 

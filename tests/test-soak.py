@@ -26,7 +26,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lphelp  # noqa: E402
-from lphelp import check, finish, model_config, rss_kb, start_emulator, start_proxy, stop_all  # noqa: E402
+from lphelp import check, finish, model_config, rss_kb, start_emulator, start_proxy, stop_all, train_spm  # noqa: E402
 
 
 def lphelp_results():
@@ -78,16 +78,13 @@ def main():
     os.makedirs(tmp, exist_ok=True)
     procs = []
     try:
-        prefix = os.path.join(tmp, "spm")
-        r = subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=800",
-                            "--character_coverage=1.0"], capture_output=True)
-        check("spm_train trained a model on %s" % TEXT, r.returncode == 0, r.stderr[-300:])
+        spm = train_spm(tmp, TEXT, 800)
         emu, emu_port = start_emulator(a.emulator, SHAPES, ["--cost-ms", "2", "--protocol", "both", "--per-segment",
                                                             "--dims", "8", "--seed", "33"] + FAULTS,
                                        stderr=open(os.path.join(tmp, "emu.log"), "wb"))
         procs.append(emu)
         alog = os.path.join(tmp, "access.log")
-        model = model_config(SHAPES, [emu_port], max_wait_ms=3, tokenizer={"sentencepiece": prefix + ".model"})
+        model = model_config(SHAPES, [emu_port], max_wait_ms=3, tokenizer={"sentencepiece": spm})
         if a.backend_v2:
             model.update({"protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}", "output_kind": "per_segment"}})
         proxy, port = start_proxy(a.lanepack, os.path.join(tmp, "lanepack.json"), {

@@ -24,7 +24,6 @@ import http.client
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,7 +31,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, model_config, rss_kb, start_lanepack, stop_lanepack, tei_error  # noqa: E402
+from lphelp import check, finish, model_config, rss_kb, start_lanepack, stop_lanepack, tei_error, train_spm  # noqa: E402
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 DIMS = 8
@@ -104,11 +103,8 @@ def main():
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     url = "http://127.0.0.1:%d/" % srv.server_address[1]
     with tempfile.TemporaryDirectory() as tmp:
-        prefix = os.path.join(tmp, "spm")
-        r = subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=400",
-                            "--character_coverage=1.0"], capture_output=True)
-        check("spm_train trained a model", r.returncode == 0, r.stderr[-300:])
-        tok = {"sentencepiece": prefix + ".model", "pair_template": "$A $B"}
+        model = train_spm(tmp, TEXT, 400)
+        tok = {"sentencepiece": model, "pair_template": "$A $B"}
 
         def m(mode, shapes="4x16", **kw):
             return model_config(shapes, [url + mode], **dict({"max_wait_ms": 1, "tokenizer": tok, "max_retries": 0,

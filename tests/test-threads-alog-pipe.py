@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 
-from lphelp import check, finish, model_config, start_emulator, start_proxy
+from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_all
 
 
 def main():
@@ -80,8 +80,7 @@ def main():
         if proxy.poll() is None:
             proxy.kill()
             proxy.wait()
-        emu_p.terminate()
-        emu_p.wait()
+        stop_all([emu_p])
     finish()
 
 

@@ -22,7 +22,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, loopback, model_config, start_emulator, start_proxy, stop_all, write_config  # noqa: E402
+from lphelp import (check, finish, loopback, model_config, start_emulator, start_proxy, stop_all,  # noqa: E402
+                    train_spm, write_config)
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 DIMS = 8
@@ -56,11 +57,7 @@ def main():
     lanepack, emulator = sys.argv[1], sys.argv[2]
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
-        prefix = os.path.join(tmp, "spm")
-        r = subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=400",
-                            "--character_coverage=1.0"], capture_output=True)
-        check("spm_train trained a model", r.returncode == 0, r.stderr[-300:])
-        model = prefix + ".model"
+        model = train_spm(tmp, TEXT, 400)
         words = open(TEXT, encoding="utf-8").read().split()
 
         def text(seed, n):

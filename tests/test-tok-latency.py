@@ -21,7 +21,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_all, tei_error  # noqa: E402
+from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_all, tei_error, train_spm  # noqa: E402
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 LIMIT = 512
@@ -69,11 +69,7 @@ def main():
     lanepack, emulator = sys.argv[1], sys.argv[2]
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
-        prefix = os.path.join(tmp, "spm")
-        r = subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=400",
-                            "--character_coverage=1.0"], capture_output=True)
-        check("spm_train trained a model on %s" % TEXT, r.returncode == 0, r.stderr[-300:])
-        model = prefix + ".model"
+        model = train_spm(tmp, TEXT, 400)
         words = open(TEXT, encoding="utf-8").read().split()
         big = " ".join(words[i % len(words)] for i in range(200000))[: 1 << 20]
         try:

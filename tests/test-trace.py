@@ -19,7 +19,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_proxy  # noqa: E402
+from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_all, stop_proxy  # noqa: E402
 
 TP = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -139,8 +139,7 @@ def main():
     finally:
         if lp is not None:
             stop_proxy(lp)
-        emu.terminate()
-        emu.wait()
+        stop_all([emu])
     finish()
 
 
