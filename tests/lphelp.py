@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 
 
@@ -39,6 +40,12 @@ def emu_last(tokens):
 def emu_feature(h, k):
     """Feature k of output h in the emulator's float form (vectors): FP32 holds it exactly."""
     return (h % 1000) + 0.25 * k
+
+
+def threads_args(default):
+    """A threads test's arguments, "LANEPACK EMULATOR [THREADS]": (the lanepack
+    binary, the emulator's, the thread count, default when not given)."""
+    return sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else default
 
 
 def free_port():

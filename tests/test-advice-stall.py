@@ -17,7 +17,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, emu_outputs, finish, model_config, start_emulator, start_proxy, stop_all  # noqa: E402
+from lphelp import (check, emu_outputs, finish, model_config,  # noqa: E402
+                    start_emulator, start_proxy, stop_all, threads_args)
 
 # the steady load: one request every STEP_S on each of CLIENTS connections
 CLIENTS, STEP_S = 2, 0.02
@@ -39,8 +40,7 @@ def p99(xs):
 
 
 def main():
-    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-    nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    proxy_bin, emu_bin, nthreads = threads_args(1)
     tmp = tempfile.mkdtemp()
     emu_p, emu_port = start_emulator(emu_bin, "8x128,4x512", ["--cost-ms", "8x128=3", "--cost-ms", "4x512=6"])
     proxy = None

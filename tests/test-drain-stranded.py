@@ -8,16 +8,14 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 
-from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_all
+from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_all, threads_args
 
 
 def main():
-    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-    nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    proxy_bin, emu_bin, nthreads = threads_args(2)
     tmp = tempfile.mkdtemp()
     emu_p, emu_port = start_emulator(emu_bin, "4x64", ["--cost-ms", "1"])
     err = open(os.path.join(tmp, "stderr"), "w+")

@@ -10,16 +10,15 @@ import http.client
 import json
 import os
 import socket
-import sys
 import tempfile
 import threading
 import time
 
-from lphelp import check, emu_outputs, finish, model_config, start_emulator, start_proxy, stop_all, stop_proxy
+from lphelp import (check, emu_outputs, finish, model_config, start_emulator,
+                    start_proxy, stop_all, stop_proxy, threads_args)
 
 def main():
-    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-    nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    proxy_bin, emu_bin, nthreads = threads_args(1)
     tmp = tempfile.mkdtemp()
     emu_p, emu_port = start_emulator(emu_bin, "4x64", ["--cost-ms", "1"])
     err = open(os.path.join(tmp, "stderr"), "w+")

@@ -9,17 +9,15 @@ import http.client
 import json
 import os
 import signal
-import sys
 import tempfile
 import threading
 import time
 
-from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_all
+from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_all, threads_args
 
 
 def main():
-    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-    nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    proxy_bin, emu_bin, nthreads = threads_args(3)
     tmp = tempfile.mkdtemp()
     emu_p, emu_port = start_emulator(emu_bin, "4x64", ["--cost-ms", "0"])
     r, w = os.pipe()

@@ -10,10 +10,9 @@ Arguments: the lanepack and lanepack-emulator binaries, the thread count and
 the seconds of hostile load."""
 import http.client, json, os, random, signal, socket, subprocess, sys, tempfile, threading, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, emu_outputs, finish, model_config, start_emulator, start_proxy
+from lphelp import check, emu_outputs, finish, model_config, start_emulator, start_proxy, threads_args
 
-proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+proxy_bin, emu_bin, nthreads = threads_args(3)
 dur = float(sys.argv[4]) if len(sys.argv) > 4 else 6
 tmp = tempfile.mkdtemp()
 ep, emu_port = start_emulator(emu_bin, "4x64,8x128", ["--cost-ms", "2"])

@@ -20,7 +20,8 @@ import tempfile
 import threading
 import time
 
-from lphelp import check, emu_outputs, finish, loopback, model_config, start_emulator, start_proxy, write_config
+from lphelp import (check, emu_outputs, finish, loopback, model_config,
+                    start_emulator, start_proxy, threads_args, write_config)
 
 def post(c, body, headers=None):
     h = {"Content-Type": "application/json"}
@@ -78,8 +79,7 @@ def load(port, nconn, per_conn, seed, errors, served, headers=None):
 
 
 def main():
-    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-    nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    proxy_bin, emu_bin, nthreads = threads_args(2)
     tmp = tempfile.mkdtemp()
     alog = os.path.join(tmp, "access.log")
     tokens = os.path.join(tmp, "tokens")
