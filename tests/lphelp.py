@@ -1,9 +1,10 @@
 """Shared by the Python tests: the emulator's answer function, a free loopback
 port, waiting until an HTTP route answers 200, a lanepack configuration built
-(model_config, write_config), the emulator and lanepack started on free ports
-(start_emulator, start_proxy), a lanepack-loadgen run read back from its --json
-report, stopping servers (a lanepack checked to exit 0), and TAP-like checks
-with a closing count."""
+(model_config, write_config), the emulator, lanepack or another server started
+on free ports (start_emulator, start_proxy, start_server), a threads test's
+arguments, a SentencePiece model trained, a lanepack-loadgen run read back from
+its --json report, stopping servers (a lanepack checked to exit 0), and
+TAP-like checks with a closing count."""
 import http.client
 import json
 import os
@@ -102,7 +103,9 @@ def train_spm(tmp, text, vocab):
 
 # Ports are picked free and bound a moment later: another test on this machine
 # may take one in between, and the server then exits at once. It is started
-# again on new ports, this many times at most.
+# again on new ports, this many times at most. (Not caught: a lanepack with
+# threads >= 2 binds with SO_REUSEPORT and shares a port another such lanepack
+# of the same user took, rather than failing.)
 START_TRIES = 3
 # How long a server that answered must stay up before it counts as ours: one
 # whose bind failed exits within milliseconds (and what answered was another's).
