@@ -1,12 +1,16 @@
 """Shared by the Python tests: the emulator's answer function, a free loopback
-port, waiting until an HTTP route answers 200, a lanepack-loadgen run read back from its --json report,
-stopping servers (a lanepack checked to exit 0), and TAP-like checks with a
-closing count."""
+port, waiting until an HTTP route answers 200, a lanepack configuration built
+(model_config, write_config), the emulator, lanepack or another server started
+on free ports (start_emulator, start_proxy, start_server), a threads test's
+arguments, a SentencePiece model trained, a lanepack-loadgen run read back from
+its --json report, stopping servers (a lanepack checked to exit 0), and
+TAP-like checks with a closing count."""
 import http.client
 import json
 import os
 import socket
 import subprocess
+import sys
 import time
 
 
@@ -37,6 +41,12 @@ def emu_last(tokens):
 def emu_feature(h, k):
     """Feature k of output h in the emulator's float form (vectors): FP32 holds it exactly."""
     return (h % 1000) + 0.25 * k
+
+
+def threads_args(default):
+    """A threads test's arguments, "LANEPACK EMULATOR [THREADS]": (the lanepack
+    binary, the emulator's, the thread count, default when not given)."""
+    return sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else default
 
 
 def free_port():
@@ -91,26 +101,117 @@ def train_spm(tmp, text, vocab):
     return prefix + ".model"
 
 
-def start_emulators(procs, emulator, ports, shapes, args_by_name):
-    """An emulator for each name of args_by_name on loopback port ports[name]
-    with shapes and those arguments (appended to procs), each answering
-    before this returns; their URLs by name."""
-    for name, args in args_by_name.items():
-        procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % ports[name], "--shapes", shapes] + args,
-                                      stderr=subprocess.DEVNULL))
-    for name in args_by_name:
-        wait_http(ports[name], "/healthz")
-    return {name: "http://127.0.0.1:%d" % ports[name] for name in args_by_name}
+# Ports are picked free and bound a moment later: another test on this machine
+# may take one in between, and the server then exits at once. It is started
+# again on new ports, this many times at most. (Not caught: a lanepack with
+# threads >= 2 binds with SO_REUSEPORT and shares a port another such lanepack
+# of the same user took, rather than failing.)
+START_TRIES = 3
+# How long a server that answered must stay up before it counts as ours: one
+# whose bind failed exits within milliseconds (and what answered was another's).
+ALIVE_S = 0.3
 
 
-def start_proxy(procs, lanepack, cfg, port, models, **keys):
-    """lanepack (appended to procs) from a configuration written to cfg:
-    listening on loopback port, warnings only, the models and other keys;
-    ready before this returns."""
-    with open(cfg, "w") as f:
-        json.dump(dict({"listen": "127.0.0.1:%d" % port, "log_level": "warn", "models": models}, **keys), f)
-    procs.append(subprocess.Popen([lanepack, "--config", cfg]))
-    wait_http(port, "/readyz")
+def loopback(port):
+    """The loopback address of port, as "listen" and the emulator's --listen take it."""
+    return "127.0.0.1:%d" % port
+
+
+def backend_url(port):
+    """The URL of a backend on loopback port."""
+    return "http://127.0.0.1:%d" % port
+
+
+def model_config(shapes, backends, **keys):
+    """One model's configuration: its shapes, its backends (loopback ports or
+    URLs) and the test's own keys."""
+    return dict({"shapes": shapes, "backends": [backend_url(b) if isinstance(b, int) else b for b in backends]},
+                **keys)
+
+
+def write_config(path, cfg):
+    """Writes the configuration cfg (a dict) to path as JSON; the path."""
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    return path
+
+
+def _mark(f):
+    """Where a file object the server writes to stands now (None for a pipe, a
+    descriptor or /dev/null): what a failed start wrote after it is cut off."""
+    try:
+        return f.tell()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _rewind(f, mark):
+    """Cuts what a failed start wrote to f back to mark (from _mark), so that the
+    test reads only what earlier servers and the one it kept wrote."""
+    if mark is not None:
+        f.seek(mark)
+        f.truncate()
+
+
+def _serve(what, nports, launch, ready, timeout, popen_kw):
+    """Starts a server with launch(ports) on nports free loopback ports until
+    GET ready on the first answers 200 while it runs, again on new ports when
+    it exits first (a port taken in between): (its Popen, *ports). SystemExit
+    when it never gets ready."""
+    outs = [(f, _mark(f)) for f in (popen_kw.get("stdout"), popen_kw.get("stderr"))]
+    for _ in range(START_TRIES):
+        ports = [free_port() for _ in range(nports)]
+        p = launch(ports)
+        end = time.time() + timeout
+        while time.time() < end and p.poll() is None:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", ports[0], timeout=1)
+                c.request("GET", ready)
+                if c.getresponse().status == 200:
+                    time.sleep(ALIVE_S)
+                    if p.poll() is None:
+                        return (p,) + tuple(ports)
+            except (OSError, http.client.HTTPException):
+                pass
+            time.sleep(0.05)
+        exited = p.poll() is not None
+        stop_all([p])
+        if not exited:
+            raise SystemExit("%s did not answer %s on port %d in %g s" % (what, ready, ports[0], timeout))
+        for f, mark in outs:
+            _rewind(f, mark)
+    raise SystemExit("%s exited before it was ready on free ports (%d tries, last exit %s)"
+                     % (what, START_TRIES, p.returncode))
+
+
+def start_server(what, command, ready="/healthz", timeout=8.0, **popen_kw):
+    """A server (what names it in errors) run as command(its --listen address)
+    on a free loopback port, answering GET ready before this returns: (its
+    Popen, its port)."""
+    return _serve(what, 1, lambda ports: subprocess.Popen(command(loopback(ports[0])), **popen_kw),
+                  ready, timeout, popen_kw)
+
+
+def start_emulator(emulator, shapes, args=(), ready="/healthz", timeout=8.0, **popen_kw):
+    """lanepack-emulator serving shapes with args on a free loopback port
+    (stderr to /dev/null unless popen_kw says), answering before this returns:
+    (its Popen, its port)."""
+    popen_kw.setdefault("stderr", subprocess.DEVNULL)
+    return start_server("the emulator", lambda listen: [emulator, "--listen", listen, "--shapes", shapes] + list(args),
+                        ready, timeout, **popen_kw)
+
+
+def start_proxy(lanepack, path, cfg, nports=1, args=(), ready="/readyz", timeout=30.0, **popen_kw):
+    """lanepack on nports free loopback ports, the first its client listener,
+    with the configuration written to path: cfg is a dict ("listen" is added)
+    or a function of the ports that returns one (for keys naming the others,
+    such as admin_listen). args are added to the command line and popen_kw go
+    to Popen. Ready (GET ready answers 200 on the first port) before this
+    returns: (its Popen, *its ports)."""
+    def launch(ports):
+        write_config(path, cfg(*ports) if callable(cfg) else dict(cfg, listen=loopback(ports[0])))
+        return subprocess.Popen([lanepack, "--config", path] + list(args), **popen_kw)
+    return _serve("lanepack", nports, launch, ready, timeout, popen_kw)
 
 
 def stop_all(procs, grace=10.0):
@@ -168,17 +269,16 @@ def check(name, cond, detail=""):
     print("%s - %s%s" % ("ok" if cond else "not ok", name, "" if cond else ": " + str(detail)[:400]), flush=True)
 
 
-def start_lanepack(lanepack, cfg, tmp):
-    """Starts lanepack on the configuration cfg (written into tmp), its stderr
-    to a log in tmp; under ASan without a quarantine, so that freed memory
-    leaves the RSS. Returns (the Popen, the log's path)."""
-    path = os.path.join(tmp, "lp.json")
-    with open(path, "w") as f:
-        json.dump(cfg, f)
+def start_lanepack(lanepack, cfg, tmp, ready="/healthz"):
+    """start_proxy with the configuration cfg (a dict, "listen" added) written
+    into tmp, its stderr to a log in tmp; under ASan without a quarantine, so
+    that freed memory leaves the RSS. Returns (the Popen, its port, the log's path)."""
     env = dict(os.environ)
     env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=0:thread_local_quarantine_size_kb=0"
     log = os.path.join(tmp, "lp.log")
-    return subprocess.Popen([lanepack, "--config", path], stderr=open(log, "w"), env=env), log
+    proc, port = start_proxy(lanepack, os.path.join(tmp, "lp.json"), cfg, ready=ready, stderr=open(log, "w"),
+                             env=env)
+    return proc, port, log
 
 
 def stop_lanepack(proc, log):

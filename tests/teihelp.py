@@ -1,6 +1,8 @@
 """Shared by the tests of TEI's and OpenAI's routes: the emulator's formula
-(lp_emu_feature), float32 rounding, spm_encode's ids, and a JSON POST that
-returns (status, decoded body) whatever the status."""
+(lp_emu_feature), float32 rounding, spm_encode's ids, a JSON POST that
+returns (status, decoded body) whatever the status, and the emulators, models
+and lanepack these tests run (started with lphelp's start_emulator and
+start_proxy)."""
 import json
 import math
 import os
@@ -9,7 +11,7 @@ import subprocess
 import urllib.error
 import urllib.request
 
-from lphelp import emu_feature, emu_last
+from lphelp import emu_feature, emu_last, model_config, start_emulator, start_proxy
 
 
 def f32(x):
@@ -88,26 +90,34 @@ def spm_tokenizer(tmp, template):
     return model, {"sentencepiece": model, "extra_options": "bos:eos", "pair_template": template}
 
 
-def start(cmd, log):
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
-
-
 def start_emulators(emulator, tmp, modes, procs):
     """One emulator (shapes 4x64, both wires) per list of extra flags in modes,
-    each on a free port, appended to procs and answering: their ports."""
-    from lphelp import free_port, wait_http
+    each on a free port, its output to a log in tmp, appended to procs and
+    answering: their ports."""
     ports = []
     for i, flags in enumerate(modes):
-        ports.append(free_port())
-        procs.append(start([emulator, "--shapes", "4x64", "--protocol", "both", "--listen",
-                            "127.0.0.1:%d" % ports[-1]] + flags, os.path.join(tmp, "emu-%d.log" % i)))
-    for p in ports:
-        wait_http(p, "/healthz")
+        p, port = start_emulator(emulator, "4x64", ["--protocol", "both"] + flags, stdout=subprocess.DEVNULL,
+                                 stderr=open(os.path.join(tmp, "emu-%d.log" % i), "w"))
+        procs.append(p)
+        ports.append(port)
     return ports
+
+
+def start_logged(lanepack, tmp, name, cfg, procs, ready="/readyz"):
+    """lanepack on a free port with cfg (a dict, "listen" added) written to
+    tmp/name.json, its output to tmp/name.log (printed if it never gets ready),
+    appended to procs: its port."""
+    log = os.path.join(tmp, name + ".log")
+    try:
+        p, port = start_proxy(lanepack, os.path.join(tmp, name + ".json"), cfg, ready=ready,
+                              stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    except SystemExit:
+        print(open(log).read()[-2000:])
+        raise
+    procs.append(p)
+    return port
 
 
 def model_cfg(port, tok, **kw):
     """A model of shape 4x64 behind the backend on port with tokenizer tok, and kw."""
-    d = {"shapes": "4x64", "max_wait_ms": 1, "backends": ["http://127.0.0.1:%d" % port], "tokenizer": tok}
-    d.update(kw)
-    return d
+    return model_config("4x64", [port], **dict({"max_wait_ms": 1, "tokenizer": tok}, **kw))

@@ -15,7 +15,8 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_proxy, wait_http  # noqa: E402
+from lphelp import (check, finish, loopback, model_config,  # noqa: E402
+                    start_emulator, start_proxy, stop_all, stop_proxy)
 
 lanepack, emulator = sys.argv[1], sys.argv[2]
 
@@ -40,20 +41,14 @@ def infer(port, lens):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    be_port, lp_port, admin_port = free_port(), free_port(), free_port()
-    emu = subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % be_port, "--shapes", "8x128,4x512",
-                            "--cost-ms", "8x128=4", "--cost-ms", "4x512=9", "--devices", "1"],
-                           stderr=subprocess.DEVNULL)
-    cfg = {"listen": "127.0.0.1:%d" % lp_port, "admin_listen": "127.0.0.1:%d" % admin_port,
-           "log_level": "warn",
-           "models": {"m": {"shapes": "8x128,4x512", "backends": ["http://127.0.0.1:%d" % be_port],
-                            "max_wait_ms": 2}}}
-    path = os.path.join(tmp, "lp.json")
-    with open(path, "w") as f:
-        json.dump(cfg, f)
-    lp = subprocess.Popen([lanepack, "--config", path], stderr=subprocess.PIPE)
+    emu, be_port = start_emulator(emulator, "8x128,4x512",
+                                  ["--cost-ms", "8x128=4", "--cost-ms", "4x512=9", "--devices", "1"])
+    lp = None
     try:
-        wait_http(lp_port, "/readyz", timeout=15)
+        lp, lp_port, admin_port = start_proxy(lanepack, os.path.join(tmp, "lp.json"), lambda lp, adm: {
+            "listen": loopback(lp), "admin_listen": loopback(adm), "log_level": "warn",
+            "models": {"m": model_config("8x128,4x512", [be_port], max_wait_ms=2)}}, nports=2,
+            stderr=subprocess.PIPE)
         # before any traffic: nothing to advise on
         st, body = get(admin_port, "/v1/buckets/advice?k=2&p99_ms=100")
         check("no traffic yet: 409", st == 409 and isinstance(body, dict), (st, body))
@@ -112,7 +107,7 @@ with tempfile.TemporaryDirectory() as tmp:
             check("?%s: 400 with a JSON error naming %s" % (q, name),
                   st == 400 and isinstance(b, dict) and name in text, (st, b))
     finally:
-        stop_proxy(lp)
-        emu.terminate()
-        emu.wait(timeout=10)
+        if lp is not None:
+            stop_proxy(lp)
+        stop_all([emu])
 finish()

@@ -17,7 +17,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, emu_outputs, finish, free_port, wait_http  # noqa: E402
+from lphelp import (check, emu_outputs, finish, model_config,  # noqa: E402
+                    start_emulator, start_proxy, stop_all, threads_args)
 
 # the steady load: one request every STEP_S on each of CLIENTS connections
 CLIENTS, STEP_S = 2, 0.02
@@ -39,18 +40,10 @@ def p99(xs):
 
 
 def main():
-    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-    nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    emu_port, port = free_port(), free_port()
+    proxy_bin, emu_bin, nthreads = threads_args(1)
     tmp = tempfile.mkdtemp()
-    cfg_path = os.path.join(tmp, "lanepack.json")
-    with open(cfg_path, "w") as f:
-        json.dump({"listen": f"127.0.0.1:{port}", "threads": nthreads, "log_level": "warn",
-                   "models": {"m": {"shapes": "8x128,4x512", "max_wait_ms": 2,
-                                    "backends": [f"http://127.0.0.1:{emu_port}"]}}}, f)
-    emu_p = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{emu_port}", "--shapes", "8x128,4x512",
-                              "--cost-ms", "8x128=3", "--cost-ms", "4x512=6"], stderr=subprocess.DEVNULL)
-    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path], stderr=subprocess.DEVNULL)
+    emu_p, emu_port = start_emulator(emu_bin, "8x128,4x512", ["--cost-ms", "8x128=3", "--cost-ms", "4x512=6"])
+    proxy = None
     phase = {"name": "warm"}
     lat = {"warm": [], "quiet": [], "flood": []}
     wrong = []
@@ -100,8 +93,9 @@ def main():
                 advice["other"].append(type(e).__name__)
 
     try:
-        wait_http(emu_port, "/healthz")
-        wait_http(port, "/readyz", 30)
+        proxy, port = start_proxy(proxy_bin, os.path.join(tmp, "lanepack.json"), {
+            "threads": nthreads, "log_level": "warn",
+            "models": {"m": model_config("8x128,4x512", [emu_port], max_wait_ms=2)}}, stderr=subprocess.DEVNULL)
         ts = [threading.Thread(target=steady, args=(i,)) for i in range(CLIENTS)]
         for t in ts:
             t.start()
@@ -160,7 +154,7 @@ def main():
               and all(b[0] == 200 for b in burst if b[0] != 429) and len(burst) == 10, burst)
     finally:
         stop.set()
-        if proxy.poll() is None:
+        if proxy is not None and proxy.poll() is None:
             proxy.terminate()
             try:
                 rc = proxy.wait(20)
@@ -168,8 +162,7 @@ def main():
                 proxy.kill()
                 rc = proxy.wait()
             check("the proxy exits 0 on SIGTERM", rc == 0, rc)
-        emu_p.terminate()
-        emu_p.wait()
+        stop_all([emu_p])
     finish()
 
 

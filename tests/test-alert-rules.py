@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import backend_url, check, finish, start_emulator, start_server  # noqa: E402
 
 root, lanepack, emulator = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
 promtool = sys.argv[4] if len(sys.argv) > 4 else "promtool"
@@ -69,13 +69,13 @@ for label, value in sorted(values):
 tmp = tempfile.mkdtemp()
 procs = []
 try:
-    emu_port, lp_port = free_port(), free_port()
-    procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % emu_port, "--shapes", "4x64",
-                                   "--cost-ms", "2"], stderr=open(os.path.join(tmp, "emu.log"), "w")))
-    procs.append(subprocess.Popen([lanepack, "--listen", "127.0.0.1:%d" % lp_port,
-                                   "--backend", "http://127.0.0.1:%d" % emu_port, "--shapes", "4x64"],
-                                  stderr=open(os.path.join(tmp, "lp.log"), "w")))
-    wait_http(lp_port, "/readyz")
+    emu, emu_port = start_emulator(emulator, "4x64", ["--cost-ms", "2"], stderr=open(os.path.join(tmp, "emu.log"), "w"))
+    procs.append(emu)
+    # configured by flags alone, no file
+    lp, lp_port = start_server("lanepack", lambda listen: [lanepack, "--listen", listen,
+                                                          "--backend", backend_url(emu_port), "--shapes", "4x64"],
+                               ready="/readyz", timeout=30, stderr=open(os.path.join(tmp, "lp.log"), "w"))
+    procs.append(lp)
     c = http.client.HTTPConnection("127.0.0.1", lp_port, timeout=10)
     c.request("GET", "/metrics")
     body = c.getresponse().read().decode()

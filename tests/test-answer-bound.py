@@ -19,14 +19,13 @@ import http.client
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, rss_kb, start_lanepack, stop_lanepack, tei_error, wait_http  # noqa: E402
+from lphelp import check, finish, model_config, rss_kb, start_lanepack, stop_lanepack, tei_error, train_spm  # noqa: E402
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 CONNS = 16
@@ -94,18 +93,12 @@ def main():
     lanepack = sys.argv[1]
     bench = "--bench" in sys.argv
     with tempfile.TemporaryDirectory() as tmp:
-        prefix = os.path.join(tmp, "spm")
-        r = subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=400",
-                            "--character_coverage=1.0"], capture_output=True)
-        check("spm_train trained a model", r.returncode == 0, r.stderr[-300:])
-        port = free_port()
-        cfg = {"listen": "127.0.0.1:%d" % port, "log_level": "error",
-               "idle_timeout_ms": 300000, "request_timeout_ms": 300000,
-               "models": {"m": {"shapes": "4x2048", "backends": ["http://127.0.0.1:9/"],
-                                "tokenizer": {"sentencepiece": prefix + ".model"}}}}
-        proc, log = start_lanepack(lanepack, cfg, tmp)
+        model = train_spm(tmp, TEXT, 400)
+        cfg = {"log_level": "error", "idle_timeout_ms": 300000, "request_timeout_ms": 300000,
+               "models": {"m": model_config("4x2048", ["http://127.0.0.1:9/"],
+                                            tokenizer={"sentencepiece": model})}}
+        proc, port, log = start_lanepack(lanepack, cfg, tmp)
         try:
-            wait_http(port, "/healthz")
             run_checks(port, proc, bench)
         finally:
             stop_lanepack(proc, log)

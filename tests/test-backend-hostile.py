@@ -29,7 +29,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, rss_kb, wait_http  # noqa: E402
+from lphelp import check, finish, model_config, rss_kb, start_proxy  # noqa: E402
 
 lanepack = sys.argv[1]
 
@@ -218,11 +218,9 @@ MODES = ["bigok", "quote422", "quote500", "close", "slow", "wrongid", "noid", "h
          "hedge", "v2quote", "v2wrongid", "v2noid", "v2huge", "v2bigok"]  # at most 16 models
 fakes = {m: fake(m) for m in MODES}
 tmp = tempfile.mkdtemp()
-lp_port = free_port()
 models = {}
 for m, s in fakes.items():
-    url = "http://127.0.0.1:%d" % s.server_address[1]
-    cfg = {"shapes": "2x8", "max_wait_ms": 0, "backends": [url], "max_retries": 0, "retry_backoff_ms": 1}
+    cfg = model_config("2x8", [s.server_address[1]], max_wait_ms=0, max_retries=0, retry_backoff_ms=1)
     if m == "bigok":
         cfg["max_output_value_bytes"] = 16 << 20
     if m == "slow":
@@ -237,18 +235,15 @@ for m, s in fakes.items():
     if m == "v2bigok":
         cfg.update({"shapes": "1x8", "max_output_value_bytes": 16 << 20})
     models[m] = cfg
-cfg_path = os.path.join(tmp, "lp.json")
-with open(cfg_path, "w") as f:
-    json.dump({"listen": "127.0.0.1:%d" % lp_port, "log_level": "info", "health_interval_ms": 1000,
-               "unhealthy_after": 100, "models": models}, f)
 log_path = os.path.join(tmp, "lp.log")
 # under ASan freed memory waits in a quarantine, resident: none here, so RSS
 # says what the proxy holds
 env = dict(os.environ)
 env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=0:thread_local_quarantine_size_kb=0"
-proc = subprocess.Popen([lanepack, "--config", cfg_path], stderr=open(log_path, "wb"), env=env)
+proc, lp_port = start_proxy(lanepack, os.path.join(tmp, "lp.json"), {
+    "log_level": "info", "health_interval_ms": 1000, "unhealthy_after": 100, "models": models},
+    ready="/healthz", stderr=open(log_path, "wb"), env=env)
 try:
-    wait_http(lp_port, "/healthz")
     time.sleep(0.3)  # first probes answered
     infer(lp_port, "noid", [1, 2, 3])
     base = rss_kb(proc.pid)

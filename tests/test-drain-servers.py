@@ -12,31 +12,23 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 
-from lphelp import check, finish, free_port, wait_http
+from lphelp import check, finish, loopback, model_config, start_emulator, start_proxy, stop_all, threads_args
 
 
 def main():
-    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-    nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 2
-    emu_port, port, admin_port = free_port(), free_port(), free_port()
+    proxy_bin, emu_bin, nthreads = threads_args(2)
     tmp = tempfile.mkdtemp()
-    cfg_path = os.path.join(tmp, "lanepack.json")
-    with open(cfg_path, "w") as f:
-        json.dump({"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{admin_port}",
-                   "threads": nthreads, "drain_timeout_ms": 5000, "request_timeout_ms": 8000,
-                   "models": {"m": {"shapes": "4x64", "max_wait_ms": 2,
-                                    "backends": [f"http://127.0.0.1:{emu_port}"]}}}, f)
-    emu_p = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{emu_port}", "--shapes", "4x64",
-                              "--cost-ms", "1"], stderr=subprocess.DEVNULL)
+    emu_p, emu_port = start_emulator(emu_bin, "4x64", ["--cost-ms", "1"])
     err = open(os.path.join(tmp, "stderr"), "w+")
-    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path], stderr=err)
+    proxy = None
     try:
-        wait_http(emu_port, "/healthz")
-        wait_http(port, "/readyz", 30)
+        proxy, port, admin_port = start_proxy(proxy_bin, os.path.join(tmp, "lanepack.json"), lambda port, admin: {
+            "listen": loopback(port), "admin_listen": loopback(admin),
+            "threads": nthreads, "drain_timeout_ms": 5000, "request_timeout_ms": 8000,
+            "models": {"m": model_config("4x64", [emu_port], max_wait_ms=2)}}, nports=2, stderr=err)
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         c.request("POST", "/v1/infer", body=json.dumps({"input_ids": [1, 2, 3]}),
                   headers={"Content-Type": "application/json"})
@@ -75,11 +67,10 @@ def main():
         check("no sanitizer report", "Sanitizer" not in text and "runtime error" not in text,
               "\n".join(l for l in text.splitlines() if not l.startswith("{"))[:3000])
     finally:
-        if proxy.poll() is None:
+        if proxy is not None and proxy.poll() is None:
             proxy.kill()
             proxy.wait()
-        emu_p.terminate()
-        emu_p.wait()
+        stop_all([emu_p])
     finish()
 
 

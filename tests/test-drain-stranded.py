@@ -4,36 +4,27 @@ requests on every front): past drain_timeout_ms and the last resort the
 process stops all the same, exits 0, and leaves no sanitizer report (the
 connections left open belong to fronts that stay reachable to the end).
 Arguments: the lanepack and lanepack-emulator binaries, the thread count."""
-import json
 import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 
-from lphelp import check, finish, free_port, wait_http
+from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_all, threads_args
 
 
 def main():
-    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-    nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 2
-    emu_port, port = free_port(), free_port()
+    proxy_bin, emu_bin, nthreads = threads_args(2)
     tmp = tempfile.mkdtemp()
-    cfg_path = os.path.join(tmp, "lanepack.json")
-    with open(cfg_path, "w") as f:
-        json.dump({"listen": f"127.0.0.1:{port}", "threads": nthreads, "drain_timeout_ms": 500,
-                   "models": {"m": {"shapes": "4x64", "max_wait_ms": 2,
-                                    "backends": [f"http://127.0.0.1:{emu_port}"]}}}, f)
-    emu_p = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{emu_port}", "--shapes", "4x64",
-                              "--cost-ms", "1"], stderr=subprocess.DEVNULL)
+    emu_p, emu_port = start_emulator(emu_bin, "4x64", ["--cost-ms", "1"])
     err = open(os.path.join(tmp, "stderr"), "w+")
-    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path], stderr=err)
+    proxy = None
     socks = []
     try:
-        wait_http(emu_port, "/healthz")
-        wait_http(port, "/readyz", 30)
+        proxy, port = start_proxy(proxy_bin, os.path.join(tmp, "lanepack.json"), {
+            "threads": nthreads, "drain_timeout_ms": 500,
+            "models": {"m": model_config("4x64", [emu_port], max_wait_ms=2)}}, stderr=err)
         for _ in range(8 * nthreads):  # new connections spread over the fronts
             s = socket.create_connection(("127.0.0.1", port))
             s.sendall(b"POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"input")
@@ -54,11 +45,10 @@ def main():
     finally:
         for s in socks:
             s.close()
-        if proxy.poll() is None:
+        if proxy is not None and proxy.poll() is None:
             proxy.kill()
             proxy.wait()
-        emu_p.terminate()
-        emu_p.wait()
+        stop_all([emu_p])
     finish()
 
 

@@ -15,7 +15,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_all, wait_http  # noqa: E402
+from lphelp import check, finish, model_config, start_proxy, stop_all  # noqa: E402
 
 lanepack = sys.argv[1]
 HELD = 6
@@ -61,17 +61,14 @@ for threads, sig in ((1, signal.SIGTERM), (2, signal.SIGINT)):
     stop = threading.Event()
     bt = threading.Thread(target=hang_backend, args=(be, stop), daemon=True)
     bt.start()
-    port = free_port()
     tmp = tempfile.mkdtemp()
-    cfg = os.path.join(tmp, "lp.json")
-    with open(cfg, "w") as f:
-        json.dump({"listen": "127.0.0.1:%d" % port, "log_level": "error", "threads": threads,
-                   "drain_timeout_ms": DRAIN_MS, "health_interval_ms": 60000,
-                   "models": {"default": {"shapes": "8x64", "backends": ["http://127.0.0.1:%d" % be.getsockname()[1]],
-                                          "max_wait_ms": 1, "backend_timeout_ms": 60000}}}, f)
-    proxy = subprocess.Popen([lanepack, "--config", cfg], stderr=subprocess.DEVNULL)
+    proxy = None
     try:
-        wait_http(port, "/healthz")
+        # the backend never answers: the proxy is never ready, only alive
+        proxy, port = start_proxy(lanepack, os.path.join(tmp, "lp.json"), {
+            "log_level": "error", "threads": threads, "drain_timeout_ms": DRAIN_MS, "health_interval_ms": 60000,
+            "models": {"default": model_config("8x64", [be.getsockname()[1]], max_wait_ms=1,
+                                               backend_timeout_ms=60000)}}, ready="/healthz", stderr=subprocess.DEVNULL)
         out = [None] * HELD
         clients = [threading.Thread(target=infer, args=(port, out, i)) for i in range(HELD)]
         for t in clients:
@@ -94,7 +91,7 @@ for threads, sig in ((1, signal.SIGTERM), (2, signal.SIGINT)):
               all(o and o[0] == 503 and o[1].get("code") == "shutting_down" for o in out), out)
     finally:
         stop.set()
-        stop_all([proxy])
+        stop_all([proxy] if proxy else [])
         bt.join(2)
         be.close()
 finish()

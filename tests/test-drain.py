@@ -21,7 +21,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import check, finish, loopback, model_config, start_emulator, start_proxy  # noqa: E402
 
 lanepack, emulator = sys.argv[1], sys.argv[2]
 DELAY_MS = 1500
@@ -30,18 +30,11 @@ DELAY_MS = 1500
 
 
 def start_pod(tmp):
-    emu_port, lp_port, admin_port = free_port(), free_port(), free_port()
-    emu = subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % emu_port, "--shapes", "4x64",
-                            "--cost-ms", "300"], stderr=subprocess.DEVNULL)
-    cfg = {"listen": "127.0.0.1:%d" % lp_port, "admin_listen": "127.0.0.1:%d" % admin_port,
-           "log_level": "warn", "drain_delay_ms": DELAY_MS, "drain_timeout_ms": 20000,
-           "models": {"default": {"shapes": "4x64", "backends": ["http://127.0.0.1:%d" % emu_port],
-                                  "max_wait_ms": 5}}}
-    path = os.path.join(tmp, "lp-%d.json" % lp_port)
-    with open(path, "w") as f:
-        json.dump(cfg, f)
-    lp = subprocess.Popen([lanepack, "--config", path], stderr=subprocess.DEVNULL)
-    wait_http(lp_port, "/readyz")
+    emu, emu_port = start_emulator(emulator, "4x64", ["--cost-ms", "300"])
+    lp, lp_port, admin_port = start_proxy(lanepack, os.path.join(tmp, "lp-%d.json" % emu_port), lambda lp, adm: {
+        "listen": loopback(lp), "admin_listen": loopback(adm),
+        "log_level": "warn", "drain_delay_ms": DELAY_MS, "drain_timeout_ms": 20000,
+        "models": {"default": model_config("4x64", [emu_port], max_wait_ms=5)}}, nports=2, stderr=subprocess.DEVNULL)
     return emu, lp, lp_port, admin_port
 
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, raw, read_answer, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, model_config, raw, read_answer, start_proxy, write_config  # noqa: E402
 
 lanepack = sys.argv[1]
 VALID_ID = re.compile(r"[!#-\[\]-~]{1,63}")  # printable ASCII, no quote, no backslash
@@ -75,7 +75,7 @@ def syscw(pid):
 tmp = tempfile.mkdtemp()
 procs = []
 try:
-    dead_backend = "http://127.0.0.1:%d" % free_port()  # nothing listens: no backend is needed
+    dead_model = model_config("4x64", [free_port()])  # nothing listens: no backend is needed
     short, t300 = "secret-1", "M" * 300
     long515 = "L" * 511 + "TAIL"  # the old reader split it after 511 bytes
     tokens = os.path.join(tmp, "tokens")
@@ -86,15 +86,12 @@ try:
     huge = os.path.join(tmp, "tokens-huge")
     with open(huge, "w") as f:
         f.write("ok-token\n" + "H" * 20000 + "\n")
-    cc = os.path.join(tmp, "cc.json")
-    with open(cc, "w") as f:
-        json.dump({"auth_tokens_file": huge, "models": {"m": {"shapes": "4x64", "backends": [dead_backend]}}}, f)
+    cc = write_config(os.path.join(tmp, "cc.json"), {"auth_tokens_file": huge, "models": {"m": dead_model}})
     r = subprocess.run([lanepack, "--config", cc, "--check-config"], capture_output=True, timeout=30)
     err = r.stderr.decode("utf-8", "replace")
     check("--check-config refuses a token no Authorization header can carry, naming its line",
           r.returncode != 0 and "line 2" in err, (r.returncode, err[-300:]))
-    with open(cc, "w") as f:
-        json.dump({"auth_tokens_file": tokens, "models": {"m": {"shapes": "4x64", "backends": [dead_backend]}}}, f)
+    write_config(cc, {"auth_tokens_file": tokens, "models": {"m": dead_model}})
     r = subprocess.run([lanepack, "--config", cc, "--check-config"], capture_output=True, timeout=30)
     check("--check-config takes a token file with a 515-character token", r.returncode == 0, r.stderr[-300:])
     # a token that fills max_header_bytes all but its name and scheme: no request
@@ -102,25 +99,18 @@ try:
     edge = os.path.join(tmp, "tokens-edge")
     with open(edge, "w") as f:
         f.write("ok-token\n" + "E" * (4096 - len("Authorization") - len("Bearer ")) + "\n")
-    with open(cc, "w") as f:
-        json.dump({"auth_tokens_file": edge, "max_header_bytes": 4096,
-                   "models": {"m": {"shapes": "4x64", "backends": [dead_backend]}}}, f)
+    write_config(cc, {"auth_tokens_file": edge, "max_header_bytes": 4096, "models": {"m": dead_model}})
     r = subprocess.run([lanepack, "--config", cc, "--check-config"], capture_output=True, timeout=30)
     err = r.stderr.decode("utf-8", "replace")
     check("--check-config refuses a token that leaves no room for the request line and Host",
           r.returncode != 0 and "line 2" in err, (r.returncode, err[-300:]))
 
     # ---- one proxy: tokens, no admin listener, access log on stderr ----
-    port = free_port()
     lp_err = os.path.join(tmp, "lp.err")
-    cfg = os.path.join(tmp, "lp.json")
-    with open(cfg, "w") as f:
-        json.dump({"listen": "127.0.0.1:%d" % port, "auth_tokens_file": tokens, "access_log": "-",
-                   "max_header_bytes": 4096, "max_body_bytes": 65536, "log_level": "warn",
-                   "models": {"m": {"shapes": "4x64", "backends": [dead_backend]}}}, f)
-    lp = subprocess.Popen([lanepack, "--config", cfg], stderr=open(lp_err, "wb"))
+    lp, port = start_proxy(lanepack, os.path.join(tmp, "lp.json"), {
+        "auth_tokens_file": tokens, "access_log": "-", "max_header_bytes": 4096, "max_body_bytes": 65536,
+        "log_level": "warn", "models": {"m": dead_model}}, ready="/healthz", stderr=open(lp_err, "wb"))
     procs.append(lp)
-    wait_http(port, "/healthz")
 
     # ---- bearer tokens ----
     st, _, _ = get(port, b"/v1/models", bearer("TAIL"))
@@ -280,21 +270,17 @@ try:
     procs.remove(lp)
 
     # ---- a global budget for bodies being uploaded ----
-    port = free_port()
-    cfg = os.path.join(tmp, "lp2.json")
-    with open(cfg, "w") as f:
-        json.dump({"listen": "127.0.0.1:%d" % port, "max_body_bytes": 1 << 20,
-                   "max_body_bytes_in_flight": 2 << 20, "log_level": "warn",
-                   "models": {"m": {"shapes": "4x64", "backends": [dead_backend]}}}, f)
     lp2_err = os.path.join(tmp, "lp2.err")
-    lp = subprocess.Popen([lanepack, "--config", cfg], stderr=open(lp2_err, "wb"))
-    procs.append(lp)
     try:
-        wait_http(port, "/healthz")
+        lp, port = start_proxy(lanepack, os.path.join(tmp, "lp2.json"), {
+            "max_body_bytes": 1 << 20, "max_body_bytes_in_flight": 2 << 20, "log_level": "warn",
+            "models": {"m": dead_model}}, ready="/healthz", stderr=open(lp2_err, "wb"))
+        procs.append(lp)
     except SystemExit:
-        pass
-    check("a proxy with max_body_bytes_in_flight starts", lp.poll() is None, open(lp2_err, "rb").read()[-300:])
-    if lp.poll() is None:
+        lp = None
+    check("a proxy with max_body_bytes_in_flight starts", lp is not None and lp.poll() is None,
+          open(lp2_err, "rb").read()[-300:])
+    if lp is not None and lp.poll() is None:
         part = b"POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
         size = 900 * 1024
         up = []
@@ -350,7 +336,8 @@ try:
         lp.terminate()
         rc = lp.wait(timeout=20)
         check("... and exits cleanly", rc == 0, (rc, open(lp2_err, "rb").read()[-1500:]))
-    procs.remove(lp)
+    if lp is not None:
+        procs.remove(lp)
 finally:
     for p in procs:
         if p.poll() is None:

@@ -12,23 +12,23 @@ import sys
 import tempfile
 import time
 
-from lphelp import free_port, wait_http
+from lphelp import model_config, start_emulator, start_proxy
 
 
 def main():
     proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-    emu_port, port = free_port(), free_port()
-    emu = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{emu_port}", "--shapes", "4x64",
-                            "--cost-ms", "1"], stderr=subprocess.DEVNULL)
+    emu, emu_port = start_emulator(emu_bin, "4x64", ["--cost-ms", "1"])
     cfg = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-    json.dump({"listen": f"127.0.0.1:{port}", "health_interval_ms": 100,
-               "models": {"m": {"shapes": "4x64", "backends": [f"http://127.0.0.1:{emu_port}"]}}}, cfg)
     cfg.close()
-    proxy = subprocess.Popen([proxy_bin, "--config", cfg.name], stderr=subprocess.DEVNULL)
+    try:
+        proxy, port = start_proxy(proxy_bin, cfg.name, {"health_interval_ms": 100,
+                                                        "models": {"m": model_config("4x64", [emu_port])}},
+                                  stderr=subprocess.DEVNULL)
+    except BaseException:
+        emu.terminate()
+        raise
     failures = 0
     try:
-        wait_http(emu_port, "/healthz")
-        wait_http(port, "/readyz")
         cases = [
             ("9 MB body", 413, "body_too_large",
              lambda c: c.request("POST", "/v1/infer", body=b"{" + b" " * (9 * 1024 * 1024) + b"}",

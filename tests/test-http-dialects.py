@@ -12,7 +12,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, raw, stop_all, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, model_config, raw, start_proxy, stop_all  # noqa: E402
 
 MAX_BODY = 4096
 TEI_ROUTES = ["/embed", "/rerank", "/tokenize", "/predict", "/embed_all", "/similarity", "/decode"]
@@ -53,16 +53,12 @@ def lanepack_shape(st, body, status, code):
 
 def main():
     lanepack = sys.argv[1]
-    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = {"listen": "127.0.0.1:%d" % port, "log_level": "warn", "max_body_bytes": MAX_BODY,
-               "models": {"m": {"shapes": "4x64", "backends": ["http://127.0.0.1:%d" % free_port()]}}}
-        path = os.path.join(tmp, "lp.json")
-        json.dump(cfg, open(path, "w"))
-        proc = subprocess.Popen([lanepack, "--config", path], stdout=subprocess.DEVNULL,
-                                stderr=open(os.path.join(tmp, "lp.log"), "w"))
+        # the backend a free port nobody listens on: the routes checked here never reach it
+        cfg = {"log_level": "warn", "max_body_bytes": MAX_BODY, "models": {"m": model_config("4x64", [free_port()])}}
+        proc, port = start_proxy(lanepack, os.path.join(tmp, "lp.json"), cfg, ready="/healthz",
+                                 stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "lp.log"), "w"))
         try:
-            wait_http(port, "/healthz")
             run_checks(port)
         finally:
             stop_all([proc])

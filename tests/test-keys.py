@@ -18,14 +18,13 @@ import http.client
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_proxy, wait_http  # noqa: E402
+from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_proxy  # noqa: E402
 
 lanepack, emulator = sys.argv[1], sys.argv[2]
 POISON = 77           # the emulator fails a batch holding this id
@@ -69,20 +68,16 @@ class Stack:
 
     def __init__(self, tmp, tag, shape, emu_args=(), top=None, model=None):
         self.tag, self.tmp = tag, tmp
-        self.emu_port, self.port = free_port(), free_port()
-        self.emu = subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % self.emu_port, "--shapes", shape,
-                                     "--cost-ms", "1"] + list(emu_args), stderr=subprocess.DEVNULL)
-        cfg = {"listen": "127.0.0.1:%d" % self.port, "log_level": "warn",
-               "models": {"default": dict({"shapes": shape, "backends": ["http://127.0.0.1:%d" % self.emu_port],
-                                           "max_wait_ms": 1}, **(model or {}))}}
+        self.emu, self.emu_port = start_emulator(emulator, shape, ["--cost-ms", "1"] + list(emu_args), timeout=30)
+        cfg = {"log_level": "warn",
+               "models": {"default": model_config(shape, [self.emu_port], **dict({"max_wait_ms": 1}, **(model or {})))}}
         cfg.update(top or {})
-        path = os.path.join(tmp, tag + ".json")
-        with open(path, "w") as f:
-            json.dump(cfg, f)
         self.err = open(os.path.join(tmp, tag + ".err"), "w")
-        self.lp = subprocess.Popen([lanepack, "--config", path], stderr=self.err)
-        wait_http(self.emu_port, "/healthz", 30)
-        wait_http(self.port, "/readyz", 30)
+        try:
+            self.lp, self.port = start_proxy(lanepack, os.path.join(tmp, tag + ".json"), cfg, stderr=self.err)
+        except BaseException:
+            self.emu.terminate()
+            raise
 
     def stop(self):
         stop_proxy(self.lp, "%s: lanepack" % self.tag)

@@ -5,7 +5,6 @@ SO_REUSEPORT listeners unevenly, and an equal share each refused clients below
 the configured limit. Below the limit nothing is refused; past it, the excess
 is (503 too_many_connections, 503 bodies_in_flight_full).
 Arguments: the lanepack and lanepack-emulator binaries."""
-import json
 import os
 import socket
 import subprocess
@@ -14,7 +13,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_proxy, wait_http  # noqa: E402
+from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_all, stop_proxy  # noqa: E402
 
 FRONTS = 8
 MAX_CONNS = 200
@@ -66,20 +65,14 @@ def partial_uploads(port, n):
 
 def main():
     proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-    emu_port, port = free_port(), free_port()
     tmp = tempfile.mkdtemp()
-    cfg_path = os.path.join(tmp, "lanepack.json")
-    with open(cfg_path, "w") as f:
-        json.dump({"listen": f"127.0.0.1:{port}", "threads": FRONTS, "log_level": "error",
-                   "max_connections": MAX_CONNS, "max_body_bytes": BODY_MAX,
-                   "max_body_bytes_in_flight": BODIES_BUDGET,
-                   "models": {"m": {"shapes": "4x64", "backends": [f"http://127.0.0.1:{emu_port}"]}}}, f)
-    emu_p = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{emu_port}", "--shapes", "4x64"],
-                             stderr=subprocess.DEVNULL)
-    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path], stderr=subprocess.DEVNULL)
+    emu_p, emu_port = start_emulator(emu_bin, "4x64")
+    proxy = None
     try:
-        wait_http(emu_port, "/healthz")
-        wait_http(port, "/readyz", 30)
+        proxy, port = start_proxy(proxy_bin, os.path.join(tmp, "lanepack.json"), {
+            "threads": FRONTS, "log_level": "error", "max_connections": MAX_CONNS, "max_body_bytes": BODY_MAX,
+            "max_body_bytes_in_flight": BODIES_BUDGET, "models": {"m": model_config("4x64", [emu_port])}},
+            stderr=subprocess.DEVNULL)
         task = "/proc/%d/task" % proxy.pid
         names = sorted(open(os.path.join(task, t, "comm")).read().strip() for t in os.listdir(task))
         want = ["lp-front-%d" % i for i in range(FRONTS)] + ["lp-sched", "lanepack"]
@@ -115,9 +108,9 @@ def main():
         for s in socks:
             s.close()
     finally:
-        stop_proxy(proxy)
-        emu_p.terminate()
-        emu_p.wait()
+        if proxy is not None:
+            stop_proxy(proxy)
+        stop_all([emu_p])
     finish()
 
 

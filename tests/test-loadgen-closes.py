@@ -20,7 +20,7 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, run_loadgen, start_emulators, start_proxy, stop_all  # noqa: E402
+from lphelp import check, finish, model_config, run_loadgen, start_emulator, start_proxy, stop_all  # noqa: E402
 
 lanepack, emulator, loadgen = sys.argv[1], sys.argv[2], sys.argv[3]
 SHAPES = "4x64,8x128"
@@ -133,15 +133,17 @@ class CloserHandler(socketserver.BaseRequestHandler):
 def main():
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
-        ports = {k: free_port() for k in ("emu", "idle", "maxreq")}
         closer = Closer(("127.0.0.1", 0))
         threading.Thread(target=closer.serve_forever, daemon=True).start()
         try:
-            emu = start_emulators(procs, emulator, ports, SHAPES, {"emu": ["--cost-ms", "1"]})["emu"]
+            p, emu = start_emulator(emulator, SHAPES, ["--cost-ms", "1"])
+            procs.append(p)
             # two proxies: one closes idle connections, one after 3 answers each
+            ports = {}
             for name, extra in (("idle", {"idle_timeout_ms": IDLE_MS}), ("maxreq", {"max_requests_per_connection": 3})):
-                start_proxy(procs, lanepack, os.path.join(tmp, name + ".json"), ports[name],
-                            {"default": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [emu]}}, **extra)
+                p, ports[name] = start_proxy(lanepack, os.path.join(tmp, name + ".json"), dict(
+                    {"log_level": "warn", "models": {"default": model_config(SHAPES, [emu], max_wait_ms=1)}}, **extra))
+                procs.append(p)
 
             rc, rep, err = load(ports["idle"], tmp, "idle", ["--rate", str(RATE), "--connections", "4"])
             accounted("proxy idle_timeout_ms %d, rate %d/s" % (IDLE_MS, RATE), rc, rep, err, 8)

@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import (check, finish, free_port, run_loadgen_bounded, start_emulators, start_proxy,  # noqa: E402
+from lphelp import (check, finish, model_config, run_loadgen_bounded, start_emulator, start_proxy,  # noqa: E402
                     stop_proxy, train_spm)
 
 lanepack, emulator, loadgen = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -38,20 +38,20 @@ def main():
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
         spm = train_spm(tmp, TEXT, VOCAB)
-        ports = {k: free_port() for k in ("emu", "wrong", "proxy")}
         try:
             # one emulator on both wires, 16 floats per segment; another with 8
-            urls = start_emulators(procs, emulator, ports, SHAPES, {
-                "emu": ["--per-segment", "--dims", str(DIMS), "--cost-ms", "0", "--protocol", "both"],
-                "wrong": ["--per-segment", "--dims", "8", "--cost-ms", "0"]})
-            emu, wrong = urls["emu"], urls["wrong"]
+            p, emu = start_emulator(emulator, SHAPES,
+                                    ["--per-segment", "--dims", str(DIMS), "--cost-ms", "0", "--protocol", "both"])
+            procs.append(p)
+            p, wrong = start_emulator(emulator, SHAPES, ["--per-segment", "--dims", "8", "--cost-ms", "0"])
+            procs.append(p)
             tok = {"sentencepiece": spm}
-            start_proxy(procs, lanepack, os.path.join(tmp, "lanepack.json"), ports["proxy"], {
-                "emb": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [emu], "tokenizer": tok},
-                "emb2": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [emu], "tokenizer": tok,
-                         "protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}", "output_kind": "per_segment"}},
-                "wrong": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [wrong], "tokenizer": tok}})
-            port = ports["proxy"]
+            p, port = start_proxy(lanepack, os.path.join(tmp, "lanepack.json"), {"log_level": "warn", "models": {
+                "emb": model_config(SHAPES, [emu], max_wait_ms=1, tokenizer=tok),
+                "emb2": model_config(SHAPES, [emu], max_wait_ms=1, tokenizer=tok, protocol="v2",
+                                     v2={"model": "lanepack_{lanes}x{bucket}", "output_kind": "per_segment"}),
+                "wrong": model_config(SHAPES, [wrong], max_wait_ms=1, tokenizer=tok)}})
+            procs.append(p)
             ids = ["--lengths", "uniform:1,120", "--vocab", str(VOCAB)]
             text = ["--text", TEXT]
             exact = text + ["--tokenizer", spm]

@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import (check, finish, free_port, run_loadgen_bounded, start_emulators, start_proxy,  # noqa: E402
+from lphelp import (check, finish, model_config, run_loadgen_bounded, start_emulator, start_proxy,  # noqa: E402
                     stop_all, train_spm)
 
 lanepack, emulator, loadgen = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -42,24 +42,23 @@ def main():
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
         spm = train_spm(tmp, TEXT, VOCAB)
-        ports = {k: free_port() for k in ("emu", "seg", "proxy")}
         try:
             # "seg": one vector of DIMS values per segment, where the JSON
             # route's --verify expects one value per token: every answer a mismatch
-            urls = start_emulators(procs, emulator, ports, SHAPES, {
-                "emu": ["--cost-ms", "0", "--protocol", "both"],
-                "seg": ["--cost-ms", "0", "--per-segment", "--dims", str(DIMS)]})
-            emu, seg = urls["emu"], urls["seg"]
+            p, emu = start_emulator(emulator, SHAPES, ["--cost-ms", "0", "--protocol", "both"])
+            procs.append(p)
+            p, seg = start_emulator(emulator, SHAPES, ["--cost-ms", "0", "--per-segment", "--dims", str(DIMS)])
+            procs.append(p)
             tok = {"sentencepiece": spm}
-            start_proxy(procs, lanepack, os.path.join(tmp, "lanepack.json"), ports["proxy"], {
-                "tok": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [emu], "tokenizer": tok},
-                "tok2": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [emu], "tokenizer": tok,
-                         "protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}"}},
+            p, port = start_proxy(lanepack, os.path.join(tmp, "lanepack.json"), {"log_level": "warn", "models": {
+                "tok": model_config(SHAPES, [emu], max_wait_ms=1, tokenizer=tok),
+                "tok2": model_config(SHAPES, [emu], max_wait_ms=1, tokenizer=tok,
+                                     protocol="v2", v2={"model": "lanepack_{lanes}x{bucket}"}),
                 # OpenAI's route needs a vector per sequence (a value per token is refused)
-                "tokseg": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [seg], "tokenizer": tok},
-                "plain": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [emu]},
-                "seg": {"shapes": SHAPES, "max_wait_ms": 1, "backends": [seg]}})
-            port = ports["proxy"]
+                "tokseg": model_config(SHAPES, [seg], max_wait_ms=1, tokenizer=tok),
+                "plain": model_config(SHAPES, [emu], max_wait_ms=1),
+                "seg": model_config(SHAPES, [seg], max_wait_ms=1)}})
+            procs.append(p)
 
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
             c.request("GET", "/v1/models")

@@ -18,7 +18,7 @@ import tempfile
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_all, wait_http  # noqa: E402
+from lphelp import check, finish, free_port, model_config, start_emulator, start_proxy, stop_all  # noqa: E402
 
 lanepack, emulator = sys.argv[1], sys.argv[2]
 NAMES = ['a"b', 'c\\d', 'e\nf', 'g h%20\u00e9<x>']
@@ -47,27 +47,20 @@ LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
 LINE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{%s(,%s)*\})? \S+$' % (LABEL, LABEL))
 
 tmp = tempfile.mkdtemp()
-pe = free_port()
-procs = [subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % pe, "--shapes", "2x64", "--cost-ms", "1"],
-                          stderr=subprocess.DEVNULL)]
+emu, pe = start_emulator(emulator, "2x64", ["--cost-ms", "1"])
+procs = [emu]
 try:
-    wait_http(pe, "/healthz")
     for threads in (1, 2):
-        port = free_port()
         models = {}
         for i, n in enumerate(NAMES):
             # the first model's second backend's URL holds a quote and a backslash too
-            backends = ["http://127.0.0.1:%d" % pe]
+            backends = [pe]
             if i == 0:
                 backends.append('http://127.0.0.1:%d/"x\\y' % free_port())
-            models[n] = {"shapes": "2x64", "backends": backends}
-        cfg = os.path.join(tmp, "lp-%d.json" % threads)
-        with open(cfg, "w") as f:
-            json.dump({"listen": "127.0.0.1:%d" % port, "log_level": "error", "threads": threads,
-                       "models": models}, f)
-        proxy = subprocess.Popen([lanepack, "--config", cfg], stderr=subprocess.DEVNULL)
+            models[n] = model_config("2x64", backends)
+        proxy, port = start_proxy(lanepack, os.path.join(tmp, "lp-%d.json" % threads), {
+            "log_level": "error", "threads": threads, "models": models}, ready="/healthz", stderr=subprocess.DEVNULL)
         procs.append(proxy)
-        wait_http(port, "/healthz")
         st, text = get(port, "/metrics")
         check("threads %d: /metrics answers 200" % threads, st == 200, st)
         bad = [l for l in text.splitlines() if l and not l.startswith("#") and not LINE.match(l)]

@@ -18,7 +18,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_all, stop_proxy, wait_http  # noqa: E402
+from lphelp import (check, finish, free_port, loopback, model_config, start_emulator, start_proxy, stop_all,  # noqa: E402
+                    stop_proxy, write_config)
 
 lanepack, emulator = sys.argv[1], sys.argv[2]
 
@@ -58,35 +59,34 @@ try:
     emu_logs = [os.path.join(tmp, "emu%d.log" % i) for i in range(2)]
     emu_ports = []
     for i, proto in enumerate(("lanepack", "both")):
-        port = free_port()
+        emu, port = start_emulator(emulator, "4x64", ["--cost-ms", "100", "--log-batches", "--protocol", proto],
+                                   stderr=open(emu_logs[i], "w"))
+        procs.append(emu)
         emu_ports.append(port)
-        procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % port, "--shapes", "4x64",
-                                       "--cost-ms", "100", "--log-batches", "--protocol", proto],
-                                      stderr=open(emu_logs[i], "w")))
-    lp_port, admin_port = free_port(), free_port()
     access = os.path.join(tmp, "access.log")
     tokens = os.path.join(tmp, "tokens")
     with open(tokens, "w") as f:
         f.write("secret-1\n")
     cfg_path = os.path.join(tmp, "lp.json")
 
-    def write_cfg(**over):
-        cfg = {"listen": "127.0.0.1:%d" % lp_port, "admin_listen": "127.0.0.1:%d" % admin_port,
+    def config(lp_port, admin_port, **over):
+        cfg = {"listen": loopback(lp_port), "admin_listen": loopback(admin_port),
                "log_level": "info", "access_log": access,
-               "models": {"default": {"shapes": "4x64", "max_wait_ms": 5,
-                                      "backends": ["http://127.0.0.1:%d" % emu_ports[0]]}}}
+               "models": {"default": model_config("4x64", [emu_ports[0]], max_wait_ms=5)}}
         models = over.pop("models", None)
         cfg.update(over)
         if models:
             cfg["models"]["default"].update(models)
-        with open(cfg_path, "w") as f:
-            json.dump(cfg, f)
+        return cfg
 
-    write_cfg()
+    def write_cfg(**over):
+        write_config(cfg_path, config(lp_port, admin_port, **over))
+
     lp_err = os.path.join(tmp, "lp.err")
-    lp = subprocess.Popen([lanepack, "--config", cfg_path], stderr=open(lp_err, "w"))
+    # the admin listener's port first: readiness is asked there
+    lp, admin_port, lp_port = start_proxy(lanepack, cfg_path, lambda admin, client: config(client, admin), nports=2,
+                                          stderr=open(lp_err, "w"))
     procs.append(lp)
-    wait_http(admin_port, "/readyz")
 
     def reload(**over):
         before = open(lp_err).read().count('"reload')
@@ -217,7 +217,7 @@ try:
     check("and every error (%d of 4)" % err_logged, err_logged == 4, err_logged)
 
     # ---- reload refusals that need a restart, and an access log that cannot open ----
-    line = reload(auth_tokens_file=tokens, listen="127.0.0.1:%d" % free_port(),
+    line = reload(auth_tokens_file=tokens, listen=loopback(free_port()),
                   models={"backends": ["http://127.0.0.1:%d" % emu_ports[1]]})
     check("a listen change is refused, naming it", "refused" in line and "listen" in line, line)
     line = reload(auth_tokens_file=tokens, access_log=os.path.join(tmp, "no-such-dir", "a.log"),
@@ -226,10 +226,9 @@ try:
           line)
     st, _, _ = post(lp_port, {"input_ids": [1, 2]}, {"Authorization": "Bearer secret-1"})
     check("and the proxy serves on", st == 200, st)
-    bad_cfg = os.path.join(tmp, "bad-log.json")
-    with open(bad_cfg, "w") as f:
-        json.dump({"listen": "127.0.0.1:%d" % free_port(), "access_log": os.path.join(tmp, "no-such-dir", "a.log"),
-                   "models": {"default": {"shapes": "4x64", "backends": ["http://127.0.0.1:1"]}}}, f)
+    bad_cfg = write_config(os.path.join(tmp, "bad-log.json"), {
+        "listen": loopback(free_port()), "access_log": os.path.join(tmp, "no-such-dir", "a.log"),
+        "models": {"default": model_config("4x64", ["http://127.0.0.1:1"])}})
     r = subprocess.run([lanepack, "--config", bad_cfg], capture_output=True, text=True, timeout=20)
     check("at start, an access log that cannot open exits 1 and says why",
           r.returncode == 1 and "access_log" in r.stderr, (r.returncode, r.stderr[-300:]))
@@ -249,16 +248,11 @@ try:
           (r.returncode, r.stderr))
 
     # ---- the v2 wire: the ids ride as a request parameter ----
-    v2_port = free_port()
-    v2_cfg = os.path.join(tmp, "v2.json")
-    with open(v2_cfg, "w") as f:
-        json.dump({"listen": "127.0.0.1:%d" % v2_port, "log_level": "warn",
-                   "models": {"default": {"shapes": "4x64", "max_wait_ms": 5, "protocol": "v2",
-                                          "v2": {"model": "lanepack_{lanes}x{bucket}"},
-                                          "backends": ["http://127.0.0.1:%d" % emu_ports[1]]}}}, f)
-    lp2 = subprocess.Popen([lanepack, "--config", v2_cfg], stderr=subprocess.DEVNULL)
+    lp2, v2_port = start_proxy(lanepack, os.path.join(tmp, "v2.json"), {
+        "log_level": "warn", "models": {"default": model_config("4x64", [emu_ports[1]], max_wait_ms=5, protocol="v2",
+                                                                v2={"model": "lanepack_{lanes}x{bucket}"})}},
+        stderr=subprocess.DEVNULL)
     procs.append(lp2)
-    wait_http(v2_port, "/readyz")
     st, h, _ = post(v2_port, {"input_ids": [4, 5, 6]}, {"X-Request-Id": "v2-req-1"})
     time.sleep(0.2)
     got = [e for e in read_lines(emu_logs[1], "batch") if "v2-req-1" in e["request_ids"]]

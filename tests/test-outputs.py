@@ -7,15 +7,14 @@ on v2; a model configured with "outputs" refuses at once the routes it cannot
 serve, and every answer not of its kind. Against the emulator per token,
 per segment without --dims (one number per segment: a score) and with --dims.
 Arguments: the lanepack and emulator binaries."""
-import json
 import os
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_all, tei_error, wait_http  # noqa: E402
-from teihelp import emu_h, f32, model_cfg, post, sigmoid, spm_ids, start, spm_tokenizer, start_emulators  # noqa: E402
+from lphelp import check, finish, stop_all, tei_error, write_config  # noqa: E402
+from teihelp import emu_h, f32, model_cfg, post, sigmoid, spm_ids, spm_tokenizer, start_emulators, start_logged  # noqa: E402
 
 TEMPLATE = "<s> $A </s></s> $B </s>"
 
@@ -29,7 +28,6 @@ def main():
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
         model, tok = spm_tokenizer(tmp, TEMPLATE)
-        pl = free_port()
         try:
             pt, ps, pv = start_emulators(emulator, tmp, [[], ["--per-segment"], ["--per-segment", "--dims", "4"]],
                                          procs)
@@ -37,7 +35,7 @@ def main():
 
             def m(port, **kw):
                 return model_cfg(port, tok, max_retries=0, **kw)
-            cfg = {"listen": "127.0.0.1:%d" % pl, "log_level": "warn", "models": {
+            cfg = {"log_level": "warn", "models": {
                 "tok": m(pt), "tokv2": m(pt, protocol="v2", v2=v2),
                 "score": m(ps), "scorev2": m(ps, protocol="v2", v2=dict(v2, output_kind="per_segment")),
                 "scorecfg": m(ps, outputs="score", protocol="v2", v2=v2),
@@ -46,19 +44,16 @@ def main():
                 "said_tok": m(pt, outputs="per_token"),
                 "said_score": m(pv, outputs="score"),
             }}
-            path = os.path.join(tmp, "lp.json")
-            json.dump(cfg, open(path, "w"))
-            procs.append(start([lanepack, "--config", path], os.path.join(tmp, "lp.log")))
-            wait_http(pl, "/readyz")
+            pl = start_logged(lanepack, tmp, "lp", cfg, procs)
             run_checks(pl, model)
             bad = {"listen": "127.0.0.1:1", "models": {"x": m(pt, outputs="score", protocol="v2",
                                                            v2=dict(v2, output_kind="per_token"))}}
-            json.dump(bad, open(path, "w"))
+            path = write_config(os.path.join(tmp, "lp.json"), bad)
             r = subprocess.run([lanepack, "--config", path, "--check-config"], capture_output=True, timeout=20)
             check("--check-config refuses outputs score with v2.output_kind per_token, naming both",
                   r.returncode != 0 and b"outputs" in r.stderr and b"output_kind" in r.stderr, r.stderr[-300:])
             bad["models"]["x"] = m(pt, labels=["a", "b"])
-            json.dump(bad, open(path, "w"))
+            write_config(path, bad)
             r = subprocess.run([lanepack, "--config", path, "--check-config"], capture_output=True, timeout=20)
             check("--check-config refuses labels on a model whose outputs are not scores",
                   r.returncode != 0 and b"labels" in r.stderr, r.stderr[-300:])

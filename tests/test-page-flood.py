@@ -10,33 +10,25 @@ import http.client
 import json
 import os
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 
-from lphelp import check, emu_outputs, finish, free_port, stop_proxy, wait_http
+from lphelp import (check, emu_outputs, finish, model_config, start_emulator,
+                    start_proxy, stop_all, stop_proxy, threads_args)
 
 def main():
-    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-    nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    emu_port, port = free_port(), free_port()
+    proxy_bin, emu_bin, nthreads = threads_args(1)
     tmp = tempfile.mkdtemp()
-    cfg_path = os.path.join(tmp, "lanepack.json")
-    with open(cfg_path, "w") as f:
-        json.dump({"listen": f"127.0.0.1:{port}", "threads": nthreads, "health_interval_ms": 200,
-                   "models": {"m": {"shapes": "4x64", "max_wait_ms": 1,
-                                    "backends": [f"http://127.0.0.1:{emu_port}"]}}}, f)
-    emu_p = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{emu_port}", "--shapes", "4x64",
-                              "--cost-ms", "1"], stderr=subprocess.DEVNULL)
+    emu_p, emu_port = start_emulator(emu_bin, "4x64", ["--cost-ms", "1"])
     err = open(os.path.join(tmp, "stderr"), "w+")
-    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path], stderr=err)
+    proxy = None
     stop = threading.Event()
     scrapes = [0]
     try:
-        wait_http(emu_port, "/healthz")
-        wait_http(port, "/readyz", 30)
+        proxy, port = start_proxy(proxy_bin, os.path.join(tmp, "lanepack.json"), {
+            "threads": nthreads, "health_interval_ms": 200,
+            "models": {"m": model_config("4x64", [emu_port], max_wait_ms=1)}}, stderr=err)
         s = socket.create_connection(("127.0.0.1", port))
 
         def reader():
@@ -89,9 +81,9 @@ def main():
               [l for l in text.splitlines() if "down" in l][:3])
     finally:
         stop.set()
-        stop_proxy(proxy)
-        emu_p.terminate()
-        emu_p.wait()
+        if proxy is not None:
+            stop_proxy(proxy)
+        stop_all([emu_p])
     finish()
 
 

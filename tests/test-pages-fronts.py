@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -23,7 +22,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_all, wait_http  # noqa: E402
+from lphelp import check, finish, loopback, model_config, start_emulator, start_proxy, stop_all  # noqa: E402
 
 MODELS = 6
 SHAPES = "4x64,8x128,16x256,32x512"
@@ -102,32 +101,33 @@ def get(port, path):
         return r.status, r.read().decode()
 
 
-def write_config(path, port, backends):
+def config(backends):
+    return {"threads": 2, "log_level": "error",
+            "models": {"model-%d" % i: model_config(SHAPES, backends, max_wait_ms=1) for i in range(MODELS)}}
+
+
+def reload_config(path, port, backends):
+    """Replaces the file at once: a reload never reads it half written."""
     tmp = path + ".new"
     with open(tmp, "w") as f:
-        json.dump({"listen": "127.0.0.1:%d" % port, "threads": 2, "log_level": "error",
-                   "models": {"model-%d" % i: {"shapes": SHAPES, "max_wait_ms": 1, "backends": backends}
-                              for i in range(MODELS)}}, f)
+        json.dump(dict(config(backends), listen=loopback(port)), f)
     os.replace(tmp, path)
 
 
 def main():
     proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-    port = free_port()
-    emu_ports = [free_port() for _ in range(EMULATORS)]
     tmp = tempfile.mkdtemp()
     cfg_path = os.path.join(tmp, "lanepack.json")
-    backends = ["http://127.0.0.1:%d" % p for p in emu_ports]
-    write_config(cfg_path, port, backends)
-    procs = [subprocess.Popen([emu_bin, "--listen", "127.0.0.1:%d" % p, "--shapes", SHAPES, "--cost-ms", "1"],
-                              stderr=subprocess.DEVNULL) for p in emu_ports]
+    procs, backends = [], []
     err = open(os.path.join(tmp, "stderr"), "w+")
-    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path], stderr=err)
-    procs.insert(0, proxy)
+    proxy = None
     try:
-        for p in emu_ports:
-            wait_http(p, "/healthz")
-        wait_http(port, "/readyz", 60 if SLOW else 30)
+        for _ in range(EMULATORS):
+            emu, p = start_emulator(emu_bin, SHAPES, ["--cost-ms", "1"])
+            procs.append(emu)
+            backends.append(p)
+        proxy, port = start_proxy(proxy_bin, cfg_path, config(backends), timeout=60 if SLOW else 30, stderr=err)
+        procs.insert(0, proxy)
         # traffic first, so every histogram and clock has something to show
         for i in range(MODELS):
             body = json.dumps({"model": "model-%d" % i, "input_ids": [1, 2, 3, 4 + i]}).encode()
@@ -180,7 +180,7 @@ def main():
         for t in ts:
             t.start()
         for k in range(6):
-            write_config(cfg_path, port, backends[:2] if k % 2 == 0 else backends)
+            reload_config(cfg_path, port, backends[:2] if k % 2 == 0 else backends)
             proxy.send_signal(signal.SIGHUP)
             time.sleep(0.05)
         for t in ts:

@@ -12,14 +12,15 @@ import concurrent.futures
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lphelp import model_config, start_proxy, start_server  # noqa: E402
 
 lanepack, server_py = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.dirname(server_py))
@@ -30,31 +31,29 @@ TOL = 1e-4
 N = int(os.environ.get("LP_REF_SEQUENCES", "240"))
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait(url, timeout=60):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("not ready: " + url)
-
-
 def post(url, body):
     req = urllib.request.Request(url, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.loads(r.read())
+
+
+def start_backend(tmp, args):
+    """The reference backend (server.py) with args, its log in tmp: (its Popen,
+    its port); it loads PyTorch, which takes a while."""
+    return start_server("the reference backend", lambda listen: [sys.executable, server_py, "--listen", listen] + args,
+                        timeout=60, stderr=open(os.path.join(tmp, "backend.log"), "w"))
+
+
+def start_in_front(tmp, backend, cfg):
+    """lanepack with the configuration cfg, in front of backend (stopped when
+    lanepack never gets ready): (its Popen, its port)."""
+    try:
+        return start_proxy(lanepack, os.path.join(tmp, "lp.json"), cfg, timeout=60,
+                           stderr=open(os.path.join(tmp, "proxy.log"), "w"))
+    except BaseException:
+        backend.terminate()
+        raise
 
 
 def stop(proxy, backend):
@@ -72,27 +71,18 @@ def stop(proxy, backend):
 
 def run(mask, outputs, segment_mask=True, protocol="lanepack", head="vector"):
     """Returns (sequences compared, packed with others, largest difference)."""
-    bport, pport = free_port(), free_port()
     tmp = tempfile.mkdtemp()
-    args = [sys.executable, server_py, "--listen", "127.0.0.1:%d" % bport, "--shapes", SHAPES,
-            "--mask", mask, "--outputs", outputs, "--head", head, "--vocab", "1000"]
+    args = ["--shapes", SHAPES, "--mask", mask, "--outputs", outputs, "--head", head, "--vocab", "1000"]
     if not segment_mask:
         args.append("--no-segment-mask")
-    backend = subprocess.Popen(args, stderr=open(os.path.join(tmp, "backend.log"), "w"))
-    cfg = os.path.join(tmp, "lp.json")
-    with open(cfg, "w") as f:
-        model_cfg = {"shapes": SHAPES, "backends": ["http://127.0.0.1:%d" % bport],
-                     "vocab_size": 1000, "max_wait_ms": 50, "max_inflight": 1}
-        if protocol == "v2":  # binary tensors, one v2 model per shape
-            model_cfg.update({"protocol": "v2", "v2": {
-                "model": "lanepack_{lanes}x{bucket}", "output": "output",
-                "output_kind": outputs.replace("-", "_"), "datatype": "INT64"}})
-        json.dump({"listen": "127.0.0.1:%d" % pport, "health_interval_ms": 200,
-                   "models": {"default": model_cfg}}, f)
-    proxy = subprocess.Popen([lanepack, "--config", cfg], stderr=open(os.path.join(tmp, "proxy.log"), "w"))
+    backend, bport = start_backend(tmp, args)
+    model_cfg = model_config(SHAPES, [bport], vocab_size=1000, max_wait_ms=50, max_inflight=1)
+    if protocol == "v2":  # binary tensors, one v2 model per shape
+        model_cfg.update({"protocol": "v2", "v2": {
+            "model": "lanepack_{lanes}x{bucket}", "output": "output",
+            "output_kind": outputs.replace("-", "_"), "datatype": "INT64"}})
+    proxy, pport = start_in_front(tmp, backend, {"health_interval_ms": 200, "models": {"default": model_cfg}})
     try:
-        wait("http://127.0.0.1:%d/healthz" % bport)
-        wait("http://127.0.0.1:%d/readyz" % pport)
         rng = random.Random(1234)
         seqs = []
         for _ in range(N):
@@ -123,27 +113,20 @@ def rerank_run(protocol):
     """/rerank behind the reference cross-encoder (--outputs per-segment --head
     score, lanepack's "outputs": "score"): each pair's raw score against the
     model's score of that pair alone. Returns (pairs, largest difference)."""
-    bport, pport = free_port(), free_port()
     tmp = tempfile.mkdtemp()
     prefix = os.path.join(tmp, "spm")
     subprocess.run(["spm_train", "--input=/usr/share/common-licenses/GPL-3", "--model_prefix=" + prefix,
                     "--vocab_size=400", "--character_coverage=1.0"], capture_output=True, check=True)
-    backend = subprocess.Popen([sys.executable, server_py, "--listen", "127.0.0.1:%d" % bport, "--shapes", SHAPES,
-                                "--outputs", "per-segment", "--head", "score", "--vocab", "1000"],
-                               stderr=open(os.path.join(tmp, "backend.log"), "w"))
-    model_cfg = {"shapes": SHAPES, "backends": ["http://127.0.0.1:%d" % bport], "max_wait_ms": 50,
-                 "outputs": "score", "tokenizer": {"sentencepiece": prefix + ".model", "extra_options": "bos:eos",
-                                                   "pair_template": "<s> $A </s></s> $B </s>"}}
+    backend, bport = start_backend(tmp, ["--shapes", SHAPES, "--outputs", "per-segment", "--head", "score",
+                                         "--vocab", "1000"])
+    model_cfg = model_config(SHAPES, [bport], max_wait_ms=50, outputs="score",
+                             tokenizer={"sentencepiece": prefix + ".model", "extra_options": "bos:eos",
+                                        "pair_template": "<s> $A </s></s> $B </s>"})
     if protocol == "v2":
         model_cfg.update({"protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}", "output": "output",
                                                    "datatype": "INT64"}})
-    cfg = os.path.join(tmp, "lp.json")
-    with open(cfg, "w") as f:
-        json.dump({"listen": "127.0.0.1:%d" % pport, "health_interval_ms": 200, "models": {"ce": model_cfg}}, f)
-    proxy = subprocess.Popen([lanepack, "--config", cfg], stderr=open(os.path.join(tmp, "proxy.log"), "w"))
+    proxy, pport = start_in_front(tmp, backend, {"health_interval_ms": 200, "models": {"ce": model_cfg}})
     try:
-        wait("http://127.0.0.1:%d/healthz" % bport)
-        wait("http://127.0.0.1:%d/readyz" % pport)
         lines = [ln.strip() for ln in open("/usr/share/common-licenses/GPL-3") if len(ln.strip()) > 20]
         query, texts = "what does the license say about warranty?", lines[30:70]
         got = post("http://127.0.0.1:%d/rerank" % pport, {"query": query, "texts": texts, "raw_scores": True})

@@ -22,7 +22,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, wait_http  # noqa: E402
+from lphelp import (check, finish, loopback, model_config, start_emulator, start_proxy, stop_all,  # noqa: E402
+                    write_config)
 
 lanepack, emulator = sys.argv[1], sys.argv[2]
 HEAVY_MS = 1500  # one device, one batch of 4 at a time: a burst of 13 queues for seconds
@@ -98,24 +99,24 @@ def raw_requests(port, n, path="/healthz"):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    heavy_port, light_port, lp_port, admin_port = free_port(), free_port(), free_port(), free_port()
-    emus = [subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % heavy_port, "--shapes", "4x64",
-                              "--cost-ms", str(HEAVY_MS), "--devices", "1"], stderr=subprocess.DEVNULL),
-            subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % light_port, "--shapes", "4x64",
-                              "--cost-ms", str(LIGHT_MS), "--devices", "1"], stderr=subprocess.DEVNULL)]
-    cfg = {"listen": "127.0.0.1:%d" % lp_port, "admin_listen": "127.0.0.1:%d" % admin_port,
-           "log_level": "warn", "max_requests_per_connection": 3,
-           "models": {
-               "heavy": {"shapes": "4x64", "backends": ["http://127.0.0.1:%d" % heavy_port],
-                         "max_wait_ms": 5, "max_inflight": 1},
-               "light": {"shapes": "4x64", "backends": ["http://127.0.0.1:%d" % light_port],
-                         "max_wait_ms": 5, "max_inflight": 1}}}
-    path = os.path.join(tmp, "lp.json")
-    with open(path, "w") as f:
-        json.dump(cfg, f)
-    lp = subprocess.Popen([lanepack, "--config", path], stderr=subprocess.PIPE)
+    emus = []
     try:
-        wait_http(lp_port, "/readyz", timeout=15)
+        emu, heavy_port = start_emulator(emulator, "4x64", ["--cost-ms", str(HEAVY_MS), "--devices", "1"])
+        emus.append(emu)
+        emu, light_port = start_emulator(emulator, "4x64", ["--cost-ms", str(LIGHT_MS), "--devices", "1"])
+        emus.append(emu)
+        cfg = {"log_level": "warn", "max_requests_per_connection": 3,
+               "models": {
+                   "heavy": model_config("4x64", [heavy_port], max_wait_ms=5, max_inflight=1),
+                   "light": model_config("4x64", [light_port], max_wait_ms=5, max_inflight=1)}}
+        path = os.path.join(tmp, "lp.json")
+        lp, lp_port, admin_port = start_proxy(lanepack, path, lambda lp, adm: dict(
+            cfg, listen=loopback(lp), admin_listen=loopback(adm)), nports=2, stderr=subprocess.PIPE)
+    except BaseException:
+        stop_all(emus)
+        raise
+    cfg.update(listen=loopback(lp_port), admin_listen=loopback(admin_port))  # what a reload rewrites
+    try:
 
         # ---- the gauges at rest ----
         text = metrics(admin_port)
@@ -213,8 +214,7 @@ with tempfile.TemporaryDirectory() as tmp:
               data.rfind(b"Connection: close") > data.rfind(b"HTTP/1.1 200"), data[-300:])
         # SIGHUP with max_requests_per_connection 2: new connections close after 2
         cfg["max_requests_per_connection"] = 2
-        with open(path, "w") as f:
-            json.dump(cfg, f)
+        write_config(path, cfg)
         lp.send_signal(signal.SIGHUP)
         end, hdrs = time.time() + 5, None
         while time.time() < end:

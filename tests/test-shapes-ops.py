@@ -28,7 +28,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_proxy, wait_http  # noqa: E402
+from lphelp import (check, finish, free_port, loopback, model_config, start_emulator, start_proxy,  # noqa: E402
+                    stop_proxy, write_config)
 
 lanepack, emulator = sys.argv[1], sys.argv[2]
 tmp = tempfile.mkdtemp()
@@ -110,14 +111,18 @@ class Fake:
         self.server.shutdown()
 
 
-def start_lanepack(cfg, name, **popen):
+def start_lanepack(cfg, name, nports=1, ready="/readyz", **popen):
+    """lanepack on free ports with cfg (a dict, or a function of the ports)
+    written to tmp/name.json, its stderr to tmp/name.err unless popen says,
+    ready before this returns: (its Popen, the file's path, *its ports). A
+    dict gets the listen address, for a reload that writes it again."""
     path = os.path.join(tmp, name + ".json")
-    with open(path, "w") as f:
-        json.dump(cfg, f)
-    err = open(os.path.join(tmp, name + ".err"), "w")
-    p = subprocess.Popen([lanepack, "--config", path], stderr=popen.pop("stderr", err), **popen)
+    popen.setdefault("stderr", open(os.path.join(tmp, name + ".err"), "w"))
+    p, *ports = start_proxy(lanepack, path, cfg, nports=nports, ready=ready, **popen)
     procs.append(p)
-    return p, path
+    if isinstance(cfg, dict):
+        cfg["listen"] = loopback(ports[0])
+    return (p, path) + tuple(ports)
 
 
 def stop(p):
@@ -129,8 +134,8 @@ def stop(p):
             p.kill()
 
 
-def base_cfg(port, **over):
-    cfg = {"listen": "127.0.0.1:%d" % port, "log_level": os.environ.get("LP_LOG", "warn"), "health_interval_ms": 100}
+def base_cfg(**over):
+    cfg = {"log_level": os.environ.get("LP_LOG", "warn"), "health_interval_ms": 100}
     cfg.update(over)
     return cfg
 
@@ -202,11 +207,9 @@ def wait_for(cond, timeout):
 # ---- 1. shape loss fails the pipelined requests of a client that hung up ----
 def uaf_on_shape_loss():
     fake = Fake([[1, 16], [1, 64]])
-    port = free_port()
-    lp, _ = start_lanepack(base_cfg(port, max_pipeline=4, models={"default": {
-        "shapes": "1x16,1x64", "max_wait_ms": 0, "max_inflight": 1, "backends": [fake.url]}}), "uaf")
+    lp, _, port = start_lanepack(base_cfg(max_pipeline=4, models={"default": model_config(
+        "1x16,1x64", [fake.url], max_wait_ms=0, max_inflight=1)}), "uaf")
     try:
-        wait_http(port, "/readyz")
         fake.hold()
         blocker = in_thread(infer, port, [7] * 40)
         check("uaf: a 1x64 batch is held at the backend", fake.wait_held(1), fake.batches)
@@ -241,18 +244,19 @@ def uaf_on_shape_loss():
 # ---- 2. a transient "no such model" / "shape mismatch" ----
 def transient_missing():
     missing = os.path.join(tmp, "missing")
-    ports = [free_port(), free_port()]
-    emus = [subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % ports[i], "--shapes", "2x32",
-                              "--cost-ms", "1", "--missing-file", missing, "--protocol", proto],
-                             stderr=subprocess.DEVNULL) for i, proto in enumerate(("lanepack", "v2"))]
+    emus, ports = [], []
+    for proto in ("lanepack", "v2"):
+        emu, p = start_emulator(emulator, "2x32", ["--cost-ms", "1", "--missing-file", missing, "--protocol", proto])
+        emus.append(emu)
+        ports.append(p)
     procs.extend(emus)
-    port, admin = free_port(), free_port()
-    lp, _ = start_lanepack(base_cfg(port, admin_listen="127.0.0.1:%d" % admin, models={
-        "j": {"shapes": "2x32", "max_wait_ms": 0, "backends": ["http://127.0.0.1:%d" % ports[0]]},
-        "t": {"shapes": "2x32", "max_wait_ms": 0, "protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}"},
-              "backends": ["http://127.0.0.1:%d" % ports[1]]}}), "transient")
+    # the admin listener's port first: readiness is asked there
+    lp, _, admin, port = start_lanepack(lambda admin, port: base_cfg(
+        listen=loopback(port), admin_listen=loopback(admin), models={
+            "j": model_config("2x32", [ports[0]], max_wait_ms=0),
+            "t": model_config("2x32", [ports[1]], max_wait_ms=0, protocol="v2",
+                              v2={"model": "lanepack_{lanes}x{bucket}"})}), "transient", nports=2)
     try:
-        wait_http(admin, "/readyz")
         ok = [infer(port, [3, 4, 5], m)[0] for m in ("j", "t")]
         check("transient: both models serve", ok == [200, 200], ok)
         open(missing, "w").close()
@@ -278,12 +282,10 @@ def transient_missing():
 # ---- 3. a removed backend's shapes leave admission ----
 def retired_shapes():
     small, wide = Fake([[1, 16]]), Fake([[1, 16], [1, 64]])
-    port = free_port()
-    cfg = base_cfg(port, models={"default": {"shapes": "1x16", "max_wait_ms": 0, "max_inflight": 1,
-                                             "max_request_ms": 5000, "backends": [small.url, wide.url]}})
-    lp, path = start_lanepack(cfg, "retired")
+    cfg = base_cfg(models={"default": model_config("1x16", [small.url, wide.url], max_wait_ms=0, max_inflight=1,
+                                                   max_request_ms=5000)})
+    lp, path, port = start_lanepack(cfg, "retired")
     try:
-        wait_http(port, "/readyz")
         check("retired: 1x64 of the second backend is known",
               wait_for(lambda: [1, 64] in [s["shape"] for s in call(port, "GET", "/v1/models")[1]["models"][0]["shapes"]], 5))
         wide.hold()
@@ -292,8 +294,7 @@ def retired_shapes():
         queued = in_thread(infer, port, [6] * 40)
         time.sleep(0.2)
         cfg["models"]["default"]["backends"] = [small.url]
-        with open(path, "w") as f:
-            json.dump(cfg, f)
+        write_config(path, cfg)
         lp.send_signal(signal.SIGHUP)
         (st, ans), took = result(queued, 10)
         check("retired: a queued sequence only the removed backend's shape holds fails at once (503 no_shape_available)",
@@ -315,14 +316,12 @@ def retired_shapes():
 # ---- 4. churning shapes do not fill the 16 slots ----
 def churn():
     fake = Fake([[1, 16]] + [[1, 100 + i] for i in range(15)])
-    port = free_port()
-    lp, _ = start_lanepack(base_cfg(port, models={"default": {
-        "shapes": "1x16", "max_wait_ms": 0, "backends": [fake.url]}}), "churn")
+    lp, _, port = start_lanepack(base_cfg(models={"default": model_config("1x16", [fake.url], max_wait_ms=0)}),
+                                 "churn")
 
     def shapes():
         return [tuple(s["shape"]) for s in call(port, "GET", "/v1/models")[1]["models"][0]["shapes"]]
     try:
-        wait_http(port, "/readyz")
         check("churn: the backend's 15 extra shapes fill the 16 slots", wait_for(lambda: len(shapes()) == 16, 5),
               shapes())
         fake.hold()
@@ -377,11 +376,9 @@ def layout_failure():
     # the gathered JSON and binary INT32 bodies): 2048x32768 is three 256 MiB
     # arrays, more than lanepack may allocate here (an address-space limit, or
     # ASan's cap). 2x64 holds the short requests beside it.
-    ep = free_port()
-    emu = subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % ep, "--shapes", "2x64,2048x32768",
-                            "--protocol", "v2", "--cost-ms", "150"], stderr=subprocess.DEVNULL)
+    emu, ep = start_emulator(emulator, "2x64,2048x32768", ["--protocol", "v2", "--cost-ms", "150"],
+                             ready="/v2/health/ready")
     procs.append(emu)
-    port = free_port()
     env = dict(os.environ)
     pre = None
     if is_asan():
@@ -389,13 +386,11 @@ def layout_failure():
     else:
         def pre():
             resource.setrlimit(resource.RLIMIT_AS, (400 << 20, 400 << 20))
-    lp, _ = start_lanepack(base_cfg(port, models={"default": {
-        "shapes": "2x64,2048x32768", "max_batch_tokens": 2048 * 32768, "max_wait_ms": 0,
-        "protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}", "binary": False},
-        "backends": ["http://127.0.0.1:%d" % ep]}}), "layout", env=env, preexec_fn=pre)
+    lp, _, port = start_lanepack(base_cfg(models={"default": model_config(
+        "2x64,2048x32768", [ep], max_batch_tokens=2048 * 32768, max_wait_ms=0,
+        protocol="v2", v2={"model": "lanepack_{lanes}x{bucket}", "binary": False})}), "layout", env=env,
+        preexec_fn=pre)
     try:
-        wait_http(ep, "/v2/health/ready")
-        wait_http(port, "/readyz")
         time.sleep(0.3)  # the shapes are ready
         short = [in_thread(infer, port, [4] * 10) for _ in range(3)]
         time.sleep(0.05)  # the first short batch is at the backend: the rest wait beside the long one
@@ -413,20 +408,14 @@ def layout_failure():
 
 # ---- 6. SIGHUP applies devices ----
 def reload_devices():
-    ep = free_port()
-    emu = subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % ep, "--shapes", "2x32", "--hide-shapes"],
-                           stderr=subprocess.DEVNULL)
+    emu, ep = start_emulator(emulator, "2x32", ["--hide-shapes"])
     procs.append(emu)
-    port = free_port()
-    cfg = base_cfg(port, log_level="info", models={"default": {
-        "shapes": "2x32", "devices": 1, "backends": ["http://127.0.0.1:%d" % ep]}})
-    lp, path = start_lanepack(cfg, "devices")
+    cfg = base_cfg(log_level="info", models={"default": model_config("2x32", [ep], devices=1)})
+    lp, path, port = start_lanepack(cfg, "devices")
     try:
-        wait_http(port, "/readyz")
         check("devices: the gauge starts at the configured 1", metric(port, "lanepack_backend_devices") == 1)
         cfg["models"]["default"]["devices"] = 3
-        with open(path, "w") as f:
-            json.dump(cfg, f)
+        write_config(path, cfg)
         lp.send_signal(signal.SIGHUP)
         check("devices: reloaded", wait_for(lambda: '"reloaded"' in open(os.path.join(tmp, "devices.err")).read(), 5))
         check("devices: SIGHUP with devices 3 sets the backend's devices (gauge 3)",
@@ -446,16 +435,12 @@ def log_lines(path):
 
 # ---- 7. the access log: reopened on SIGHUP, whole lines or none on a full disk ----
 def access_log():
-    ep = free_port()
-    emu = subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % ep, "--shapes", "2x32"], stderr=subprocess.DEVNULL)
+    emu, ep = start_emulator(emulator, "2x32")
     procs.append(emu)
-    port = free_port()
     access = os.path.join(tmp, "access.log")
-    cfg = base_cfg(port, log_level="info", access_log=access, models={"default": {
-        "shapes": "2x32", "backends": ["http://127.0.0.1:%d" % ep]}})
-    lp, path = start_lanepack(cfg, "access")
+    cfg = base_cfg(log_level="info", access_log=access, models={"default": model_config("2x32", [ep])})
+    lp, path, port = start_lanepack(cfg, "access")
     try:
-        wait_http(port, "/readyz")
         for i in range(3):
             infer(port, [1, 2, 3])
         # logrotate: rename, then postrotate sends SIGHUP
@@ -466,8 +451,7 @@ def access_log():
             call(port, "POST", "/v1/infer", {"input_ids": "not tokens"})
         # again, with a configuration the reload refuses: the log is reopened all the same
         os.rename(access, access + ".2")
-        with open(path, "w") as f:
-            json.dump(dict(cfg, listen="127.0.0.1:%d" % free_port()), f)
+        write_config(path, dict(cfg, listen=loopback(free_port())))
         lp.send_signal(signal.SIGHUP)
         wait_for(lambda: "reload refused" in open(os.path.join(tmp, "access.err")).read(), 5)
         for i in range(2):
@@ -482,16 +466,14 @@ def access_log():
         stop_proxy(lp)
 
     # a disk that fills: the file may not grow past 2,000 bytes
-    port = free_port()
     full = os.path.join(tmp, "full.log")
-    cfg = base_cfg(port, access_log=full, models={"default": {"shapes": "2x32", "backends": ["http://127.0.0.1:%d" % ep]}})
+    cfg = base_cfg(access_log=full, models={"default": model_config("2x32", [ep])})
 
     def limit():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() fails with EFBIG instead
         resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
-    lp, _ = start_lanepack(cfg, "full", stderr=subprocess.DEVNULL, preexec_fn=limit)
+    lp, _, port = start_lanepack(cfg, "full", stderr=subprocess.DEVNULL, preexec_fn=limit)
     try:
-        wait_http(port, "/readyz")
         n = 30
         for i in range(n):
             call(port, "POST", "/v1/infer", {"input_ids": "not tokens %d" % i})
@@ -518,13 +500,12 @@ def access_log_pipe():
     rest of the line must follow, never the next line glued to its first half;
     and a collector that is only behind (the pipe full for now) loses nothing:
     once it reads again, slowly, every line arrives, in order."""
-    port = free_port()
     rfd, wfd = os.pipe()
     fcntl.fcntl(wfd, fcntl.F_SETFL, fcntl.fcntl(wfd, fcntl.F_GETFL) | os.O_NONBLOCK)
     fcntl.fcntl(wfd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)  # a page: a write stops mid-line
-    cfg = base_cfg(port, log_level="error", access_log="-",
-                   models={"default": {"shapes": "2x32", "backends": ["http://127.0.0.1:%d" % free_port()]}})
-    lp, _ = start_lanepack(cfg, "pipe", stderr=wfd)
+    # the backend a free port nobody listens on: the requests here are refused before
+    cfg = base_cfg(log_level="error", access_log="-", models={"default": model_config("2x32", [free_port()])})
+    lp, _, port = start_lanepack(cfg, "pipe", ready="/healthz", stderr=wfd)
     os.close(wfd)
     got = []
     before, after = 60, 40  # about 15 KB, then 10 KB of lines: each more than the pipe holds
@@ -541,7 +522,6 @@ def access_log_pipe():
         return b"".join(got).splitlines()
 
     try:
-        wait_http(port, "/healthz")
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
         for i in range(before):
             c.request("POST", "/v1/infer", json.dumps({"input_ids": "not tokens %d" % i}),

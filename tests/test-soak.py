@@ -26,7 +26,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lphelp  # noqa: E402
-from lphelp import check, finish, free_port, rss_kb, stop_all, wait_http  # noqa: E402
+from lphelp import check, finish, model_config, rss_kb, start_emulator, start_proxy, stop_all, train_spm  # noqa: E402
 
 
 def lphelp_results():
@@ -78,28 +78,19 @@ def main():
     os.makedirs(tmp, exist_ok=True)
     procs = []
     try:
-        prefix = os.path.join(tmp, "spm")
-        r = subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=800",
-                            "--character_coverage=1.0"], capture_output=True)
-        check("spm_train trained a model on %s" % TEXT, r.returncode == 0, r.stderr[-300:])
-        emu_port, port = free_port(), free_port()
-        procs.append(subprocess.Popen(
-            [a.emulator, "--listen", "127.0.0.1:%d" % emu_port, "--shapes", SHAPES, "--cost-ms", "2",
-             "--protocol", "both", "--per-segment", "--dims", "8", "--seed", "33"] + FAULTS,
-            stderr=open(os.path.join(tmp, "emu.log"), "wb")))
+        spm = train_spm(tmp, TEXT, 800)
+        emu, emu_port = start_emulator(a.emulator, SHAPES, ["--cost-ms", "2", "--protocol", "both", "--per-segment",
+                                                            "--dims", "8", "--seed", "33"] + FAULTS,
+                                       stderr=open(os.path.join(tmp, "emu.log"), "wb"))
+        procs.append(emu)
         alog = os.path.join(tmp, "access.log")
-        cfg = os.path.join(tmp, "lanepack.json")
-        model = {"shapes": SHAPES, "max_wait_ms": 3, "backends": ["http://127.0.0.1:%d" % emu_port],
-                 "tokenizer": {"sentencepiece": prefix + ".model"}}
+        model = model_config(SHAPES, [emu_port], max_wait_ms=3, tokenizer={"sentencepiece": spm})
         if a.backend_v2:
             model.update({"protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}", "output_kind": "per_segment"}})
-        with open(cfg, "w") as f:
-            json.dump({"listen": "127.0.0.1:%d" % port, "log_level": a.log_level, "access_log": alog,
-                       "threads": a.threads, "models": {"default": model}}, f)
-        proxy = subprocess.Popen([a.lanepack, "--config", cfg], stderr=open(os.path.join(tmp, "proxy.log"), "wb"))
+        proxy, port = start_proxy(a.lanepack, os.path.join(tmp, "lanepack.json"), {
+            "log_level": a.log_level, "access_log": alog, "threads": a.threads, "models": {"default": model}},
+            stderr=open(os.path.join(tmp, "proxy.log"), "wb"))
         procs.append(proxy)
-        wait_http(emu_port, "/healthz")
-        wait_http(port, "/readyz")
         gens = []
         for name, args in loadgens(port, a.seconds, a.scale):
             out = os.path.join(tmp, "loadgen-%s.json" % name)

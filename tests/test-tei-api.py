@@ -19,9 +19,9 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_all, tei_error, wait_http  # noqa: E402
-from teihelp import (emu_h, emu_vector, f32, model_cfg, normalized, post, sigmoid, spm_ids, start,  # noqa: E402
-                     spm_tokenizer, start_emulators)
+from lphelp import check, finish, free_port, model_config, stop_all, tei_error  # noqa: E402
+from teihelp import (emu_h, emu_vector, f32, model_cfg, normalized, post, sigmoid, spm_ids,  # noqa: E402
+                     spm_tokenizer, start_emulators, start_logged)
 
 TEMPLATE = "<s> $A </s></s> $B </s>"
 LABELS = ["negative", "neutral", "positive"]
@@ -68,7 +68,6 @@ def main():
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
         model, tok = spm_tokenizer(tmp, TEMPLATE)
-        pl, p1 = free_port(), free_port()
         try:
             pv, ps, pt = start_emulators(emulator, tmp, [["--per-segment", "--dims", str(DIMS)], ["--per-segment"],
                                                          ["--dims", "2"]], procs)
@@ -76,26 +75,19 @@ def main():
             def m(port, **kw):
                 return model_cfg(port, tok, **kw)
             # two fronts: answers and /health cross threads as every job and page does
-            cfg = {"listen": "127.0.0.1:%d" % pl, "log_level": "warn", "max_sequences_per_request": 50, "threads": 2,
+            cfg = {"log_level": "warn", "max_sequences_per_request": 50, "threads": 2,
                    "models": {
                        "emb": m(pv, outputs="per_segment", embedding={"dimensions": DIMS}),
                        "cls": m(pv, outputs="score", labels=LABELS),
                        "rr": m(ps, outputs="score"),
                        "tok": m(pt, outputs="per_token"),
-                       "ids": {"shapes": "4x64", "max_wait_ms": 1, "backends": ["http://127.0.0.1:%d" % pv]},
+                       "ids": model_config("4x64", [pv], max_wait_ms=1),
                    }}
-            path = os.path.join(tmp, "lp.json")
-            json.dump(cfg, open(path, "w"))
-            procs.append(start([lanepack, "--config", path], os.path.join(tmp, "lp.log")))
-            wait_http(pl, "/readyz")
+            pl = start_logged(lanepack, tmp, "lp", cfg, procs)
             run_checks(pl, model)
-            # one model, its backend down: /health 503 Unhealthy; /info without ?model
-            one = {"listen": "127.0.0.1:%d" % p1, "log_level": "warn", "health_interval_ms": 50,
-                   "models": {"only": m(free_port())}}
-            path1 = os.path.join(tmp, "one.json")
-            json.dump(one, open(path1, "w"))
-            procs.append(start([lanepack, "--config", path1], os.path.join(tmp, "one.log")))
-            wait_http(p1, "/healthz")
+            # one model, its backend down (a free port nobody listens on): /health 503 Unhealthy; /info without ?model
+            one = {"log_level": "warn", "health_interval_ms": 50, "models": {"only": m(free_port())}}
+            p1 = start_logged(lanepack, tmp, "one", one, procs, ready="/healthz")
             st, body = get(p1, "/health")
             check("GET /health with no healthy backend: 503 in TEI's shape",
                   tei_error(st, json.loads(body or b"{}"), 503, "Unhealthy"), (st, body))

@@ -24,7 +24,6 @@ import http.client
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,7 +31,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, rss_kb, tei_error, wait_http  # noqa: E402
+from lphelp import check, finish, model_config, rss_kb, start_lanepack, stop_lanepack, tei_error, train_spm  # noqa: E402
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 DIMS = 8
@@ -104,40 +103,21 @@ def main():
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     url = "http://127.0.0.1:%d/" % srv.server_address[1]
     with tempfile.TemporaryDirectory() as tmp:
-        prefix = os.path.join(tmp, "spm")
-        r = subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=400",
-                            "--character_coverage=1.0"], capture_output=True)
-        check("spm_train trained a model", r.returncode == 0, r.stderr[-300:])
-        tok = {"sentencepiece": prefix + ".model", "pair_template": "$A $B"}
+        model = train_spm(tmp, TEXT, 400)
+        tok = {"sentencepiece": model, "pair_template": "$A $B"}
 
-        def m(mode, **kw):
-            d = {"shapes": "4x16", "max_wait_ms": 1, "backends": [url + mode], "tokenizer": tok,
-                 "max_retries": 0, "embedding": {"dimensions": DIMS}}
-            d.update(kw)
-            return d
-        port = free_port()
-        cfg = {"listen": "127.0.0.1:%d" % port, "log_level": "error", "models": {
+        def m(mode, shapes="4x16", **kw):
+            return model_config(shapes, [url + mode], **dict({"max_wait_ms": 1, "tokenizer": tok, "max_retries": 0,
+                                                              "embedding": {"dimensions": DIMS}}, **kw))
+        cfg = {"log_level": "error", "models": {
             "ok": m("ok"), "short": m("short"), "mixed": m("mixed", embedding={}), "empty": m("empty", embedding={}),
             "slow": m("slow", shapes="64x16", max_queue_bytes=1 << 20, backend_timeout_ms=20000)}}
-        path = os.path.join(tmp, "lp.json")
-        json.dump(cfg, open(path, "w"))
-        env = dict(os.environ)
         # under ASan freed memory waits in a quarantine, resident: none here
-        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=0:thread_local_quarantine_size_kb=0"
-        log = os.path.join(tmp, "lp.log")
-        proc = subprocess.Popen([lanepack, "--config", path], stderr=open(log, "w"), env=env)
+        proc, port, log = start_lanepack(lanepack, cfg, tmp, ready="/readyz")
         try:
-            wait_http(port, "/readyz")
             run_checks(port, proc)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            tail = open(log).read()[-3000:]
-            check("the proxy exited cleanly (no sanitizer report)", proc.returncode == 0 and "ERROR:" not in tail,
-                  (proc.returncode, tail))
+            stop_lanepack(proc, log)
     srv.shutdown()
     finish()
 

@@ -23,9 +23,9 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_proxy, tei_error, wait_http  # noqa: E402
+from lphelp import check, finish, loopback, model_config, stop_proxy, tei_error, write_config  # noqa: E402
 import teihelp  # noqa: E402
-from teihelp import train_spm, emu_h, f32, normalized, post, sigmoid, spm_ids, start  # noqa: E402
+from teihelp import train_spm, emu_h, f32, normalized, post, sigmoid, spm_ids, start_emulators, start_logged  # noqa: E402
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 DIMS = 8
@@ -44,41 +44,25 @@ def main():
         model, r = train_spm(tmp)
         check("spm_train trained a model on %s" % TEXT, r.returncode == 0, r.stderr[-300:])
         tok = {"sentencepiece": model, "extra_options": "bos:eos", "pair_template": TEMPLATE}
-        pe, pf, ps, pl, p1 = free_port(), free_port(), free_port(), free_port(), free_port()
         try:
-            base = [emulator, "--shapes", "4x64", "--per-segment", "--dims", str(DIMS), "--protocol", "both"]
-            procs.append(start(base + ["--listen", "127.0.0.1:%d" % pe], os.path.join(tmp, "emu.log")))
-            procs.append(start(base + ["--listen", "127.0.0.1:%d" % pf, "--fail-rate", "1"],
-                               os.path.join(tmp, "emu-fail.log")))
-            procs.append(start(base + ["--listen", "127.0.0.1:%d" % ps, "--delay-ms", "1500"],
-                               os.path.join(tmp, "emu-slow.log")))
-            for p in (pe, pf, ps):
-                wait_http(p, "/healthz")
+            base = ["--per-segment", "--dims", str(DIMS)]
+            # one that answers, one that fails every batch, a slow one
+            pe, pf, ps = start_emulators(emulator, tmp, [base, base + ["--fail-rate", "1"], base + ["--delay-ms", "1500"]],
+                                         procs)
 
             def m(port, **kw):
-                d = {"shapes": "4x64", "max_wait_ms": 1, "backends": ["http://127.0.0.1:%d" % port],
-                     "tokenizer": tok}
-                d.update(kw)
-                return d
-            cfg = {"listen": "127.0.0.1:%d" % pl, "log_level": "warn", "max_sequences_per_request": 100,
+                return model_config("4x64", [port], **dict({"max_wait_ms": 1, "tokenizer": tok}, **kw))
+            cfg = {"log_level": "warn", "max_sequences_per_request": 100,
                    "models": {
                        "emb": m(pe),
                        "v2": m(pe, protocol="v2", v2={"output_kind": "per_segment", "model": "lanepack_{lanes}x{bucket}"}),
                        "plain": m(pe, tokenizer={"sentencepiece": model}),
-                       "ids": {"shapes": "4x64", "max_wait_ms": 1, "backends": ["http://127.0.0.1:%d" % pe]},
+                       "ids": model_config("4x64", [pe], max_wait_ms=1),
                        "fail": m(pf, max_retries=0),
                        "slow": m(ps, max_queue_requests=1, max_inflight=1, backend_timeout_ms=5000),
                    }}
-            path = os.path.join(tmp, "lp.json")
-            json.dump(cfg, open(path, "w"))
-            procs.append(start([lanepack, "--config", path], os.path.join(tmp, "lp.log")))
-            wait_http(pl, "/healthz")
-            try:
-                wait_http(pl, "/readyz")
-            except SystemExit:
-                print(open(os.path.join(tmp, "lp.log")).read()[-2000:])
-                raise
-            run_checks(pl, model, tmp, lanepack, p1, pe)
+            pl = start_logged(lanepack, tmp, "lp", cfg, procs)
+            run_checks(pl, model, tmp, lanepack, pe)
         finally:
             for p in procs:
                 if p.args[0] == lanepack:
@@ -93,7 +77,7 @@ def main():
     finish()
 
 
-def run_checks(pl, model, tmp, lanepack, p1, pe):
+def run_checks(pl, model, tmp, lanepack, pe):
     gpl = [line.strip() for line in open(TEXT, encoding="utf-8") if len(line.strip()) > 20]
     texts = gpl[10:15]
     want = spm_ids(model, texts, "bos:eos")
@@ -245,14 +229,13 @@ def run_checks(pl, model, tmp, lanepack, p1, pe):
     # the only model, a bearer token, and a template refused at --check-config
     tokens = os.path.join(tmp, "tokens")
     open(tokens, "w").write("s3cret\n")
-    cfg1 = {"listen": "127.0.0.1:%d" % p1, "log_level": "warn", "auth_tokens_file": tokens,
-            "models": {"only": {"shapes": "4x64", "max_wait_ms": 1, "backends": ["http://127.0.0.1:%d" % pe],
-                                "tokenizer": {"sentencepiece": model, "extra_options": "bos:eos"}}}}
-    path1 = os.path.join(tmp, "one.json")
-    json.dump(cfg1, open(path1, "w"))
-    one = start([lanepack, "--config", path1], os.path.join(tmp, "one.log"))
+    cfg1 = {"log_level": "warn", "auth_tokens_file": tokens,
+            "models": {"only": model_config("4x64", [pe], max_wait_ms=1,
+                                            tokenizer={"sentencepiece": model, "extra_options": "bos:eos"})}}
+    started = []
+    p1 = start_logged(lanepack, tmp, "one", cfg1, started, ready="/healthz")
+    one = started[0]
     try:
-        wait_http(p1, "/healthz")
         for route, body in (("/embed", {"inputs": "x"}), ("/rerank", {"query": "q", "texts": ["x"]}),
                             ("/tokenize", {"inputs": "x"})):
             st, _ = post(p1, route, body)
@@ -262,11 +245,10 @@ def run_checks(pl, model, tmp, lanepack, p1, pe):
               st == 200 and js == [emu_vector(want[1])], (st, js))
     finally:
         stop_proxy(one, "the one-model lanepack")
-    bad = dict(cfg1)
+    bad = dict(cfg1, listen=loopback(p1))
     bad["models"] = {"only": dict(cfg1["models"]["only"])}
     bad["models"]["only"]["tokenizer"] = {"sentencepiece": model, "pair_template": "<s> $A <zz> $B </s>"}
-    path2 = os.path.join(tmp, "bad.json")
-    json.dump(bad, open(path2, "w"))
+    path2 = write_config(os.path.join(tmp, "bad.json"), bad)
     r = subprocess.run([lanepack, "--config", path2, "--check-config"], capture_output=True, timeout=20)
     check("--check-config refuses a pair template naming a piece the vocabulary lacks, naming it",
           r.returncode != 0 and b"pair_template" in r.stderr and b"<zz>" in r.stderr, r.stderr[-300:])

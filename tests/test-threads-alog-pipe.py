@@ -9,29 +9,25 @@ import http.client
 import json
 import os
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 
-from lphelp import check, finish, free_port, wait_http
+from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_all, threads_args
 
 
 def main():
-    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-    nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 3
-    emu_port, port = free_port(), free_port()
+    proxy_bin, emu_bin, nthreads = threads_args(3)
     tmp = tempfile.mkdtemp()
-    cfg_path = os.path.join(tmp, "lanepack.json")
-    with open(cfg_path, "w") as f:
-        json.dump({"listen": f"127.0.0.1:{port}", "threads": nthreads, "access_log": "-",
-                   "models": {"m": {"shapes": "4x64", "max_wait_ms": 1,
-                                    "backends": [f"http://127.0.0.1:{emu_port}"]}}}, f)
-    emu_p = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{emu_port}", "--shapes", "4x64",
-                              "--cost-ms", "0"], stderr=subprocess.DEVNULL)
+    emu_p, emu_port = start_emulator(emu_bin, "4x64", ["--cost-ms", "0"])
     r, w = os.pipe()
-    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path], stderr=w)
+    try:
+        proxy, port = start_proxy(proxy_bin, os.path.join(tmp, "lanepack.json"), {
+            "threads": nthreads, "access_log": "-",
+            "models": {"m": model_config("4x64", [emu_port], max_wait_ms=1)}}, stderr=w)
+    except BaseException:
+        emu_p.terminate()
+        raise
     os.close(w)
     chunks, slow = [], [True]
 
@@ -46,8 +42,6 @@ def main():
     ct = threading.Thread(target=collector)
     ct.start()
     try:
-        wait_http(emu_port, "/healthz")
-        wait_http(port, "/readyz", 30)
         stop = time.time() + 5
         served = [0]
 
@@ -84,8 +78,7 @@ def main():
         if proxy.poll() is None:
             proxy.kill()
             proxy.wait()
-        emu_p.terminate()
-        emu_p.wait()
+        stop_all([emu_p])
     finish()
 
 

@@ -10,24 +10,22 @@ Arguments: the lanepack and lanepack-emulator binaries, the thread count and
 the seconds of hostile load."""
 import http.client, json, os, random, signal, socket, subprocess, sys, tempfile, threading, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, emu_outputs, finish, free_port, wait_http
+from lphelp import check, emu_outputs, finish, model_config, start_emulator, start_proxy, threads_args
 
-proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+proxy_bin, emu_bin, nthreads = threads_args(3)
 dur = float(sys.argv[4]) if len(sys.argv) > 4 else 6
-emu_port, port = free_port(), free_port()
 tmp = tempfile.mkdtemp()
-cfgp = os.path.join(tmp, "c.json")
-cfg = {"listen": f"127.0.0.1:{port}", "threads": nthreads, "health_interval_ms": 50,
+ep, emu_port = start_emulator(emu_bin, "4x64,8x128", ["--cost-ms", "2"])
+cfg = {"threads": nthreads, "health_interval_ms": 50,
        "access_log": os.path.join(tmp, "access.log"), "drain_timeout_ms": 1500, "request_timeout_ms": 2000,
-       "max_body_bytes": 1 << 20,
-       "models": {"m": {"shapes": "4x64,8x128", "max_wait_ms": 3, "backends": [f"http://127.0.0.1:{emu_port}"]}}}
-open(cfgp, "w").write(json.dumps(cfg))
-ep = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{emu_port}", "--shapes", "4x64,8x128", "--cost-ms", "2"],
-                      stderr=subprocess.DEVNULL)
+       "max_body_bytes": 1 << 20, "models": {"m": model_config("4x64,8x128", [emu_port], max_wait_ms=3)}}
 errf = open(os.path.join(tmp, "err"), "w+")
 env = dict(os.environ)
-pp = subprocess.Popen([proxy_bin, "--config", cfgp], stderr=errf, env=env)
+try:
+    pp, port = start_proxy(proxy_bin, os.path.join(tmp, "c.json"), cfg, stderr=errf, env=env)
+except BaseException:
+    ep.terminate()
+    raise
 stop = threading.Event()
 bad = []
 good = [0]
@@ -101,7 +99,6 @@ def scrape():
             pass
 
 try:
-    wait_http(emu_port, "/healthz"); wait_http(port, "/readyz", 30)
     ts = [threading.Thread(target=honest, args=(k,)) for k in range(6)]
     ts += [threading.Thread(target=rude, args=(k,)) for k in range(10)]
     ts += [threading.Thread(target=hup), threading.Thread(target=scrape)]

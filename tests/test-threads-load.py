@@ -20,7 +20,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, run_loadgen, wait_http  # noqa: E402
+from lphelp import check, finish, model_config, run_loadgen, start_emulator, start_proxy  # noqa: E402
 
 lanepack, emulator, loadgen = sys.argv[1], sys.argv[2], sys.argv[3]
 # sanitized builds are 5-15x slower: keep the load bounded in time, not count
@@ -72,22 +72,17 @@ def front_threads(pid):
 
 
 def run(threads, tmp):
-    emu_port, lp_port = free_port(), free_port()
     emu_err = open(os.path.join(tmp, "emu-%d.log" % threads), "w+")
-    emu = subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % emu_port, "--shapes", "8x512,4x1024",
-                            "--cost-ms", "1", "--protocol", "both"], stderr=emu_err)
+    emu, emu_port = start_emulator(emulator, "8x512,4x1024", ["--cost-ms", "1", "--protocol", "both"],
+                                   timeout=30, stderr=emu_err)
     # the file asks for other than the flag: the flag must win, at start and on reload
-    cfg = {"listen": "127.0.0.1:%d" % lp_port, "log_level": "warn", "threads": threads + FILE_EXTRA_THREADS,
-           "models": {"default": {"shapes": "8x512,4x1024",
-                                  "backends": ["http://127.0.0.1:%d" % emu_port], "max_wait_ms": 2}}}
-    path = os.path.join(tmp, "lp-%d.json" % threads)
-    with open(path, "w") as f:
-        json.dump(cfg, f)
+    cfg = {"log_level": "warn", "threads": threads + FILE_EXTRA_THREADS,
+           "models": {"default": model_config("8x512,4x1024", [emu_port], max_wait_ms=2)}}
     lp_err = open(os.path.join(tmp, "lp-%d.log" % threads), "w+")
-    lp = subprocess.Popen([lanepack, "--config", path, "--threads", str(threads)], stderr=lp_err)
+    lp = None
     try:
-        wait_http(emu_port, "/healthz", 30)
-        wait_http(lp_port, "/readyz", 30)
+        lp, lp_port = start_proxy(lanepack, os.path.join(tmp, "lp-%d.json" % threads), cfg,
+                                  args=["--threads", str(threads)], stderr=lp_err)
         tag = "%d threads" % threads
         fronts = front_threads(lp.pid)
         check(tag + ": --threads %d wins over the file's %d (front threads running)"
@@ -117,7 +112,7 @@ def run(threads, tmp):
         check(tag + ": no sanitizer report", "Sanitizer" not in log, log[-3000:])
     finally:
         for p in (lp, emu):
-            if p.poll() is None:
+            if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
         emu_err.close()

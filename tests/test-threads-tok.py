@@ -22,7 +22,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_all, wait_http  # noqa: E402
+from lphelp import (check, finish, loopback, model_config, start_emulator, start_proxy, stop_all,  # noqa: E402
+                    train_spm, write_config)
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 DIMS = 8
@@ -56,11 +57,7 @@ def main():
     lanepack, emulator = sys.argv[1], sys.argv[2]
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
-        prefix = os.path.join(tmp, "spm")
-        r = subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=400",
-                            "--character_coverage=1.0"], capture_output=True)
-        check("spm_train trained a model", r.returncode == 0, r.stderr[-300:])
-        model = prefix + ".model"
+        model = train_spm(tmp, TEXT, 400)
         words = open(TEXT, encoding="utf-8").read().split()
 
         def text(seed, n):
@@ -74,29 +71,25 @@ def main():
         long_ids = [int(x) for x in subprocess.run(
             ["spm_encode", "--model=" + model, "--output_format=id"], input=(long + "\n").encode(),
             capture_output=True, check=True).stdout.split()]
-        pe, pl = free_port(), free_port()
         cfg_path = os.path.join(tmp, "lp.json")
 
-        def write_cfg(**extra):
-            cfg = {"listen": "127.0.0.1:%d" % pl, "log_level": "info", "threads": 2, "tokenizer_threads": 2,
-                   "drain_timeout_ms": 60000,
-                   "models": {"default": {"shapes": "2x8192,8x512", "max_wait_ms": 1, "backend_timeout_ms": 60000,
-                                          "backends": ["http://127.0.0.1:%d" % pe],
-                                          "tokenizer": {"sentencepiece": model, "extra_options": "bos:eos"}}}}
+        def config(**extra):
+            cfg = {"log_level": "info", "threads": 2, "tokenizer_threads": 2, "drain_timeout_ms": 60000,
+                   "models": {"default": model_config("2x8192,8x512", [pe], max_wait_ms=1, backend_timeout_ms=60000,
+                                                      tokenizer={"sentencepiece": model, "extra_options": "bos:eos"})}}
             cfg.update(extra)
-            with open(cfg_path, "w") as f:
-                json.dump(cfg, f)
-        write_cfg()
+            return cfg
+
+        def write_cfg(**extra):
+            write_config(cfg_path, dict(config(**extra), listen=loopback(pl)))
         err_path = os.path.join(tmp, "stderr")
         err = open(err_path, "w+")
         try:
-            procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % pe, "--shapes", "2x8192,8x512",
-                                           "--per-segment", "--dims", str(DIMS)],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            wait_http(pe, "/healthz")
-            proxy = subprocess.Popen([lanepack, "--config", cfg_path], stdout=subprocess.DEVNULL, stderr=err)
+            emu, pe = start_emulator(emulator, "2x8192,8x512", ["--per-segment", "--dims", str(DIMS)],
+                                     stdout=subprocess.DEVNULL)
+            procs.append(emu)
+            proxy, pl = start_proxy(lanepack, cfg_path, config(), stdout=subprocess.DEVNULL, stderr=err)
             procs.append(proxy)
-            wait_http(pl, "/readyz", timeout=30)
 
             task = "/proc/%d/task" % proxy.pid
             names = sorted(open(os.path.join(task, t, "comm")).read().strip() for t in os.listdir(task))

@@ -20,7 +20,8 @@ import tempfile
 import threading
 import time
 
-from lphelp import check, emu_outputs, finish, free_port, wait_http
+from lphelp import (check, emu_outputs, finish, loopback, model_config,
+                    start_emulator, start_proxy, threads_args, write_config)
 
 def post(c, body, headers=None):
     h = {"Content-Type": "application/json"}
@@ -78,40 +79,34 @@ def load(port, nconn, per_conn, seed, errors, served, headers=None):
 
 
 def main():
-    proxy_bin, emu_bin = sys.argv[1], sys.argv[2]
-    nthreads = int(sys.argv[3]) if len(sys.argv) > 3 else 2
-    emu_port, port = free_port(), free_port()
+    proxy_bin, emu_bin, nthreads = threads_args(2)
     tmp = tempfile.mkdtemp()
     alog = os.path.join(tmp, "access.log")
     tokens = os.path.join(tmp, "tokens")
     with open(tokens, "w") as f:
         f.write("sekrit-token-1\n")
     cfg_path = os.path.join(tmp, "lanepack.json")
-    base = {"listen": f"127.0.0.1:{port}", "health_interval_ms": 100, "access_log": alog, "threads": nthreads,
-            "models": {"m": {"shapes": "4x64", "max_wait_ms": 2, "backends": [f"http://127.0.0.1:{emu_port}"]}}}
+    emu_p, emu_port = start_emulator(emu_bin, "4x64", ["--cost-ms", "1"])
+    slow_p, slow_port = start_emulator(emu_bin, "4x64", ["--cost-ms", "300"])
+    base = {"health_interval_ms": 100, "access_log": alog, "threads": nthreads,
+            "models": {"m": model_config("4x64", [emu_port], max_wait_ms=2)}}
 
-    def write_cfg(**kw):
+    def config(**kw):
         c = json.loads(json.dumps(base))
         models = kw.pop("models", None)
         if models:
             c["models"]["m"].update(models)
         c.update(kw)
-        with open(cfg_path, "w") as f:
-            json.dump(c, f)
+        return c
 
-    write_cfg()
-    emu_p = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{emu_port}", "--shapes", "4x64", "--cost-ms", "1"],
-                             stderr=subprocess.DEVNULL)
-    slow_port = free_port()
-    slow_p = subprocess.Popen([emu_bin, "--listen", f"127.0.0.1:{slow_port}", "--shapes", "4x64",
-                               "--cost-ms", "300"], stderr=subprocess.DEVNULL)
+    def write_cfg(**kw):
+        write_config(cfg_path, dict(config(**kw), listen=loopback(port)))
+
     err = open(os.path.join(tmp, "stderr"), "w+")
-    proxy = subprocess.Popen([proxy_bin, "--config", cfg_path], stderr=err)  # the key; the flag below
+    proxy = None
     rc = None
     try:
-        wait_http(emu_port, "/healthz")
-        wait_http(slow_port, "/healthz")
-        wait_http(port, "/readyz")
+        proxy, port = start_proxy(proxy_bin, cfg_path, config(), stderr=err)  # the key; the flag below
 
         # 1. load over many connections, every answer verified
         errors, served = [], []
@@ -303,13 +298,9 @@ def main():
 
         # 5. past drain_timeout_ms: what is still at the backend gets 503
         # shutting_down, every request one answer, and the process exits 0
-        port2 = free_port()
-        cfg2 = os.path.join(tmp, "hard.json")
-        with open(cfg2, "w") as f:
-            json.dump({"listen": f"127.0.0.1:{port2}", "drain_timeout_ms": 100, "health_interval_ms": 100,
-                       "models": {"m": {"shapes": "4x64", "backends": [f"http://127.0.0.1:{slow_port}"]}}}, f)
-        proxy = subprocess.Popen([proxy_bin, "--config", cfg2, "--threads", str(nthreads)], stderr=err)
-        wait_http(port2, "/readyz")
+        proxy, port2 = start_proxy(proxy_bin, os.path.join(tmp, "hard.json"), {
+            "drain_timeout_ms": 100, "health_interval_ms": 100, "models": {"m": model_config("4x64", [slow_port])}},
+            args=["--threads", str(nthreads)], stderr=err)
         answers = [None] * 10
 
         def hard(i):
@@ -337,10 +328,10 @@ def main():
         # a step that could not go on (the proxy gone, say): what it said, a
         # sanitizer's report first of all, goes with the traceback
         err.seek(0)
-        sys.stderr.write("the proxy (exit %s) said, last 6 KB:\n%s\n" % (proxy.poll(), err.read()[-6144:]))
+        sys.stderr.write("the proxy (exit %s) said, last 6 KB:\n%s\n" % (proxy and proxy.poll(), err.read()[-6144:]))
         raise
     finally:
-        if proxy.poll() is None:
+        if proxy is not None and proxy.poll() is None:
             proxy.kill()
             proxy.wait()
         for e in (emu_p, slow_p):

@@ -21,7 +21,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_all, tei_error, wait_http  # noqa: E402
+from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_all, tei_error, train_spm  # noqa: E402
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 LIMIT = 512
@@ -69,30 +69,19 @@ def main():
     lanepack, emulator = sys.argv[1], sys.argv[2]
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
-        prefix = os.path.join(tmp, "spm")
-        r = subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=400",
-                            "--character_coverage=1.0"], capture_output=True)
-        check("spm_train trained a model on %s" % TEXT, r.returncode == 0, r.stderr[-300:])
-        model = prefix + ".model"
+        model = train_spm(tmp, TEXT, 400)
         words = open(TEXT, encoding="utf-8").read().split()
         big = " ".join(words[i % len(words)] for i in range(200000))[: 1 << 20]
-        pe, pl = free_port(), free_port()
         try:
-            procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % pe, "--shapes", "4x512,16x64",
-                                           "--per-segment", "--dims", str(DIMS)],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            wait_http(pe, "/healthz")
-            cfg = {"listen": "127.0.0.1:%d" % pl, "log_level": "warn", "threads": 1,
-                   "max_sequences_per_request": 2048,
-                   "models": {"default": {"shapes": "4x512,16x64", "max_wait_ms": 1,
-                                          "backends": ["http://127.0.0.1:%d" % pe],
-                                          "tokenizer": {"sentencepiece": model, "extra_options": "bos:eos"}}}}
-            path = os.path.join(tmp, "lanepack.json")
-            with open(path, "w") as f:
-                json.dump(cfg, f)
-            procs.append(subprocess.Popen([lanepack, "--config", path], stdout=subprocess.DEVNULL,
-                                          stderr=open(os.path.join(tmp, "lanepack.log"), "w")))
-            wait_http(pl, "/readyz")
+            emu, pe = start_emulator(emulator, "4x512,16x64", ["--per-segment", "--dims", str(DIMS)],
+                                     stdout=subprocess.DEVNULL)
+            procs.append(emu)
+            cfg = {"log_level": "warn", "threads": 1, "max_sequences_per_request": 2048,
+                   "models": {"default": model_config("4x512,16x64", [pe], max_wait_ms=1,
+                                                      tokenizer={"sentencepiece": model, "extra_options": "bos:eos"})}}
+            proxy, pl = start_proxy(lanepack, os.path.join(tmp, "lanepack.json"), cfg, stdout=subprocess.DEVNULL,
+                                    stderr=open(os.path.join(tmp, "lanepack.log"), "w"))
+            procs.append(proxy)
 
             # the 1 MiB text, cut: the vector of its first LIMIT - 2 ids between bos and eos
             c = http.client.HTTPConnection("127.0.0.1", pl, timeout=60)

@@ -14,13 +14,12 @@ import http.client
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_proxy, wait_http  # noqa: E402
+from lphelp import check, finish, model_config, start_emulator, start_proxy, stop_all, stop_proxy  # noqa: E402
 
 TP = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -61,21 +60,15 @@ def lines(path):
 def main():
     lanepack, emulator = sys.argv[1], sys.argv[2]
     tmp = tempfile.mkdtemp()
-    pe, pl = free_port(), free_port()
     elog, alog = os.path.join(tmp, "emu.log"), os.path.join(tmp, "access.log")
-    emu = subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % pe, "--shapes", "4x64", "--protocol", "both",
-                            "--log-batches"], stderr=open(elog, "w"))
-    cfg = os.path.join(tmp, "lp.json")
-    with open(cfg, "w") as f:
-        json.dump({"listen": "127.0.0.1:%d" % pl, "log_level": "warn", "access_log": alog,
-                   "access_log_sample": 1.0,
-                   "models": {"j": {"shapes": "4x64", "max_wait_ms": 1, "backends": ["http://127.0.0.1:%d" % pe]},
-                              "v": {"shapes": "4x64", "max_wait_ms": 1, "protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}"},
-                                    "backends": ["http://127.0.0.1:%d" % pe]}}}, f)
-    lp = subprocess.Popen([lanepack, "--config", cfg])
+    emu, pe = start_emulator(emulator, "4x64", ["--protocol", "both", "--log-batches"], stderr=open(elog, "w"))
+    lp = None
     try:
-        wait_http(pe, "/healthz")
-        wait_http(pl, "/readyz", 30)
+        lp, pl = start_proxy(lanepack, os.path.join(tmp, "lp.json"), {
+            "log_level": "warn", "access_log": alog, "access_log_sample": 1.0,
+            "models": {"j": model_config("4x64", [pe], max_wait_ms=1),
+                       "v": model_config("4x64", [pe], max_wait_ms=1, protocol="v2",
+                                         v2={"model": "lanepack_{lanes}x{bucket}"})}})
         for model in ("j", "v"):
             st, tp, _ = post(pl, "/v1/models/%s/infer" % model, '{"input_ids": [1, 2, 3]}', [("traceparent", CLIENT_TP)])
             m = TP.match(tp or "")
@@ -144,9 +137,9 @@ def main():
         check("a batch's traces are traceparents in segment order, one per segment",
               all(TP.match(t) for e in traced for t in as_list(e["traces"])), traced)
     finally:
-        stop_proxy(lp)
-        emu.terminate()
-        emu.wait()
+        if lp is not None:
+            stop_proxy(lp)
+        stop_all([emu])
     finish()
 
 

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-from lphelp import emu_outputs, free_port, wait_http
+from lphelp import emu_outputs, model_config, start_emulator, start_proxy
 
 import numpy as np
 
@@ -69,18 +69,18 @@ def check(cond, what):
     failures += not cond
 
 
-def scenario(lanepack, emulator, emu_args, model_cfg, title):
-    ep, pp = free_port(), free_port()
-    e = subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % ep, "--cost-ms", "1"] + emu_args,
-                         stderr=subprocess.DEVNULL)
+def scenario(lanepack, emulator, shapes, emu_args, model_keys, title):
+    e, ep = start_emulator(emulator, shapes, ["--cost-ms", "1"] + emu_args)
     cfg = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-    model_cfg = dict(model_cfg, backends=["http://127.0.0.1:%d" % ep], max_wait_ms=2)
-    json.dump({"listen": "127.0.0.1:%d" % pp, "health_interval_ms": 100, "models": {"m": model_cfg}}, cfg)
     cfg.close()
-    p = subprocess.Popen([lanepack, "--config", cfg.name], stderr=subprocess.DEVNULL)
     try:
-        wait_http(ep, "/healthz")
-        wait_http(pp, "/v2/health/ready")
+        p, pp = start_proxy(lanepack, cfg.name, {"health_interval_ms": 100, "models": {
+            "m": model_config(shapes, [ep], max_wait_ms=2, **model_keys)}}, ready="/v2/health/ready",
+            stderr=subprocess.DEVNULL)
+    except BaseException:
+        e.terminate()
+        raise
+    try:
         print("== " + title)
         rng = np.random.default_rng(3)
         for binary in (False, True):
@@ -159,11 +159,9 @@ def scenario(lanepack, emulator, emu_args, model_cfg, title):
 
 def main():
     lanepack, emulator = sys.argv[1], sys.argv[2]
-    scenario(lanepack, emulator, ["--shapes", "4x64,2x256", "--protocol", "v2"],
-             {"shapes": "4x64,2x256", "protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}"}},
-             "v2 clients, v2 binary backend")
-    scenario(lanepack, emulator, ["--shapes", "4x64,2x256"], {"shapes": "4x64,2x256"},
-             "v2 clients, lanepack-JSON backend")
+    scenario(lanepack, emulator, "4x64,2x256", ["--protocol", "v2"],
+             {"protocol": "v2", "v2": {"model": "lanepack_{lanes}x{bucket}"}}, "v2 clients, v2 binary backend")
+    scenario(lanepack, emulator, "4x64,2x256", [], {}, "v2 clients, lanepack-JSON backend")
     print("%d failures" % failures)
     return 1 if failures else 0
 

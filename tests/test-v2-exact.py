@@ -14,7 +14,6 @@ import json
 import math
 import os
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -22,7 +21,7 @@ import time
 
 import numpy as np
 
-from lphelp import check, finish, free_port, wait_http
+from lphelp import check, finish, model_config, start_emulator, start_proxy
 
 # model name -> (datatype, values); the backend's model is named as lanepack's
 MODELS = {
@@ -339,24 +338,23 @@ def main():
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Backend)
     srv.daemon_threads = True
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    bp, ep, pp = srv.server_address[1], free_port(), free_port()
-    e = subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % ep, "--cost-ms", "1", "--shapes", "2x8"],
-                         stderr=subprocess.DEVNULL)
+    bp = srv.server_address[1]
+    e, ep = start_emulator(emulator, "2x8", ["--cost-ms", "1"])
     models = {}
     for name in MODELS:
-        models[name] = {"shapes": "2x8", "backends": ["http://127.0.0.1:%d" % bp], "protocol": "v2",
-                        "max_wait_ms": 1, "v2": {"binary": not name.endswith("j")}}
+        models[name] = model_config("2x8", [bp], protocol="v2", max_wait_ms=1, v2={"binary": not name.endswith("j")})
     models["slow"]["default_deadline_ms"] = 300
-    models["emu"] = {"shapes": "2x8", "backends": ["http://127.0.0.1:%d" % ep], "max_wait_ms": 1}
+    models["emu"] = model_config("2x8", [ep], max_wait_ms=1)
     cfg = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-    json.dump({"listen": "127.0.0.1:%d" % pp, "health_interval_ms": 100, "max_sequences_per_request": 4,
-               "models": models}, cfg)
     cfg.close()
     log = tempfile.TemporaryFile()
-    p = subprocess.Popen([lanepack, "--config", cfg.name], stderr=log)
     try:
-        wait_http(ep, "/healthz")
-        wait_http(pp, "/v2/health/ready", timeout=15)
+        p, pp = start_proxy(lanepack, cfg.name, {"health_interval_ms": 100, "max_sequences_per_request": 4,
+                                                 "models": models}, ready="/v2/health/ready", stderr=log)
+    except BaseException:
+        e.terminate()
+        raise
+    try:
         metadata_before_answers(pp)
         exact_values(pp)
         malformed_keeps_metadata(pp)

@@ -21,7 +21,7 @@ import time
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, free_port, stop_all, wait_http  # noqa: E402
+from lphelp import check, finish, loopback, model_config, start_emulator, start_proxy, stop_all  # noqa: E402
 
 SHAPES = {(4, 64), (8, 32)}
 # a token id no length, offset or time in the JSON would be: seen there, it leaked
@@ -184,62 +184,26 @@ def check_batches(doc, sent_lengths):
           and all(b["device"] < b["devices"] == 2 for b in bs), clocks[:2])
 
 
-# Ports are picked free and bound a moment later: another test on this machine
-# may take one in between. The proxy then exits at once, and is started again on
-# new ports, this many times at most.
-START_TRIES = 3
-# How long a proxy that took its ports must stay up before it counts as ours:
-# one whose bind failed exits within milliseconds.
-ALIVE_S = 0.3
-
-
-def start_proxy(lanepack, path, make_cfg, nports):
-    """Starts lanepack on nports fresh ports (the first the client listener)
-    with the configuration make_cfg(*ports) written to path; once ready, the
-    process and its ports. SystemExit when it never gets ready."""
-    for _ in range(START_TRIES):
-        ports = [free_port() for _ in range(nports)]
-        with open(path, "w") as f:
-            json.dump(make_cfg(*ports), f)
-        p = subprocess.Popen([lanepack, "--config", path])
-        end = time.time() + 30
-        while time.time() < end and p.poll() is None:
-            try:
-                if get(ports[0], "/readyz")[0] == 200:
-                    time.sleep(ALIVE_S)
-                    if p.poll() is None:
-                        return p, ports
-            except (OSError, http.client.HTTPException):
-                pass
-            time.sleep(0.05)
-        stop_all([p])
-    raise SystemExit("lanepack did not get ready on free ports (%d tries)" % START_TRIES)
-
-
 def main():
     lanepack, emulator = sys.argv[1], sys.argv[2]
     tmp = tempfile.mkdtemp()
-    pe = free_port()
-    emu = subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % pe, "--shapes", "4x64,8x32", "--devices", "2",
-                            "--cost-ms", "3"], stderr=subprocess.DEVNULL)
+    emu, pe = start_emulator(emulator, "4x64,8x32", ["--devices", "2", "--cost-ms", "3"])
     procs = [emu]
     # a 20 ms window: the 40 requests written at once reach the packer within it
     # even under the sanitizer build, so batches carry several segments
-    model = {"shapes": "4x64,8x32", "max_wait_ms": 20, "backends": ["http://127.0.0.1:%d" % pe]}
+    model = model_config("4x64,8x32", [pe], max_wait_ms=20)
     tokens = os.path.join(tmp, "tokens")
     with open(tokens, "w") as f:
         f.write(TOKEN + "\n")
     try:
-        wait_http(pe, "/healthz")
         # A: an admin listener (the page and the route live there only), two front threads
-        a, (pa, padm) = start_proxy(lanepack, os.path.join(tmp, "a.json"), lambda c, adm: {
-            "listen": "127.0.0.1:%d" % c, "admin_listen": "127.0.0.1:%d" % adm, "threads": 2,
-            "log_level": "warn", "models": {"default": model}}, 2)
+        a, pa, padm = start_proxy(lanepack, os.path.join(tmp, "a.json"), lambda c, adm: {
+            "listen": loopback(c), "admin_listen": loopback(adm), "threads": 2,
+            "log_level": "warn", "models": {"default": model}}, nports=2)
         procs.append(a)
         # B: bearer tokens, admin routes on the client port
-        b, (pb,) = start_proxy(lanepack, os.path.join(tmp, "b.json"), lambda c: {
-            "listen": "127.0.0.1:%d" % c, "auth_tokens_file": tokens, "log_level": "warn",
-            "models": {"default": model}}, 1)
+        b, pb = start_proxy(lanepack, os.path.join(tmp, "b.json"), {
+            "auth_tokens_file": tokens, "log_level": "warn", "models": {"default": model}})
         procs.append(b)
         st, hd, body = get(padm, "/v1/batches/recent")
         check("recent: empty before any batch", st == 200 and json.loads(body)["batches"] == [], body)
