@@ -430,7 +430,7 @@ typedef struct tei_ctx_s {
   int route, kind;
   lp_model_t *m;
   uint32_t limit;
-  char *body;             /* owned until decoded */
+  char *body;             /* owned: a large body decoded on a worker, its texts in it */
   unit_map_t um;          /* the inputs' units (embedding kinds) */
   size_t body_len, max_inputs;
   int rc, status;         /* lp_tei_parse's */
@@ -452,12 +452,17 @@ static void tei_decode(tei_ctx_t *c) {
                        sizeof(c->err));
 }
 
-/* A worker's: the body decoded, then freed (the texts are in the JSON). */
+/* A worker's: the body decoded in place, kept (c's, as long as its texts
+ * are read: a text of MiBs is never copied, the tokenizer reads only what
+ * it keeps of it), or freed at once when refused. */
 static void tei_decode_work(lp_tokjob_t *job) {
   tei_ctx_t *c = job->ctx;
-  tei_decode(c);
-  free(c->body);
-  c->body = NULL;
+  c->rc = lp_tei_parse_inplace(c->kind, c->body, c->body_len, c->max_inputs, &c->r, &c->status, &c->type, c->err,
+                               sizeof(c->err));
+  if (c->rc) {
+    free(c->body);
+    c->body = NULL;
+  }
 }
 
 /* The request's ids are known (tj: the workers' units; NULL when it gave
