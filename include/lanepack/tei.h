@@ -28,7 +28,7 @@ enum { LP_TEI_EMBED = 1, LP_TEI_RERANK, LP_TEI_TOKENIZE, LP_TEI_PREDICT, LP_TEI_
 /* One input: a text, token ids given instead (ids set), or (/predict) a
  * pair of texts. */
 typedef struct lp_tei_text_s {
-  const char *s;          /* borrowed from the request's decoded JSON; NULL for ids */
+  const char *s;          /* borrowed from the decoded JSON (in place: from the body, without a NUL); NULL for ids */
   size_t len;
   const int32_t *ids;     /* token ids as the client gave them, in the request's ids block */
   size_t nids;

@@ -137,16 +137,18 @@ static int get_similarity(lp_tei_req_t *r, json_t *v, size_t max_inputs, int *st
   return 0;
 }
 
+/* Whether text d[0..n) (maybe NULL) is lit. */
+static int same(const char *d, size_t n, const char *lit) { return d && n == strlen(lit) && memcmp(d, lit, n) == 0; }
+
 /* truncate / truncation_direction (/similarity's are in "parameters"). */
 static int get_truncation(lp_tei_req_t *r, const char *key, json_t *v, int *status, const char **type, char *err,
                           size_t errlen) {
   if (strcmp(key, "truncation_direction") == 0) {
     /* TEI's spellings, and the lower case its clients' docs use */
-    size_t dlen = 0; /* a long one is a reference into the body, without its NUL */
-    const char *d = json_is_string(v) ? lp_jload_str(v, &dlen) : "";
-    if (dlen > sizeof("Right")) d = "";
-    if (strcmp(d, "Left") == 0 || strcmp(d, "left") == 0) r->left = 1;
-    else if (strcmp(d, "Right") != 0 && strcmp(d, "right") != 0)
+    size_t n = 0; /* in place its text may be a reference into the body, without a NUL */
+    const char *d = lp_jload_str(v, &n);
+    if (same(d, n, "Left") || same(d, n, "left")) r->left = 1;
+    else if (!same(d, n, "Right") && !same(d, n, "right"))
       return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` must be \"Right\" or \"Left\"", key);
     return 0;
   }
