@@ -217,11 +217,15 @@ static void embeddings_decode(emb_ctx_t *c) {
 }
 
 /* A worker's: the body decoded in place, kept (c's, as long as its texts
- * are read: a text of MiBs is never copied), or freed at once when refused. */
+ * are read: a text of MiBs is never copied), else freed at once. */
 static void embeddings_decode_work(lp_tokjob_t *job) {
   emb_ctx_t *c = job->ctx;
   c->rc = lp_openai_parse_inplace(c->body, c->body_len, &c->r, c->err, sizeof(c->err));
-  if (c->rc) {
+  /* kept only when a text lies in it: many short texts are jansson's copies */
+  int in_body = 0;
+  for (size_t i = 0; !c->rc && i < c->r.ninputs && !in_body; i++) /* as integers: other objects compared */
+    in_body = (uintptr_t)c->r.in[i].text - (uintptr_t)c->body < c->body_len;
+  if (!in_body) {
     free(c->body);
     c->body = NULL;
   }

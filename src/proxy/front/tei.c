@@ -454,12 +454,17 @@ static void tei_decode(tei_ctx_t *c) {
 
 /* A worker's: the body decoded in place, kept (c's, as long as its texts
  * are read: a text of MiBs is never copied, the tokenizer reads only what
- * it keeps of it), or freed at once when refused. */
+ * it keeps of it), else freed at once. */
 static void tei_decode_work(lp_tokjob_t *job) {
   tei_ctx_t *c = job->ctx;
   c->rc = lp_tei_parse_inplace(c->kind, c->body, c->body_len, c->max_inputs, &c->r, &c->status, &c->type, c->err,
                                sizeof(c->err));
-  if (c->rc) {
+  /* kept only when a text lies in it: many short texts are jansson's copies */
+  uintptr_t b = (uintptr_t)c->body; /* as integers: pointers into other objects compared */
+  int in_body = !c->rc && (uintptr_t)c->r.query.s - b < c->body_len;
+  for (size_t i = 0; !c->rc && i < c->r.ntexts && !in_body; i++)
+    in_body = (uintptr_t)c->r.texts[i].s - b < c->body_len || (uintptr_t)c->r.texts[i].b - b < c->body_len;
+  if (!in_body) {
     free(c->body);
     c->body = NULL;
   }
