@@ -8,7 +8,8 @@ tokenizer workers) the same for it, side by side. One line per figure.
 With --long ROUNDS only the second figure, for every build (--also NAME=BINARY
 adds more), their proxies up at once and timed in turn, a 4 MiB and a 512-token
 request from each build in every round (so a machine shared with other work
-slows all alike): medians of the rounds.
+slows all alike), and the floor: the 4 MiB body posted to /healthz, which only
+receives it (405): medians of the rounds.
 
   bench/bench-tokwork.py --proxy build/src/lanepack --emulator build/loadgen/lanepack-emulator \\
       [--before /tmp/lanepack-before] [--also NAME=BINARY ...] [--seconds 4] [--long ROUNDS]"""
@@ -161,17 +162,20 @@ def long_rounds(builds, emulator, model, rounds, texts, tmp):
             ports.append(start(name, binary, emulator, model, 1, tmp, procs))
             pids.append(procs[-1].pid)
         conns = [http.client.HTTPConnection("127.0.0.1", p, timeout=120) for p in ports]
-        ts = {name: ([], []) for name, _ in builds}
-        cpu = {name: ([], []) for name, _ in builds}
+        ts = {name: ([], [], []) for name, _ in builds}
+        cpu = {name: ([], [], []) for name, _ in builds}
+        # the floor: the same 4 MiB body to a route that only reads it (GET
+        # only: 405 once the body is in), what receiving it costs alone
+        asks = (("/embed", "4mib", 200), ("/embed", "512", 200), ("/healthz", "4mib", 405))
         for _ in range(rounds):
             for (name, _), c, pid in zip(builds, conns, pids):
-                for k, key in enumerate(("4mib", "512")):
+                for k, (path, key, want) in enumerate(asks):
                     c0, t0 = cpu_ns(pid), time.perf_counter()
-                    c.request("POST", "/embed", texts[key], {"Content-Type": "application/json"})
+                    c.request("POST", path, texts[key], {"Content-Type": "application/json"})
                     r = c.getresponse()
                     r.read()
-                    if r.status != 200:
-                        sys.exit("%s: %s answered %d" % (name, key, r.status))
+                    if r.status != want:
+                        sys.exit("%s: %s to %s answered %d" % (name, key, path, r.status))
                     ts[name][k].append(time.perf_counter() - t0)
                     cpu[name][k].append((cpu_ns(pid) - c0) / 1e9)
 
@@ -181,9 +185,10 @@ def long_rounds(builds, emulator, model, rounds, texts, tmp):
             t4, t512 = med(ts[name][0]), med(ts[name][1])
             c4, c512 = med(cpu[name][0]), med(cpu[name][1])
             print("%-6s threads 1: a 4 MiB text with truncate %.1f ms (min %.1f; proxy CPU %.1f ms), a 512-token "
-                  "text %.1f ms (min %.1f; CPU %.1f ms): %.2fx, CPU %.2fx (medians of %d rounds)"
+                  "text %.1f ms (min %.1f; CPU %.1f ms): %.2fx, CPU %.2fx; the 4 MiB body to /healthz (405: "
+                  "received only) %.1f ms (CPU %.1f ms) (medians of %d rounds)"
                   % (name, t4, min(ts[name][0]) * 1e3, c4, t512, min(ts[name][1]) * 1e3, c512, t4 / t512,
-                     c4 / c512 if c512 else float("nan"), rounds), flush=True)
+                     c4 / c512 if c512 else float("nan"), med(ts[name][2]), med(cpu[name][2]), rounds), flush=True)
     finally:
         stop_all(procs)
 

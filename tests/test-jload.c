@@ -1,6 +1,7 @@
-/* Tests of lp_jload against json_loadb on the same bytes: the same tree or
- * the same error, with long strings decoded apart (the least length set low
- * so that short cases reach the scan). */
+/* Tests of lp_jload and lp_jload_inplace against json_loadb on the same
+ * bytes: the same tree or the same error, with long strings decoded apart
+ * (the least length set low so that short cases reach the scan), in place
+ * without changing a body refused. */
 #include <check.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -11,18 +12,10 @@
 #include "lanepack/jload.h"
 #include "lanepack/rng.h"
 #include "mutate.h"
+#include "fuzz/jload-diff.h"
 
-/* Whether lp_jload and json_loadb agree on b[0..n): 1, or 0 with why in msg */
-static int agree(const char *b, size_t n, char *msg, size_t msglen) {
-  json_error_t e1, e2;
-  json_t *x = lp_jload(b, n, JSON_REJECT_DUPLICATES, &e1);
-  json_t *y = json_loadb(b, n, JSON_REJECT_DUPLICATES, &e2);
-  int ok = (!x == !y) && (x ? json_equal(x, y) : strcmp(e1.text, e2.text) == 0);
-  if (!ok) snprintf(msg, msglen, "jload %s, jansson %s on: %.*s", x ? "tree" : e1.text, y ? "tree" : e2.text, (int)n, b);
-  json_decref(x);
-  json_decref(y);
-  return ok;
-}
+/* Whether lp_jload, lp_jload_inplace and json_loadb agree on b[0..n) */
+static int agree(const char *b, size_t n, char *msg, size_t msglen) { return jload_diff_agree(b, n, msg, msglen); }
 
 #define AGREE(s)                                               \
   do {                                                         \
@@ -123,4 +116,68 @@ START_TEST(differential) {
 }
 END_TEST
 
-LP_TEST_MAIN("jload", fixed_cases, long_texts, differential)
+/* Appends one random piece of a JSON string's text to b at *n: plain runs
+ * of every length around the scan's 8- and 16-byte steps, escapes (so that
+ * in place the text moves down by 1 to 8 bytes a time), raw UTF-8, and,
+ * when bad, now and then something invalid. */
+static void put_piece(lp_rng_t *rng, char *b, size_t *n, int bad) {
+  static const char *const escapes[] = {"\\n", "\\\"", "\\\\", "\\/", "\\t", "\\u00e9", "\\u20ac", "\\ud83d\\ude00",
+                                        "\\u0041", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
+  static const char *const invalid[] = {"\\x", "\\u12", "\\ud800", "\\udc00", "\\ud83d\\u0041", "\\u0000", "\x01",
+                                        "\xc0\x80", "\xed\xa0\x80", "\xe2\x82", "\\"};
+  uint64_t r = lp_rng_next(rng);
+  if (bad && r % 4000 == 0) {
+    const char *e = invalid[(r >> 12) % (sizeof(invalid) / sizeof(invalid[0]))];
+    memcpy(b + *n, e, strlen(e));
+    *n += strlen(e);
+  } else if (r % 3 == 0) {
+    const char *e = escapes[(r >> 12) % (sizeof(escapes) / sizeof(escapes[0]))];
+    memcpy(b + *n, e, strlen(e));
+    *n += strlen(e);
+  } else {
+    size_t k = (size_t)((r >> 20) % 40);
+    for (size_t i = 0; i < k; i++) b[(*n)++] = (char)('a' + (r >> (i % 40)) % 26);
+  }
+}
+
+/* Long texts decoded in place: the same as jansson's on random texts of
+ * escapes, surrogate pairs and raw UTF-8 between plain runs of every length,
+ * valid ones referenced where they lie in the body (no copy), invalid ones
+ * refused with jansson's error and the body left as it came. */
+START_TEST(in_place) {
+  lp_jload_set_min(4096);
+  lp_rng_t rng;
+  lp_rng_seed(&rng, 3535);
+  size_t cap = 64 * 1024;
+  char *body = malloc(cap), msg[512];
+  int referenced = 0, refused = 0;
+  for (int round = 0; round < 300; round++) {
+    int bad = round % 3 == 2;
+    size_t n = 0;
+    n += (size_t)sprintf(body, "{\"inputs\": [\"");
+    while (n < 5000 + (size_t)round * 37) put_piece(&rng, body, &n, bad);
+    n += (size_t)sprintf(body + n, "\", \"short\", \"");
+    while (n < 14000) put_piece(&rng, body, &n, bad);
+    n += (size_t)sprintf(body + n, "\"], \"truncate\": true}");
+    if (!agree(body, n, msg, sizeof(msg))) ck_abort_msg("round %d: %s", round, msg);
+    char *own = malloc(n);
+    memcpy(own, body, n);
+    json_t *z = lp_jload_inplace(own, n, JSON_REJECT_DUPLICATES, NULL);
+    if (z) {
+      size_t len;
+      const char *t = lp_jload_str(json_array_get(json_object_get(z, "inputs"), 0), &len);
+      ck_assert_msg(t > own && t + len < own + n, "round %d: the text is not the body's", round);
+      referenced++;
+    } else {
+      refused++;
+    }
+    json_decref(z);
+    free(own);
+  }
+  ck_assert_int_gt(referenced, 100);
+  ck_assert_int_gt(refused, 10);
+  free(body);
+}
+END_TEST
+
+LP_TEST_MAIN("jload", fixed_cases, long_texts, differential, in_place)

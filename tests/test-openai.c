@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "lanepack/jload.h"
 #include "lanepack/openai.h"
 #include "testutil.h"
 
@@ -188,4 +189,25 @@ START_TEST(numbers_read_as_strtod) {
 }
 END_TEST
 
-LP_TEST_MAIN("openai", input_forms, bad_requests_named, vectors_and_encodings, numbers_read_as_strtod)
+/* Decoded in place with every string long enough to be a reference into the
+ * body (no NUL after it): model, format and texts read as from the copying
+ * decoder, the texts inside the body. */
+START_TEST(in_place) {
+  static const char body[] = "{\"input\": [\"a\\n\", \"bc\"], \"model\": \"m\\u00e9\", \"encoding_format\": \"base64\"}";
+  char own[sizeof(body)], err[160] = "";
+  memcpy(own, body, sizeof(body));
+  lp_jload_set_min(1);
+  lp_openai_req_t r;
+  ck_assert_msg(lp_openai_parse_inplace(own, sizeof(body) - 1, &r, err, sizeof(err)) == 0, "%s", err);
+  lp_jload_set_min(4096);
+  ck_assert_str_eq(r.model, "m\xc3\xa9");
+  ck_assert_int_eq(r.base64, 1);
+  ck_assert_uint_eq(r.ninputs, 2);
+  ck_assert_uint_eq(r.in[0].text_len, 2);
+  ck_assert(memcmp(r.in[0].text, "a\n", 2) == 0);
+  ck_assert(r.in[0].text > own && r.in[0].text < own + sizeof(own)); /* not copied */
+  lp_openai_req_free(&r);
+}
+END_TEST
+
+LP_TEST_MAIN("openai", input_forms, bad_requests_named, vectors_and_encodings, numbers_read_as_strtod, in_place)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lanepack/jload.h"
 #include "lanepack/tei.h"
 #include "testutil.h"
 
@@ -204,4 +205,31 @@ START_TEST(ranks_and_shapes) {
 }
 END_TEST
 
-LP_TEST_MAIN("tei", requests_and_defaults, bad_requests, pair_template, ranks_and_shapes)
+/* Decoded in place with every string long enough to be a reference into the
+ * body (no NUL after it): the fields read as from the copying decoder (the
+ * fuzzer found "Left" refused so). */
+START_TEST(in_place) {
+  static const char body[] = "{\"inputs\": [\"a\\n\", \"bc\"], \"truncate\": true, \"truncation_direction\": "
+                             "\"Left\", \"model\": \"m\\u00e9\", \"query\": \"q\", \"texts\": [\"a\\n\", \"bc\"]}";
+  lp_jload_set_min(1);
+  for (int route = LP_TEI_EMBED; route <= LP_TEI_RERANK; route++) {
+    char own[sizeof(body)];
+    memcpy(own, body, sizeof(body));
+    lp_tei_req_t r;
+    int st = 0;
+    const char *ty = NULL;
+    char err[200] = "";
+    ck_assert_msg(lp_tei_parse_inplace(route, own, sizeof(body) - 1, 3, &r, &st, &ty, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(r.left == 1, "route %d", route);
+    ck_assert_str_eq(r.model, "m\xc3\xa9");
+    ck_assert_uint_eq(r.ntexts, 2);
+    ck_assert_uint_eq(r.texts[0].len, 2);
+    ck_assert(memcmp(r.texts[0].s, "a\n", 2) == 0);
+    ck_assert(r.texts[0].s > own && r.texts[0].s < own + sizeof(own)); /* not copied */
+    lp_tei_req_free(&r);
+  }
+  lp_jload_set_min(4096);
+}
+END_TEST
+
+LP_TEST_MAIN("tei", requests_and_defaults, bad_requests, pair_template, ranks_and_shapes, in_place)

@@ -14,6 +14,18 @@
  * it cannot decode so is left to jansson. The caller owns the tree. */
 json_t *lp_jload(const char *body, size_t len, size_t flags, json_error_t *je);
 
+/* The same tree without copying the long strings: they are decoded in place
+ * in body (which must be writable and outlive the tree) and the tree holds
+ * references to them, read with lp_jload_str (json_string_value sees ""
+ * there). A body refused is left as it came; one accepted is changed where
+ * its long strings were. A 4 MiB text costs no copy and no fresh pages. */
+json_t *lp_jload_inplace(char *body, size_t len, size_t flags, json_error_t *je);
+
+/* A string of a tree from lp_jload or lp_jload_inplace: its text and length
+ * in *len (a reference's text in the body), or NULL and 0 when v is not a
+ * string. */
+const char *lp_jload_str(const json_t *v, size_t *len);
+
 /* The least length of a string decoded apart (and of a body scanned for
  * them); tests and fuzzers set 1 to reach the scan with short inputs. */
 size_t lp_jload_min(void);

@@ -68,6 +68,13 @@ const char *lp_jscan_int_array(const char *p, const char *end, int32_t *out, siz
  * its length to *n. Plain text is scanned 16 (SSE2) or 8 bytes at a time. */
 const char *lp_jscan_string(const char *p, const char *end, char *out, size_t *n, int *escaped);
 
+/* The same decoding the string at p in place: its text is written from p + 1
+ * on (it is never longer than its raw form) and its length set to *n.
+ * Returns the byte after the string, or NULL (invalid as lp_jscan_string
+ * says; the string's bytes are then undefined: callers that may need them
+ * check it with lp_jscan_string first). */
+char *lp_jscan_string_inplace(char *p, const char *end, size_t *n, int *escaped);
+
 /* Whether p[0..n) is only digits and commas: the text of an array that
  * lp_jscan_int_array read (between its brackets) is then exactly what
  * lp_buf_i32_array writes for its values, and can be copied instead. */

@@ -40,6 +40,9 @@ typedef struct lp_openai_req_s {
  * (and r->param the field), or -ENOMEM. Token ids must be integers in
  * [0, 2^31). r is to be freed with lp_openai_req_free either way. */
 int lp_openai_parse(const char *body, size_t len, lp_openai_req_t *r, char *err, size_t errlen);
+/* The same decoding the long texts in place in body (writable): r's texts
+ * may point into it (without a NUL), so it must outlive r (lp_jload_inplace). */
+int lp_openai_parse_inplace(char *body, size_t len, lp_openai_req_t *r, char *err, size_t errlen);
 void lp_openai_req_free(lp_openai_req_t *r);
 
 /* A backend's vector as JSON text (an array of numbers) into out (at most cap

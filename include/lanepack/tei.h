@@ -28,7 +28,7 @@ enum { LP_TEI_EMBED = 1, LP_TEI_RERANK, LP_TEI_TOKENIZE, LP_TEI_PREDICT, LP_TEI_
 /* One input: a text, token ids given instead (ids set), or (/predict) a
  * pair of texts. */
 typedef struct lp_tei_text_s {
-  const char *s;          /* borrowed from the request's decoded JSON; NULL for ids */
+  const char *s;          /* borrowed from the decoded JSON (in place: from the body, without a NUL); NULL for ids */
   size_t len;
   const int32_t *ids;     /* token ids as the client gave them, in the request's ids block */
   size_t nids;
@@ -66,6 +66,10 @@ typedef struct lp_tei_req_s {
  * with lp_tei_req_free either way. */
 int lp_tei_parse(int route, const char *body, size_t len, size_t max_inputs, lp_tei_req_t *r, int *status,
                  const char **type, char *err, size_t errlen);
+/* The same decoding the long texts in place in body (writable): r's texts
+ * may point into it, so it must outlive r (lp_jload_inplace). */
+int lp_tei_parse_inplace(int route, char *body, size_t len, size_t max_inputs, lp_tei_req_t *r, int *status,
+                         const char **type, char *err, size_t errlen);
 void lp_tei_req_free(lp_tei_req_t *r);
 
 /* A pair template (TEI's and Hugging Face's TemplateProcessing form): pieces

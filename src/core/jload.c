@@ -1,7 +1,10 @@
 /* json_loadb with the long strings of a body's top level decoded by
- * lp_jscan_string: texts of MiBs cost a scan, not jansson's lexer. */
+ * lp_jscan_string: texts of MiBs cost a scan, not jansson's lexer; with
+ * lp_jload_inplace they are decoded in the body itself and referenced from
+ * the tree, never copied. */
 #include "lanepack/jload.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,26 +22,20 @@ size_t lp_jload_min(void) { return min_len; }
 void lp_jload_set_min(size_t min) { min_len = min ? min : 1; }
 
 /* A long string taken out of the body: where it was (the member's key, the
- * index in its array or -1) and its decoded text (into the body when plain,
- * else owned by own). */
+ * index in its array or -1) and whether it holds escapes. It is decoded
+ * once the rest of the body is known to be valid: a body refused goes to
+ * jansson whole, as it came. */
 typedef struct {
   char key[LP_JLOAD_KEY_MAX];
   long index;
   const char *at, *after; /* the raw string in the body, quotes included */
-  const char *text;
-  size_t len;
-  char *own;
+  int escaped;
 } hole_t;
 
 typedef struct {
   hole_t *h;
   size_t n, cap;
 } holes_t;
-
-static void holes_free(holes_t *hs) {
-  for (size_t i = 0; i < hs->n; i++) free(hs->h[i].own);
-  free(hs->h);
-}
 
 /* The string at p: taken out when long enough and decodable here. Returns the
  * byte after it, or NULL (the body goes to jansson whole). */
@@ -59,14 +56,7 @@ static const char *take(holes_t *hs, const char *key, long index, const char *p,
   h->index = index;
   h->at = p;
   h->after = after;
-  if (!escaped) {
-    h->text = p + 1;
-    h->len = (size_t)(after - p) - 2;
-  } else {
-    if (!(h->own = malloc((size_t)(after - p) + 16))) return NULL;
-    lp_jscan_string(p, end, h->own, &h->len, &escaped);
-    h->text = h->own;
-  }
+  h->escaped = escaped;
   hs->n++;
   return after;
 }
@@ -122,10 +112,47 @@ static int scan(holes_t *hs, const char *body, const char *end) {
   }
 }
 
-/* Parses the body with each hole as "" and sets the texts in; NULL when
- * anything does not match (the caller then parses the body whole). */
-static json_t *load_holed(const holes_t *hs, const char *body, size_t len, size_t flags) {
-  char *b = malloc(len);
+/* A reference to a text in the body, as a string of the tree: a NUL (no
+ * string jansson parses without JSON_ALLOW_NUL holds one), then the text's
+ * address and length. jansson has no string that borrows its bytes. */
+#define REF_BYTES (1 + sizeof(const char *) + sizeof(size_t))
+
+/* Sets hole h's text into v: decoded in place in the body and referenced
+ * (own), else copied into the string. 0 or -1. */
+static int fill(json_t *v, const hole_t *h, char *own) {
+  const char *text = h->at + 1;
+  size_t len = (size_t)(h->after - h->at) - 2;
+  char *tmp = NULL; /* owned here */
+  int escaped;
+  if (h->escaped && own) {
+    lp_jscan_string_inplace(own + (h->at - (const char *)own), h->after, &len, &escaped);
+  } else if (h->escaped) {
+    if (!(tmp = malloc((size_t)(h->after - h->at) + 16))) return -1;
+    lp_jscan_string(h->at, h->after, tmp, &len, &escaped);
+    text = tmp;
+  }
+  int rc;
+  if (own) {
+    char b[REF_BYTES] = {0};
+    memcpy(b + 1, &text, sizeof(text));
+    memcpy(b + 1 + sizeof(text), &len, sizeof(len));
+    rc = json_string_setn_nocheck(v, b, sizeof(b));
+  } else {
+    /* the text is valid UTF-8 without NUL, as lp_jscan_string checked */
+    rc = json_string_setn_nocheck(v, text, len);
+  }
+  free(tmp);
+  return rc ? -1 : 0;
+}
+
+/* Parses the body with each hole as "" and sets the texts in (own: the body,
+ * writable, to decode them in place). NULL when anything does not match,
+ * with the body untouched (the caller then parses it whole), or with
+ * *touched set when it was already changed (out of memory). */
+static json_t *load_holed(const holes_t *hs, const char *body, size_t len, size_t flags, char *own, int *touched) {
+  size_t holed = len;
+  for (size_t i = 0; i < hs->n; i++) holed -= (size_t)(hs->h[i].after - hs->h[i].at) - 2;
+  char *b = malloc(holed);
   if (!b) return NULL;
   size_t n = 0;
   const char *from = body;
@@ -141,27 +168,73 @@ static json_t *load_holed(const holes_t *hs, const char *body, size_t len, size_
   json_error_t je;
   json_t *root = json_loadb(b, n, flags, &je);
   free(b);
-  if (!root) return NULL;
-  for (size_t i = 0; i < hs->n; i++) {
+  json_t **vs = root ? malloc(hs->n * sizeof(*vs)) : NULL; /* owned here */
+  /* every hole found before any is decoded: a body given back to jansson
+   * must be as it came */
+  for (size_t i = 0; vs && i < hs->n; i++) {
     json_t *v = json_object_get(root, hs->h[i].key);
     if (v && hs->h[i].index >= 0) v = json_is_array(v) ? json_array_get(v, (size_t)hs->h[i].index) : NULL;
-    /* the text is valid UTF-8 without NUL, as lp_jscan_string checked */
-    if (!json_is_string(v) || json_string_length(v) != 0 || json_string_setn_nocheck(v, hs->h[i].text, hs->h[i].len)) {
-      json_decref(root);
-      return NULL;
+    vs[i] = v;
+    if (!json_is_string(v) || json_string_length(v) != 0) {
+      free(vs);
+      vs = NULL;
     }
   }
+  for (size_t i = 0; vs && i < hs->n; i++) {
+    if (fill(vs[i], &hs->h[i], own)) {
+      *touched = own != NULL;
+      free(vs);
+      vs = NULL;
+    }
+  }
+  if (!vs) {
+    json_decref(root);
+    return NULL;
+  }
+  free(vs);
   return root;
 }
 
-json_t *lp_jload(const char *body, size_t len, size_t flags, json_error_t *je) {
-  /* a duplicate key could hide where a hole was: only where they are refused */
-  if (len >= min_len && (flags & JSON_REJECT_DUPLICATES)) {
+/* lp_jload, and lp_jload_inplace with own (the body, writable). */
+static json_t *load(const char *body, size_t len, size_t flags, json_error_t *je, char *own) {
+  /* a duplicate key could hide where a hole was: only where they are refused;
+   * and with NUL allowed a string could look like a reference */
+  if (len >= min_len && (flags & JSON_REJECT_DUPLICATES) && !(flags & JSON_ALLOW_NUL)) {
     holes_t hs = {0};
     json_t *root = NULL;
-    if (scan(&hs, body, body + len) == 0 && hs.n) root = load_holed(&hs, body, len, flags);
-    holes_free(&hs);
+    int touched = 0;
+    if (scan(&hs, body, body + len) == 0 && hs.n) root = load_holed(&hs, body, len, flags, own, &touched);
+    free(hs.h);
     if (root) return root;
+    if (touched) {
+      /* the body is no longer what came: jansson cannot say more */
+      if (je) {
+        memset(je, 0, sizeof(*je));
+        snprintf(je->text, sizeof(je->text), "out of memory");
+        je->position = -1;
+      }
+      return NULL;
+    }
   }
   return json_loadb(body, len, flags, je);
+}
+
+json_t *lp_jload(const char *body, size_t len, size_t flags, json_error_t *je) {
+  return load(body, len, flags, je, NULL);
+}
+
+json_t *lp_jload_inplace(char *body, size_t len, size_t flags, json_error_t *je) {
+  return load(body, len, flags, je, body);
+}
+
+const char *lp_jload_str(const json_t *v, size_t *len) {
+  *len = 0;
+  if (!json_is_string(v)) return NULL;
+  const char *s = json_string_value(v);
+  *len = json_string_length(v);
+  if (*len != REF_BYTES || s[0] != '\0') return s;
+  const char *text;
+  memcpy(&text, s + 1, sizeof(text));
+  memcpy(len, s + 1 + sizeof(text), sizeof(*len));
+  return text;
 }

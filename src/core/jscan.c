@@ -515,11 +515,17 @@ static char *put_utf8(char *o, long cp) {
   return o;
 }
 
-const char *lp_jscan_string(const char *p, const char *end, char *out, size_t *n, int *escaped) {
+/* lp_jscan_string and lp_jscan_string_inplace: with inplace, out is the
+ * string's own first byte (p + 1) and each plain run is moved down once it
+ * ends (decoding only shrinks: every write lands on bytes already read);
+ * else plain text is copied as it is scanned. */
+static const char *scan_string(const char *p, const char *end, char *out, int inplace, size_t *n, int *escaped) {
   char *o = out;
   *escaped = 0;
   p++; /* opening quote */
   for (;;) {
+    const char *run = p;
+    char *w = inplace ? NULL : o; /* where the scan copies as it goes */
     /* plain text sixteen or eight bytes at a time: most of a long text is plain */
 #if defined(LP_SCAN64_SSE2)
     const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(' ');
@@ -530,25 +536,31 @@ const char *lp_jscan_string(const char *p, const char *end, char *out, size_t *n
                                 _mm_cmplt_epi8(v, space));
       unsigned s = (unsigned)_mm_movemask_epi8(sp);
       size_t k = s ? (size_t)__builtin_ctz(s) : 16;
-      if (o) {
-        _mm_storeu_si128((__m128i *)(void *)o, v); /* room: see the header */
-        o += k;
+      if (w) {
+        _mm_storeu_si128((__m128i *)(void *)w, v); /* room: see the header */
+        w += k;
       }
       p += k;
       if (s) break;
     }
 #endif
     while (end - p >= 8) {
-      uint64_t w;
-      memcpy(&w, p, 8);
-      uint64_t s = str_special8(w);
+      uint64_t x;
+      memcpy(&x, p, 8);
+      uint64_t s = str_special8(x);
       size_t k = s ? (size_t)__builtin_ctzll(s) / 8 : 8;
-      if (o) {
-        memcpy(o, p, 8); /* room: see the header */
-        o += k;
+      if (w) {
+        memcpy(w, p, 8); /* room: see the header */
+        w += k;
       }
       p += k;
       if (s) break;
+    }
+    if (w) {
+      o = w;
+    } else if (o) { /* in place: the run moves down past what escapes saved */
+      if (o != run) memmove(o, run, (size_t)(p - run));
+      o += p - run;
     }
     if (p >= end) return NULL;
     unsigned char c = (unsigned char)*p;
@@ -561,7 +573,7 @@ const char *lp_jscan_string(const char *p, const char *end, char *out, size_t *n
       size_t k = utf8_len((const unsigned char *)p, (const unsigned char *)end);
       if (k == 0) return NULL;
       if (o) {
-        memcpy(o, p, k);
+        memmove(o, p, k); /* in place o may be p */
         o += k;
       }
       p += k;
@@ -599,6 +611,16 @@ const char *lp_jscan_string(const char *p, const char *end, char *out, size_t *n
         return NULL;
     }
     p++;
+    /* an escape is 2, 6 or 12 bytes and gives 1 to 4: in place, its text
+     * lands on its own bytes, all read */
     if (o) o = put_utf8(o, cp);
   }
+}
+
+const char *lp_jscan_string(const char *p, const char *end, char *out, size_t *n, int *escaped) {
+  return scan_string(p, end, out, 0, n, escaped);
+}
+
+char *lp_jscan_string_inplace(char *p, const char *end, size_t *n, int *escaped) {
+  return (char *)scan_string(p, end, p + 1, 1, n, escaped);
 }

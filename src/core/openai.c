@@ -40,16 +40,19 @@ static int add_ids(lp_openai_req_t *r, size_t *cap, json_t *arr, size_t i, char 
 }
 
 static int add_text(lp_openai_req_t *r, json_t *s, size_t i, char *err, size_t errlen) {
-  if (json_string_length(s) == 0) return bad(r, "input", err, errlen, "'input' holds an empty string");
-  r->in[i] = (lp_openai_input_t){.text = json_string_value(s), .text_len = json_string_length(s)};
+  r->in[i] = (lp_openai_input_t){0};
+  r->in[i].text = lp_jload_str(s, &r->in[i].text_len);
+  if (r->in[i].text_len == 0) return bad(r, "input", err, errlen, "'input' holds an empty string");
   return 0;
 }
 
-int lp_openai_parse(const char *body, size_t len, lp_openai_req_t *r, char *err, size_t errlen) {
+/* lp_openai_parse, and lp_openai_parse_inplace with own (the body, writable). */
+static int parse(const char *body, char *own, size_t len, lp_openai_req_t *r, char *err, size_t errlen) {
   memset(r, 0, sizeof(*r));
   json_error_t je;
   /* no duplicate keys: which of two "model"s would a client have meant */
-  json_t *root = lp_jload(body, len, JSON_REJECT_DUPLICATES, &je);
+  json_t *root = own ? lp_jload_inplace(own, len, JSON_REJECT_DUPLICATES, &je)
+                     : lp_jload(body, len, JSON_REJECT_DUPLICATES, &je);
   if (!root) {
     char msg[256];
     snprintf(msg, sizeof(msg), "the body is not valid JSON: %s", je.text);
@@ -61,13 +64,18 @@ int lp_openai_parse(const char *body, size_t len, lp_openai_req_t *r, char *err,
   json_t *v;
   json_object_foreach(root, key, v) {
     if (strcmp(key, "model") == 0) {
-      if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= sizeof(r->model))
+      /* in place a string may be a reference into the body, without a NUL */
+      size_t n;
+      const char *name = lp_jload_str(v, &n);
+      if (!name || n == 0 || n >= sizeof(r->model))
         return bad(r, "model", err, errlen, "'model' must be a model's name");
-      memcpy(r->model, json_string_value(v), json_string_length(v) + 1);
+      memcpy(r->model, name, n);
+      r->model[n] = '\0';
     } else if (strcmp(key, "encoding_format") == 0) {
-      const char *f = json_is_string(v) ? json_string_value(v) : "";
-      if (strcmp(f, "base64") == 0) r->base64 = 1;
-      else if (strcmp(f, "float") != 0)
+      size_t n;
+      const char *f = lp_jload_str(v, &n);
+      if (f && n == 6 && memcmp(f, "base64", 6) == 0) r->base64 = 1;
+      else if (!f || n != 5 || memcmp(f, "float", 5) != 0)
         return bad(r, "encoding_format", err, errlen, "'encoding_format' must be \"float\" or \"base64\"");
     } else if (strcmp(key, "dimensions") == 0) {
       json_int_t d = json_is_integer(v) ? json_integer_value(v) : 0;
@@ -113,6 +121,14 @@ int lp_openai_parse(const char *body, size_t len, lp_openai_req_t *r, char *err,
     if (rc) return rc;
   }
   return 0;
+}
+
+int lp_openai_parse(const char *body, size_t len, lp_openai_req_t *r, char *err, size_t errlen) {
+  return parse(body, NULL, len, r, err, errlen);
+}
+
+int lp_openai_parse_inplace(char *body, size_t len, lp_openai_req_t *r, char *err, size_t errlen) {
+  return parse(body, body, len, r, err, errlen);
 }
 
 void lp_openai_req_free(lp_openai_req_t *r) {

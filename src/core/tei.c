@@ -56,7 +56,8 @@ static int alloc_inputs(lp_tei_req_t *r, size_t n, size_t nids) {
 static int put_input(lp_tei_req_t *r, json_t *e, int ids_ok, int pairs_ok, size_t *at) {
   lp_tei_text_t *t = &r->texts[r->ntexts];
   if (json_is_string(e)) {
-    *t = (lp_tei_text_t){.s = json_string_value(e), .len = json_string_length(e)};
+    *t = (lp_tei_text_t){0};
+    t->s = lp_jload_str(e, &t->len);
   } else if (ids_ok && is_ids(e)) {
     size_t n = json_array_size(e);
     for (size_t k = 0; k < n; k++) r->ids[*at + k] = (int32_t)json_integer_value(json_array_get(e, k));
@@ -65,8 +66,12 @@ static int put_input(lp_tei_req_t *r, json_t *e, int ids_ok, int pairs_ok, size_
   } else if (pairs_ok && json_is_array(e) && (json_array_size(e) == 1 || json_array_size(e) == 2) &&
              json_is_string(json_array_get(e, 0)) && json_is_string(json_array_get(e, json_array_size(e) - 1))) {
     json_t *a = json_array_get(e, 0), *b = json_array_get(e, 1);
-    *t = (lp_tei_text_t){.s = json_string_value(a), .len = json_string_length(a)};
-    if (b) *t = (lp_tei_text_t){.s = t->s, .len = t->len, .b = json_string_value(b), .blen = json_string_length(b), .pair = 1};
+    *t = (lp_tei_text_t){0};
+    t->s = lp_jload_str(a, &t->len);
+    if (b) {
+      t->b = lp_jload_str(b, &t->blen);
+      t->pair = 1;
+    }
   } else {
     return -EPROTO;
   }
@@ -133,14 +138,18 @@ static int get_similarity(lp_tei_req_t *r, json_t *v, size_t max_inputs, int *st
   return 0;
 }
 
+/* Whether text d[0..n) (maybe NULL) is lit. */
+static int same(const char *d, size_t n, const char *lit) { return d && n == strlen(lit) && memcmp(d, lit, n) == 0; }
+
 /* truncate / truncation_direction (/similarity's are in "parameters"). */
 static int get_truncation(lp_tei_req_t *r, const char *key, json_t *v, int *status, const char **type, char *err,
                           size_t errlen) {
   if (strcmp(key, "truncation_direction") == 0) {
     /* TEI's spellings, and the lower case its clients' docs use */
-    const char *d = json_is_string(v) ? json_string_value(v) : "";
-    if (strcmp(d, "Left") == 0 || strcmp(d, "left") == 0) r->left = 1;
-    else if (strcmp(d, "Right") != 0 && strcmp(d, "right") != 0)
+    size_t n = 0; /* in place its text may be a reference into the body, without a NUL */
+    const char *d = lp_jload_str(v, &n);
+    if (same(d, n, "Left") || same(d, n, "left")) r->left = 1;
+    else if (!same(d, n, "Right") && !same(d, n, "right"))
       return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` must be \"Right\" or \"Left\"", key);
     return 0;
   }
@@ -190,7 +199,8 @@ static int get_parameters(lp_tei_req_t *r, json_t *v, int *status, const char **
   return 0;
 }
 
-int lp_tei_parse(int route, const char *body, size_t len, size_t max_inputs, lp_tei_req_t *r, int *status,
+/* lp_tei_parse, and lp_tei_parse_inplace with own (the body, writable). */
+static int parse(int route, const char *body, char *own, size_t len, size_t max_inputs, lp_tei_req_t *r, int *status,
                  const char **type, char *err, size_t errlen) {
   memset(r, 0, sizeof(*r));
   r->route = route;
@@ -199,7 +209,8 @@ int lp_tei_parse(int route, const char *body, size_t len, size_t max_inputs, lp_
   r->skip_special_tokens = 1;
   json_error_t je;
   /* no duplicate keys: which of two "inputs" would a client have meant */
-  json_t *root = lp_jload(body, len, JSON_REJECT_DUPLICATES, &je);
+  json_t *root = own ? lp_jload_inplace(own, len, JSON_REJECT_DUPLICATES, &je)
+                     : lp_jload(body, len, JSON_REJECT_DUPLICATES, &je);
   if (!root) return bad(status, type, 400, LP_TEI_VALIDATION, err, errlen, "the body is not valid JSON: %s", je.text);
   r->root = root;
   if (!json_is_object(root))
@@ -211,9 +222,12 @@ int lp_tei_parse(int route, const char *body, size_t len, size_t max_inputs, lp_
   json_object_foreach(root, key, v) {
     if (!known(route, key)) continue;
     if (strcmp(key, "model") == 0) {
-      if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= sizeof(r->model))
+      size_t mlen;
+      const char *name = lp_jload_str(v, &mlen);
+      if (!name || mlen == 0 || mlen >= sizeof(r->model))
         return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` must be a model's name", key);
-      memcpy(r->model, json_string_value(v), json_string_length(v) + 1);
+      memcpy(r->model, name, mlen);
+      r->model[mlen] = '\0';
     } else if (strcmp(key, "truncation_direction") == 0 || strcmp(key, "truncate") == 0) {
       rc = get_truncation(r, key, v, status, type, err, errlen);
     } else if (strcmp(key, "prompt_name") == 0) {
@@ -228,7 +242,8 @@ int lp_tei_parse(int route, const char *body, size_t len, size_t max_inputs, lp_
       r->dimensions = json_is_integer(v) ? (uint32_t)json_integer_value(v) : 0;
     } else if (strcmp(key, "query") == 0) {
       if (!json_is_string(v)) return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "`%s` must be a string", key);
-      r->query = (lp_tei_text_t){.s = json_string_value(v), .len = json_string_length(v)};
+      r->query = (lp_tei_text_t){0};
+      r->query.s = lp_jload_str(v, &r->query.len);
     } else if (strcmp(key, "parameters") == 0) {
       rc = get_parameters(r, v, status, type, err, errlen);
     } else if (strcmp(key, "inputs") == 0 && route == LP_TEI_SIMILARITY) {
@@ -255,6 +270,16 @@ int lp_tei_parse(int route, const char *body, size_t len, size_t max_inputs, lp_
                                               : (!r->texts ? "inputs" : NULL);
   if (need) return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "missing field `%s`", need);
   return 0;
+}
+
+int lp_tei_parse(int route, const char *body, size_t len, size_t max_inputs, lp_tei_req_t *r, int *status,
+                 const char **type, char *err, size_t errlen) {
+  return parse(route, body, NULL, len, max_inputs, r, status, type, err, errlen);
+}
+
+int lp_tei_parse_inplace(int route, char *body, size_t len, size_t max_inputs, lp_tei_req_t *r, int *status,
+                         const char **type, char *err, size_t errlen) {
+  return parse(route, body, body, len, max_inputs, r, status, type, err, errlen);
 }
 
 void lp_tei_req_free(lp_tei_req_t *r) {

@@ -2,7 +2,8 @@
  * decoded or refused with a status, a type and a message (never a crash or
  * leak), what it decodes is consistent; the bytes as a pair template are
  * parsed or refused and, when parsed, lay out a pair within any bound;
- * lp_jload gives what jansson gives on the same bytes. */
+ * lp_jload gives what jansson gives on the same bytes, and
+ * lp_tei_parse_inplace what lp_tei_parse gives (its texts in the body). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -33,6 +34,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (r.ntexts == 0 || r.ntexts > FUZZ_MAX_INPUTS || (route == LP_TEI_RERANK && !r.query.s)) abort();
       for (size_t i = 0; i < r.ntexts; i++)
         if (!r.texts[i].s != !!r.texts[i].ids || (r.texts[i].pair && !r.texts[i].b)) abort();
+    }
+    /* in place: the same verdict, message and texts */
+    char *own = malloc(size ? size : 1), err2[256] = "";
+    if (own) {
+      memcpy(own, data, size);
+      lp_tei_req_t q;
+      int status2 = 0;
+      const char *type2 = NULL;
+      int rc2 = lp_tei_parse_inplace(route, own, size, FUZZ_MAX_INPUTS, &q, &status2, &type2, err2, sizeof(err2));
+      if (rc2 != rc || status2 != status || strcmp(err, err2) != 0) abort();
+      if (rc == 0 && (q.ntexts != r.ntexts || (q.query.s && (q.query.len != r.query.len ||
+                                                              memcmp(q.query.s, r.query.s, r.query.len)))))
+        abort();
+      for (size_t i = 0; rc == 0 && i < r.ntexts; i++)
+        if (q.texts[i].len != r.texts[i].len || q.texts[i].blen != r.texts[i].blen ||
+            (r.texts[i].s && memcmp(q.texts[i].s, r.texts[i].s, r.texts[i].len)) ||
+            (r.texts[i].b && memcmp(q.texts[i].b, r.texts[i].b, r.texts[i].blen)))
+          abort();
+      lp_tei_req_free(&q);
+      free(own);
     }
     lp_tei_req_free(&r);
   }

@@ -107,7 +107,7 @@ static void embeddings_submit(lp_front_t *f, lp_http_req_t *req, lp_openai_req_t
 typedef struct emb_ctx_s {
   lp_openai_req_t r;
   lp_model_t *m;
-  char *body;             /* owned until decoded */
+  char *body;             /* owned: a large body decoded on a worker, its texts in it */
   size_t body_len;
   int rc;                 /* lp_openai_parse's */
   char err[256];
@@ -216,12 +216,19 @@ static void embeddings_decode(emb_ctx_t *c) {
   c->rc = lp_openai_parse(c->body, c->body_len, &c->r, c->err, sizeof(c->err));
 }
 
-/* A worker's: the body decoded, then freed (the texts are in the JSON). */
+/* A worker's: the body decoded in place, kept (c's, as long as its texts
+ * are read: a text of MiBs is never copied), else freed at once. */
 static void embeddings_decode_work(lp_tokjob_t *job) {
   emb_ctx_t *c = job->ctx;
-  embeddings_decode(c);
-  free(c->body);
-  c->body = NULL;
+  c->rc = lp_openai_parse_inplace(c->body, c->body_len, &c->r, c->err, sizeof(c->err));
+  /* kept only when a text lies in it: many short texts are jansson's copies */
+  int in_body = 0;
+  for (size_t i = 0; !c->rc && i < c->r.ninputs && !in_body; i++) /* as integers: other objects compared */
+    in_body = (uintptr_t)c->r.in[i].text - (uintptr_t)c->body < c->body_len;
+  if (!in_body) {
+    free(c->body);
+    c->body = NULL;
+  }
 }
 
 static void embeddings_decoded_back(lp_front_t *f, lp_tokjob_t *tj, lp_http_req_t *req) {

@@ -430,7 +430,7 @@ typedef struct tei_ctx_s {
   int route, kind;
   lp_model_t *m;
   uint32_t limit;
-  char *body;             /* owned until decoded */
+  char *body;             /* owned: a large body decoded on a worker, its texts in it */
   unit_map_t um;          /* the inputs' units (embedding kinds) */
   size_t body_len, max_inputs;
   int rc, status;         /* lp_tei_parse's */
@@ -452,12 +452,22 @@ static void tei_decode(tei_ctx_t *c) {
                        sizeof(c->err));
 }
 
-/* A worker's: the body decoded, then freed (the texts are in the JSON). */
+/* A worker's: the body decoded in place, kept (c's, as long as its texts
+ * are read: a text of MiBs is never copied, the tokenizer reads only what
+ * it keeps of it), else freed at once. */
 static void tei_decode_work(lp_tokjob_t *job) {
   tei_ctx_t *c = job->ctx;
-  tei_decode(c);
-  free(c->body);
-  c->body = NULL;
+  c->rc = lp_tei_parse_inplace(c->kind, c->body, c->body_len, c->max_inputs, &c->r, &c->status, &c->type, c->err,
+                               sizeof(c->err));
+  /* kept only when a text lies in it: many short texts are jansson's copies */
+  uintptr_t b = (uintptr_t)c->body; /* as integers: pointers into other objects compared */
+  int in_body = !c->rc && (uintptr_t)c->r.query.s - b < c->body_len;
+  for (size_t i = 0; !c->rc && i < c->r.ntexts && !in_body; i++)
+    in_body = (uintptr_t)c->r.texts[i].s - b < c->body_len || (uintptr_t)c->r.texts[i].b - b < c->body_len;
+  if (!in_body) {
+    free(c->body);
+    c->body = NULL;
+  }
 }
 
 /* The request's ids are known (tj: the workers' units; NULL when it gave
