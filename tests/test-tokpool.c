@@ -1,6 +1,7 @@
 /* The tokenizer workers' pool (src/proxy/tokwork/pool.c) without a
  * tokenizer: jobs of CALL units. Inputs are taken round robin across jobs (a
- * one-unit job submitted behind one of 200 runs second); every job's memory
+ * one-unit job submitted behind one of 200 runs after the 200's first turn,
+ * a turn taking short units together); every job's memory
  * is freed exactly once whatever the moment its client leaves (before its
  * units are taken, while they run, after it is back in the box), and done
  * runs only for those whose client stayed; the bound on held text; a stop
@@ -104,8 +105,21 @@ static void teardown(void) {
 }
 
 /* One worker held by a gate; then a job of 200 inputs and one of 1: once the
- * gate opens, the one-input job's unit is the second taken. */
+ * gate opens, the one-input job's unit runs after the first turn of the
+ * 200, not after all of them. A turn takes short units together (up to
+ * LP_TOKPOOL_TURN_BYTES of text, LP_TOKPOOL_TURN_UNITS units) and a long one
+ * alone: per loop index, the 200's units' length and how many a turn takes. */
+static const struct {
+  size_t len, per_turn;
+} turns[] = {
+  {1, LP_TOKPOOL_TURN_UNITS},                      /* tiny: as many as a turn may count */
+  {LP_TOKPOOL_TURN_BYTES / 4, 4},                  /* short: a turn's bytes */
+  {LP_TOKPOOL_TURN_BYTES / 4 + 1, 3},              /* the next would pass the budget */
+  {LP_TOKPOOL_TURN_BYTES * 2, 1},                  /* long: alone */
+};
+
 START_TEST(test_round_robin) {
+  size_t len = turns[_i].len, per_turn = turns[_i].per_turn;
   uv_loop_t loop;
   ck_assert_int_eq(uv_loop_init(&loop), 0);
   lp_front_t f;
@@ -116,13 +130,14 @@ START_TEST(test_round_robin) {
   ck_assert_ptr_nonnull(p);
   expected_back = 3;
   ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 0, 1, unit_gate, 1), SIZE_MAX), 0);
-  ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 1, 200, unit_record, 1), SIZE_MAX), 0);
+  ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 1, 200, unit_record, len), SIZE_MAX), 0);
   ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 2, 1, unit_record, 1), SIZE_MAX), 0);
   uv_sem_post(&fx.gate);
   uv_run(&loop, UV_RUN_DEFAULT);
   ck_assert_int_eq(fx.norder, 201);
-  ck_assert_int_eq(fx.order[0], 1);
-  ck_assert_int_eq(fx.order[1], 2); /* not after the 200 */
+  for (size_t i = 0; i < per_turn; i++) ck_assert_int_eq(fx.order[i], 1); /* the 200's first turn */
+  ck_assert_int_eq(fx.order[per_turn], 2); /* then the one-input job: not after the 200 */
+  ck_assert_int_eq(fx.order[per_turn + 1], 1);
   ck_assert_int_eq(fx.done, 3);
   ck_assert_int_eq(fx.freed, 3);
   lp__tokpool_stop(p);
@@ -208,7 +223,7 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("pool");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, test_round_robin);
+  tcase_add_loop_test(tc, test_round_robin, 0, (int)(sizeof(turns) / sizeof(turns[0])));
   tcase_add_test(tc, test_cancel_any_time);
   tcase_add_test(tc, test_bound_and_stop);
   suite_add_tcase(s, tc);

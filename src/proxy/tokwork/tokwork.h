@@ -13,6 +13,27 @@
  * and takes it back from its tok box (a mailbox woken by an eventfd). ---- */
 typedef struct lp_tokjob_s lp_tokjob_t;
 
+/* A worker's turn: the units it takes of one job at once, in order, while
+ * their text stays within LP_TOKPOOL_TURN_BYTES (the first one whatever its
+ * size) and they number at most LP_TOKPOOL_TURN_UNITS. Handing a unit over
+ * (the lock, a wake-up, a hand-back) costs tens of microseconds on a busy
+ * machine, more than tokenizing a line of text (some 1-2 us a token): short
+ * inputs go many a turn. 8 KiB is about 2,000 tokens, a millisecond or two
+ * of tokenizing: what a one-line request queued behind another job's turn
+ * waits at most for it, and it holds a typical batch of short texts (8-64
+ * lines) whole. */
+#define LP_TOKPOOL_TURN_BYTES (8 * 1024)
+/* ... a tokenizer call costs a microsecond or so even for an empty text:
+ * 64 keeps a turn of 2,048 empty inputs from holding a worker long. */
+#define LP_TOKPOOL_TURN_UNITS 64
+
+/* Token ids of one turn's units, one allocation (units point into it),
+ * owned by their job. */
+typedef struct lp_tokids_s {
+  struct lp_tokids_s *next;
+  int32_t ids[];
+} lp_tokids_t;
+
 /* What a unit asks: the ids with the encode options (IDS), without them
  * (PLAIN, a part of a /rerank pair), /tokenize's pieces (PIECES), or the
  * route's own work on its ctx (CALL: decoding a large body, which jansson
@@ -38,7 +59,7 @@ typedef struct lp_tokunit_s {
                              tokenizer refused the text) */
   long over;
   int over_prefix;        /* ... found so in a prefix, the rest never read */
-  int32_t *ids;           /* owned */
+  int32_t *ids;           /* n of them, in one of the job's id blocks (freed with it) */
   lp_buf_t json;          /* PIECES: the input's tokens in /tokenize's shape; owned */
 } lp_tokunit_t;
 
@@ -52,7 +73,7 @@ struct lp_tokjob_s {
   lp_front_t *front;      /* whose client it is; its box gets the job back */
   lp_http_req_t *req;     /* FRONT: the client's request */
   const lp_tok_t *tok;    /* the model's, kept until the process ends */
-  lp_tokunit_t *units;    /* nunits; owned */
+  lp_tokunit_t *units;    /* nunits; in the job's own allocation */
   size_t nunits;
   /* FRONT: the route's continuation, with the client still there; it answers
    * req (or hands a job on) and frees nothing of the job's */
@@ -62,6 +83,7 @@ struct lp_tokjob_s {
   /* the pool's, under its lock */
   size_t next_unit;       /* the next unit a worker takes */
   size_t unfinished;      /* units not done (queued or running) */
+  lp_tokids_t *idblocks;  /* the ids of its turns; owned */
   int cancelled;          /* its client left */
   int posted;             /* every unit done: in its front's box */
   lp_tokjob_t *rr_prev, *rr_next; /* in the pool's round */
