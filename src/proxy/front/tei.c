@@ -187,6 +187,12 @@ static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tokjob_t *tj, c
   if (!rc && !stream) {
     lp_buf_puts(&out, "[");
     for (size_t i = 0; i < r->ntexts && !rc; i++) {
+      const lp_tokunit_t *u = &tj->units[i];
+      if (u->op == LP_TOKOP_PIECES) { /* the workers' (tokenized once) */
+        if (i) lp_buf_puts(&out, ",");
+        lp_buf_append(&out, u->json.data, u->json.len);
+        continue;
+      }
       long n = input_pieces(t, &r->texts[i], r->add_special_tokens, &pc, &cap);
       if (n < 0) rc = (int)n;
       else input_json(&out, t, &r->texts[i], i, pc, n);
@@ -624,9 +630,15 @@ static void tei_decoded(lp_front_t *f, lp_http_req_t *req, tei_ctx_t *c) {
     tei_unit(u++, &c->r.query, LP_TOKOP_PLAIN, &c->r, limit, 0);
     for (size_t i = 0; i < r->ntexts; i++) tei_unit(u++, &r->texts[i], LP_TOKOP_PLAIN, r, limit, 1);
   } else if (kind == LP_TEI_TOKENIZE) {
-    /* ids only, off the loop: their counts check every input and size the
-     * answer, built (or streamed) on the front (tokenize) */
-    for (size_t i = 0; i < r->ntexts; i++) tei_unit(u++, &r->texts[i], LP_TOKOP_IDS, r, limit, 0);
+    /* a request whose answer is small (about a token a byte at most) gets its answer's parts built by the workers as they tokenize, once
+     * (its pieces, counted as its ids with the special tokens are); a
+     * larger one's ids only: their counts check every input and size the
+     * answer, built (or streamed, tokenized again) on the front (tokenize) */
+    size_t bytes = 0;
+    for (size_t i = 0; i < r->ntexts; i++) bytes += r->texts[i].len;
+    int small = r->add_special_tokens && bytes * TOKENIZE_BYTES_PER_ID <= TOKENIZE_AT_ONCE;
+    int op = small ? LP_TOKOP_PIECES : LP_TOKOP_IDS;
+    for (size_t i = 0; i < r->ntexts; i++) tei_unit(u++, &r->texts[i], op, r, limit, 0);
   } else {
     for (size_t i = 0; i < r->ntexts; i++) {
       const lp_tei_text_t *in = &r->texts[i];
