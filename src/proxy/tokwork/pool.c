@@ -2,12 +2,14 @@
  * an event loop. A front hands over a job of units (one per input), goes on
  * serving, and gets the job back through its tok box (a mailbox woken by an
  * eventfd, as the fronts and the scheduler talk). Workers take a turn at a
- * time, round robin across jobs: a turn is one unit, or several short ones
- * of the same job (LP_TOKPOOL_TURN_BYTES), so a request of 2,048 inputs or of
- * one long text holds one worker at a time while a one-line request waits
- * for one turn at most, and a batch of short lines costs one hand-over, not
- * one per line. Submit and cancel run on the fronts; the rest on the workers. */
+ * time, round robin across flows (a client's connection: its jobs in
+ * order): a turn is one unit, or several short ones of the same job
+ * (LP_TOKPOOL_TURN_BYTES), so a request of 2,048 inputs, one long text or a
+ * client's 60 pipelined requests hold one worker at a time while a one-line
+ * request waits for one turn at most, and a batch of short lines costs one
+ * hand-over, not one per line. Submit and cancel run on the fronts; the rest on the workers. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,13 +46,16 @@ typedef struct lp_tokworker_s {
 struct lp_tokpool_s {
   uv_mutex_t lock;
   uv_cond_t work;          /* a unit is waiting, or the pool stops */
-  lp_tokjob_t *ring;       /* jobs with units not yet taken, circular by rr_next: the head's turn is next */
+  lp_tokjob_t *ring;       /* each flow's first job with units not yet taken (and each job without a
+                              flow), circular by rr_next: the head's turn is next */
   size_t bytes;            /* text held by jobs not yet finished (their units' lengths) */
   size_t queued_bytes;     /* ... of units not yet taken */
   size_t queued_units;
   unsigned sleeping;       /* workers waiting on work */
   unsigned woken;          /* of them, signalled and not yet back: each takes a turn soon */
   unsigned short_running;  /* workers running a turn within LP_TOKPOOL_TURN_BYTES */
+  lp_tokjob_t **flows;     /* the round's jobs that have a flow, by it (open addressing); owned */
+  size_t flows_cap, nflows;
   int stopping;
   unsigned nthreads;
   lp_tokworker_t *workers; /* nthreads; owned */
@@ -290,6 +295,111 @@ static void ring_remove(lp_tokpool_t *p, lp_tokjob_t *job) {
   job->rr_next = job->rr_prev = NULL;
 }
 
+/* ---- flows: one place in the round per client (under the pool's lock) ---- */
+
+/* A flow's first slot: its key mixed (keys from malloc share their low bits). */
+static size_t flow_home(const void *flow, size_t mask) {
+  uint64_t x = (uint64_t)(uintptr_t)flow;
+  x ^= x >> 29;
+  x *= 0x9E3779B97F4A7C15ull;
+  return (size_t)(x >> 32) & mask;
+}
+
+/* The slot of flow's job in the round, or the empty one where it would go
+ * (flows_cap > 0). */
+static size_t flow_find(const lp_tokpool_t *p, const void *flow) {
+  size_t mask = p->flows_cap - 1, i = flow_home(flow, mask);
+  while (p->flows[i] && p->flows[i]->flow != flow) i = (i + 1) & mask;
+  return i;
+}
+
+/* Room for one more flow: the table at most half full, so probes stay
+ * short; 0 or -ENOMEM. */
+static int flows_room(lp_tokpool_t *p) {
+  if ((p->nflows + 1) * 2 <= p->flows_cap) return 0;
+  size_t cap = p->flows_cap ? p->flows_cap * 2 : 64, oldcap = p->flows_cap;
+  lp_tokjob_t **old = p->flows, **t = calloc(cap, sizeof(*t));
+  if (!t) return -ENOMEM;
+  p->flows = t;
+  p->flows_cap = cap;
+  for (size_t i = 0; i < oldcap; i++)
+    if (old[i]) p->flows[flow_find(p, old[i]->flow)] = old[i];
+  free(old);
+  return 0;
+}
+
+/* flow leaves the table: the entries after its slot shift back (linear
+ * probing's deletion, no tombstones). */
+static void flow_forget(lp_tokpool_t *p, const void *flow) {
+  size_t mask = p->flows_cap - 1, i = flow_find(p, flow);
+  if (!p->flows[i]) return;
+  p->flows[i] = NULL;
+  p->nflows--;
+  for (size_t j = (i + 1) & mask; p->flows[j]; j = (j + 1) & mask) {
+    size_t k = flow_home(p->flows[j]->flow, mask);
+    /* j's entry moves into the hole unless its home lies cyclically in (i, j] */
+    if (i < j ? (k <= i || k > j) : (k <= i && k > j)) {
+      p->flows[i] = p->flows[j];
+      p->flows[j] = NULL;
+      i = j;
+    }
+  }
+}
+
+/* A submitted job into the round: last in the current round, or behind its
+ * flow's jobs when the flow has a place (no table room: a place of its own). */
+static void enqueue(lp_tokpool_t *p, lp_tokjob_t *job) {
+  job->flow_next = NULL;
+  job->flow_tail = job;
+  if (job->flow && p->nflows) {
+    lp_tokjob_t *first = p->flows[flow_find(p, job->flow)];
+    if (first) {
+      first->flow_tail->flow_next = job;
+      first->flow_tail = job;
+      job->flow_tail = NULL;
+      return;
+    }
+  }
+  if (job->flow && flows_room(p) == 0) {
+    p->flows[flow_find(p, job->flow)] = job;
+    p->nflows++;
+  } else {
+    job->flow = NULL;
+  }
+  ring_insert(p, job);
+}
+
+/* job, its flow's place in the round, leaves it (every unit taken, or its
+ * client gone): the flow's next job takes the place, or the flow leaves
+ * too. Returns the job now there, or NULL. */
+static lp_tokjob_t *leave_round(lp_tokpool_t *p, lp_tokjob_t *job) {
+  lp_tokjob_t *next = job->flow_next;
+  if (!next) {
+    if (job->flow) flow_forget(p, job->flow);
+    ring_remove(p, job);
+    job->flow_tail = NULL;
+    return NULL;
+  }
+  next->flow_tail = job->flow_tail;
+  next->rr_next = job->rr_next == job ? next : job->rr_next;
+  next->rr_prev = job->rr_prev == job ? next : job->rr_prev;
+  next->rr_prev->rr_next = next;
+  next->rr_next->rr_prev = next;
+  if (p->ring == job) p->ring = next;
+  p->flows[flow_find(p, job->flow)] = next;
+  job->rr_next = job->rr_prev = job->flow_next = job->flow_tail = NULL;
+  return next;
+}
+
+/* job, waiting behind its flow's place, leaves (its client gone). */
+static void leave_flow(lp_tokpool_t *p, lp_tokjob_t *job) {
+  lp_tokjob_t *first = p->flows[flow_find(p, job->flow)], *prev = first;
+  while (prev->flow_next != job) prev = prev->flow_next;
+  prev->flow_next = job->flow_next;
+  if (first->flow_tail == job) first->flow_tail = prev;
+  job->flow_next = NULL;
+}
+
 /* How many sleeping workers to wake for what is queued: as many as it has
  * turns' worth of text (a short queue needs one), less those already
  * coming (woken, or running a short turn: back within a turn's time), and
@@ -332,8 +442,12 @@ static void worker_main(void *arg) {
              bytes + job->units[job->next_unit].len <= LP_TOKPOOL_TURN_BYTES);
     p->queued_bytes -= bytes;
     p->queued_units -= count;
-    if (job->next_unit == job->nunits) ring_remove(p, job); /* every unit taken */
-    else p->ring = job->rr_next;                            /* the next job's turn */
+    if (job->next_unit < job->nunits) {
+      p->ring = job->rr_next; /* the next place's turn */
+    } else {                  /* every unit taken: its flow's next job in its place, whose turn is over */
+      lp_tokjob_t *next = leave_round(p, job);
+      if (next && p->ring == next) p->ring = next->rr_next;
+    }
     int is_short = bytes <= LP_TOKPOOL_TURN_BYTES;
     p->short_running += is_short;
     /* more queued than this worker and those coming take on soon */
@@ -408,7 +522,7 @@ int lp__tokpool_submit(lp_tokpool_t *p, lp_tokjob_t *job, size_t bound) {
   job->next_unit = 0;
   unsigned wake = 0;
   if (job->nunits) {
-    ring_insert(p, job);
+    enqueue(p, job);
     p->queued_bytes += bytes;
     p->queued_units += job->nunits;
     wake = wakes_needed(p);
@@ -437,7 +551,8 @@ void lp__tokpool_cancel(lp_tokpool_t *p, lp_tokjob_t *job) {
     p->queued_units -= job->nunits - job->next_unit;
     job->unfinished -= job->nunits - job->next_unit;
     job->next_unit = job->nunits;
-    ring_remove(p, job);
+    if (job->rr_next) leave_round(p, job); /* its flow's next job takes its place */
+    else leave_flow(p, job);
     free_now = job->unfinished == 0;
   }
   uv_mutex_unlock(&p->lock);
@@ -467,9 +582,14 @@ void lp__tokpool_free(lp_tokpool_t *p) {
   /* jobs never taken: their fronts are stopped, nobody waits for them */
   while (p->ring) {
     lp_tokjob_t *job = p->ring;
+    for (lp_tokjob_t *j = job->flow_next, *n; j; j = n) { /* waiting behind it */
+      n = j->flow_next;
+      lp__tokjob_free(j);
+    }
     ring_remove(p, job);
     lp__tokjob_free(job);
   }
+  free(p->flows);
   uv_cond_destroy(&p->work);
   uv_mutex_destroy(&p->lock);
   free(p->workers);

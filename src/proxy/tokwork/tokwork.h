@@ -80,13 +80,20 @@ struct lp_tokjob_s {
   void (*done)(lp_front_t *f, lp_tokjob_t *job, lp_http_req_t *req);
   void *ctx;              /* the route's parsed request (the texts point into it); owned */
   void (*ctx_free)(void *ctx);
+  /* FRONT, before submit: whose turns these are (its client's connection,
+   * lp_http_req_client): jobs of one flow share one place in the round, in
+   * the order submitted, so a client pipelining 60 requests takes a turn as
+   * one request does; NULL: a place of its own */
+  const void *flow;
   /* the pool's, under its lock */
   size_t next_unit;       /* the next unit a worker takes */
   size_t unfinished;      /* units not done (queued or running) */
   lp_tokids_t *idblocks;  /* the ids of its turns; owned */
   int cancelled;          /* its client left */
   int posted;             /* every unit done: in its front's box */
-  lp_tokjob_t *rr_prev, *rr_next; /* in the pool's round */
+  lp_tokjob_t *rr_prev, *rr_next; /* in the pool's round (its flow's first job there), else NULL */
+  lp_tokjob_t *flow_next; /* its flow's next job, waiting behind it */
+  lp_tokjob_t *flow_tail; /* in the round: its flow's last job (itself when alone) */
   lp_tokjob_t *done_next; /* in its front's box */
 };
 
@@ -99,7 +106,8 @@ typedef struct lp_tokbox_s {
 } lp_tokbox_t;
 
 /* tokwork/pool.c. start: nthreads workers, or NULL. submit (a front's):
- * the job's units queued behind those of every job already there, or
+ * the job's units queued behind those of every job already there (in its
+ * flow's place when the flow has one: behind the flow's jobs), or
  * -EAGAIN when the text the pool holds would pass bound bytes (a job alone
  * always goes in) or the pool stops; the job is the pool's on success.
  * cancel (its front's, the client gone): see lp_tokjob_t. stop joins the
