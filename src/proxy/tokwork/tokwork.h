@@ -16,15 +16,15 @@ typedef struct lp_tokjob_s lp_tokjob_t;
 /* A worker's turn: the units it takes of one job at once, in order, while
  * their text stays within LP_TOKPOOL_TURN_BYTES (the first one whatever its
  * size) and they number at most LP_TOKPOOL_TURN_UNITS. Handing a unit over
- * (the lock, a wake-up, a hand-back) costs tens of microseconds on a busy
- * machine, more than tokenizing a line of text (some 1-2 us a token): short
- * inputs go many a turn. 8 KiB is about 2,000 tokens, a millisecond or two
- * of tokenizing: what a one-line request queued behind another job's turn
- * waits at most for it, and it holds a typical batch of short texts (8-64
- * lines) whole. */
+ * (the lock, a wake-up, a hand-back) cost some 130 us a request of 8 lines
+ * on a busy machine, more than tokenizing them (0.5-0.7 us a token with
+ * SentencePiece, doc/benchmarks.md): short inputs go many a turn. 8 KiB is
+ * about 2,000 tokens, a millisecond or so of tokenizing: what a one-line
+ * request queued behind another job's turn waits at most for it, and it
+ * holds a typical batch of short texts (8-64 lines) whole. */
 #define LP_TOKPOOL_TURN_BYTES (8 * 1024)
-/* ... a tokenizer call costs a microsecond or so even for an empty text:
- * 64 keeps a turn of 2,048 empty inputs from holding a worker long. */
+/* ... a tokenizer call has a cost of its own even for an empty text: 64
+ * keeps a turn of 2,048 tiny inputs from holding a worker long. */
 #define LP_TOKPOOL_TURN_UNITS 64
 
 /* Token ids of one turn's units, one allocation (units point into it),
