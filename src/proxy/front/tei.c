@@ -150,6 +150,14 @@ static tok_stream_t *tok_stream_new(const lp_tok_t *t, const lp_tei_req_t *r, si
  * workers' counts before any of it is built. */
 #define TOKENIZE_BYTES_PER_ID 64
 
+/* Text up to which a /tokenize request's answer is built by the workers:
+ * at some 4 bytes a token (English) its answer is about TOKENIZE_AT_ONCE,
+ * built at once anyway, and tokenizing it again on the front's loop took
+ * it 1-2 ms a request (a connection pipelining 60 of them held its front
+ * that long for each); at worst (a token a byte) a worker builds 1 MiB for
+ * a moment, and an answer past TOKENIZE_AT_ONCE is still streamed. */
+#define TOKENIZE_PIECES_BYTES (16 * 1024)
+
 /* /tokenize: each input's pieces with their ids and where they lie in it,
  * each input at most limit pieces, as /embed's without truncate. The workers
  * have tokenized every input (tj's units, ids only: an error is the whole
@@ -630,13 +638,14 @@ static void tei_decoded(lp_front_t *f, lp_http_req_t *req, tei_ctx_t *c) {
     tei_unit(u++, &c->r.query, LP_TOKOP_PLAIN, &c->r, limit, 0);
     for (size_t i = 0; i < r->ntexts; i++) tei_unit(u++, &r->texts[i], LP_TOKOP_PLAIN, r, limit, 1);
   } else if (kind == LP_TEI_TOKENIZE) {
-    /* a request whose answer is small (about a token a byte at most) gets its answer's parts built by the workers as they tokenize, once
-     * (its pieces, counted as its ids with the special tokens are); a
-     * larger one's ids only: their counts check every input and size the
-     * answer, built (or streamed, tokenized again) on the front (tokenize) */
+    /* a request of little text gets its answer's parts built by the
+     * workers as they tokenize, once (its pieces, counted as its ids with
+     * the special tokens are), the front only joining them; a larger one's
+     * ids only: their counts check every input and size the answer, built
+     * (or streamed, tokenized again) on the front (tokenize) */
     size_t bytes = 0;
     for (size_t i = 0; i < r->ntexts; i++) bytes += r->texts[i].len;
-    int small = r->add_special_tokens && bytes * TOKENIZE_BYTES_PER_ID <= TOKENIZE_AT_ONCE;
+    int small = r->add_special_tokens && bytes <= TOKENIZE_PIECES_BYTES;
     int op = small ? LP_TOKOP_PIECES : LP_TOKOP_IDS;
     for (size_t i = 0; i < r->ntexts; i++) tei_unit(u++, &r->texts[i], op, r, limit, 0);
   } else {
