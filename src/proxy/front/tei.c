@@ -160,9 +160,11 @@ static tok_stream_t *tok_stream_new(const lp_tok_t *t, const lp_tei_req_t *r, si
 
 /* /tokenize: each input's pieces with their ids and where they lie in it,
  * each input at most limit pieces, as /embed's without truncate. The workers
- * have tokenized every input (tj's units, ids only: an error is the whole
- * answer's status, found off the loop); a small answer is then built here at
- * once, one past TOKENIZE_AT_ONCE is written as the client reads it, its
+ * have tokenized every input (tj's units: ids, or for a request within
+ * TOKENIZE_PIECES_BYTES its inputs' parts of the answer; an error is the
+ * whole answer's status, found off the loop); a small answer is then built
+ * (joined) here at once, one past TOKENIZE_AT_ONCE is written as the client
+ * reads it, its
  * inputs tokenized again a piece at a time (what the server's unsent answers
  * may hold bounds how many such wait at once: past it, 429). */
 static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tokjob_t *tj, const lp_tok_t *t,
