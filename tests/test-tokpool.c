@@ -1,6 +1,7 @@
 /* The tokenizer workers' pool (src/proxy/tokwork/pool.c) without a
  * tokenizer: jobs of CALL units. Inputs are taken round robin across jobs (a
- * one-unit job submitted behind one of 200 runs second); every job's memory
+ * one-unit job submitted behind one of 200 runs after the 200's first turn,
+ * a turn taking short units together); every job's memory
  * is freed exactly once whatever the moment its client leaves (before its
  * units are taken, while they run, after it is back in the box), and done
  * runs only for those whose client stayed; the bound on held text; a stop
@@ -97,6 +98,17 @@ static lp_tokjob_t *job_of(lp_front_t *f, int index, size_t nunits, void (*call)
   return j;
 }
 
+/* A loop, a front with its tok box on it, and a pool of n workers. */
+static lp_tokpool_t *open_pool(uv_loop_t *loop, lp_front_t *f, unsigned n) {
+  ck_assert_int_eq(uv_loop_init(loop), 0);
+  memset(f, 0, sizeof(*f));
+  f->loop = loop;
+  ck_assert_int_eq(lp__tokbox_init(&f->tokbox, loop, on_box, f), 0);
+  lp_tokpool_t *p = lp__tokpool_start(n, 0, lp__front_tok_finished);
+  ck_assert_ptr_nonnull(p);
+  return p;
+}
+
 static void setup(void) {
   memset(&fx, 0, sizeof(fx));
   ck_assert_int_eq(uv_mutex_init(&fx.lock), 0);
@@ -111,25 +123,34 @@ static void teardown(void) {
 }
 
 /* One worker held by a gate; then a job of 200 inputs and one of 1: once the
- * gate opens, the one-input job's unit is the second taken. */
+ * gate opens, the one-input job's unit runs after the first turn of the
+ * 200, not after all of them. A turn takes short units together (up to
+ * LP_TOKPOOL_TURN_BYTES of text, LP_TOKPOOL_TURN_UNITS units) and a long one
+ * alone: per loop index, the 200's units' length and how many a turn takes. */
+static const struct {
+  size_t len, per_turn;
+} turns[] = {
+  {1, LP_TOKPOOL_TURN_UNITS},                      /* tiny: as many as a turn may count */
+  {LP_TOKPOOL_TURN_BYTES / 4, 4},                  /* short: a turn's bytes */
+  {LP_TOKPOOL_TURN_BYTES / 4 + 1, 3},              /* the next would pass the budget */
+  {LP_TOKPOOL_TURN_BYTES * 2, 1},                  /* long: alone */
+};
+
 START_TEST(test_round_robin) {
+  size_t len = turns[_i].len, per_turn = turns[_i].per_turn;
   uv_loop_t loop;
-  ck_assert_int_eq(uv_loop_init(&loop), 0);
   lp_front_t f;
-  memset(&f, 0, sizeof(f));
-  f.loop = &loop;
-  ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
-  lp_tokpool_t *p = lp__tokpool_start(1, 0, lp__front_tok_finished);
-  ck_assert_ptr_nonnull(p);
+  lp_tokpool_t *p = open_pool(&loop, &f, 1);
   expected_back = 3;
   ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 0, 1, unit_gate, 1), SIZE_MAX), 0);
-  ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 1, 200, unit_record, 1), SIZE_MAX), 0);
+  ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 1, 200, unit_record, len), SIZE_MAX), 0);
   ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 2, 1, unit_record, 1), SIZE_MAX), 0);
   uv_sem_post(&fx.gate);
   uv_run(&loop, UV_RUN_DEFAULT);
   ck_assert_int_eq(fx.norder, 201);
-  ck_assert_int_eq(fx.order[0], 1);
-  ck_assert_int_eq(fx.order[1], 2); /* not after the 200 */
+  for (size_t i = 0; i < per_turn; i++) ck_assert_int_eq(fx.order[i], 1); /* the 200's first turn */
+  ck_assert_int_eq(fx.order[per_turn], 2); /* then the one-input job: not after the 200 */
+  ck_assert_int_eq(fx.order[per_turn + 1], 1);
   ck_assert_int_eq(fx.done, 3);
   ck_assert_int_eq(fx.freed, 3);
   lp__tokpool_stop(p);
@@ -139,24 +160,65 @@ START_TEST(test_round_robin) {
 }
 END_TEST
 
+/* Turns per client: one worker held by a gate; 50 one-input jobs of one
+ * flow (a client pipelining), then one of another: the other's unit runs
+ * second, not after the 50; and a client leaving mid-queue (its first job
+ * in the round, one waiting behind it, its last) leaves the rest in order. */
+START_TEST(test_flows) {
+  uv_loop_t loop;
+  lp_front_t f;
+  lp_tokpool_t *p = open_pool(&loop, &f, 1);
+  static int client_a, client_b;
+  lp_tokjob_t *a[50];
+  expected_back = 1 + 50 + 1 - 3;
+  ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 0, 1, unit_gate, 1), SIZE_MAX), 0);
+  for (int i = 0; i < 50; i++) {
+    a[i] = job_of(&f, 1 + i, 1, unit_record, 1);
+    a[i]->flow = &client_a;
+    ck_assert_int_eq(lp__tokpool_submit(p, a[i], SIZE_MAX), 0);
+  }
+  lp_tokjob_t *b = job_of(&f, 100, 1, unit_record, 1);
+  b->flow = &client_b;
+  ck_assert_int_eq(lp__tokpool_submit(p, b, SIZE_MAX), 0);
+  /* the worker holds the gate: none of these is taken yet */
+  lp__tokpool_cancel(p, a[0]);  /* the flow's place in the round: a[1] takes it */
+  lp__tokpool_cancel(p, a[10]); /* waiting behind it */
+  lp__tokpool_cancel(p, a[49]); /* its last */
+  uv_sem_post(&fx.gate);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ck_assert_int_eq(fx.norder, 48);
+  ck_assert_int_eq(fx.order[0], 2);   /* a[1] */
+  ck_assert_int_eq(fx.order[1], 100); /* b: second, not 48th */
+  for (int i = 2, want = 3; i < 48; i++, want++) {
+    if (want == 11) want++; /* a[10] left */
+    ck_assert_int_eq(fx.order[i], want);
+  }
+  ck_assert_int_eq(fx.done, 49); /* with the gate's */
+  lp__tokpool_stop(p);
+  lp__tokpool_free(p);
+  lp__tokbox_destroy(&f.tokbox);
+  ck_assert_int_eq(fx.freed, 52);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
 /* 600 jobs on 3 workers, each client leaving at a different moment: right
- * after the hand-off, after a few spins (units running), or never; every job
- * freed exactly once, done only for those not cancelled. */
+ * after the hand-off, after a few spins (units running), or never, their
+ * jobs in 70 flows (waiting behind each other) or none; every job freed
+ * exactly once, done only for those not cancelled. */
 START_TEST(test_cancel_any_time) {
   enum { JOBS = 600 };
   uv_loop_t loop;
-  ck_assert_int_eq(uv_loop_init(&loop), 0);
   lp_front_t f;
-  memset(&f, 0, sizeof(f));
-  f.loop = &loop;
-  ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
-  lp_tokpool_t *p = lp__tokpool_start(3, 0, lp__front_tok_finished);
-  ck_assert_ptr_nonnull(p);
+  lp_tokpool_t *p = open_pool(&loop, &f, 3);
   fx.spin = 20000;
   static lp_tokjob_t *jobs[JOBS];
   int cancelled = 0;
   for (int i = 0; i < JOBS; i++) {
     jobs[i] = job_of(&f, i, 1 + (size_t)(i % 5), unit_record, 10);
+    /* 70 clients (past the flow table's first size), some without one */
+    static char clients[70];
+    if (i % 7) jobs[i]->flow = &clients[i % 70];
     ck_assert_int_eq(lp__tokpool_submit(p, jobs[i], SIZE_MAX), 0);
     if (i % 3 == 0) { /* at once: usually before a worker took a unit */
       lp__tokpool_cancel(p, jobs[i]);
@@ -186,13 +248,8 @@ END_TEST
  * than the bound goes in; a stop with work queued frees it. */
 START_TEST(test_bound_and_stop) {
   uv_loop_t loop;
-  ck_assert_int_eq(uv_loop_init(&loop), 0);
   lp_front_t f;
-  memset(&f, 0, sizeof(f));
-  f.loop = &loop;
-  ck_assert_int_eq(lp__tokbox_init(&f.tokbox, &loop, on_box, &f), 0);
-  lp_tokpool_t *p = lp__tokpool_start(1, 0, lp__front_tok_finished);
-  ck_assert_ptr_nonnull(p);
+  lp_tokpool_t *p = open_pool(&loop, &f, 1);
   ck_assert_int_eq(lp__tokpool_submit(p, job_of(&f, 0, 1, unit_gate, 5000), 1000), 0); /* alone: in */
   ck_assert_uint_eq(lp__tokpool_bytes(p), 5000);
   lp_tokjob_t *over = job_of(&f, 1, 2, unit_record, 10);
@@ -281,7 +338,8 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("pool");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, test_round_robin);
+  tcase_add_loop_test(tc, test_round_robin, 0, (int)(sizeof(turns) / sizeof(turns[0])));
+  tcase_add_test(tc, test_flows);
   tcase_add_test(tc, test_cancel_any_time);
   tcase_add_test(tc, test_bound_and_stop);
   tcase_add_test(tc, test_lower_priority);

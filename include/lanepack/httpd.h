@@ -203,6 +203,10 @@ void lp_http_take_buf(lp_http_req_t *req, lp_buf_t *out);
  * their pieces). For any thread. */
 int lp_http_unsent_full(const lp_http_req_t *req);
 
+/* Who sent req, as an opaque key: the same for every request of one
+ * connection while it is open (work shared fairly per client). */
+static inline const void *lp_http_req_client(const lp_http_req_t *req) { return req->_conn; }
+
 /* Counts n bytes that req's answer holds (a stream's producer: its
  * request's data) against max_unsent_bytes_total until req is freed. Returns
  * 0, or -ENOBUFS when what streams hold would pass 3/4 of the bound with them

@@ -150,11 +150,21 @@ static tok_stream_t *tok_stream_new(const lp_tok_t *t, const lp_tei_req_t *r, si
  * workers' counts before any of it is built. */
 #define TOKENIZE_BYTES_PER_ID 64
 
+/* Text up to which a /tokenize request's answer is built by the workers:
+ * at some 4 bytes a token (English) its answer is about TOKENIZE_AT_ONCE,
+ * built at once anyway, and tokenizing it again on the front's loop took
+ * it 1-2 ms a request (a connection pipelining 60 of them held its front
+ * that long for each); at worst (a token a byte) a worker builds 1 MiB for
+ * a moment, and an answer past TOKENIZE_AT_ONCE is still streamed. */
+#define TOKENIZE_PIECES_BYTES (16 * 1024)
+
 /* /tokenize: each input's pieces with their ids and where they lie in it,
  * each input at most limit pieces, as /embed's without truncate. The workers
- * have tokenized every input (tj's units, ids only: an error is the whole
- * answer's status, found off the loop); a small answer is then built here at
- * once, one past TOKENIZE_AT_ONCE is written as the client reads it, its
+ * have tokenized every input (tj's units: ids, or for a request within
+ * TOKENIZE_PIECES_BYTES its inputs' parts of the answer; an error is the
+ * whole answer's status, found off the loop); a small answer is then built
+ * (joined) here at once, one past TOKENIZE_AT_ONCE is written as the client
+ * reads it, its
  * inputs tokenized again a piece at a time (what the server's unsent answers
  * may hold bounds how many such wait at once: past it, 429). */
 static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tokjob_t *tj, const lp_tok_t *t,
@@ -187,6 +197,12 @@ static void tokenize(lp_front_t *f, lp_http_req_t *req, const lp_tokjob_t *tj, c
   if (!rc && !stream) {
     lp_buf_puts(&out, "[");
     for (size_t i = 0; i < r->ntexts && !rc; i++) {
+      const lp_tokunit_t *u = &tj->units[i];
+      if (u->op == LP_TOKOP_PIECES) { /* the workers' (tokenized once) */
+        if (i) lp_buf_puts(&out, ",");
+        lp_buf_append(&out, u->json.data, u->json.len);
+        continue;
+      }
       long n = input_pieces(t, &r->texts[i], r->add_special_tokens, &pc, &cap);
       if (n < 0) rc = (int)n;
       else input_json(&out, t, &r->texts[i], i, pc, n);
@@ -634,9 +650,16 @@ static void tei_decoded(lp_front_t *f, lp_http_req_t *req, tei_ctx_t *c) {
     tei_unit(u++, &c->r.query, LP_TOKOP_PLAIN, &c->r, limit, 0);
     for (size_t i = 0; i < r->ntexts; i++) tei_unit(u++, &r->texts[i], LP_TOKOP_PLAIN, r, limit, 1);
   } else if (kind == LP_TEI_TOKENIZE) {
-    /* ids only, off the loop: their counts check every input and size the
-     * answer, built (or streamed) on the front (tokenize) */
-    for (size_t i = 0; i < r->ntexts; i++) tei_unit(u++, &r->texts[i], LP_TOKOP_IDS, r, limit, 0);
+    /* a request of little text gets its answer's parts built by the
+     * workers as they tokenize, once (its pieces, counted as its ids with
+     * the special tokens are), the front only joining them; a larger one's
+     * ids only: their counts check every input and size the answer, built
+     * (or streamed, tokenized again) on the front (tokenize) */
+    size_t bytes = 0;
+    for (size_t i = 0; i < r->ntexts; i++) bytes += r->texts[i].len;
+    int small = r->add_special_tokens && bytes <= TOKENIZE_PIECES_BYTES;
+    int op = small ? LP_TOKOP_PIECES : LP_TOKOP_IDS;
+    for (size_t i = 0; i < r->ntexts; i++) tei_unit(u++, &r->texts[i], op, r, limit, 0);
   } else {
     for (size_t i = 0; i < r->ntexts; i++) {
       const lp_tei_text_t *in = &r->texts[i];

@@ -31,6 +31,7 @@ int lp__front_tokenize(lp_front_t *f, lp_http_req_t *req, lp_tokjob_t *job) {
   lp_tokpool_t *p = f->shared->tokpool;
   if (!p) return -EINVAL; /* no model has a tokenizer: the route refused its text before */
   job->req = req;
+  job->flow = lp_http_req_client(req); /* its connection's requests share their turns */
   int rc = lp__tokpool_submit(p, job, f->cfg->tokenizer_queue_bytes);
   if (rc) {
     job->req = NULL;

@@ -17,6 +17,27 @@ typedef struct lp_tokjob_s lp_tokjob_t;
  * job is the callee's from then on. */
 typedef void (*lp_tokjob_cb)(lp_tokjob_t *job);
 
+/* A worker's turn: the units it takes of one job at once, in order, while
+ * their text stays within LP_TOKPOOL_TURN_BYTES (the first one whatever its
+ * size) and they number at most LP_TOKPOOL_TURN_UNITS. Handing a unit over
+ * (the lock, a wake-up, a hand-back) cost some 130 us a request of 8 lines
+ * on a busy machine, more than tokenizing them (0.5-0.7 us a token with
+ * SentencePiece, doc/benchmarks.md): short inputs go many a turn. 8 KiB is
+ * about 2,000 tokens, a millisecond or so of tokenizing: what a one-line
+ * request queued behind another job's turn waits at most for it, and it
+ * holds a typical batch of short texts (8-64 lines) whole. */
+#define LP_TOKPOOL_TURN_BYTES (8 * 1024)
+/* ... a tokenizer call has a cost of its own even for an empty text: 64
+ * keeps a turn of 2,048 tiny inputs from holding a worker long. */
+#define LP_TOKPOOL_TURN_UNITS 64
+
+/* Token ids of one turn's units, one allocation (units point into it),
+ * owned by their job. */
+typedef struct lp_tokids_s {
+  struct lp_tokids_s *next;
+  int32_t ids[];
+} lp_tokids_t;
+
 /* What a unit asks: the ids with the encode options (IDS), without them
  * (PLAIN, a part of a /rerank pair), /tokenize's pieces (PIECES), or the
  * route's own work on its ctx (CALL: decoding a large body, which jansson
@@ -42,7 +63,7 @@ typedef struct lp_tokunit_s {
                              tokenizer refused the text) */
   long over;
   int over_prefix;        /* ... found so in a prefix, the rest never read */
-  int32_t *ids;           /* owned */
+  int32_t *ids;           /* n of them, in one of the job's id blocks (freed with it) */
   lp_buf_t json;          /* PIECES: the input's tokens in /tokenize's shape; owned */
 } lp_tokunit_t;
 
@@ -56,19 +77,27 @@ struct lp_tokjob_s {
   lp_front_t *front;      /* whose client it is (the pool never reads it: its finished callback does) */
   lp_http_req_t *req;     /* FRONT: the client's request */
   const lp_tok_t *tok;    /* the model's, kept until the process ends */
-  lp_tokunit_t *units;    /* nunits; owned */
+  lp_tokunit_t *units;    /* nunits; in the job's own allocation */
   size_t nunits;
   /* FRONT: the route's continuation, with the client still there; it answers
    * req (or hands a job on) and frees nothing of the job's */
   void (*done)(lp_front_t *f, lp_tokjob_t *job, lp_http_req_t *req);
   void *ctx;              /* the route's parsed request (the texts point into it); owned */
   void (*ctx_free)(void *ctx);
+  /* FRONT, before submit: whose turns these are (its client's connection,
+   * lp_http_req_client): jobs of one flow share one place in the round, in
+   * the order submitted, so a client pipelining 60 requests takes a turn as
+   * one request does; NULL: a place of its own */
+  const void *flow;
   /* the pool's, under its lock */
   size_t next_unit;       /* the next unit a worker takes */
   size_t unfinished;      /* units not done (queued or running) */
+  lp_tokids_t *idblocks;  /* the ids of its turns; owned */
   int cancelled;          /* its client left */
   int posted;             /* every unit done: in its front's box */
-  lp_tokjob_t *rr_prev, *rr_next; /* in the pool's round */
+  lp_tokjob_t *rr_prev, *rr_next; /* in the pool's round (its flow's first job there), else NULL */
+  lp_tokjob_t *flow_next; /* its flow's next job, waiting behind it */
+  lp_tokjob_t *flow_tail; /* in the round: its flow's last job (itself when alone) */
   lp_tokjob_t *done_next; /* in its front's box */
 };
 
@@ -83,7 +112,8 @@ typedef struct lp_tokbox_s {
 /* tokwork/pool.c. start: nthreads workers, each nice (tokenizer_nice) above
  * the process's nice value and SCHED_BATCH (0: as the process), or NULL; each
  * finished job goes to finished (any thread: a worker's). submit (a front's):
- * the job's units queued behind those of every job already there, or
+ * the job's units queued behind those of every job already there (in its
+ * flow's place when the flow has one: behind the flow's jobs), or
  * -EAGAIN when the text the pool holds would pass bound bytes (a job alone
  * always goes in) or the pool stops; the job is the pool's on success.
  * cancel (its front's, the client gone): see lp_tokjob_t. stop joins the
