@@ -58,6 +58,10 @@ typedef struct lp_disp_config_s {
   uint32_t max_queued_at_device; /* batches sent to a device beyond the running one;
                                     0 = 1 (the default) */
   uint32_t max_window;        /* sequences looked at per decision at most; 0 = 4096 */
+  int age_order;              /* 1: every request's sequences in one age order, a large
+                                 request's all before a newer small one's (the order before
+                                 the fair share across requests; lanepack-sim's core-age
+                                 policy, to compare); 0 (the default): fair across requests */
 
   /* Failures. */
   uint32_t max_copies;        /* copies one sequence may have over its life, the first

@@ -69,6 +69,8 @@ struct disp_job_s {
   uint64_t deadline_ns, admitted_ns, bound_ns, tokens;
   uint32_t nseq, unresolved, queued;
   uint32_t refs;           /* batches in flight holding one of its sequences */
+  uint32_t wmark;          /* decision scratch: the decision that counted wtok */
+  uint64_t wtok;           /* ... its tokens in that decision's window */
   disp_job_t *free_next;   /* in d->job_spare once freed */
   disp_seq_t seqs[];       /* nseq records, in the same block */
 };
