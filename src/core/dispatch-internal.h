@@ -146,6 +146,9 @@ struct lp_disp_s {
   uint64_t next_batch_id, next_seqno;
   uint32_t next_group, decision;
   uint32_t rr;                    /* the backend looked at first next time */
+  int fair_pick;                  /* the last window had a large request's oldest past its
+                                     age bound and another request's: they take turns */
+  int fair_turn;                  /* ... the other request's turn next */
   int draining;
   uint64_t now, wake;
   size_t live_jobs;               /* admitted, not answered */

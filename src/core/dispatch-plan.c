@@ -360,6 +360,20 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, si
   int fair_prio;
   if (window_head(d, v, now, mark, &n, &must, &fair_prio) || window_oldest(d, v, now, mark, &n, &must))
     return -ENOMEM;
+  /* the oldest past its bound is a large request's: it and the others' oldest past
+   * theirs take turns (a long one of a small request, which only a slow shape
+   * holds, waited for the whole large request: the slow shape was never chosen) */
+  d->fair_pick = 0;
+  if (fair_prio != INT_MIN && must && job_heavy(must, mark, v)) {
+    disp_seq_t *other = NULL;
+    for (size_t i = 0; i < n; i++) {
+      disp_seq_t *s = d->win[i];
+      if (s->job->priority < fair_prio || job_heavy(s, mark, v) || (other && s->enq_ns >= other->enq_ns)) continue;
+      if (aged(d, v, s, now)) other = s;
+    }
+    d->fair_pick = other != NULL;
+    if (other && d->fair_turn) must = other;
+  }
   disp_seq_t *urgent = window_urgent(d, v, now, mark, &n);
   /* a sequence that failed alone goes alone: when it leads, or must go */
   disp_seq_t *solo = must ? (must->alone ? must : NULL) : n && d->win[0]->alone ? d->win[0] : NULL;
@@ -628,6 +642,7 @@ static int plan(lp_disp_t *d, uint32_t b, uint32_t k, int rank, uint64_t now) {
   static const char *const reasons[] = {"idle", "just_in_time", "queued", "probe"};
   int rc = send(d, &v, k, shape, (size_t)n, real, d->draining && rank < 3 ? "drain" : reasons[rank], now);
   if (rc == 0 && rank == 3) d->be[b].probing = 1;
+  if (rc == 0 && d->fair_pick) d->fair_turn = !d->fair_turn;
   if (rc == 0) d->rr = (b + 1) % d->cfg.nbackends;
   return rc ? rc : 1;
 }
