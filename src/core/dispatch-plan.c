@@ -2,9 +2,12 @@
  * once; while every device is busy the next rectangle keeps filling and leaves
  * when the first device is expected free, less the lead time (above high
  * utilization, one batch waits queued at the device instead). What goes: the
- * oldest sequence past its age bound and the most urgent deadline must go; the
- * starving (a batch's time past it) are packed next, oldest first; the rest of
- * the window longest first; the shape is the one with the least device time per
+ * oldest sequence past its age bound and the most urgent deadline must go; a
+ * fair share for requests behind a large one (past a rectangle of the window:
+ * the others of its priority or above are sought past the window and packed
+ * next, and their oldest past its bound takes turns with its oldest as the one
+ * that must go); the starving (a batch's time past it) next, oldest first; the
+ * rest of the window longest first; the shape is the one with the least device time per
  * real token among those that hold what must go (an untried shape scored
  * optimistically). A short sequence stays off a slow rectangle when another
  * device answers it sooner in a cheap one; on one device a long sequence that
