@@ -49,7 +49,9 @@ typedef struct lp_disp_config_s {
   /* When a batch leaves and what it must hold. */
   uint64_t max_wait_ns;       /* age bound: a sequence older than this (minus the time
                                  its smallest holding shape takes) is a hard constraint:
-                                 the oldest such must go in the next batch; also how long
+                                 the oldest such must go in the next batch (when it is a
+                                 large request's, one past a rectangle of the window, it
+                                 takes turns with the others' oldest such); also how long
                                  a lone sequence may wait for company on an idle device
                                  when there is no clock yet. Default 5 ms. */
   double high_util;           /* above this device utilization (0..1) one batch waits
