@@ -37,6 +37,8 @@ typedef struct opts_s {
   uint64_t seed;
   size_t requests;
   int json, no_ideal;
+  uint32_t big_n;         /* --big N,MS: a request of N sequences every MS ms; 0 = none */
+  double big_every_ms;
   sim_model_t model;
   sim_advise_opts_t adv;  /* --advise */
 } opts_t;
@@ -53,8 +55,8 @@ static void usage(FILE *f) {
           "         --cost-ms SHAPE=MS... (--load 0.2,0.5,0.8 | --rate R) [--duration S]\n"
           "         [--requests N] [--devices N] [--backends N] [--lead-ms MS] [--jitter F]\n"
           "         [--fail-rate P] [--stall-rate P] [--reset-rate P] [--slow-rate P --slow-ms MS]\n"
-          "         [--slow-error-rate P [--slow-error-ms MS]] [--policy core|legacy]\n"
-          "         [--compare core|legacy] [--check]\n"
+          "         [--slow-error-rate P [--slow-error-ms MS]] [--policy core|core-age|legacy]\n"
+          "         [--compare core|core-age|legacy] [--big N,MS] [--check]\n"
           "         [--capacity-s S] [--no-ideal] [--seed N] [--json] [--version]\n"
           "       lanepack-sim --lengths FILE|MIX --shapes ... --cost-ms ... --advise K\n"
           "         --p99-ms X --rate R [--devices N] [--candidates SHAPES]\n"
@@ -62,7 +64,10 @@ static void usage(FILE *f) {
           "         [--seed N] [--json]\n"
           "Replays Poisson arrivals (or a trace: ARRIVAL_MS LENGTH [PRIORITY [DEADLINE_MS]]\n"
           "per line) at virtual time through the policy and the ideal; --load is a fraction\n"
-          "of the ideal's capacity, measured first on the same lengths.\n");
+          "of the ideal's capacity, measured first on the same lengths. --big adds a request\n"
+          "of N sequences every MS ms (lengths from the same pool) beside the one-sequence\n"
+          "ones, whose figures are then printed apart (light). core-age: the dispatch core\n"
+          "with every request's sequences in one age order (before the fair share).\n");
 }
 
 static int bad(const char *fmt, const char *what) {
@@ -103,6 +108,8 @@ static int parse_loads(const char *s, opts_t *o) {
   return o->nloads ? 0 : -EINVAL;
 }
 
+static int known_policy(const char *a) { return !strcmp(a, "core") || !strcmp(a, "core-age") || !strcmp(a, "legacy"); }
+
 /* Applies "4x8192=20" (after the shapes are known). */
 static int apply_cost(opts_t *o, const char *spec) {
   unsigned lanes, bucket;
@@ -135,7 +142,7 @@ static int parse(int argc, char **argv, opts_t *o) {
       {"version", no_argument, 0, 'V'},        {"compare", required_argument, 0, 'K'},
       {"advise", required_argument, 0, 'a'},   {"p99-ms", required_argument, 0, 'P'},
       {"candidates", required_argument, 0, 'N'}, {"advise-budget-s", required_argument, 0, 'b'},
-      {"advise-exhaustive", no_argument, 0, 'X'}, {"advise-requests", required_argument, 0, 'Q'},
+      {"advise-exhaustive", no_argument, 0, 'X'}, {"big", required_argument, 0, 'G'}, {"advise-requests", required_argument, 0, 'Q'},
       {0, 0, 0, 0}};
   sim_model_t *m = &o->model;
   double v;
@@ -207,13 +214,23 @@ static int parse(int argc, char **argv, opts_t *o) {
       m->slow_error_ns = (uint64_t)(v * 1e6);
       break;
     case 'p':
-      if (strcmp(a, "core") && strcmp(a, "legacy")) return bad("--policy: expected core or legacy, got '%s'", a);
+      if (!known_policy(a)) return bad("--policy: expected core, core-age or legacy, got '%s'", a);
       o->policy = a;
       break;
     case 'K':
-      if (strcmp(a, "core") && strcmp(a, "legacy")) return bad("--compare: expected core or legacy, got '%s'", a);
+      if (!known_policy(a)) return bad("--compare: expected core, core-age or legacy, got '%s'", a);
       o->compare = a;
       break;
+    case 'G': {
+      unsigned long long bn;
+      double ms;
+      char tail;
+      if (sscanf(a, "%llu,%lf%c", &bn, &ms, &tail) != 2 || bn < 2 || bn > 1000000 || !(ms >= 0.1) || ms > 3.6e6)
+        return bad("--big: expected N,MS (a request of N >= 2 sequences every MS ms), got '%s'", a);
+      o->big_n = (uint32_t)bn;
+      o->big_every_ms = ms;
+      break;
+    }
     case 'C':
       if (parse_double(a, 0.1, 1e5, &o->capacity_s)) return bad("--capacity-s: expected seconds > 0, got '%s'", a);
       break;
@@ -278,7 +295,8 @@ static int parse(int argc, char **argv, opts_t *o) {
   if (!o->policy) o->policy = "core";
   if (o->compare && !strcmp(o->compare, o->policy))
     return bad("--compare: '%s' is the policy already", o->compare);
-  if ((!strcmp(o->policy, "core") || (o->compare && !strcmp(o->compare, "core"))) &&
+  if (o->big_n && o->trace) return bad("%s", "--trace brings its own arrivals: --big does not apply");
+  if ((strcmp(o->policy, "legacy") || (o->compare && strcmp(o->compare, "legacy"))) &&
       m->backends > LP_DISP_MAX_BACKENDS)
     return bad("--backends: the dispatch core takes at most %s", LP_DISP_MAX_BACKENDS_S);
   return 0;
@@ -286,11 +304,12 @@ static int parse(int argc, char **argv, opts_t *o) {
 
 /* ---- running ---- */
 
-/* Runs one policy ("core", "legacy", "ideal", "ideal-any") on reqs. */
+/* Runs one policy ("core", "core-age", "legacy", "ideal", "ideal-any") on reqs. */
 static int run(const opts_t *o, const char *kind, const sim_req_t *reqs, size_t n, uint64_t horizon,
                sim_figures_t *f, double *secs) {
   sim_policy_t p;
-  int rc = !strcmp(kind, "core")     ? sim_core_new(&p, &o->model, reqs)
+  int rc = !strcmp(kind, "core")       ? sim_core_new(&p, &o->model, reqs, 0)
+           : !strcmp(kind, "core-age") ? sim_core_new(&p, &o->model, reqs, 1)
            : !strcmp(kind, "legacy") ? sim_baseline_new(&p, &o->model, reqs)
                                      : sim_ideal_new(&p, &o->model, reqs, strcmp(kind, "ideal") == 0);
   if (rc) {
@@ -375,6 +394,10 @@ static void json_fig(const char *name, const sim_figures_t *f) {
          (unsigned long long)f->ok, (unsigned long long)f->errors,
          (unsigned long long)f->unanswered, (unsigned long long)f->double_answered,
          (unsigned long long)f->batches, (unsigned long long)f->failed_batches);
+  if (f->grouped)
+    printf(", \"light_requests\": %llu, \"light_p50_ms\": %.3f, \"light_p99_ms\": %.3f, "
+           "\"light_wait_p99_ms\": %.3f",
+           (unsigned long long)f->light_ok, f->light_p50_ms, f->light_p99_ms, f->light_wait_p99_ms);
   printf(", \"errors_by_status\": {");
   for (int k = 0; k < 4 && f->err_count[k]; k++)
     printf("%s\"%d\": %llu", k ? ", " : "", f->err_status[k], (unsigned long long)f->err_count[k]);
@@ -384,6 +407,13 @@ static void json_fig(const char *name, const sim_figures_t *f) {
 static void row(const char *who, const sim_figures_t *f) {
   printf("  %-9s %8.1f %8.1f %8.1f %8.1f %6.3f %6.3f %9.1f", who, f->p50_ms, f->p99_ms, f->p999_ms,
          f->max_ms, f->util, f->fill, f->served_rps);
+}
+
+/* With --big: the one-sequence requests' figures apart. */
+static void print_light(const char *who, const sim_figures_t *f) {
+  if (!f->grouped) return;
+  printf("%16s %s: light (one-sequence requests, %llu): p50 %.1f ms, p99 %.1f ms, wait to first send p99 %.1f ms\n",
+         "", who, (unsigned long long)f->light_ok, f->light_p50_ms, f->light_p99_ms, f->light_wait_p99_ms);
 }
 
 static void print_errors(const char *who, const sim_figures_t *f) {
@@ -473,6 +503,8 @@ int main(int argc, char **argv) {
     if (!o.trace) {
       if (o.nloads) rate = o.loads[k] * cap;
       if ((rc = sim_poisson(&pool, rate, o.duration, o.requests, mix_seed(o.seed, k), &reqs, &n))) return 1;
+      if (o.big_n && sim_add_big(&pool, o.big_n, (uint64_t)(o.big_every_ms * 1e6), mix_seed(o.seed, 1000 + k), &reqs, &n))
+        return 1;
     }
     sim_figures_t f[2], id, ida;
     double secs = 0;
@@ -519,6 +551,7 @@ int main(int argc, char **argv) {
         row(pol[i], &f[i]);
         if (have_ideal) printf("  p99 x%.2f", ratio[i]);
         printf("\n");
+        print_light(pol[i], &f[i]);
         print_errors(pol[i], &f[i]);
       }
       if (have_ideal) {

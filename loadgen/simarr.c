@@ -91,6 +91,29 @@ int sim_poisson(const sim_pool_t *p, double rate, double seconds, size_t count, 
   return 0;
 }
 
+int sim_add_big(const sim_pool_t *p, uint32_t big, uint64_t every_ns, uint64_t seed, sim_req_t **reqs, size_t *n) {
+  sim_req_t *in = *reqs;
+  uint64_t last = *n ? in[*n - 1].arrive_ns : 0;
+  size_t groups = every_ns && last >= every_ns / 2 ? (size_t)((last - every_ns / 2) / every_ns) + 1 : 0;
+  if (!groups) return 0;
+  sim_req_t *v = malloc((*n + groups * big) * sizeof(*v));
+  if (!v) return -ENOMEM;
+  lp_rng_t rng;
+  lp_rng_seed(&rng, seed);
+  size_t i = 0, k = 0;
+  for (size_t g = 0; g < groups; g++) {
+    uint64_t at = every_ns / 2 + g * every_ns;
+    while (i < *n && in[i].arrive_ns <= at) v[k++] = in[i++];
+    for (uint32_t s = 0; s < big; s++)
+      v[k++] = (sim_req_t){.arrive_ns = at, .len = draw(p, &rng), .group = s ? 0 : big, .in_group = s > 0};
+  }
+  while (i < *n) v[k++] = in[i++];
+  free(in);
+  *reqs = v;
+  *n = k;
+  return 0;
+}
+
 static int cmp_arrival(const void *a, const void *b) {
   const sim_req_t *x = a, *y = b;
   return x->arrive_ns < y->arrive_ns ? -1 : x->arrive_ns > y->arrive_ns;

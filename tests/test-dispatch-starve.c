@@ -1,7 +1,9 @@
 /* A backlog in the dispatch core, in virtual time: a short sequence that waited
  * past its age bound and a batch's time is packed before longer newcomers
  * (longest first alone left it behind every one of them until it was the
- * oldest of all, one forced per batch: the end-to-end p99 after a hiccup). */
+ * oldest of all, one forced per batch: the end-to-end p99 after a hiccup); a
+ * small request behind a large one goes in the next batch or two (the age
+ * order put all of the large one's sequences first). */
 #include <check.h>
 #include <string.h>
 
@@ -93,4 +95,72 @@ START_TEST(overload_packs_longest_first) {
 }
 END_TEST
 
-LP_TEST_MAIN("dispatch-starve", short_sequence_not_left_behind_longer_newcomers, overload_packs_longest_first)
+/* One device, 2x8 at 5 ms (and 1x64 at 40 ms): a request of 200 one-token
+ * sequences (12.5 batches of 2x8), then one of one sequence of len tokens at 1 ms
+ * with priority prio. Answers each batch as its device would and returns how
+ * many batches were sent after the small request came before the first that
+ * holds it (each 2x8 full while the large request has enough: the fair share
+ * costs no fill). */
+static int batches_before_small(int age_order, int prio, uint32_t len) {
+  lp_disp_config_t c;
+  lp_disp_config_default(&c);
+  char err[128];
+  ck_assert_int_eq(lp_bucket_set_parse(&c.shapes, "2x8,1x64", err, sizeof(err)), 0);
+  c.seed_cost_ns[0] = 5 * MS;
+  c.seed_cost_ns[1] = 40 * MS;
+  c.max_wait_ns = 5 * MS;
+  c.stall_factor = 0;
+  c.request_bound_ns = 10000 * MS;
+  c.age_order = age_order;
+  lp_disp_t *d = lp_disp_new(&c);
+  ck_assert_ptr_nonnull(d);
+  rec_clear(&R);
+  uint32_t lens[200];
+  for (int i = 0; i < 200; i++) lens[i] = 1;
+  ck_assert_int_eq(lp_disp_admit(d, 1, 200, lens, 0, 0, 0), 0);
+  rec_drain(&R, d, 0);
+  ck_assert_int_eq(lp_disp_admit(d, 2, 1, &len, prio, 0, 1 * MS), 0);
+  rec_drain(&R, d, 1 * MS);
+  int before = rec_count(&R, LP_DISP_ACT_SEND), found = -1;
+  uint64_t now = 1 * MS;
+  for (int k = 0; k < 40 && !rec_answer_of(&R, 2); k++) {
+    const rec_act_t *s = rec_nth(&R, LP_DISP_ACT_SEND, k);
+    ck_assert_ptr_nonnull(s);
+    if (found < 0 && rec_holds(s, 2)) found = k - before;
+    if (k < 10 && s->a.send.lanes == 2) ck_assert_uint_eq(s->a.send.real_tokens, 16); /* every 2x8 full */
+    if (s->a.send.expect_ns > now) now = s->a.send.expect_ns;
+    lp_disp_result_t r = {.outcome = LP_DISP_OK, .device_ns = 5 * MS};
+    ck_assert_int_eq(lp_disp_result(d, s->a.send.batch_id, &r, now), 0);
+    rec_drain(&R, d, 0);
+  }
+  ck_assert_ptr_nonnull(rec_answer_of(&R, 2));
+  lp_disp_free(d);
+  return found < 0 ? before : found;
+}
+
+START_TEST(small_request_not_behind_large_one) {
+  int k = batches_before_small(0, 0, 1);
+  ck_assert_msg(k <= 1, "the one-sequence request waited behind %d batches of the large one", k);
+  /* the order before: it waited behind most of the large one */
+  ck_assert_int_gt(batches_before_small(1, 0, 1), 4);
+}
+END_TEST
+
+/* A long one (only the slow shape holds it) takes turns with the large
+ * request's oldest in choosing the shape: it does not wait for all of it. */
+START_TEST(long_small_request_not_behind_large_one) {
+  int k = batches_before_small(0, 0, 40);
+  ck_assert_msg(k <= 2, "the long one-sequence request waited behind %d batches of the large one", k);
+}
+END_TEST
+
+/* The fair share is within a priority: a small request of lower priority than
+ * the large one is not put before it. */
+START_TEST(fair_share_keeps_priorities) {
+  ck_assert_int_gt(batches_before_small(0, -1, 1), 4);
+}
+END_TEST
+
+LP_TEST_MAIN("dispatch-starve", short_sequence_not_left_behind_longer_newcomers, overload_packs_longest_first,
+             small_request_not_behind_large_one, long_small_request_not_behind_large_one,
+             fair_share_keeps_priorities)

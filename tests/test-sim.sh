@@ -166,6 +166,32 @@ goal changelog-entries 0.5 4x8192,8x2048,32x512 --cost-ms 4x8192=20 --cost-ms 8x
 goal manpages 5 4x8192,8x2048,32x512 --cost-ms 4x8192=20 --cost-ms 8x2048=8 --cost-ms 32x512=5
 goal copyright 5 4x8192 --cost-ms 4x8192=20 --devices 4
 
+# ---- --big: requests of many sequences beside one-sequence ones ----
+# every sequence answered once under faults and the invariants; the light
+# requests' figures apart; the fair share: their p99 well below the age order's
+"$sim" --lengths "$data/changelog-entries.lengths" --shapes 4x8192,8x2048,32x512 --cost-ms 4x8192=20 \
+  --cost-ms 8x2048=8 --cost-ms 32x512=5 --rate 6000 --duration 3 --big 2048,1000 --seed 5 \
+  --policy core --compare core-age --no-ideal --check --fail-rate 0.005 --json > "$tmp/big.json" 2> "$tmp/err"
+check "big: run exits 0" "[ $? -eq 0 ] || { cat '$tmp/err'; false; }"
+python3 - "$tmp/big.json" <<'PY' > "$tmp/check" 2>&1
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+fair, age = r["lanepack"], r["compared"]
+for f in (fair, age):
+    assert f["requests"] == r["requests"] > 3 * 2048, f
+    assert f["unanswered"] == 0 and f["double_answered"] == 0, f
+    assert f["ok"] + f["errors"] == f["requests"], f
+    assert 0 < f["light_requests"] <= f["ok"] - 2048, f
+    assert 0 < f["light_wait_p99_ms"] < f["light_p99_ms"], f
+assert fair["light_p99_ms"] < 0.5 * age["light_p99_ms"], (fair, age)
+assert fair["fill"] >= 0.98 * age["fill"], (fair, age)
+print("ok")
+PY
+check "big: every sequence answered once, the light ones not behind the large ones" \
+  "grep -q '^ok$' '$tmp/check' || { cat '$tmp/check'; false; }"
+"$sim" --lengths "$data/manpages.lengths" "${base[@]}" --load 0.3 --duration 3 --seed 3 --json > "$tmp/nobig.json" 2> "$tmp/err"
+check "without --big no light figures" "! grep -q light_ '$tmp/nobig.json'"
+
 # ---- bad arguments: exit 2 and say what is wrong ----
 bad() { # description, expected message (grep -E), args...
   local what=$1 msg=$2
@@ -199,6 +225,9 @@ bad "missing lengths file" "no-such.lengths" --lengths "$tmp/no-such.lengths" "$
 bad "trace with a rate" "--trace brings" --trace "$tmp/trace" "${base[@]}" --rate 5
 printf '0 100\n1 abc\n' > "$tmp/bad.trace"
 bad "bad trace line" "bad.trace:2" --trace "$tmp/bad.trace" "${base[@]}"
+bad "big of one" "--big: expected N,MS" "${L[@]}" "${base[@]}" --rate 5 --big 1,100
+bad "big without a period" "--big: expected N,MS" "${L[@]}" "${base[@]}" --rate 5 --big 64
+bad "big with a trace" "--big does not apply" --trace "$tmp/trace" "${base[@]}" --big 64,100
 bad "stray argument" "unexpected argument .extra" "${L[@]}" "${base[@]}" --rate 5 extra
 
 exit $fail

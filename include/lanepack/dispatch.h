@@ -49,7 +49,9 @@ typedef struct lp_disp_config_s {
   /* When a batch leaves and what it must hold. */
   uint64_t max_wait_ns;       /* age bound: a sequence older than this (minus the time
                                  its smallest holding shape takes) is a hard constraint:
-                                 the oldest such must go in the next batch; also how long
+                                 the oldest such must go in the next batch (when it is a
+                                 large request's, one past a rectangle of the window, it
+                                 takes turns with the others' oldest such); also how long
                                  a lone sequence may wait for company on an idle device
                                  when there is no clock yet. Default 5 ms. */
   double high_util;           /* above this device utilization (0..1) one batch waits
@@ -58,6 +60,10 @@ typedef struct lp_disp_config_s {
   uint32_t max_queued_at_device; /* batches sent to a device beyond the running one;
                                     0 = 1 (the default) */
   uint32_t max_window;        /* sequences looked at per decision at most; 0 = 4096 */
+  int age_order;              /* 1: every request's sequences in one age order, a large
+                                 request's all before a newer small one's (the order before
+                                 the fair share across requests; lanepack-sim's core-age
+                                 policy, to compare); 0 (the default): fair across requests */
 
   /* Failures. */
   uint32_t max_copies;        /* copies one sequence may have over its life, the first

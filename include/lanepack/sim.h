@@ -15,12 +15,17 @@
 
 #define SIM_MAX_BACKENDS 64
 
-/* One request of the replay: a single sequence. */
+/* One request of the replay: a single sequence, or one of a request of many
+ * (--big): those arrive together and are counted apart, the light ones'
+ * figures too. */
 typedef struct sim_req_s {
   uint64_t arrive_ns;
   uint64_t deadline_ns;   /* absolute; 0 = none */
   uint32_t len;
   int32_t prio;
+  uint32_t group;         /* > 1: the first of `group` sequences of one request (the
+                             next group - 1 have in_group); 0 or 1: a request by itself */
+  uint8_t in_group;       /* a later sequence of the group before it */
 } sim_req_t;
 
 /* What the modelled devices are and how they misbehave. */
@@ -98,7 +103,9 @@ typedef struct sim_policy_s {
  * negative errno; on success *p is ready and p->free releases it. */
 int sim_ideal_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs, int oldest);
 int sim_baseline_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs);
-int sim_core_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs);
+/* age_order: the dispatch core's order before the fair share across requests
+ * (lp_disp_config_t.age_order; the policy "core-age"), to compare. */
+int sim_core_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs, int age_order);
 
 /* A policy's queue of actions for the world, with the items its SENDs carry
  * (simact.c): filled during one call, emptied by next(). */
@@ -136,6 +143,11 @@ typedef struct sim_figures_s {
   uint64_t err_count[4];
   uint64_t batches, failed_batches;
   double span_s;
+  /* with requests of many sequences (groups): the others' (light: one sequence
+   * each) latency p99 and their wait until first sent, p99 */
+  int grouped;
+  uint64_t light_ok;
+  double light_p50_ms, light_p99_ms, light_wait_p99_ms;
 } sim_figures_t;
 
 /* Replays reqs[0..n) (sorted by arrival) through the policy against the
@@ -167,6 +179,11 @@ void sim_pool_free(sim_pool_t *p);
  * requests sorted by arrival. Returns 0 or -ENOMEM. */
 int sim_poisson(const sim_pool_t *p, double rate, double seconds, size_t count, uint64_t seed,
                 sim_req_t **out, size_t *n);
+/* Adds to *reqs (sorted, *n of them; replaced, owned by the caller) a request of
+ * big sequences every every_ns (the first at every_ns / 2), up to the last
+ * arrival, lengths from the pool, seeded by seed: each a group (sim_req_t.group)
+ * arriving after the requests of the same instant. Returns 0 or -ENOMEM. */
+int sim_add_big(const sim_pool_t *p, uint32_t big, uint64_t every_ns, uint64_t seed, sim_req_t **reqs, size_t *n);
 /* Reads a trace: one request a line, "ARRIVAL_MS LENGTH [PRIORITY [DEADLINE_MS]]"
  * (blanks or commas between; the deadline after the arrival, 0 = none; '#'
  * starts a comment). Returns 0 or -EINVAL / -ENOENT / -ENOMEM with err naming

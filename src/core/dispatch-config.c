@@ -15,6 +15,7 @@ int lp_disp_reconfigure(lp_disp_t *d, const lp_disp_config_t *cfg) {
   c->high_util = cfg->high_util;
   c->max_queued_at_device = cfg->max_queued_at_device;
   c->max_window = cfg->max_window;
+  c->age_order = cfg->age_order;
   c->max_copies = cfg->max_copies;
   c->stall_factor = cfg->stall_factor;
   c->stall_min_ns = cfg->stall_min_ns;

@@ -69,6 +69,8 @@ struct disp_job_s {
   uint64_t deadline_ns, admitted_ns, bound_ns, tokens;
   uint32_t nseq, unresolved, queued;
   uint32_t refs;           /* batches in flight holding one of its sequences */
+  uint32_t wmark;          /* decision scratch: the decision that counted wtok */
+  uint64_t wtok;           /* ... its tokens in that decision's window */
   disp_job_t *free_next;   /* in d->job_spare once freed */
   disp_seq_t seqs[];       /* nseq records, in the same block */
 };
@@ -144,6 +146,9 @@ struct lp_disp_s {
   uint64_t next_batch_id, next_seqno;
   uint32_t next_group, decision;
   uint32_t rr;                    /* the backend looked at first next time */
+  int fair_pick;                  /* the last window had a large request's oldest past its
+                                     age bound and another request's: they take turns */
+  int fair_turn;                  /* ... the other request's turn next */
   int draining;
   uint64_t now, wake;
   size_t live_jobs;               /* admitted, not answered */

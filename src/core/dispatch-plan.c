@@ -2,9 +2,12 @@
  * once; while every device is busy the next rectangle keeps filling and leaves
  * when the first device is expected free, less the lead time (above high
  * utilization, one batch waits queued at the device instead). What goes: the
- * oldest sequence past its age bound and the most urgent deadline must go; the
- * starving (a batch's time past it) are packed next, oldest first; the rest of
- * the window longest first; the shape is the one with the least device time per
+ * oldest sequence past its age bound and the most urgent deadline must go; a
+ * fair share for requests behind a large one (past a rectangle of the window:
+ * the others of its priority or above are sought past the window and packed
+ * next, and their oldest past its bound takes turns with its oldest as the one
+ * that must go); the starving (a batch's time past it) next, oldest first; the
+ * rest of the window longest first; the shape is the one with the least device time per
  * real token among those that hold what must go (an untried shape scored
  * optimistically). A short sequence stays off a slow rectangle when another
  * device answers it sooner in a cheap one; on one device a long sequence that
@@ -14,6 +17,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +61,17 @@
  * largest bucket, LP_MAX_BUCKET, is 2^20), lane above both */
 #define KEY_OFFSET_SHIFT 20
 #define KEY_LANE_SHIFT 44
+/* a request (job) holding more than this many of the largest rectangles' tokens
+ * of a window is a large one: the sequences of other requests of its priority
+ * or above go before its own (one rectangle: a request that fits one batch is
+ * served in age order as before; beside one of 2,048 texts, ~27 rectangles on
+ * one device, a one-text request waited behind all of them, 86-195 ms) */
+#define FAIR_HEAVY_RECTS 1
+/* ... and those others are looked for past the window, and pinned ahead of the
+ * rest, up to this many of the largest rectangles' tokens per decision (the large
+ * request keeps the rest of each batch: with one, a light load beside it takes
+ * what it needs and no more) */
+#define FAIR_RECTS 1
 
 static disp_seq_t *seq_of(lp_qnode_t *n) { return n ? container_of(n, disp_seq_t, q) : NULL; }
 
@@ -160,14 +175,39 @@ static int cmp_u64(const void *a, const void *b) {
 /* The window is built in steps, each adding to d->win[0..*n) and marking what
  * it added with the decision's mark. Each returns 0 or -ENOMEM. */
 
+/* Counts s into its job's share of the window (the decision's scratch on the
+ * job); 1 when the job now holds more than FAIR_HEAVY_RECTS of the largest
+ * rectangles' tokens there: a large request. */
+static int job_count(disp_seq_t *s, uint32_t mark, const view_t *v) {
+  disp_job_t *j = s->job;
+  if (j->wmark != mark) {
+    j->wmark = mark;
+    j->wtok = 0;
+  }
+  j->wtok += s->len;
+  return j->wtok > FAIR_HEAVY_RECTS * v->maxcap;
+}
+
+static int job_heavy(const disp_seq_t *s, uint32_t mark, const view_t *v) {
+  return s->job->wmark == mark && s->job->wtok > FAIR_HEAVY_RECTS * v->maxcap;
+}
+
 /* The head of the queue in order (priority, then age), eligible ones only, up
- * to the window's bounds; *must: the oldest past its age bound among them. */
+ * to the window's bounds; *must: the oldest past its age bound among them.
+ * When a large request fills the window, the walk goes on past it (within
+ * the same skip bound) for the sequences of other requests of its priority or
+ * above, up to FAIR_RECTS rectangles' tokens of them: a small request that came
+ * after 2,048 sequences is in the window, and window_fair pins it. *fair_prio:
+ * the most urgent large request's priority (INT_MIN: none, or age order). */
 static int window_head(lp_disp_t *d, const view_t *v, uint64_t now, uint32_t mark, size_t *n,
-                       disp_seq_t **must) {
+                       disp_seq_t **must, int *fair_prio) {
   size_t limit = d->max_window, steps = 0, skip_limit = SKIP_FACTOR * (size_t)d->max_window;
   uint64_t tokens = 0;
+  int fair = !d->cfg.age_order;
+  *fair_prio = INT_MIN;
   if (reserve(d, 8)) return -ENOMEM;
-  for (lp_qnode_t *q = lp_queue_first(&d->queue); q && *n < limit && tokens < WINDOW_RECTS * v->maxcap && steps < skip_limit;
+  lp_qnode_t *q = lp_queue_first(&d->queue);
+  for (; q && *n < limit && tokens < WINDOW_RECTS * v->maxcap && steps < skip_limit;
        q = lp_queue_next(&d->queue, q), steps++) {
     disp_seq_t *s = seq_of(q);
     if (!eligible(v, s)) continue;
@@ -176,6 +216,21 @@ static int window_head(lp_disp_t *d, const view_t *v, uint64_t now, uint32_t mar
     d->win[(*n)++] = s;
     tokens += s->len;
     if (aged(d, v, s, now) && (!*must || s->enq_ns < (*must)->enq_ns)) *must = s;
+    if (fair && job_count(s, mark, v) && *fair_prio == INT_MIN) *fair_prio = s->job->priority;
+  }
+  /* past the window: others' sequences behind the large request */
+  uint64_t extra = 0;
+  for (; q && *fair_prio != INT_MIN && q->priority >= *fair_prio && *n < 2 * limit &&
+         extra < FAIR_RECTS * v->maxcap && steps < skip_limit;
+       q = lp_queue_next(&d->queue, q), steps++) {
+    disp_seq_t *s = seq_of(q);
+    if (!eligible(v, s) || job_heavy(s, mark, v)) continue;
+    if (*n + 3 > d->win_cap && reserve(d, *n + 3)) return -ENOMEM;
+    s->mark = mark;
+    d->win[(*n)++] = s;
+    extra += s->len;
+    if (aged(d, v, s, now) && (!*must || s->enq_ns < (*must)->enq_ns)) *must = s;
+    (void)job_count(s, mark, v);
   }
   return 0;
 }
@@ -263,23 +318,37 @@ static size_t window_pin(lp_disp_t *d, size_t n, disp_seq_t *urgent, disp_seq_t 
  * backlog). Those a smaller bucket holds stay unpinned in a larger shape, which
  * keeps long sequences in the large shape and short ones in the cheap one
  * (capacity under overload). They do not choose the shape. Not under overload
- * (STARVE_OVERLOAD). starve_ge[c]: how many need v->cls[c] or a larger bucket. */
-static void window_starving(lp_disp_t *d, const view_t *v, uint64_t now, size_t p, size_t k, size_t *starve_ge) {
+ * (STARVE_OVERLOAD). starve_ge[c]: how many need v->cls[c] or a larger bucket.
+ * Ahead of the starving, when a large request is in the window (fair_prio not
+ * INT_MIN): the fair share, the sequences of the other requests of its priority
+ * or above, in queue order, up to FAIR_RECTS of the largest rectangles' tokens;
+ * starve_ge counts them in every class (the age order put all of a large
+ * request's sequences before a newer small request's). */
+static void window_starving(lp_disp_t *d, const view_t *v, uint64_t now, size_t p, size_t k, size_t *starve_ge,
+                            uint32_t mark, int fair_prio) {
   uint64_t starve = d->cfg.max_wait_ns + STARVE_BATCHES * v->maxcost;
   if (d->st.queued_tokens > (uint64_t)STARVE_OVERLOAD * v->maxcap) starve = UINT64_MAX;
   for (size_t i = 0; i < k; i++) d->keys[i] = (uint64_t)(uintptr_t)d->win[p + i]; /* parked */
   size_t ns = 0, r = 0;
+  uint64_t fair = 0;
+  for (size_t i = 0; fair_prio != INT_MIN && i < k; i++) {
+    disp_seq_t *s = (disp_seq_t *)(uintptr_t)d->keys[i];
+    if (s->job->priority < fair_prio || job_heavy(s, mark, v) || fair + s->len > FAIR_RECTS * v->maxcap) continue;
+    fair += s->len;
+    d->win[p + ns++] = s;
+    d->keys[i] = 0; /* taken */
+  }
   for (size_t c = 0; c < v->ncls; c++) {
     uint32_t lo = c + 1 < v->ncls ? v->cls[c + 1] : 0;
     for (size_t i = 0; i < k; i++) {
       disp_seq_t *s = (disp_seq_t *)(uintptr_t)d->keys[i];
-      if (s->len > lo && s->len <= v->cls[c] && now >= s->enq_ns && now - s->enq_ns >= starve) d->win[p + ns++] = s;
+      if (s && s->len > lo && s->len <= v->cls[c] && now >= s->enq_ns && now - s->enq_ns >= starve) d->win[p + ns++] = s;
     }
     starve_ge[c] = ns;
   }
   for (size_t i = 0; i < k; i++) {
     disp_seq_t *s = (disp_seq_t *)(uintptr_t)d->keys[i];
-    if (!(now >= s->enq_ns && now - s->enq_ns >= starve) || s->len > v->cls[0]) d->win[p + ns + r++] = s;
+    if (s && (!(now >= s->enq_ns && now - s->enq_ns >= starve) || s->len > v->cls[0])) d->win[p + ns + r++] = s;
   }
 }
 
@@ -291,7 +360,23 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, si
   if (mark == 0) mark = ++d->decision;
   size_t n = 0, k = 0;
   disp_seq_t *must = NULL;
-  if (window_head(d, v, now, mark, &n, &must) || window_oldest(d, v, now, mark, &n, &must)) return -ENOMEM;
+  int fair_prio;
+  if (window_head(d, v, now, mark, &n, &must, &fair_prio) || window_oldest(d, v, now, mark, &n, &must))
+    return -ENOMEM;
+  /* the oldest past its bound is a large request's: it and the others' oldest past
+   * theirs take turns (a long one of a small request, which only a slow shape
+   * holds, waited for the whole large request: the slow shape was never chosen) */
+  d->fair_pick = 0;
+  if (fair_prio != INT_MIN && must && job_heavy(must, mark, v)) {
+    disp_seq_t *other = NULL;
+    for (size_t i = 0; i < n; i++) {
+      disp_seq_t *s = d->win[i];
+      if (s->job->priority < fair_prio || job_heavy(s, mark, v) || (other && s->enq_ns >= other->enq_ns)) continue;
+      if (aged(d, v, s, now)) other = s;
+    }
+    d->fair_pick = other != NULL;
+    if (other && d->fair_turn) must = other;
+  }
   disp_seq_t *urgent = window_urgent(d, v, now, mark, &n);
   /* a sequence that failed alone goes alone: when it leads, or must go */
   disp_seq_t *solo = must ? (must->alone ? must : NULL) : n && d->win[0]->alone ? d->win[0] : NULL;
@@ -304,7 +389,7 @@ static long window(lp_disp_t *d, const view_t *v, uint64_t now, size_t *npin, si
   }
   size_t p = window_pin(d, n, urgent, must, &k, by_age);
   *npin = p;
-  window_starving(d, v, now, p, k, starve_ge);
+  window_starving(d, v, now, p, k, starve_ge, mark, fair_prio);
   return (long)(k + p);
 }
 
@@ -560,6 +645,7 @@ static int plan(lp_disp_t *d, uint32_t b, uint32_t k, int rank, uint64_t now) {
   static const char *const reasons[] = {"idle", "just_in_time", "queued", "probe"};
   int rc = send(d, &v, k, shape, (size_t)n, real, d->draining && rank < 3 ? "drain" : reasons[rank], now);
   if (rc == 0 && rank == 3) d->be[b].probing = 1;
+  if (rc == 0 && d->fair_pick) d->fair_turn = !d->fair_turn;
   if (rc == 0) d->rr = (b + 1) % d->cfg.nbackends;
   return rc ? rc : 1;
 }

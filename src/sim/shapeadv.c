@@ -252,7 +252,7 @@ static void model_of(const adv_t *a, const lp_sadv_set_t *s, uint32_t backends, 
 static int simulate(adv_t *a, const sim_model_t *m, size_t n, double rate, uint64_t horizon,
                     sim_figures_t *f) {
   sim_policy_t pol;
-  int rc = sim_core_new(&pol, m, a->reqs);
+  int rc = sim_core_new(&pol, m, a->reqs, 0);
   if (rc) return rc;
   scale(a, n, rate);
   if (horizon == 1) horizon = a->reqs[n - 1].arrive_ns;

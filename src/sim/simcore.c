@@ -1,6 +1,7 @@
 /* The "core" policy for lanepack-sim: the dispatch core (lanepack/dispatch.h)
  * driven through the simulator's policy interface, as the proxy drives it:
- * one job of one sequence per request, a batch's end as its result, the
+ * one job of one sequence per request (a group of requests, --big: one job of
+ * their sequences), a batch's end as its result, the
  * transfer timeout that the caller (here this adapter) reports itself, and a
  * health prober that brings a backend the core marked down back a probe later. */
 #include <errno.h>
@@ -22,6 +23,9 @@ typedef struct pending_s {
 
 typedef struct core_s {
   const sim_model_t *m;
+  const sim_req_t *reqs; /* borrowed: a group's lengths, and who its answer goes to */
+  uint32_t *lens;        /* scratch for a group's lengths */
+  size_t caplens;
   lp_disp_t *d;
   uint64_t timeout_ns;
   uint8_t *ended;       /* batch id -> 1 once its result was given */
@@ -63,7 +67,8 @@ static int drain(core_t *s) {
         s->items = v;
         s->capitems = c;
       }
-      for (size_t i = 0; i < a.send.n; i++) s->items[i] = (uint32_t)(a.send.items[i].job_id - 1);
+      for (size_t i = 0; i < a.send.n; i++)
+        s->items[i] = (uint32_t)(a.send.items[i].job_id - 1 + a.send.items[i].seq); /* a group's k-th */
       if (mark(s, a.send.batch_id)) return -ENOMEM;
       if (s->pn == s->pcap) {
         if (s->phead) { /* reuse the room at the front */
@@ -84,9 +89,12 @@ static int drain(core_t *s) {
         return -ENOMEM;
       break;
     }
-    case LP_DISP_ACT_ANSWER:
-      if (sim_actq_answer(&s->aq, (uint32_t)(a.answer.job_id - 1), a.answer.http_status)) return -ENOMEM;
+    case LP_DISP_ACT_ANSWER: {
+      uint32_t first = (uint32_t)(a.answer.job_id - 1), g = s->reqs[first].group;
+      for (uint32_t k = 0; k < (g > 1 ? g : 1); k++)
+        if (sim_actq_answer(&s->aq, first + k, a.answer.http_status)) return -ENOMEM;
       break;
+    }
     case LP_DISP_ACT_HEALTH:
       if (a.health.backend < SIM_MAX_BACKENDS)
         s->probe_at[a.health.backend] = a.health.up ? 0 : s->now + PROBE_NS;
@@ -136,12 +144,25 @@ static int settle(core_t *s, uint64_t now) {
 
 static int core_admit(void *st, uint64_t now, uint32_t req, const sim_req_t *r) {
   core_t *s = st;
-  uint32_t len = r->len;
-  int rc = lp_disp_admit(s->d, (uint64_t)req + 1, 1, &len, r->prio, r->deadline_ns, now);
+  if (r->in_group) return 0; /* admitted with its group's first */
+  uint32_t n = r->group > 1 ? r->group : 1, len = r->len, *lens = &len;
+  if (n > 1) {
+    if (n > s->caplens) {
+      uint32_t *v = realloc(s->lens, n * sizeof(*v));
+      if (!v) return -ENOMEM;
+      s->lens = v;
+      s->caplens = n;
+    }
+    for (uint32_t k = 0; k < n; k++) s->lens[k] = s->reqs[req + k].len;
+    lens = s->lens;
+  }
+  int rc = lp_disp_admit(s->d, (uint64_t)req + 1, n, lens, r->prio, r->deadline_ns, now);
   if (rc == -ENOMEM) return rc;
   if (rc) {
     const char *code;
-    if (sim_actq_answer(&s->aq, req, lp_disp_reject_status(rc, &code))) return -ENOMEM;
+    int status = lp_disp_reject_status(rc, &code);
+    for (uint32_t k = 0; k < n; k++)
+      if (sim_actq_answer(&s->aq, req + k, status)) return -ENOMEM;
   }
   return settle(s, now);
 }
@@ -181,22 +202,24 @@ static void core_free(void *st) {
   free(s->ended);
   free(s->pend);
   free(s->items);
+  free(s->lens);
   sim_actq_free(&s->aq);
   free(s);
 }
 
-int sim_core_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs) {
-  (void)reqs;
+int sim_core_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs, int age_order) {
   if (m->backends > LP_DISP_MAX_BACKENDS) return -E2BIG;
   core_t *s = calloc(1, sizeof(*s));
   if (!s) return -ENOMEM;
   s->m = m;
+  s->reqs = reqs;
   s->wake_at = UINT64_MAX;
   lp_disp_config_t c;
   lp_disp_config_default(&c);
   c.shapes = m->shapes;
   for (size_t i = 0; i < m->shapes.count; i++) c.seed_cost_ns[i] = m->cost_ns[i];
   c.nbackends = m->backends;
+  c.age_order = age_order;
   for (uint32_t b = 0; b < m->backends; b++) c.devices[b] = m->devices;
   if (!c.backend_timeout_ns) c.backend_timeout_ns = BACKEND_TIMEOUT_NS;
   s->timeout_ns = c.backend_timeout_ns;
@@ -206,7 +229,7 @@ int sim_core_new(sim_policy_t *p, const sim_model_t *m, const sim_req_t *reqs) {
     return -ENOMEM;
   }
   memset(p, 0, sizeof(*p));
-  p->name = "core";
+  p->name = age_order ? "core-age" : "core";
   p->st = s;
   p->admit = core_admit;
   p->result = core_result;

@@ -429,6 +429,27 @@ static double quantile_ms(const uint64_t *v, size_t n, double p) {
   return (double)v[k - 1] / 1e6;
 }
 
+/* With requests of many sequences in the run: the others' (light) figures,
+ * answered 200 ones only; lat is scratch of w->n entries (NULL: none). */
+static void light_figures(const world_t *w, uint64_t *lat, sim_figures_t *o) {
+  for (size_t i = 0; i < w->n && !o->grouped; i++) o->grouped = w->reqs[i].group > 1;
+  if (!o->grouped || !lat) return;
+  size_t k = 0;
+  for (size_t i = 0; i < w->n; i++)
+    if (w->reqs[i].group <= 1 && !w->reqs[i].in_group && w->answered[i] && w->status[i] == 200)
+      lat[k++] = w->answered[i] - 1 - w->reqs[i].arrive_ns;
+  qsort(lat, k, sizeof(*lat), cmp_u64);
+  o->light_ok = k;
+  o->light_p50_ms = quantile_ms(lat, k, 0.5);
+  o->light_p99_ms = quantile_ms(lat, k, 0.99);
+  k = 0;
+  for (size_t i = 0; i < w->n; i++)
+    if (w->reqs[i].group <= 1 && !w->reqs[i].in_group && w->answered[i] && w->status[i] == 200 && w->sent[i])
+      lat[k++] = w->sent[i] - 1 - w->reqs[i].arrive_ns;
+  qsort(lat, k, sizeof(*lat), cmp_u64);
+  o->light_wait_p99_ms = quantile_ms(lat, k, 0.99);
+}
+
 static void figures(world_t *w, sim_figures_t *o) {
   memset(o, 0, sizeof(*o));
   uint64_t *lat = malloc((w->n ? w->n : 1) * sizeof(*lat));
@@ -462,6 +483,7 @@ static void figures(world_t *w, sim_figures_t *o) {
     o->p99_ms = quantile_ms(lat, k, 0.99);
     o->p999_ms = quantile_ms(lat, k, 0.999);
     o->max_ms = k ? (double)lat[k - 1] / 1e6 : 0;
+    light_figures(w, lat, o); /* lat is scratch from here */
     free(lat);
   }
   o->mean_ms = k ? sum / (double)k / 1e6 : 0;
