@@ -1256,27 +1256,28 @@ static int append(char **dst, size_t *len, size_t *cap, const char *at, size_t n
 /* A body whose Content-Length is at most this many times what has come gets
  * its whole buffer at once: the last doublings' reallocs copied about the
  * whole body again (a 4 MiB text: 5% of the front's time), and jumping at an
- * eighth copies an eighth as much, while a client still has to send an eighth
- * of what it declares before it is charged for all of it. */
+ * eighth copies an eighth as much. The budget is still charged by what has
+ * come (see body_room): a buffer this large is mapped by the allocator, and
+ * its pages cost memory only once written. */
 #define BODY_ONCE_SHARE 8
 
-/* Makes room in r's body for `need` bytes (its NUL included) as they arrive:
- * doubling, at most `most` (Content-Length + 1 when given), and `most` at
- * once when it is within BODY_ONCE_SHARE of need. The growth is charged to
- * the in-flight budget before anything is allocated: past it, 503 with
- * Retry-After, so that clients holding partial bodies cannot make the server
- * hold more than the budget together. Only bytes received are charged (at
- * most twice over, BODY_ONCE_SHARE times at the last step): a Content-Length
- * alone, sent with nothing after it, would let a few clients fill the budget
- * with a few hundred bytes of headers and shut every other upload out. */
+/* Makes room in r's body for `need` bytes (its NUL included) as they arrive.
+ * The budget is charged by doubling what has come, at most `most`
+ * (Content-Length + 1 when given), before anything is allocated or read into:
+ * past it, 503 with Retry-After, so that clients holding partial bodies cannot
+ * make the server hold more than the budget together. Only bytes received
+ * count (at most twice over): a Content-Length alone, sent with little after
+ * it, would let a few clients fill the budget with a few hundred bytes of
+ * headers (or an eighth of a body) and shut every other upload out. The
+ * buffer follows the charge, or is `most` at once when that is within
+ * BODY_ONCE_SHARE of need; a direct read fills only what is charged. */
 static int body_room(lp_http_conn_t *c, lp_http_req_t *r, size_t need, size_t most) {
-  if (need <= r->_body_cap) return 0;
+  if (need <= r->_body_cap && need <= r->_charged) return 0;
   lp_httpd_t *s = conn_srv(c);
-  size_t nc = r->_body_cap ? r->_body_cap : 128;
+  size_t nc = r->_charged ? r->_charged : 128;
   while (nc < need) nc *= 2;
-  if (c->b->ps->in_body && most / BODY_ONCE_SHARE <= need) nc = most; /* Content-Length known */
   if (nc > most) nc = most > need ? most : need;
-  size_t more = nc - r->_body_cap;
+  size_t more = nc > r->_charged ? nc - r->_charged : 0;
   size_t budget = s->cfg.max_body_bytes_in_flight;
   /* taken first, given back if over: servers on other threads charge the
    * same count at the same time */
@@ -1287,13 +1288,17 @@ static int body_room(lp_http_conn_t *c, lp_http_req_t *r, size_t need, size_t mo
                      "request bodies being received exceed the server's max_body_bytes_in_flight; "
                      "retry later", NULL, "Retry-After: 1\r\n");
   }
-  char *d = realloc(r->body, nc);
-  if (d == NULL) {
-    __atomic_sub_fetch(&s->count->body_bytes, more, __ATOMIC_RELAXED);
-    return fail_cb(c, 503, "out_of_memory", "server out of memory");
+  size_t alloc = nc;
+  if (c->b->ps->in_body && most / BODY_ONCE_SHARE <= need && most > alloc) alloc = most; /* Content-Length known */
+  if (alloc > r->_body_cap) {
+    char *d = realloc(r->body, alloc);
+    if (d == NULL) {
+      __atomic_sub_fetch(&s->count->body_bytes, more, __ATOMIC_RELAXED);
+      return fail_cb(c, 503, "out_of_memory", "server out of memory");
+    }
+    r->body = d;
+    r->_body_cap = alloc;
   }
-  r->body = d;
-  r->_body_cap = nc;
   r->_charged += more;
   return 0;
 }
@@ -1710,7 +1715,10 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   /* llhttp counts down what the body still has: no more is offered, so a
    * read holds nothing of the next request; its NUL needs a byte */
   uint64_t left = c->b->ps->parser.content_length;
-  size_t room = r->_body_cap > r->body_len ? r->_body_cap - r->body_len - 1 : 0;
+  /* what is charged, not the whole buffer: the budget counts bytes before
+   * they are read in */
+  size_t held = r->_body_cap < r->_charged ? r->_body_cap : r->_charged;
+  size_t room = held > r->body_len ? held - r->body_len - 1 : 0;
   if (left < DIRECT_BODY_MIN || room < DIRECT_BODY_MIN) return;
   buf->base = r->body + r->body_len;
   buf->len = room < left ? room : (size_t)left;
