@@ -6,8 +6,11 @@
  * order): a turn is one unit, or several short ones of the same job
  * (LP_TOKPOOL_TURN_BYTES), so a request of 2,048 inputs, one long text or a
  * client's 60 pipelined requests hold one worker at a time while a one-line
- * request waits for one turn at most, and a batch of short lines costs one
- * hand-over, not one per line. Submit and cancel run on the fronts; the rest on the workers.
+ * request waits for one turn of each client ahead of it in the round, and a
+ * batch of short lines costs one hand-over, not one per line. Workers are
+ * woken for turns' worth of text, not per client (wakes_needed): many
+ * clients' one-line requests may run one after another on one worker, a
+ * turn of some 100 us each, rather than pay a wake-up each. Submit and cancel run on the fronts; the rest on the workers.
  * A finished job goes up through the callback registered at start (the
  * front's, which pushes it onto the job's front's box): nothing here reads a
  * front. */
@@ -501,8 +504,14 @@ static void worker_main(void *arg) {
       lp__tokjob_free(job);
       uv_mutex_lock(&p->lock);
     } else {
+      /* posted: a cancel now leaves it to the box; the push is made outside
+       * the pool's lock, which the fronts take to submit and cancel: a worker
+       * (below the loops' priority) put off a core while holding it would
+       * hold a front up */
       job->posted = 1;
+      uv_mutex_unlock(&p->lock);
       p->finished(job); /* the front's now */
+      uv_mutex_lock(&p->lock);
     }
   }
   uv_mutex_unlock(&p->lock);
