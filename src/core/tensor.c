@@ -240,8 +240,10 @@ static const uint64_t pow5_u64[28] = {
  * -19 <= e10 <= 19: exact in 128 bits. UINT64_MAX where it would not fit. */
 static uint64_t scale9(uint64_t m, int e2, int e10) {
   int s = 8 - e10;
-  if (s > 27) return 0;
-  if (s < -11) return UINT64_MAX;
+  /* outside the table (not reached within the caller's [1e-19, 1e19) guard):
+   * e10 far too low scales a up past 10^9, far too high down to nothing */
+  if (s > 27) return UINT64_MAX;
+  if (s < -11) return 0;
   unsigned __int128 x, q, r, half;
   if (s >= 0) { /* m * 5^s * 2^(e2 + s): below 2^87 before the shift */
     x = (unsigned __int128)m * pow5_u64[s];
