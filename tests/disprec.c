@@ -5,6 +5,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+void rec_config(lp_disp_config_t *c, const char *shapes, const uint64_t *cost_ms) {
+  lp_disp_config_default(c);
+  char err[128];
+  ck_assert_msg(lp_bucket_set_parse(&c->shapes, shapes, err, sizeof(err)) == 0, "%s: %s", shapes, err);
+  for (size_t i = 0; i < c->shapes.count; i++) c->seed_cost_ns[i] = cost_ms[i] * 1000000ull;
+  c->stall_factor = 0;
+  c->request_bound_ns = 10000 * 1000000ull;
+}
+
 void rec_clear(rec_t *r) {
   for (size_t i = 0; i < r->n; i++) free((void *)r->acts[i].it);
   r->n = 0;

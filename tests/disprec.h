@@ -25,6 +25,12 @@ typedef struct rec_s {
   size_t n;
 } rec_t;
 
+/* A configuration for driving the core in virtual time: the defaults, shapes
+ * (a bucket set's text) with each one's seed cost in ms from cost_ms, stall
+ * timers off, a 10 s request bound (no test waits that long), and the
+ * default max_wait (the tests that rely on it set 5 ms themselves). */
+void rec_config(lp_disp_config_t *c, const char *shapes, const uint64_t *cost_ms);
+
 /* Forgets every action (their item copies freed); the recorder stays usable. */
 void rec_clear(rec_t *r);
 /* Frees what the recorder holds; it is then empty, usable again. */

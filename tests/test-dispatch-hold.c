@@ -37,14 +37,8 @@ static int holds(uint64_t job) { return rec_holds(rec_last(&R, LP_DISP_ACT_SEND)
 
 START_TEST(long_held_while_a_cheap_batch_pays) {
   lp_disp_config_t c;
-  lp_disp_config_default(&c);
-  char err[128];
-  ck_assert_int_eq(lp_bucket_set_parse(&c.shapes, "4x8192,8x2048", err, sizeof(err)), 0);
-  c.seed_cost_ns[0] = 20 * MS;
-  c.seed_cost_ns[1] = 8 * MS;
+  rec_config(&c, "4x8192,8x2048", (const uint64_t[]){20, 8});
   c.max_wait_ns = 5 * MS;
-  c.stall_factor = 0;
-  c.request_bound_ns = 10000 * MS;
   lp_disp_t *d = lp_disp_new(&c);
   ck_assert_ptr_nonnull(d);
   rec_clear(&R);
@@ -72,14 +66,8 @@ END_TEST
 /* Held no longer than its age bound plus two of the slow shape's times. */
 START_TEST(long_held_at_most_its_bound) {
   lp_disp_config_t c;
-  lp_disp_config_default(&c);
-  char err[128];
-  ck_assert_int_eq(lp_bucket_set_parse(&c.shapes, "4x8192,8x2048", err, sizeof(err)), 0);
-  c.seed_cost_ns[0] = 20 * MS;
-  c.seed_cost_ns[1] = 8 * MS;
+  rec_config(&c, "4x8192,8x2048", (const uint64_t[]){20, 8});
   c.max_wait_ns = 5 * MS;
-  c.stall_factor = 0;
-  c.request_bound_ns = 10000 * MS;
   lp_disp_t *d = lp_disp_new(&c);
   ck_assert_ptr_nonnull(d);
   rec_clear(&R);

@@ -31,13 +31,8 @@ static int holds(uint64_t job) { return rec_holds(rec_last(&R, LP_DISP_ACT_SEND)
 
 START_TEST(short_sequence_not_left_behind_longer_newcomers) {
   lp_disp_config_t c;
-  lp_disp_config_default(&c);
-  char err[128];
-  ck_assert_int_eq(lp_bucket_set_parse(&c.shapes, "1x8192", err, sizeof(err)), 0);
-  c.seed_cost_ns[0] = 20 * MS;
+  rec_config(&c, "1x8192", (const uint64_t[]){20});
   c.max_wait_ns = 5 * MS;
-  c.stall_factor = 0;
-  c.request_bound_ns = 10000 * MS;
   lp_disp_t *d = lp_disp_new(&c);
   ck_assert_ptr_nonnull(d);
   rec_clear(&R);
@@ -70,13 +65,8 @@ END_TEST
  * starving go longest first like the rest: the age order cost capacity. */
 START_TEST(overload_packs_longest_first) {
   lp_disp_config_t c;
-  lp_disp_config_default(&c);
-  char err[128];
-  ck_assert_int_eq(lp_bucket_set_parse(&c.shapes, "1x8192", err, sizeof(err)), 0);
-  c.seed_cost_ns[0] = 20 * MS;
+  rec_config(&c, "1x8192", (const uint64_t[]){20});
   c.max_wait_ns = 5 * MS;
-  c.stall_factor = 0;
-  c.request_bound_ns = 10000 * MS;
   lp_disp_t *d = lp_disp_new(&c);
   ck_assert_ptr_nonnull(d);
   rec_clear(&R);
@@ -103,14 +93,8 @@ END_TEST
  * costs no fill). */
 static int batches_before_small(int age_order, int prio, uint32_t len) {
   lp_disp_config_t c;
-  lp_disp_config_default(&c);
-  char err[128];
-  ck_assert_int_eq(lp_bucket_set_parse(&c.shapes, "2x8,1x64", err, sizeof(err)), 0);
-  c.seed_cost_ns[0] = 5 * MS;
-  c.seed_cost_ns[1] = 40 * MS;
+  rec_config(&c, "2x8,1x64", (const uint64_t[]){5, 40});
   c.max_wait_ns = 5 * MS;
-  c.stall_factor = 0;
-  c.request_bound_ns = 10000 * MS;
   c.age_order = age_order;
   lp_disp_t *d = lp_disp_new(&c);
   ck_assert_ptr_nonnull(d);

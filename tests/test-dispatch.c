@@ -18,13 +18,8 @@ static rec_t R; /* every action the core gave since the last rec_clear */
 /* ---- building one ---- */
 
 static void base(lp_disp_config_t *c, const char *shapes, const uint64_t *cost_ms, uint32_t devices) {
-  lp_disp_config_default(c);
-  char err[128];
-  ck_assert_int_eq(lp_bucket_set_parse(&c->shapes, shapes, err, sizeof(err)), 0);
-  for (size_t i = 0; i < c->shapes.count; i++) c->seed_cost_ns[i] = cost_ms[i] * MS;
+  rec_config(c, shapes, cost_ms);
   c->devices[0] = devices;
-  c->stall_factor = 0;
-  c->request_bound_ns = 10000 * MS;
 }
 
 static lp_disp_t *make(const lp_disp_config_t *c) {
