@@ -12,7 +12,7 @@ slows all alike), and the floor: the 4 MiB body posted to /healthz, which only
 receives it (405): medians of the rounds.
 
   bench/bench-tokwork.py --proxy build/src/lanepack --emulator build/loadgen/lanepack-emulator \\
-      [--before /tmp/lanepack-before] [--also NAME=BINARY ...] [--seconds 4] [--long ROUNDS]"""
+      [--before /tmp/lanepack-before] [--also NAME=BINARY ...] [--seconds 4] [--long ROUNDS] [--dims 8]"""
 import argparse
 import http.client
 import json
@@ -99,11 +99,14 @@ def timed(port, body, n=5):
     return sorted(ts)[len(ts) // 2] * 1e3, status
 
 
+DIMS = [8]  # the emulator's values per vector (--dims): the size of the 2,048 texts' answer
+
+
 def start(name, proxy, emulator, model, threads, tmp, procs):
     """The emulator and a proxy in front of it; returns the proxy's port."""
     pe, pl = free_port(), free_port()
     procs.append(subprocess.Popen([emulator, "--listen", "127.0.0.1:%d" % pe, "--shapes", "4x512,16x64",
-                                   "--per-segment", "--dims", "8"],
+                                   "--per-segment", "--dims", str(DIMS[0])],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     wait_http(pe, "/healthz")
     cfg = {"listen": "127.0.0.1:%d" % pl, "log_level": "warn", "threads": threads,
@@ -202,7 +205,9 @@ def main():
     ap.add_argument("--threads", default="1,2,4")
     ap.add_argument("--also", action="append", default=[], help="NAME=BINARY: one more build")
     ap.add_argument("--long", type=int, help="only the long-text figure, this many rounds")
+    ap.add_argument("--dims", type=int, default=8, help="values per vector the emulator answers (at most 64)")
     a = ap.parse_args()
+    DIMS[0] = a.dims
     with tempfile.TemporaryDirectory() as tmp:
         prefix = os.path.join(tmp, "spm")
         subprocess.run(["spm_train", "--input=" + TEXT, "--model_prefix=" + prefix, "--vocab_size=400",

@@ -248,6 +248,18 @@ def stop_proxy(p, what="lanepack", grace=30.0):
 _results = []
 
 
+def metric(port, name):
+    """The value of the unlabelled metric name on GET /metrics (None when absent)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
 def rss_kb(pid):
     """The resident memory of process pid in KiB (-1 when it cannot be read)."""
     with open("/proc/%d/status" % pid) as f:

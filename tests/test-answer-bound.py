@@ -25,7 +25,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import check, finish, model_config, rss_kb, start_lanepack, stop_lanepack, tei_error, train_spm  # noqa: E402
+from lphelp import (check, finish, metric, model_config, rss_kb, start_lanepack, stop_lanepack, tei_error,  # noqa: E402
+                    train_spm)
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 CONNS = 16
@@ -58,17 +59,6 @@ def settle(pid, quiet=1.0, most=120.0):
         elif time.time() - since >= quiet:
             break
     return top
-
-
-def metric(port, name):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    c.request("GET", "/metrics")
-    text = c.getresponse().read().decode()
-    c.close()
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
 
 
 def post(port, body):

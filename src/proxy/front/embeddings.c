@@ -257,19 +257,37 @@ void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req) {
   embeddings_decoded(f, req, c);
 }
 
-int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
-  lp_buf_puts(out, "{\"object\": \"list\", \"data\": [");
-  long first = 0; /* the first vector's length */
-  for (uint32_t i = 0; i < job->nseq; i++) {
+int lp__vectors_part(lp_front_t *f, lp_buf_t *out, const lp_job_t *job, lp_vecpos_t *pos, size_t values,
+                     uint32_t dims, int normalize, const char *sep, lp_put_vector_fn put) {
+  size_t done = 0;
+  for (uint32_t i = pos->next; i < job->nseq; i++) {
+    if (done >= values) { /* at least one vector a call */
+      pos->next = i;
+      return out->oom ? -ENOMEM : -EAGAIN;
+    }
     long n = lp__seq_vector(f, &job->seqs[i], 0);
     if (n < 0) return (int)n;
-    if ((n = lp__check_vector(job, n, &first)) < 0) return (int)n;
-    /* proto.openai.dims <= embed_dims <= n: admission and lp__check_vector saw to it */
-    if (job->proto.openai.dims) n = (long)job->proto.openai.dims;
-    if (job->proto.openai.normalize) lp_openai_normalize(f->vec, (size_t)n);
-    if (i) lp_buf_puts(out, ", ");
-    lp_openai_embedding(out, i, f->vec, (size_t)n, job->proto.openai.base64);
+    if ((n = lp__check_vector(job, n, &pos->first)) < 0) return (int)n;
+    /* dims <= embed_dims <= n: admission and lp__check_vector saw to it */
+    if (dims) n = (long)dims;
+    if (normalize) lp_openai_normalize(f->vec, (size_t)n);
+    if (i) lp_buf_puts(out, sep);
+    put(out, i, f->vec, (size_t)n, job);
+    done += (size_t)n;
   }
+  pos->next = job->nseq;
+  return out->oom ? -ENOMEM : 0;
+}
+
+static void put_openai(lp_buf_t *out, uint32_t i, const float *v, size_t n, const lp_job_t *job) {
+  lp_openai_embedding(out, i, v, n, job->proto.openai.base64);
+}
+
+int lp__openai_body_part(lp_front_t *f, lp_buf_t *out, const lp_job_t *job, lp_vecpos_t *pos, size_t values) {
+  if (!pos->next) lp_buf_puts(out, "{\"object\": \"list\", \"data\": [");
+  int rc = lp__vectors_part(f, out, job, pos, values, job->proto.openai.dims, job->proto.openai.normalize, ", ",
+                            put_openai);
+  if (rc) return rc;
   lp_buf_puts(out, "], \"model\": ");
   lp_buf_json_str(out, job->proto.openai.model, strlen(job->proto.openai.model));
   lp_buf_printf(out, ", \"usage\": {\"prompt_tokens\": %zu, \"total_tokens\": %zu}}\n", job->proto.openai.tokens,

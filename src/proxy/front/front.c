@@ -39,7 +39,7 @@ static void front_job_back(lp_front_t *f, lp_job_t *job) {
     req->app = NULL;
     job->front_req = NULL;
     if (job->admin_route) lp__front_page_back(f, job, req);
-    else lp__job_deliver(f, job, req);
+    else if (lp__job_deliver(f, job, req)) return; /* written a slice a turn: the reference is the answer's */
   }
   lp__job_release(job); /* without a cancel sent, the only reference: freed at once */
 }
@@ -175,12 +175,14 @@ static void on_front_inbox(lp_wake_t *w) {
       if (f->up) lp_upstream_close(f->up);
       f->up = NULL;
       render_pages_back(f, 1); /* every page waiting is answered (or dropped: its client left) */
+      lp__front_write_answers(f, 1); /* and every answer being written, whole */
       lp__front_flush(f);
       uv_timer_stop(&f->tick);
       uv_close((uv_handle_t *)&f->tick, NULL);
       uv_close((uv_handle_t *)&f->flush, NULL);
       uv_close((uv_handle_t *)&f->flush_soon, NULL);
       uv_close((uv_handle_t *)&f->pages_soon, NULL);
+      uv_close((uv_handle_t *)&f->answers_soon, NULL);
       lp__mbox_close(&f->inbox, NULL);
       lp__tokbox_close(&f->tokbox);
       if (f->httpd || f->admin) uv_stop(f->loop); /* last resort: connections left open */
@@ -383,6 +385,7 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
     uv_check_start(&f->flush, lp__front_on_flush);
     uv_idle_init(f->loop, &f->flush_soon);
     uv_idle_init(f->loop, &f->pages_soon);
+    uv_idle_init(f->loop, &f->answers_soon);
     if ((rc = front_listen(f, n, id_base, &bound)) != 0) return rc;
   }
   if (afd >= 0 && afd != STDERR_FILENO) close(afd);

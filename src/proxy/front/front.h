@@ -18,6 +18,17 @@
 
 #define LP_STATUS_SLOTS 22
 
+/* Where an embeddings answer being written stands: the next input to write
+ * (0: not begun) and the first vector's length (0 before it). */
+typedef struct lp_vecpos_s {
+  uint32_t next;
+  long first;
+} lp_vecpos_t;
+
+/* A success too large to write in one loop turn (front/deliver.c): written a
+ * slice a turn, its job's reference and outputs held until it is answered. */
+typedef struct lp_sliced_s lp_sliced_t;
+
 /* The statuses counted per route, 0-terminated (front/reject.c). */
 extern const int lp__status_codes[LP_STATUS_SLOTS];
 
@@ -63,6 +74,10 @@ struct lp_front_s {
    * (front.c), so that a client pipelining pages delays only itself */
   lp_job_t *pages_back, *pages_back_last;
   uv_idle_t pages_soon;    /* while pages wait: the next turn renders more */
+  /* answers being written a slice a loop turn (deliver.c), in turn; each
+   * owned here until answered or its client leaves */
+  lp_sliced_t *answers, *answers_last;
+  uv_idle_t answers_soon;  /* while answers wait: the next turn writes more */
   /* the front's own upstream connections, on its loop: the batches
    * the scheduler hands it are sent and their answers read and opened here
    * (wire/transfer.c), so no byte of theirs is the scheduler's; owned */
@@ -88,6 +103,7 @@ struct lp_front_s {
   size_t nrejections;      /* release-stored after the code is written */
   lp_hist_t t_queue, t_backend, t_total;
   uint64_t served;         /* requests routed */
+  uint64_t answer_slices;  /* loop turns spent on answers being written a slice a turn, after their first */
   uint64_t conns;          /* open connections as of its last look */
   lp_alog_t alog;
 };
@@ -168,6 +184,12 @@ int lp__front_tok_init(lp_front_t *f);
 void lp__front_tok_finished(lp_tokjob_t *job);
 int lp__front_tokenize(lp_front_t *f, lp_http_req_t *req, lp_tokjob_t *job);
 void lp__front_tok_cancel(lp_front_t *f, lp_tokjob_t *job);
+/* req->app while req's answer is being written a slice a turn: the answer
+ * with the second bit set. */
+static inline void *lp__app_sliced(lp_sliced_t *a) { return (void *)((uintptr_t)a | 2u); }
+static inline lp_sliced_t *lp__app_as_sliced(void *app) {
+  return ((uintptr_t)app & 3u) == 2u ? (lp_sliced_t *)((uintptr_t)app & ~(uintptr_t)3u) : NULL;
+}
 /* req->app while req's text is at the workers: its tokjob with the low bit
  * set (jobs and tokjobs come from malloc, aligned), so that a client's
  * leaving tells the two apart. */
@@ -236,8 +258,15 @@ void lp__job_bind(lp_job_t *job, lp_http_req_t *req);
 
 /* front/deliver.c: runs on the front that owns the client: writes the answer of a job the
  * scheduler is done with (its outputs' spans formatted here, or its error),
- * then drops the job's references to the batches' answers. */
-void lp__job_deliver(lp_front_t *f, lp_job_t *job, lp_http_req_t *req);
+ * then drops the job's references to the batches' answers. 1 when the
+ * answer is too large for one loop turn: the job is kept (the caller's
+ * reference is the answer's now) and written a slice a turn; else 0. */
+int lp__job_deliver(lp_front_t *f, lp_job_t *job, lp_http_req_t *req);
+/* One slice of each answer waiting (every one whole when all is set: the
+ * front is stopping); the idle handle calls it while any wait. */
+void lp__front_write_answers(lp_front_t *f, int all);
+/* req's client left while its answer was being written: the answer dropped. */
+void lp__sliced_cancel(lp_front_t *f, lp_sliced_t *a);
 
 /* front/v2front.c: Open Inference Protocol clients */
 /* Handles /v2 routes; returns 0 when req is not one. */
@@ -261,6 +290,15 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route);
  * output is not of the kind the route needs, -EPROTO when it is not numbers,
  * -ENOMEM. */
 int lp__tei_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
+/* One vector's text in a route's answer (input i, n values). */
+typedef void (*lp_put_vector_fn)(lp_buf_t *out, uint32_t i, const float *v, size_t n, const lp_job_t *job);
+/* front/embeddings.c: job's vectors from pos on, sep between, each cut to
+ * dims (0: whole) and normalized if asked, written by put: 0 once all are,
+ * or lp__openai_body_part's -EAGAIN and errors. */
+int lp__vectors_part(lp_front_t *f, lp_buf_t *out, const lp_job_t *job, lp_vecpos_t *pos, size_t values,
+                     uint32_t dims, int normalize, const char *sep, lp_put_vector_fn put);
+/* /embed's body from pos on, as lp__openai_body_part writes OpenAI's. */
+int lp__tei_embed_part(lp_front_t *f, lp_buf_t *out, const lp_job_t *job, lp_vecpos_t *pos, size_t values);
 /* front/reject.c: an error in TEI's shape, counted under route and logged as every refusal. */
 void lp__tei_reject(lp_front_t *f, lp_http_req_t *req, int route, int status, const char *type,
                     const char *code, const char *msg, const lp_job_t *job);
@@ -283,9 +321,11 @@ const char *lp__tei_wrong_kind(const lp_model_config_t *mc, int kind);
 
 /* front/embeddings.c (a front's): POST /v1/embeddings, OpenAI's embeddings API. */
 void lp__embeddings_request(lp_front_t *f, lp_http_req_t *req);
-/* The answer's body: every sequence's vector in input order, the model, the
- * usage. -EPROTO when an output is not a vector of numbers, -ENOMEM. */
-int lp__openai_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job);
+/* The answer's body from pos on: every sequence's vector in input order, the
+ * model, the usage. 0 once the body is whole; -EAGAIN when it stopped (pos
+ * moved) after at least values values (at least one vector): call again;
+ * -EPROTO when an output is not a vector of numbers, -ENOMEM. */
+int lp__openai_body_part(lp_front_t *f, lp_buf_t *out, const lp_job_t *job, lp_vecpos_t *pos, size_t values);
 /* A finished sequence's output read as a vector into f->vec: the count, or
  * -ENOTSUP when it is not one output for the sequence (a value per token; a
  * score unless scalar_ok, which reads it as a vector of one), -EPROTO when it

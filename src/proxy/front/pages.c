@@ -168,7 +168,7 @@ static void render_metrics(lp_front_t *self, const lp_snap_t *s, lp_buf_t *b) {
   uint64_t requests[LP_ROUTE_COUNT][LP_STATUS_SLOTS];
   struct { const char *code; uint64_t n; } rej[64];
   size_t nrej = 0;
-  uint64_t dropped = 0, conns = 0;
+  uint64_t dropped = 0, conns = 0, slices = 0;
   lp_hist_t t_queue, t_backend, t_total; /* bounds are set once, at start */
   lp_hist_init(&t_queue, p->fronts[0].t_queue.bounds, p->fronts[0].t_queue.n);
   lp_hist_init(&t_backend, p->fronts[0].t_backend.bounds, p->fronts[0].t_backend.n);
@@ -195,6 +195,7 @@ static void render_metrics(lp_front_t *self, const lp_snap_t *s, lp_buf_t *b) {
     lp_hist_add(&t_backend, &f->t_backend);
     lp_hist_add(&t_total, &f->t_total);
     dropped += LP_RELAXED_LOAD(f->alog.dropped);
+    slices += LP_RELAXED_LOAD(f->answer_slices);
     /* each front's servers are its own thread's: their count as it published it */
     conns += LP_RELAXED_LOAD(f->conns);
     snprintf(labels, sizeof(labels), "thread=\"%u\"", fi);
@@ -226,6 +227,10 @@ static void render_metrics(lp_front_t *self, const lp_snap_t *s, lp_buf_t *b) {
   lp_metric_family(b, "lanepack_access_log_dropped_lines_total", "counter",
                    "Access log lines lost to failed writes (a full disk); the file keeps whole lines only.");
   lp_metric_sample_u64(b, "lanepack_access_log_dropped_lines_total", NULL, dropped);
+  lp_metric_family(b, "lanepack_answer_slices_total", "counter",
+                   "Loop turns the fronts spent on large embeddings answers after their first "
+                   "(written a slice a turn).");
+  lp_metric_sample_u64(b, "lanepack_answer_slices_total", NULL, slices);
   lp_metric_family(b, "lanepack_connections", "gauge", "Open client connections.");
   lp_metric_sample_u64(b, "lanepack_connections", NULL, conns);
   lp_metric_family(b, "lanepack_tokenizer_queue_bytes", "gauge",

@@ -218,6 +218,12 @@ static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
 
 void lp__on_cancel(lp_http_req_t *req, void *ud) {
   lp_front_t *f = ud;
+  lp_sliced_t *a = lp__app_as_sliced(req->app);
+  if (a) { /* its answer is being written a slice a turn */
+    req->app = NULL;
+    lp__sliced_cancel(f, a);
+    return;
+  }
   lp_tokjob_t *tj = lp__app_as_tokjob(req->app);
   if (tj) { /* its text is at the tokenizer workers */
     req->app = NULL;

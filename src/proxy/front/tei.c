@@ -723,44 +723,47 @@ void lp__tei_request(lp_front_t *f, lp_http_req_t *req, int route) {
   tei_decoded(f, req, c);
 }
 
+static void put_tei(lp_buf_t *out, uint32_t i, const float *v, size_t n, const lp_job_t *job) {
+  lp_tei_vector(out, v, n);
+}
+
+int lp__tei_embed_part(lp_front_t *f, lp_buf_t *out, const lp_job_t *job, lp_vecpos_t *pos, size_t values) {
+  if (!pos->next) lp_buf_puts(out, "[");
+  int rc = lp__vectors_part(f, out, job, pos, values, job->proto.tei.dims, job->proto.tei.normalize, ",", put_tei);
+  if (rc) return rc;
+  lp_buf_puts(out, "]\n");
+  return out->oom ? -ENOMEM : 0;
+}
+
 int lp__tei_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
   if (job->tei == LP_ROUTE_TEI_PREDICT) return lp__tei_predict_body(f, out, job);
   if (job->tei == LP_ROUTE_TEI_EMBED_ALL) return lp__tei_embed_all_body(f, out, job);
   if (job->tei == LP_ROUTE_TEI_SIMILARITY) return lp__tei_similarity_body(f, out, job);
-  int rerank = job->tei == LP_ROUTE_TEI_RERANK;
-  lp_tei_rank_t *ranks = rerank ? malloc(job->nseq * sizeof(*ranks)) : NULL; /* owned here */
-  if (rerank && !ranks) return -ENOMEM;
-  lp_buf_puts(out, "[");
-  long first = 0; /* /embed: the first vector's length */
+  if (job->tei != LP_ROUTE_TEI_RERANK) {
+    lp_vecpos_t pos = {0, 0};
+    return lp__tei_embed_part(f, out, job, &pos, SIZE_MAX);
+  }
+  lp_tei_rank_t *ranks = malloc(job->nseq * sizeof(*ranks)); /* owned here */
+  if (!ranks) return -ENOMEM;
   for (uint32_t i = 0; i < job->nseq; i++) {
     /* a reranker's score is the first value of its segment's output */
-    long n = lp__seq_vector(f, &job->seqs[i], rerank);
-    if (n < 0 || (rerank && n == 0)) {
+    long n = lp__seq_vector(f, &job->seqs[i], 1);
+    if (n <= 0) {
       free(ranks);
       return n < 0 ? (int)n : -EPROTO;
     }
-    if (rerank) {
-      ranks[i] = (lp_tei_rank_t){job->proto.tei.raw_scores ? f->vec[0] : lp_tei_sigmoid(f->vec[0]), i};
-      continue;
-    }
-    if ((n = lp__check_vector(job, n, &first)) < 0) return (int)n;
-    /* proto.tei.dims <= embed_dims <= n: admission and lp__check_vector saw to it */
-    if (job->proto.tei.dims) n = (long)job->proto.tei.dims;
-    if (job->proto.tei.normalize) lp_openai_normalize(f->vec, (size_t)n);
+    ranks[i] = (lp_tei_rank_t){job->proto.tei.raw_scores ? f->vec[0] : lp_tei_sigmoid(f->vec[0]), i};
+  }
+  lp_buf_puts(out, "[");
+  lp_tei_rank(ranks, job->nseq);
+  const size_t *off = (const size_t *)job->proto.tei.texts;
+  const char *s = job->proto.tei.texts ? (const char *)(off + job->nseq + 1) : NULL;
+  for (uint32_t i = 0; i < job->nseq; i++) {
+    size_t k = ranks[i].index;
     if (i) lp_buf_puts(out, ",");
-    lp_tei_vector(out, f->vec, (size_t)n);
+    lp_tei_rank_item(out, k, ranks[i].score, s ? s + off[k] : NULL, s ? off[k + 1] - off[k] : 0);
   }
-  if (rerank) {
-    lp_tei_rank(ranks, job->nseq);
-    const size_t *off = (const size_t *)job->proto.tei.texts;
-    const char *s = job->proto.tei.texts ? (const char *)(off + job->nseq + 1) : NULL;
-    for (uint32_t i = 0; i < job->nseq; i++) {
-      size_t k = ranks[i].index;
-      if (i) lp_buf_puts(out, ",");
-      lp_tei_rank_item(out, k, ranks[i].score, s ? s + off[k] : NULL, s ? off[k + 1] - off[k] : 0);
-    }
-    free(ranks);
-  }
+  free(ranks);
   lp_buf_puts(out, "]\n");
   return out->oom ? -ENOMEM : 0;
 }
