@@ -12,6 +12,7 @@
 
 #include "lanepack/jload.h"
 #include "lanepack/openai.h"
+#include "jfail.h"
 #include "testutil.h"
 
 static int parse(const char *body, lp_openai_req_t *r, char *err) {
@@ -210,4 +211,25 @@ START_TEST(in_place) {
 }
 END_TEST
 
-LP_TEST_MAIN("openai", input_forms, bad_requests_named, vectors_and_encodings, numbers_read_as_strtod, in_place)
+/* The decoder out of memory is the proxy's failure, never the client's:
+ * -ENOMEM (the front's 503 in OpenAI's dialect), not -EPROTO (400 "not valid
+ * JSON"), whichever of jansson's allocations fails while a long text is
+ * decoded in place. */
+static void oom_try(void *ctx, long k) {
+  char *own = ctx, err[160] = "";
+  memcpy(own, jfail_src, jfail_src_len);
+  lp_openai_req_t r;
+  int rc = lp_openai_parse_inplace(own, jfail_src_len, &r, err, sizeof(err));
+  if (k < 0) ck_assert_msg(rc == 0, "%s", err);
+  else ck_assert_msg(rc == -ENOMEM, "allocation %ld failed: rc %d (%s)", k, rc, err);
+  lp_openai_req_free(&r);
+}
+
+START_TEST(out_of_memory) {
+  static char own[sizeof(jfail_src)];
+  ck_assert_int_gt(jfail_body_each("input", ", \"model\": \"m\"", oom_try, own), 0);
+}
+END_TEST
+
+LP_TEST_MAIN("openai", input_forms, bad_requests_named, vectors_and_encodings, numbers_read_as_strtod, in_place,
+             out_of_memory)

@@ -9,6 +9,7 @@
 
 #include "lanepack/jload.h"
 #include "lanepack/tei.h"
+#include "jfail.h"
 #include "testutil.h"
 
 static int parse(int route, const char *body, lp_tei_req_t *r, int *status, const char **type, char *err) {
@@ -232,4 +233,29 @@ START_TEST(in_place) {
 }
 END_TEST
 
-LP_TEST_MAIN("tei", requests_and_defaults, bad_requests, pair_template, ranks_and_shapes, in_place)
+/* The decoder out of memory is the proxy's failure, never the client's:
+ * -ENOMEM with 503 (the front answers it in TEI's dialect), not 400 "not
+ * valid JSON", whichever of jansson's allocations fails, while a long text
+ * is decoded in place (lp_jload's own failure after the body was changed
+ * included). */
+static void oom_try(void *ctx, long k) {
+  char *own = ctx;
+  memcpy(own, jfail_src, jfail_src_len);
+  lp_tei_req_t r;
+  int st = 0;
+  const char *ty = NULL;
+  char err[200] = "";
+  int rc = lp_tei_parse_inplace(LP_TEI_EMBED, own, jfail_src_len, 3, &r, &st, &ty, err, sizeof(err));
+  if (k < 0) ck_assert_msg(rc == 0, "%s", err);
+  else ck_assert_msg(rc == -ENOMEM && st == 503 && strcmp(ty, LP_TEI_UNHEALTHY) == 0,
+                     "allocation %ld failed: rc %d, status %d (%s)", k, rc, st, err);
+  lp_tei_req_free(&r);
+}
+
+START_TEST(out_of_memory) {
+  static char own[sizeof(jfail_src)];
+  ck_assert_int_gt(jfail_body_each("inputs", ", \"truncate\": true", oom_try, own), 0);
+}
+END_TEST
+
+LP_TEST_MAIN("tei", requests_and_defaults, bad_requests, pair_template, ranks_and_shapes, in_place, out_of_memory)

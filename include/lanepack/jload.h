@@ -11,7 +11,9 @@
  * error, the same message: strings of at least lp_jload_min() bytes that are
  * the value of a top-level member or an element of a top-level array are
  * decoded apart and set into the tree jansson builds from the rest; anything
- * it cannot decode so is left to jansson. The caller owns the tree. */
+ * it cannot decode so is left to jansson. The caller owns the tree. Out of
+ * memory, json_error_code(je) is json_error_out_of_memory (also where jansson
+ * gives no message: its lexer could not start). */
 json_t *lp_jload(const char *body, size_t len, size_t flags, json_error_t *je);
 
 /* The same tree without copying the long strings: they are decoded in place

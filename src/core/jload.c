@@ -195,6 +195,13 @@ static json_t *load_holed(const holes_t *hs, const char *body, size_t len, size_
   return root;
 }
 
+/* Says out of memory in je as jansson says its own (json_error_code), so
+ * that the caller answers 503, not "bad JSON". */
+static void set_oom(json_error_t *je) {
+  snprintf(je->text, sizeof(je->text), "out of memory");
+  je->text[JSON_ERROR_TEXT_LENGTH - 1] = (char)json_error_out_of_memory;
+}
+
 /* lp_jload, and lp_jload_inplace with own (the body, writable). */
 static json_t *load(const char *body, size_t len, size_t flags, json_error_t *je, char *own) {
   /* a duplicate key could hide where a hole was: only where they are refused;
@@ -210,13 +217,21 @@ static json_t *load(const char *body, size_t len, size_t flags, json_error_t *je
       /* the body is no longer what came: jansson cannot say more */
       if (je) {
         memset(je, 0, sizeof(*je));
-        snprintf(je->text, sizeof(je->text), "out of memory");
         je->position = -1;
+        set_oom(je);
       }
       return NULL;
     }
   }
-  return json_loadb(body, len, flags, je);
+  json_error_t own_je;
+  if (!je) je = &own_je;
+  json_t *root = json_loadb(body, len, flags, je);
+  if (!root && je->text[0] == '\0') {
+    /* jansson's one failure without a message: its lexer's buffer could
+     * not be allocated */
+    set_oom(je);
+  }
+  return root;
 }
 
 json_t *lp_jload(const char *body, size_t len, size_t flags, json_error_t *je) {

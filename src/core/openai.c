@@ -53,6 +53,7 @@ static int parse(const char *body, char *own, size_t len, lp_openai_req_t *r, ch
   /* no duplicate keys: which of two "model"s would a client have meant */
   json_t *root = own ? lp_jload_inplace(own, len, JSON_REJECT_DUPLICATES, &je)
                      : lp_jload(body, len, JSON_REJECT_DUPLICATES, &je);
+  if (!root && json_error_code(&je) == json_error_out_of_memory) return -ENOMEM; /* not the client's fault */
   if (!root) {
     char msg[256];
     snprintf(msg, sizeof(msg), "the body is not valid JSON: %s", je.text);
