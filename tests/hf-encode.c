@@ -3,7 +3,8 @@
  * "special": bool}; each output line is {"ids", "types", "offsets" (bytes of
  * the text: of b for pieces of b), "special" (1: the post-processor's), "tok"} where tok is what
  * lanepack/tokenizer.h's lp_tok_encode (special) or lp_tok_encode_plain
- * gives for a alone. A line {"decode": [IDS], "skip": bool} gives {"text"}:
+ * gives for a alone, and for a alone "fit": how many cuts of it
+ * lp_tok_fit_ids gives otherwise than lp_tok_encode_fit (0). A line {"decode": [IDS], "skip": bool} gives {"text"}:
  * lp_tok_decode's (skip: skip_special), or {"error"}.
  * Usage: hf-encode TOKENIZER.json < cases; hf-encode --bench TOKENIZER.json
  * FILE N: encodes FILE's lines N times, prints tokens and CPU seconds, then
@@ -23,6 +24,24 @@ static double cpu_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* How many of a few cuts of text (to max ids from either end) give other ids
+ * through lp_tok_fit_ids on its plain ids than lp_tok_encode_fit on the text. */
+static int fit_mismatches(const lp_tok_t *t, const char *text, size_t len) {
+  int32_t plain[4096], want[4096], got[4096];
+  long np = lp_tok_encode_plain(t, text, len, plain, 4096);
+  if (np < 0 || np > 4096) return 0; /* (the cases are lines: never) */
+  const size_t maxes[] = {1, 2, 3, (size_t)np / 2 + 1, (size_t)np, (size_t)np + 1, (size_t)np + 3};
+  int bad = 0;
+  for (size_t m = 0; m < sizeof(maxes) / sizeof(maxes[0]); m++) {
+    for (int left = 0; left < 2; left++) {
+      long kw = lp_tok_encode_fit(t, text, len, maxes[m], left, want, 4096);
+      long kg = lp_tok_fit_ids(t, plain, (size_t)np, maxes[m], left, got, 4096);
+      bad += kw != kg || (kw > 0 && memcmp(want, got, (size_t)kw * sizeof(*want)) != 0);
+    }
+  }
+  return bad;
 }
 
 static int bench(const char *tpath, const char *file, int reps) {
@@ -164,6 +183,8 @@ int main(int argc, char **argv) {
       json_t *jk = json_array();
       for (long i = 0; i < k; i++) json_array_append_new(jk, json_integer(ids[i]));
       json_object_set_new(o, "tok", jk);
+      if (!json_is_string(b))
+        json_object_set_new(o, "fit", json_integer(fit_mismatches(t, json_string_value(a), json_string_length(a))));
     }
     char *s = json_dumps(o, JSON_COMPACT);
     puts(s);

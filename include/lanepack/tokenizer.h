@@ -47,6 +47,13 @@ long lp_tok_encode_plain(const lp_tok_t *t, const char *text, size_t len, int32_
 long lp_tok_encode_fit(const lp_tok_t *t, const char *text, size_t len, size_t max, int left, int32_t *ids,
                        size_t cap);
 
+/* What lp_tok_encode_fit gives for a text whose plain ids
+ * (lp_tok_encode_plain's) are plain[0..n), from the ids alone: a caller that
+ * has them tokenizes the text once. plain and ids may be the same array
+ * when cap holds max ids (a second call would not see the plain ids). */
+long lp_tok_fit_ids(const lp_tok_t *t, const int32_t *plain, size_t n, size_t max, int left, int32_t *ids,
+                    size_t cap);
+
 /* The id of a piece of the vocabulary (e.g. "</s>"), or -1 when it has none. */
 int32_t lp_tok_piece_id(const lp_tok_t *t, const char *piece);
 

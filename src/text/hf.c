@@ -218,6 +218,17 @@ int lp__hf_encode(const lp__hf_t *h, const char *text, size_t len, const char *p
   return rc;
 }
 
+/* e (a text's own tokens) cut to max less the post-processor's tokens,
+ * from the end (the start when left), and post-processed into out. */
+static int fit_post(const lp__hf_t *h, lp__hf_enc_t *e, size_t max, size_t added, int left, lp__hf_enc_t *out) {
+  if (e->n + added > max) {
+    size_t keep = max - added;
+    if (left) memmove(e->t, e->t + (e->n - keep), keep * sizeof(*e->t));
+    e->n = keep;
+  }
+  return lp__hf_post_run(&h->post, e, NULL, 1, out);
+}
+
 int lp__hf_encode_fit(const lp__hf_t *h, const char *text, size_t len, size_t max, int left, lp__hf_enc_t *out) {
   if (lp__hf_utf8_check(text, len)) return -EINVAL;
   size_t added = lp__hf_post_added(&h->post, 0);
@@ -225,13 +236,23 @@ int lp__hf_encode_fit(const lp__hf_t *h, const char *text, size_t len, size_t ma
   bufs_t *b = bufs();
   if (!b) return -ENOMEM;
   int rc = encode_one(h, &b->w, text, len, 0, &b->enc[0]);
+  if (!rc) rc = fit_post(h, &b->enc[0], max, added, left, out);
+  work_trim(b);
+  return rc;
+}
+
+int lp__hf_fit_ids(const lp__hf_t *h, const int32_t *plain, size_t n, size_t max, int left, lp__hf_enc_t *out) {
+  size_t added = lp__hf_post_added(&h->post, 0);
+  if (added >= max) return -E2BIG;
+  bufs_t *b = bufs();
+  if (!b) return -ENOMEM;
+  /* the tokens as encode_one gives them: type 0, not special; the offsets
+   * no post-processor's ids depend on */
   lp__hf_enc_t *e = &b->enc[0];
-  if (!rc && e->n + added > max) {
-    size_t keep = max - added;
-    if (left) memmove(e->t, e->t + (e->n - keep), keep * sizeof(*e->t));
-    e->n = keep;
-  }
-  if (!rc) rc = lp__hf_post_run(&h->post, e, NULL, 1, out);
+  e->n = 0;
+  int rc = 0;
+  for (size_t i = 0; i < n && !rc; i++) rc = lp__hf_enc_push(e, plain[i], 0, 0, 0, 0);
+  if (!rc) rc = fit_post(h, e, max, added, left, out);
   work_trim(b);
   return rc;
 }

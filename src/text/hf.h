@@ -333,6 +333,9 @@ int lp__hf_encode(const lp__hf_t *h, const char *text, size_t len, const char *p
  * calls and freed when the thread ends; NULL: out of memory. */
 lp__hf_enc_t *lp__hf_result(void);
 int lp__hf_encode_fit(const lp__hf_t *h, const char *text, size_t len, size_t max, int left, lp__hf_enc_t *out);
+/* The same from a text's plain ids (lp__hf_encode's without special), not
+ * its text: plain may be the ids a caller read out of out. */
+int lp__hf_fit_ids(const lp__hf_t *h, const int32_t *plain, size_t n, size_t max, int left, lp__hf_enc_t *out);
 int lp__hf_pair_template(const lp__hf_t *h, char *out, size_t cap);
 /* ids as text, as the library's decode (its decoder, or the pieces joined
  * by spaces): the length, written when it fits cap; -EINVAL (an id out of

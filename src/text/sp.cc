@@ -73,39 +73,58 @@ extern "C" long lp__sp_encode_plain(const lp__sp_t *t, const char *text, size_t 
   return encode_with(t->raw(), text, len, ids, cap);
 }
 
+// v (a text's plain ids) cut to at most max with the options applied after
+// the cut, into ids (cap of them): the count, or -E2BIG when the options'
+// pieces alone fill max.
+static long fit(const lp__sp_t *t, std::vector<int> &v, size_t max, int left, int32_t *ids, size_t cap) {
+  // the options, split at ':', in the library's order (it applies them so)
+  std::vector<std::string> opts;
+  size_t added = 0;
+  for (size_t at = 0; at <= t->options.size() && t->has_options;) {
+    size_t end = t->options.find(':', at);
+    if (end == std::string::npos) end = t->options.size();
+    opts.emplace_back(t->options.substr(at, end - at));
+    added += opts.back() == "bos" || opts.back() == "eos";
+    at = end + 1;
+  }
+  if (added >= max) return -E2BIG;
+  if (v.size() + added > max) {
+    size_t keep = max - added;
+    if (left) v.erase(v.begin(), v.end() - static_cast<long>(keep));
+    else v.resize(keep);
+  }
+  for (const auto &o : opts) {
+    if (o == "reverse") std::reverse(v.begin(), v.end());
+    else if (o == "bos") v.insert(v.begin(), t->sp.bos_id());
+    else if (o == "eos") v.push_back(t->sp.eos_id());
+  }
+  for (size_t i = 0; i < v.size() && i < cap; i++) ids[i] = v[i];
+  return static_cast<long>(v.size());
+}
+
 extern "C" long lp__sp_encode_fit(const lp__sp_t *t, const char *text, size_t len, size_t max, int left,
                                   int32_t *ids, size_t cap) {
   try {
     std::vector<int> v;
     auto st = t->raw().Encode(std::string_view(text, len), &v);
     if (!st.ok()) return -EINVAL;
-    // the options, split at ':', in the library's order (it applies them so)
-    std::vector<std::string> opts;
-    size_t added = 0;
-    for (size_t at = 0; at <= t->options.size() && t->has_options;) {
-      size_t end = t->options.find(':', at);
-      if (end == std::string::npos) end = t->options.size();
-      opts.emplace_back(t->options.substr(at, end - at));
-      added += opts.back() == "bos" || opts.back() == "eos";
-      at = end + 1;
-    }
-    if (added >= max) return -E2BIG;
-    if (v.size() + added > max) {
-      size_t keep = max - added;
-      if (left) v.erase(v.begin(), v.end() - static_cast<long>(keep));
-      else v.resize(keep);
-    }
-    for (const auto &o : opts) {
-      if (o == "reverse") std::reverse(v.begin(), v.end());
-      else if (o == "bos") v.insert(v.begin(), t->sp.bos_id());
-      else if (o == "eos") v.push_back(t->sp.eos_id());
-    }
-    for (size_t i = 0; i < v.size() && i < cap; i++) ids[i] = v[i];
-    return static_cast<long>(v.size());
+    return fit(t, v, max, left, ids, cap);
   } catch (const std::bad_alloc &) {
     return -ENOMEM;
   } catch (const std::exception &) {
     return -EINVAL;
+  }
+}
+
+extern "C" long lp__sp_fit_ids(const lp__sp_t *t, const int32_t *plain, size_t n, size_t max, int left,
+                               int32_t *ids, size_t cap) {
+  try {
+    // only the kept ids are copied (plain may be ids): at most max of them
+    size_t keep = std::min(n, max), from = left ? n - keep : 0;
+    std::vector<int> v(plain + from, plain + from + keep);
+    return fit(t, v, max, left, ids, cap);
+  } catch (const std::bad_alloc &) {
+    return -ENOMEM;
   }
 }
 

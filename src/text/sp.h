@@ -16,6 +16,8 @@ long lp__sp_encode(const lp__sp_t *t, const char *text, size_t len, int32_t *ids
 long lp__sp_encode_plain(const lp__sp_t *t, const char *text, size_t len, int32_t *ids, size_t cap);
 long lp__sp_encode_fit(const lp__sp_t *t, const char *text, size_t len, size_t max, int left, int32_t *ids,
                        size_t cap);
+long lp__sp_fit_ids(const lp__sp_t *t, const int32_t *plain, size_t n, size_t max, int left, int32_t *ids,
+                    size_t cap);
 int32_t lp__sp_piece_id(const lp__sp_t *t, const char *piece);
 long lp__sp_pieces(const lp__sp_t *t, const char *text, size_t len, int special, lp_tok_piece_t *out, size_t cap);
 const char *lp__sp_piece_name(const lp__sp_t *t, int32_t id);

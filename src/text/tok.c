@@ -89,6 +89,15 @@ long lp_tok_encode_fit(const lp_tok_t *t, const char *text, size_t len, size_t m
   return rc ? rc : ids_of(out, ids, cap);
 }
 
+long lp_tok_fit_ids(const lp_tok_t *t, const int32_t *plain, size_t n, size_t max, int left, int32_t *ids,
+                    size_t cap) {
+  if (t->sp) return lp__sp_fit_ids(t->sp, plain, n, max, left, ids, cap);
+  lp__hf_enc_t *out = lp__hf_result(); /* not plain's array: plain may be ids */
+  if (!out) return -ENOMEM;
+  int rc = lp__hf_fit_ids(t->hf, plain, n, max, left, out);
+  return rc ? rc : ids_of(out, ids, cap);
+}
+
 int32_t lp_tok_piece_id(const lp_tok_t *t, const char *piece) {
   return t->sp ? lp__sp_piece_id(t->sp, piece) : lp__hf_piece_id(t->hf, piece);
 }

@@ -98,10 +98,16 @@ long lp_tokw_fit(const lp_tok_t *t, const char *text, size_t len, size_t max, in
   if (!short_text(len, max)) {
     long n = window(t, text, len, max, left, ids, cap, &a, &b, &got);
     if (n < 0) return n;
+    if (n > 0) {
+      /* the window's first (last) ids past the margin are the whole text's:
+       * the kept ones, with the options applied after the cut as for the
+       * whole, from the ids the window gave (not tokenized twice) */
+      if (grow(ids, cap, max)) return -ENOMEM;
+      if (read) *read = got;
+      return lp_tok_fit_ids(t, *ids, (size_t)n, max, left, *ids, *cap);
+    }
   }
-  /* the window's first (last) ids past the margin are the whole text's: the
-   * kept ones, with the options applied after the cut as for the whole (or
-   * the whole text, once) */
+  /* the whole text, once */
   long k = encode(t, text + a, b - a, max, left, ids, cap);
   if (read) *read = got + (b - a);
   return k;
