@@ -515,31 +515,57 @@ static char *put_utf8(char *o, long cp) {
   return o;
 }
 
+#if defined(LP_SCAN64_SSE2)
+/* Bytes of v that end a run of plain string text (as str_special8): '"',
+ * '\\', and, compared signed, anything below ' ': a control byte or >= 0x80. */
+static inline __m128i str_special16(__m128i v) {
+  return _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                      _mm_cmplt_epi8(v, _mm_set1_epi8(' ')));
+}
+#endif
+
 /* lp_jscan_string and lp_jscan_string_inplace: with inplace, out is the
- * string's own first byte (p + 1) and each plain run is moved down once it
- * ends (decoding only shrinks: every write lands on bytes already read);
- * else plain text is copied as it is scanned. */
+ * string's own first byte (p + 1) and o trails p by what escapes saved:
+ * plain text is written down as it is scanned, whole blocks once loaded
+ * (every write lands on bytes already read), the end of a run by memmove;
+ * else plain text is copied as it is scanned. A text is scanned 64 bytes a
+ * test while it is plain (most of a long text is): one branch per 64 bytes. */
 static const char *scan_string(const char *p, const char *end, char *out, int inplace, size_t *n, int *escaped) {
   char *o = out;
   *escaped = 0;
   p++; /* opening quote */
   for (;;) {
-    const char *run = p;
-    char *w = inplace ? NULL : o; /* where the scan copies as it goes */
-    /* plain text sixteen or eight bytes at a time: most of a long text is plain */
+    /* o: where the plain text goes (NULL: only validating); with inplace,
+     * o == p until the first escape, nothing to write then */
 #if defined(LP_SCAN64_SSE2)
-    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(' ');
+    while (end - p >= 64) {
+      __m128i v0 = _mm_loadu_si128((const __m128i *)(const void *)p);
+      __m128i v1 = _mm_loadu_si128((const __m128i *)(const void *)(p + 16));
+      __m128i v2 = _mm_loadu_si128((const __m128i *)(const void *)(p + 32));
+      __m128i v3 = _mm_loadu_si128((const __m128i *)(const void *)(p + 48));
+      __m128i sp = _mm_or_si128(_mm_or_si128(str_special16(v0), str_special16(v1)),
+                                _mm_or_si128(str_special16(v2), str_special16(v3)));
+      if (_mm_movemask_epi8(sp)) break; /* the next 16-byte steps find where */
+      if (o && o != p) {
+        _mm_storeu_si128((__m128i *)(void *)o, v0);
+        _mm_storeu_si128((__m128i *)(void *)(o + 16), v1);
+        _mm_storeu_si128((__m128i *)(void *)(o + 32), v2);
+        _mm_storeu_si128((__m128i *)(void *)(o + 48), v3);
+      }
+      if (o) o += 64;
+      p += 64;
+    }
     while (end - p >= 16) {
       __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-      /* signed: below ' ' is a control byte or any byte >= 0x80 */
-      __m128i sp = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
-                                _mm_cmplt_epi8(v, space));
-      unsigned s = (unsigned)_mm_movemask_epi8(sp);
+      unsigned s = (unsigned)_mm_movemask_epi8(str_special16(v));
       size_t k = s ? (size_t)__builtin_ctz(s) : 16;
-      if (w) {
-        _mm_storeu_si128((__m128i *)(void *)w, v); /* room: see the header */
-        w += k;
+      if (o && o != p) {
+        /* copying: all 16 (room: see the header); in place only the plain
+         * ones, the rest are not read yet */
+        if (inplace && s) memmove(o, p, k);
+        else _mm_storeu_si128((__m128i *)(void *)o, v);
       }
+      if (o) o += k;
       p += k;
       if (s) break;
     }
@@ -549,18 +575,13 @@ static const char *scan_string(const char *p, const char *end, char *out, int in
       memcpy(&x, p, 8);
       uint64_t s = str_special8(x);
       size_t k = s ? (size_t)__builtin_ctzll(s) / 8 : 8;
-      if (w) {
-        memcpy(w, p, 8); /* room: see the header */
-        w += k;
+      if (o && o != p) {
+        if (inplace) memmove(o, p, k);
+        else memcpy(o, p, 8); /* room: see the header */
       }
+      if (o) o += k;
       p += k;
       if (s) break;
-    }
-    if (w) {
-      o = w;
-    } else if (o) { /* in place: the run moves down past what escapes saved */
-      if (o != run) memmove(o, run, (size_t)(p - run));
-      o += p - run;
     }
     if (p >= end) return NULL;
     unsigned char c = (unsigned char)*p;
