@@ -116,30 +116,6 @@ START_TEST(differential) {
 }
 END_TEST
 
-/* Appends one random piece of a JSON string's text to b at *n: plain runs
- * of every length around the scan's 8- and 16-byte steps, escapes (so that
- * in place the text moves down by 1 to 8 bytes a time), raw UTF-8, and,
- * when bad, now and then something invalid. */
-static void put_piece(lp_rng_t *rng, char *b, size_t *n, int bad) {
-  static const char *const escapes[] = {"\\n", "\\\"", "\\\\", "\\/", "\\t", "\\u00e9", "\\u20ac", "\\ud83d\\ude00",
-                                        "\\u0041", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
-  static const char *const invalid[] = {"\\x", "\\u12", "\\ud800", "\\udc00", "\\ud83d\\u0041", "\\u0000", "\x01",
-                                        "\xc0\x80", "\xed\xa0\x80", "\xe2\x82", "\\"};
-  uint64_t r = lp_rng_next(rng);
-  if (bad && r % 4000 == 0) {
-    const char *e = invalid[(r >> 12) % (sizeof(invalid) / sizeof(invalid[0]))];
-    memcpy(b + *n, e, strlen(e));
-    *n += strlen(e);
-  } else if (r % 3 == 0) {
-    const char *e = escapes[(r >> 12) % (sizeof(escapes) / sizeof(escapes[0]))];
-    memcpy(b + *n, e, strlen(e));
-    *n += strlen(e);
-  } else {
-    size_t k = (size_t)((r >> 20) % 40);
-    for (size_t i = 0; i < k; i++) b[(*n)++] = (char)('a' + (r >> (i % 40)) % 26);
-  }
-}
-
 /* Long texts decoded in place: the same as jansson's on random texts of
  * escapes, surrogate pairs and raw UTF-8 between plain runs of every length,
  * valid ones referenced where they lie in the body (no copy), invalid ones
@@ -152,12 +128,12 @@ START_TEST(in_place) {
   char *body = malloc(cap), msg[512];
   int referenced = 0, refused = 0;
   for (int round = 0; round < 300; round++) {
-    int bad = round % 3 == 2;
+    int bad = round % 3 == 2, sparse = round % 2; /* sparse: decoded in one pass, undone when refused */
     size_t n = 0;
     n += (size_t)sprintf(body, "{\"inputs\": [\"");
-    while (n < 5000 + (size_t)round * 37) put_piece(&rng, body, &n, bad);
+    while (n < 5000 + (size_t)round * 37) lp_test_put_piece(&rng, body, &n, bad, sparse);
     n += (size_t)sprintf(body + n, "\", \"short\", \"");
-    while (n < 14000) put_piece(&rng, body, &n, bad);
+    while (n < 14000) lp_test_put_piece(&rng, body, &n, bad, sparse);
     n += (size_t)sprintf(body + n, "\"], \"truncate\": true}");
     if (!agree(body, n, msg, sizeof(msg))) ck_abort_msg("round %d: %s", round, msg);
     char *own = malloc(n);

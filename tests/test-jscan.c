@@ -233,5 +233,55 @@ START_TEST(int_array_errors) {
 }
 END_TEST
 
+/* A string decoded in place in one pass (lp_jscan_string_undoable): the
+ * same text and verdict as lp_jscan_string, valid or not, and given back
+ * byte for byte by lp_jscan_string_undo, whether it was decoded, found
+ * invalid midway or stopped for want of log room (a small max), for texts of
+ * dense and sparse escapes, raw UTF-8 and plain runs of every length. */
+START_TEST(undoable_in_place) {
+  lp_rng_t rng;
+  lp_rng_seed(&rng, 3536);
+  size_t cap = 32 * 1024;
+  char *raw = malloc(cap), *own = malloc(cap), *want = malloc(cap);
+  static const size_t maxes[] = {0, 1, 3, 17, 0};
+  int decoded = 0, invalid = 0, full = 0;
+  for (int round = 0; round < 3000; round++) {
+    size_t n = 0, len = 1 + lp_rng_below(&rng, 12000);
+    int bad = round % 3 == 2;
+    raw[n++] = '"';
+    while (n < len) lp_test_put_piece(&rng, raw, &n, bad, round % 2);
+    if (bad && round % 2 && n > 1) raw[1 + lp_rng_below(&rng, n - 1)] = '\x01'; /* invalid anywhere */
+    raw[n++] = '"';
+    n += (size_t)sprintf(raw + n, ", 1]"); /* what follows the string is not read */
+    memcpy(own, raw, n);
+    size_t wn = 0, gn = 0;
+    int we = 0, ge = 0;
+    const char *wa = lp_jscan_string(raw, raw + n, want, &wn, &we);
+    lp_jscan_undo_t u = {0};
+    u.max = maxes[round % 5];
+    const char *ga = lp_jscan_string_undoable(own, own + n, &gn, &ge, &u);
+    if (ga) {
+      REQUIRE(wa && ga - own == wa - raw && gn == wn && ge == we && memcmp(own + 1, want, wn) == 0);
+      decoded++;
+    } else if (u.full) {
+      full++;
+    } else {
+      REQUIRE(!wa);
+      invalid++;
+    }
+    lp_jscan_string_undo(own, &u);
+    if (memcmp(own, raw, n) != 0) ck_abort_msg("round %d: not given back as it came (%s)", round,
+                                               ga ? "decoded" : u.full ? "log full" : "invalid");
+    free(u.e);
+  }
+  ck_assert_int_gt(decoded, 1000);
+  ck_assert_int_gt(invalid, 50);
+  ck_assert_int_gt(full, 100);
+  free(raw);
+  free(own);
+  free(want);
+}
+END_TEST
+
 LP_TEST_MAIN("jscan", fixed_cases, depth_limit, key_compare, differential, int_array_vs_jansson,
-             int_array_widths_vs_jansson, int_array_errors)
+             int_array_widths_vs_jansson, int_array_errors, undoable_in_place)

@@ -75,6 +75,34 @@ const char *lp_jscan_string(const char *p, const char *end, char *out, size_t *n
  * check it with lp_jscan_string first). */
 char *lp_jscan_string_inplace(char *p, const char *end, size_t *n, int *escaped);
 
+/* One escape a string's in-place decoding replaced: where its raw bytes were
+ * and its text went (bytes from the string's first), and those raw bytes. */
+typedef struct {
+  uint32_t raw, dec;
+  uint8_t raw_len, dec_len;
+  char bytes[12]; /* the longest escape: a surrogate pair, \uXXXX\uXXXX */
+} lp_jscan_esc_t;
+
+/* What lp_jscan_string_undoable changed, so that lp_jscan_string_undo can put
+ * the string back as it came. Start it zeroed; free e when done. */
+typedef struct {
+  lp_jscan_esc_t *e; /* owned (realloc) */
+  size_t n, cap, max; /* max: the most escapes it may hold (0: the string's raw bytes / 256) */
+  size_t dec;         /* the decoded bytes written when it stopped */
+  int full;           /* stopped for want of room for one more escape (or memory) */
+} lp_jscan_undo_t;
+
+/* lp_jscan_string_inplace in one pass that can be undone: validating and
+ * decoding at once (instead of lp_jscan_string, then in place), each escape
+ * logged in u. NULL when the string is invalid or u->full (too many escapes
+ * for u->max: it is then best validated apart); either way, and after a
+ * success, lp_jscan_string_undo(p, u) gives the string back as it came. */
+char *lp_jscan_string_undoable(char *p, const char *end, size_t *n, int *escaped, lp_jscan_undo_t *u);
+
+/* Puts the string at p back as it was before lp_jscan_string_undoable(p, ...,
+ * u) changed it (nothing to do where it held no escape). */
+void lp_jscan_string_undo(char *p, const lp_jscan_undo_t *u);
+
 /* Whether p[0..n) is only digits and commas: the text of an array that
  * lp_jscan_int_array read (between its brackets) is then exactly what
  * lp_buf_i32_array writes for its values, and can be copied instead. */

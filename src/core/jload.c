@@ -30,23 +30,55 @@ typedef struct {
   long index;
   const char *at, *after; /* the raw string in the body, quotes included */
   int escaped;
+  int decoded;            /* in place already, as it was scanned: dec_len bytes from at + 1 */
+  size_t dec_len;
+  lp_jscan_undo_t undo;   /* what that decoding changed, to give a body refused back as it came */
 } hole_t;
 
 typedef struct {
   hole_t *h;
   size_t n, cap;
+  const char *body;
+  char *own; /* the body, writable (lp_jload_inplace), else NULL */
 } holes_t;
 
-/* The string at p: taken out when long enough and decodable here. Returns the
- * byte after it, or NULL (the body goes to jansson whole). */
+/* The string at p: taken out when long enough and decodable here. In place,
+ * a long one is validated and decoded in one pass (lp_jscan_string_undoable:
+ * a 4 MiB text is read once, not twice), its changes logged until the whole
+ * body is known to be valid. Returns the byte after it, or NULL (the body
+ * goes to jansson whole, as it came). */
 static const char *take(holes_t *hs, const char *key, long index, const char *p, const char *end) {
   int escaped;
-  const char *after = lp_jscan_string(p, end, NULL, NULL, &escaped);
+  size_t dec_len = 0;
+  lp_jscan_undo_t u = {0}; /* owned here until a hole holds it */
+  char *w = NULL;          /* the string in own, when decoded as it is scanned */
+  /* a short string (no hole) is validated whole within its first bytes */
+  const char *cut = (size_t)(end - p) > min_len + 2 ? p + min_len + 2 : end;
+  const char *after = lp_jscan_string(p, cut, NULL, NULL, &escaped);
+  if (!after && cut < end && hs->own && key) {
+    w = hs->own + (p - hs->body);
+    after = lp_jscan_string_undoable(w, end, &dec_len, &escaped, &u);
+    if (!after) {
+      /* invalid (jansson says why), or too dense with escapes to log:
+       * validated apart then, and decoded in place by fill */
+      lp_jscan_string_undo(w, &u);
+      free(u.e);
+      if (u.full) after = lp_jscan_string(p, end, NULL, NULL, &escaped);
+      u = (lp_jscan_undo_t){0};
+      w = NULL;
+    }
+  } else if (!after && cut < end) {
+    after = lp_jscan_string(p, end, NULL, NULL, &escaped);
+  }
   if (!after || (size_t)(after - p) < min_len + 2 || !key) return after;
   if (hs->n == hs->cap) {
     size_t cap = hs->cap ? hs->cap * 2 : 8;
     hole_t *h = realloc(hs->h, cap * sizeof(*h));
-    if (!h) return NULL;
+    if (!h) {
+      if (w) lp_jscan_string_undo(w, &u);
+      free(u.e);
+      return NULL;
+    }
     hs->h = h;
     hs->cap = cap;
   }
@@ -57,8 +89,22 @@ static const char *take(holes_t *hs, const char *key, long index, const char *p,
   h->at = p;
   h->after = after;
   h->escaped = escaped;
+  h->decoded = w != NULL;
+  h->dec_len = dec_len;
+  h->undo = u;
   hs->n++;
   return after;
+}
+
+/* The holes' texts decoded as they were scanned put back as they came (a
+ * body refused), and their logs freed. */
+static void holes_free(holes_t *hs, int undo) {
+  for (size_t i = 0; i < hs->n; i++) {
+    hole_t *h = &hs->h[i];
+    if (undo && h->decoded) lp_jscan_string_undo(hs->own + (h->at - hs->body), &h->undo);
+    free(h->undo.e);
+  }
+  free(hs->h);
 }
 
 /* Walks the top-level object, taking its long strings out. 0 or -1. */
@@ -124,7 +170,9 @@ static int fill(json_t *v, const hole_t *h, char *own) {
   size_t len = (size_t)(h->after - h->at) - 2;
   char *tmp = NULL; /* owned here */
   int escaped;
-  if (h->escaped && own) {
+  if (h->decoded) {
+    len = h->dec_len; /* in place as it was scanned */
+  } else if (h->escaped && own) {
     lp_jscan_string_inplace(own + (h->at - (const char *)own), h->after, &len, &escaped);
   } else if (h->escaped) {
     if (!(tmp = malloc((size_t)(h->after - h->at) + 16))) return -1;
@@ -207,11 +255,11 @@ static json_t *load(const char *body, size_t len, size_t flags, json_error_t *je
   /* a duplicate key could hide where a hole was: only where they are refused;
    * and with NUL allowed a string could look like a reference */
   if (len >= min_len && (flags & JSON_REJECT_DUPLICATES) && !(flags & JSON_ALLOW_NUL)) {
-    holes_t hs = {0};
+    holes_t hs = {.body = body, .own = own};
     json_t *root = NULL;
     int touched = 0;
     if (scan(&hs, body, body + len) == 0 && hs.n) root = load_holed(&hs, body, len, flags, own, &touched);
-    free(hs.h);
+    holes_free(&hs, !root);
     if (root) return root;
     if (touched) {
       /* the body is no longer what came: jansson cannot say more */

@@ -3,6 +3,7 @@
 #include "lanepack/jscan.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "scan64.h"
@@ -530,8 +531,39 @@ static inline __m128i str_special16(__m128i v) {
  * (every write lands on bytes already read), the end of a run by memmove;
  * else plain text is copied as it is scanned. A text is scanned 64 bytes a
  * test while it is plain (most of a long text is): one branch per 64 bytes. */
-static const char *scan_string(const char *p, const char *end, char *out, int inplace, size_t *n, int *escaped) {
+/* Where lp_jscan_string_undoable stopped: the decoded bytes written. */
+static const char *stopped(lp_jscan_undo_t *u, const char *out, const char *o) {
+  if (u) u->dec = o ? (size_t)(o - out) : 0;
+  return NULL;
+}
+
+/* Logs the escape [esc, p) whose text goes at o; -1 when u may hold no more
+ * (u->full). */
+static int log_escape(lp_jscan_undo_t *u, const char *out, const char *o, const char *esc, const char *p) {
+  if (u->n == u->cap) {
+    size_t cap = u->cap ? u->cap * 2 : 64;
+    if (cap > u->max) cap = u->max;
+    lp_jscan_esc_t *e = u->n < cap ? realloc(u->e, cap * sizeof(*e)) : NULL;
+    if (!e) {
+      u->full = 1;
+      return -1;
+    }
+    u->e = e;
+    u->cap = cap;
+  }
+  lp_jscan_esc_t *e = &u->e[u->n++];
+  e->raw = (uint32_t)(esc - out);
+  e->dec = (uint32_t)(o - out);
+  e->raw_len = (uint8_t)(p - esc);
+  memcpy(e->bytes, esc, e->raw_len);
+  return 0;
+}
+
+static const char *scan_string(const char *p, const char *end, char *out, int inplace, size_t *n, int *escaped,
+                               lp_jscan_undo_t *u) {
   char *o = out;
+  /* stopped here (invalid, or u full): what was written is told to u */
+#define FAIL() return stopped(u, out, o)
   *escaped = 0;
   p++; /* opening quote */
   for (;;) {
@@ -583,16 +615,17 @@ static const char *scan_string(const char *p, const char *end, char *out, int in
       p += k;
       if (s) break;
     }
-    if (p >= end) return NULL;
+    if (p >= end) FAIL();
     unsigned char c = (unsigned char)*p;
     if (c == '"') {
       if (o) *n = (size_t)(o - out);
+      if (u) u->dec = (size_t)(o - out);
       return p + 1;
     }
-    if (c < 0x20) return NULL;
+    if (c < 0x20) FAIL();
     if (c >= 0x80) {
       size_t k = utf8_len((const unsigned char *)p, (const unsigned char *)end);
-      if (k == 0) return NULL;
+      if (k == 0) FAIL();
       if (o) {
         memmove(o, p, k); /* in place o may be p */
         o += k;
@@ -606,7 +639,8 @@ static const char *scan_string(const char *p, const char *end, char *out, int in
       continue;
     }
     *escaped = 1;
-    if (++p >= end) return NULL;
+    const char *esc = p; /* its raw bytes, for u */
+    if (++p >= end) FAIL();
     long cp;
     switch (*p) {
       case '"': case '\\': case '/': cp = *p; break;
@@ -618,30 +652,74 @@ static const char *scan_string(const char *p, const char *end, char *out, int in
       case 'u': {
         cp = hex4(p + 1, end);
         /* \u0000 too: jansson refuses it (without JSON_ALLOW_NUL) */
-        if (cp <= 0 || (cp >= 0xdc00 && cp <= 0xdfff)) return NULL; /* lone low surrogate */
+        if (cp <= 0 || (cp >= 0xdc00 && cp <= 0xdfff)) FAIL(); /* lone low surrogate */
         p += 4;
         if (cp >= 0xd800 && cp <= 0xdbff) { /* a high surrogate needs its low half */
           long lo = end - p >= 7 && p[1] == '\\' && p[2] == 'u' ? hex4(p + 3, end) : -1;
-          if (lo < 0xdc00 || lo > 0xdfff) return NULL;
+          if (lo < 0xdc00 || lo > 0xdfff) FAIL();
           cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
           p += 6;
         }
         break;
       }
       default:
-        return NULL;
+        FAIL();
     }
     p++;
     /* an escape is 2, 6 or 12 bytes and gives 1 to 4: in place, its text
      * lands on its own bytes, all read */
-    if (o) o = put_utf8(o, cp);
+    if (u && log_escape(u, out, o, esc, p)) FAIL();
+    if (o) {
+      char *w = put_utf8(o, cp);
+      if (u) u->e[u->n - 1].dec_len = (uint8_t)(w - o);
+      o = w;
+    }
   }
+#undef FAIL
 }
 
 const char *lp_jscan_string(const char *p, const char *end, char *out, size_t *n, int *escaped) {
-  return scan_string(p, end, out, 0, n, escaped);
+  return scan_string(p, end, out, 0, n, escaped, NULL);
 }
 
 char *lp_jscan_string_inplace(char *p, const char *end, size_t *n, int *escaped) {
-  return (char *)scan_string(p, end, p + 1, 1, n, escaped);
+  return (char *)scan_string(p, end, p + 1, 1, n, escaped, NULL);
+}
+
+/* A raw string's bytes the undo log can address (its offsets are 32-bit) */
+#define UNDO_MAX_BYTES 0xffffffffu
+
+/* By default at most an escape per this many raw bytes is logged (24 bytes
+ * each: the log is at most a tenth of the string): a text of denser
+ * escapes (\uXXXX for every letter, as Python's json.dumps writes by default)
+ * is validated apart and then decoded, two passes as before. */
+#define UNDO_BYTES_PER_ESCAPE 256
+
+char *lp_jscan_string_undoable(char *p, const char *end, size_t *n, int *escaped, lp_jscan_undo_t *u) {
+  u->n = 0;
+  u->dec = 0;
+  u->full = 0;
+  if ((size_t)(end - p) > UNDO_MAX_BYTES) { /* (a body of 4 GiB) */
+    u->full = 1;
+    return NULL;
+  }
+  if (!u->max) u->max = (size_t)(end - p) / UNDO_BYTES_PER_ESCAPE + 64;
+  return (char *)scan_string(p, end, p + 1, 1, n, escaped, u);
+}
+
+void lp_jscan_string_undo(char *p, const lp_jscan_undo_t *u) {
+  if (!u->n) return; /* nothing moved: the text before the first escape stays where it was */
+  char *s = p + 1;
+  const lp_jscan_esc_t *last = &u->e[u->n - 1];
+  /* the plain bytes after each escape were moved down by what the escapes
+   * before saved: moved back up, last first, each escape's raw bytes put back */
+  size_t dend = u->dec, rend = last->raw + last->raw_len + (dend - (last->dec + last->dec_len));
+  for (size_t i = u->n; i-- > 0;) {
+    const lp_jscan_esc_t *e = &u->e[i];
+    size_t seg = dend - (e->dec + e->dec_len);
+    memmove(s + rend - seg, s + e->dec + e->dec_len, seg);
+    memcpy(s + e->raw, e->bytes, e->raw_len);
+    dend = e->dec;
+    rend = e->raw;
+  }
 }
