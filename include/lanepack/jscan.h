@@ -87,7 +87,7 @@ typedef struct {
  * the string back as it came. Start it zeroed; free e when done. */
 typedef struct {
   lp_jscan_esc_t *e; /* owned (realloc) */
-  size_t n, cap, max; /* max: the most escapes it may hold (0: the string's raw bytes / 256) */
+  size_t n, cap, max; /* max: the most escapes it may hold (0: one per 256 bytes from p to end, plus 64) */
   size_t dec;         /* the decoded bytes written when it stopped */
   int full;           /* stopped for want of room for one more escape (or memory) */
 } lp_jscan_undo_t;
