@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""The native SentencePiece Unigram encoder (src/text/spm-*.c) gives
+libsentencepiece 0.1.97's ids, and lp_tok_load uses it (issue 35: text
+tokenized faster than the library does). Models are trained here with Debian's
+spm_train on texts Debian ships plus words in several scripts, in many
+settings: the default nmt_nfkc rules, identity, nfkc_cf, a rule file whose
+keys overlap (longest match), byte fallback, no dummy prefix, extra
+whitespace kept (and whitespace-only pieces), user-defined symbols, split
+digits, whitespace as suffix. Texts: the licenses' lines, multi-script
+corpora (tests/test-tokwindow.py's), controls, malformed UTF-8, runs of
+spaces and tabs, leading and trailing whitespace, characters NFKC changes
+(fullwidth letters, ligatures, compatibility forms), NUL bytes.
+
+For each model and encode options (none, "bos:eos", "reverse:bos:eos"):
+tests/spm-oracle.c checks which engine lp_tok_load chose (native for
+Unigram, the library for BPE and char models) and that every text's ids from
+lp_tok_encode, _plain and _fit are the library's; tests/tok-encode.c
+(lp_tok_encode) gives spm_encode's own output line for line.
+Arguments: the spm-oracle and tok-encode binaries."""
+import glob
+import importlib.util
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lphelp import check, finish  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LICENSES = sorted(glob.glob("/usr/share/common-licenses/*"))
+GPL = "/usr/share/common-licenses/GPL-3"
+
+ODD = [
+    "", " ", "   ", "\t", "\n", " \t \n ", "a", " a ", "  leading", "trailing   ", "in   between\t\ttabs",
+    "\x00nul\x00 inside", "\x01\x02\x1b[0m control \x7f", "line\r\nbreaks\rhere",
+    "ＦＵＬＬＷＩＤＴＨ ｌｅｔｔｅｒｓ １２３", "ﬁ ﬂ ﬃ ligatures ℌ ℍ ① ㍿ ㌀", "ＡＢＣ\u3000ideographic\u3000space",
+    "\u00a0nbsp\u2003em\u2009thin\u200bzero\u200dwidth\ufeffbom", "café cafe\u0301 Å A\u030a ñ n\u0303",
+    "\u2581 literal lower block \u2581\u2581 \u2581", "digits 0123456789 3.14159 1,000,000",
+    "日本語のテキストです。東京", "Ελληνικά γράμματα", "русский текст", "עברית", "العربية", "हिन्दी",
+    "ภาษาไทย", "한국어 텍스트", "emoji 🙂🚀 mixed ☃ 👨‍👩‍👧", "<sep> <cls>text<sep>more <mask>",
+    "foo foobar barfoo ▁bar", "ab abab aab ba", "<s> </s> <unk> <pad>", "x" * 3000, " " * 500 + "y",
+    "word " * 400, "\U0010ffff \U000e0001 \ufffd \ufffe",
+]
+BAD_UTF8 = [b"\xff", b"\xfe\xff", b"abc\xc3", b"\xc3(", b"\xe2\x82", b"\xe2\x28\xa1", b"\xf0\x9f\x99",
+            b"\xed\xa0\x80 surrogate", b"\xc0\xaf overlong", b"\xf4\x90\x80\x80 too big", b"\x80\x80\x80",
+            b"mixed \xe6\x97\xa5\xff\xe6\x9c\xac \xc3\xa9\xc3", b"  \xff  \xfe  ", b"\xef\xbf\xbd real fffd"]
+
+
+def tokwindow_corpus(rnd, english):
+    spec = importlib.util.spec_from_file_location("tokwindow", os.path.join(HERE, "test-tokwindow.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return [t for t in mod.corpus(rnd, english) if len(t) < 40000], mod
+
+
+def texts_of(rnd):
+    out = []
+    english = open(GPL, encoding="utf-8").read().split()
+    for path in LICENSES:
+        try:
+            lines = open(path, encoding="utf-8").read().splitlines()
+        except (UnicodeDecodeError, IsADirectoryError):
+            continue
+        out += rnd.sample(lines, min(len(lines), 150))
+    multi, mod = tokwindow_corpus(rnd, english)
+    out += multi
+    out += ODD
+    # random mixtures of all of the above, with odd spaces between
+    pool = ODD + [rnd.choice(english) for _ in range(200)] + [
+        "".join(rnd.choice(a) for _ in range(rnd.randrange(1, 8)))
+        for a in list(mod.ALPHABETS.values()) + list(mod.NOSPACE.values()) for _ in range(20)]
+    for _ in range(600):
+        out.append("".join(rnd.choice(pool) + rnd.choice(["", " ", "  ", "\t", "\n", "\u3000", " \u00a0 "])
+                           for _ in range(rnd.randrange(1, 14))))
+    data = [t.encode("utf-8", "surrogatepass") for t in out] + BAD_UTF8
+    for _ in range(100):
+        t = bytearray(rnd.choice(data))
+        for _ in range(rnd.randrange(1, 4)):
+            if t:
+                t[rnd.randrange(len(t))] = rnd.randrange(256)
+        data.append(bytes(t))
+    return data, mod
+
+
+def train(tmp, name, text, args):
+    prefix = os.path.join(tmp, name)
+    r = subprocess.run(["spm_train", "--input=" + text, "--model_prefix=" + prefix, "--vocab_size=700",
+                        "--hard_vocab_limit=false", "--character_coverage=0.9995"] + args,
+                       capture_output=True)
+    check("spm_train %s %s" % (name, " ".join(args)), r.returncode == 0, r.stderr[-400:])
+    return prefix + ".model"
+
+
+# name: spm_train's arguments, the engine lp_tok_load must choose
+SETTINGS = {
+    "default": ([], "native"),
+    "identity": (["--normalization_rule_name=identity"], "native"),
+    "nfkc_cf": (["--normalization_rule_name=nfkc_cf"], "native"),
+    "overlapping-rules": (["--normalization_rule_tsv=@RULES@"], "native"),
+    "byte-fallback": (["--byte_fallback=true"], "native"),
+    "no-dummy-prefix": (["--add_dummy_prefix=false"], "native"),
+    "extra-whitespace": (["--remove_extra_whitespaces=false", "--allow_whitespace_only_pieces=true",
+                          "--split_by_whitespace=false"], "native"),
+    "user-symbols": (["--user_defined_symbols=<sep>,<cls>,foo,\u2581bar,ab,a b,日本"], "native"),
+    "split-digits": (["--split_digits=true", "--byte_fallback=true"], "native"),
+    "ws-suffix": (["--treat_whitespace_as_suffix=true"], "native"),
+    "ws-suffix-no-dummy": (["--treat_whitespace_as_suffix=true", "--add_dummy_prefix=false",
+                            "--remove_extra_whitespaces=false"], "native"),
+    "bpe": (["--model_type=bpe"], "libsentencepiece"),
+    "char": (["--model_type=char"], "libsentencepiece"),
+}
+
+
+def main():
+    oracle, tok_encode = sys.argv[1], sys.argv[2]
+    rnd = random.Random(35)
+    data, mod = texts_of(rnd)
+    framed = b"".join(struct.pack("<I", len(t)) + t for t in data)
+    # spm_encode reads lines: the texts without a newline of their own
+    lines = [t for t in data if b"\n" not in t and b"\r" not in t and b"\x00" not in t]
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = os.path.join(tmp, "train.txt")
+        with open(corpus, "w", encoding="utf-8") as f:
+            f.write("\n".join(l for l in open(GPL, encoding="utf-8").read().splitlines() if l.strip()) + "\n")
+            for name, alpha in list(mod.ALPHABETS.items()) + list(mod.NOSPACE.items()):
+                for _ in range(60):
+                    f.write(" ".join("".join(rnd.choice(alpha) for _ in range(rnd.randrange(1, 7)))
+                                     for _ in range(8)) + "\n")
+            f.write("１２３ ＦＵＬＬ ﬁne ﬂow\n" * 5)
+        rules = os.path.join(tmp, "rules.tsv")
+        with open(rules, "w") as f:  # keys that share starts: the longest wins
+            f.write("61 62\t78\n61\t61\n74 68 65\t54 48 45\n74\t74\n20 20\t20\nFF21\t41\n2581\t5F\n")
+        for name, (args, engine) in SETTINGS.items():
+            model = train(tmp, name, corpus, [a.replace("@RULES@", rules) for a in args])
+            for opts in ([], ["bos:eos"], ["reverse:bos:eos"]):
+                r = subprocess.run([oracle, model, engine] + opts, input=framed, capture_output=True, timeout=240)
+                check("%s, options %r: %s, the library's ids for %d texts (encode, plain, fit)"
+                      % (name, opts or "", engine, len(data)),
+                      r.returncode == 0, (r.stdout[-200:], r.stderr[-1500:].decode("utf-8", "replace")))
+            want = subprocess.run(["spm_encode", "--model=" + model, "--output_format=id"],
+                                  input=b"\n".join(lines) + b"\n", capture_output=True)
+            got = subprocess.run([tok_encode, model], input=b"\n".join(lines) + b"\n", capture_output=True)
+            w, g = want.stdout.splitlines(), got.stdout.splitlines()
+            diff = [i for i in range(min(len(w), len(g))) if w[i] != g[i]]
+            check("%s: lp_tok_encode gives spm_encode's ids on %d lines" % (name, len(lines)),
+                  want.returncode == 0 and got.returncode == 0 and len(w) == len(lines) == len(g) and not diff,
+                  (len(w), len(g), [(lines[i][:60], w[i][:80], g[i][:80]) for i in diff[:3]]))
+    finish()
+
+
+if __name__ == "__main__":
+    main()
