@@ -1,6 +1,7 @@
 /* The native SentencePiece encoder against libsentencepiece, for
  * tests/test-spm-native.py: the model loaded both ways (lp_tok_load and
- * lp_tok_load_library), the engine lp_tok_load chose checked, then every text
+ * lp_tok_load_library), the engines checked (the reference's the library's),
+ * then every text
  * of stdin (each a little-endian uint32 length and its bytes) encoded by both
  * with lp_tok_encode, lp_tok_encode_plain and lp_tok_encode_fit (several
  * limits, from either end). Prints the count and the first mismatches; exits
@@ -38,9 +39,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "spm-oracle: %s\n", err);
     return 1;
   }
-  const char *engine = lp_tok_engine(nat, &why);
-  int bad = strcmp(engine, argv[2]) != 0;
-  if (bad) fprintf(stderr, "spm-oracle: engine %s (%s), not %s\n", engine, why, argv[2]);
+  const char *engine = lp_tok_engine(nat, &why), *lib_engine = lp_tok_engine(lib, NULL);
+  int bad = strcmp(engine, argv[2]) != 0 || strcmp(lib_engine, "libsentencepiece") != 0;
+  if (bad) fprintf(stderr, "spm-oracle: engine %s (%s), not %s; the reference's %s\n", engine, why, argv[2], lib_engine);
   int32_t *a = malloc(SO_CAP * sizeof(*a)), *b = malloc(SO_CAP * sizeof(*b));
   char *text = NULL;
   size_t texts = 0, mismatches = 0;

@@ -79,15 +79,16 @@ const char *lp__pcmap_match(const lp__pcmap_t *m, const unsigned char *key, size
 int lp__pcmap_first(const lp__pcmap_t *m, unsigned char c, const char **rep) {
   size_t mlen;
   *rep = c ? lp__pcmap_match(m, &c, 1, 1, &mlen) : NULL;
+  int k = *rep != NULL;
   const uint32_t *a = m->units;
   size_t na = m->nunits;
-  if (!na || !c) return *rep != NULL;
+  if (!na || !c) return k;
   size_t pos = u_offset(a[0]) ^ c;
-  if (pos >= na || u_label(a[pos]) != c) return *rep != NULL;
+  if (pos >= na || u_label(a[pos]) != c) return k;
   pos ^= u_offset(a[pos]);
   for (unsigned d = 1; d < 256; d++) /* any child but the leaf: a longer key */
-    if ((pos ^ d) < na && u_label(a[pos ^ d]) == d) return 2;
-  return *rep != NULL;
+    if ((pos ^ d) < na && u_label(a[pos ^ d]) == d) k |= d < 0x80 ? 2 : 4;
+  return k;
 }
 
 int lp__pcmap_init(lp__pcmap_t *m, const unsigned char *raw, size_t len) {

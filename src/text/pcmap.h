@@ -27,8 +27,9 @@ int lp__pcmap_init(lp__pcmap_t *m, const unsigned char *blob, size_t len);
  * NULL when none. Every index is checked: the map comes from a file. */
 const char *lp__pcmap_match(const lp__pcmap_t *m, const unsigned char *key, size_t len, int longest, size_t *mlen);
 
-/* What a key beginning with byte c can be: 0 none, 1 only c itself (*rep
- * its replacement), 2 longer keys too (the trie must be walked). */
+/* What the keys beginning with byte c are, as bits: 1 c itself (*rep its
+ * replacement, else NULL), 2 longer ones whose second byte is ASCII, 4 longer
+ * ones whose second byte is not. */
 int lp__pcmap_first(const lp__pcmap_t *m, unsigned char c, const char **rep);
 
 void lp__pcmap_free(lp__pcmap_t *m);

@@ -214,7 +214,8 @@ int lp__spm_prepare(lp__spm_t *m, char *why, size_t whylen) {
   for (int c = 0; c < 128; c++) {
     const char *rep = NULL;
     int k = m->map.nunits ? lp__pcmap_first(&m->map, (unsigned char)c, &rep) : 0;
-    m->ascii[c] = m->user_start[c] || k == 2 ? LP_SPM_A_SLOW : k == 1 ? LP_SPM_A_MAPPED : LP_SPM_A_SELF;
+    m->ascii[c] = m->user_start[c] || (k & 2) ? LP_SPM_A_SLOW : (k & 1) ? LP_SPM_A_MAPPED : LP_SPM_A_SELF;
+    if (k & 4) m->ascii[c] |= LP_SPM_A_HI;
     m->ascii_to[c] = rep;
   }
   return 0;
@@ -389,7 +390,10 @@ static long normalize(const lp__spm_t *m, scratch_t *s, const unsigned char *tex
   int prev_space = remove;
   while (i < len) {
     unsigned char c = text[i];
-    if (c < 0x80 && m->ascii[c] == LP_SPM_A_SELF) { /* most text: a byte that stays itself */
+    unsigned a = c < 0x80 ? m->ascii[c] : LP_SPM_A_SLOW;
+    if (a & LP_SPM_A_HI) /* a longer key may start here only when a non-ASCII byte follows */
+      a = i + 1 < len && text[i + 1] >= 0x80 ? LP_SPM_A_SLOW : a & ~(unsigned)LP_SPM_A_HI;
+    if (a == LP_SPM_A_SELF) { /* most text: a byte that stays itself */
       i++;
       if (c != ' ') {
         o[n++] = c;
@@ -401,7 +405,7 @@ static long normalize(const lp__spm_t *m, scratch_t *s, const unsigned char *tex
       continue;
     }
     size_t k;
-    if (c < 0x80 && m->ascii[c] == LP_SPM_A_MAPPED) {
+    if (a == LP_SPM_A_MAPPED) {
       sp = m->ascii_to[c];
       splen = strlen(sp);
       k = 1;

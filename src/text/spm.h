@@ -36,8 +36,11 @@ typedef struct {
 } lp__spm_node_t;
 
 /* What an ASCII byte of the input becomes before the search looks (built from
- * the character map at load, so most text never walks the map's trie). */
-enum { LP_SPM_A_SELF = 0, LP_SPM_A_MAPPED = 1, LP_SPM_A_SLOW = 2 };
+ * the character map at load, so most text never walks the map's trie): itself,
+ * its one replacement, or what the map's trie says; LP_SPM_A_HI added: the
+ * trie must be walked when the next byte is not ASCII (NFKC's keys "a" plus a
+ * combining accent), else the byte is as the rest says. */
+enum { LP_SPM_A_SELF = 0, LP_SPM_A_MAPPED = 1, LP_SPM_A_SLOW = 2, LP_SPM_A_HI = 4 };
 
 typedef struct lp__spm_s lp__spm_t;
 struct lp__spm_s {
@@ -59,7 +62,7 @@ struct lp__spm_s {
   lp__spm_node_t *nodes;     /* owned; [0] is the root */
   uint8_t *labels;           /* owned: children's bytes, sorted, for nodes without a dense table */
   uint32_t *next;            /* owned: the child node of each label, then the dense tables */
-  uint8_t ascii[128];        /* LP_SPM_A_* per byte */
+  uint8_t ascii[128];        /* LP_SPM_A_* per byte, LP_SPM_A_HI added */
   const char *ascii_to[128]; /* LP_SPM_A_MAPPED: the replacement (NUL-ended) */
   uint8_t user_start[256];   /* 1: a user-defined piece begins with this byte */
   int has_user;

@@ -65,7 +65,7 @@ lp_tok_t *lp_tok_load(const char *path, const char *extra_options, char *err, si
 }
 
 lp_tok_t *lp_tok_load_library(const char *path, const char *extra_options, char *err, size_t errlen) {
-  return load(path, extra_options, 1, err, errlen);
+  return load(path, extra_options, 0, err, errlen);
 }
 
 const char *lp_tok_engine(const lp_tok_t *t, const char **why) {
