@@ -161,7 +161,8 @@ static inline uint32_t child(const lp__spm_t *m, const lp__spm_node_t *d, uint8_
   return 0;
 }
 
-int lp__spm_prepare(lp__spm_t *m, char *why, size_t whylen) {
+/* The library's checks of the pieces, then the search's tables. */
+static int prepare(lp__spm_t *m, char *why, size_t whylen) {
   if (m->model_type != 1) return lp__spm_why(why, whylen, -ENOTSUP, "not a Unigram model");
   m->unk_id = -1;
   for (int i = 0; i < 256; i++) m->byte_id[i] = -1;
@@ -228,6 +229,15 @@ int lp__spm_prepare(lp__spm_t *m, char *why, size_t whylen) {
     m->ascii_to[c] = rep;
   }
   return 0;
+}
+
+int lp__spm_load(unsigned char *buf, size_t len, lp__spm_t **out, char *why, size_t whylen) {
+  int rc = lp__spm_read(buf, len, out, why, whylen);
+  if (!rc && (rc = prepare(*out, why, whylen))) {
+    lp__spm_free(*out);
+    *out = NULL;
+  }
+  return rc;
 }
 
 int lp__spm_set_options(lp__spm_t *m, const char *options) {

@@ -154,7 +154,7 @@ static int read_model(lp__spm_t *m, size_t len) {
   return 0;
 }
 
-int lp__spm_load(unsigned char *buf, size_t len, lp__spm_t **out, char *why, size_t whylen) {
+int lp__spm_read(unsigned char *buf, size_t len, lp__spm_t **out, char *why, size_t whylen) {
   *out = NULL;
   lp__spm_t *m = calloc(1, sizeof(*m));
   if (!m) {
@@ -168,10 +168,6 @@ int lp__spm_load(unsigned char *buf, size_t len, lp__spm_t **out, char *why, siz
   if (rc) {
     lp__spm_free(m);
     return lp__spm_why(why, whylen, rc, rc == -ENOMEM ? "out of memory" : "not a SentencePiece model (malformed protobuf)");
-  }
-  if ((rc = lp__spm_prepare(m, why, whylen))) {
-    lp__spm_free(m);
-    return rc;
   }
   *out = m;
   return 0;

@@ -54,7 +54,7 @@ struct lp__spm_s {
   size_t charsmap_len;
   const char *bos_piece, *eos_piece; /* TrainerSpec's (in buf, not NUL-ended), or NULL: "<s>", "</s>" */
   uint32_t bos_len, eos_len;
-  /* derived at load (spm-encode.c's lp__spm_prepare) */
+  /* derived at load (spm-encode.c's lp__spm_load) */
   lp__pcmap_t map;
   int32_t unk_id, bos_id, eos_id;
   int32_t byte_id[256];
@@ -71,17 +71,20 @@ struct lp__spm_s {
 };
 
 /* Reads a .model file's bytes (buf, len; taken over: freed with the model
- * even on failure) into *out. 0; -EINVAL: not a model this reads (malformed
- * protobuf, no unknown piece, byte pieces missing, a piece empty or twice);
- * -ENOTSUP: a model the native encoder does not run (not Unigram, a piece
- * with a NUL, ...): the library still may; -ENOMEM. why says which. */
+ * even on failure) into *out (spm-model.c): the protobuf only, no checks.
+ * 0, -EINVAL (malformed protobuf) or -ENOMEM; why says which. */
+int lp__spm_read(unsigned char *buf, size_t len, lp__spm_t **out, char *why, size_t whylen);
+
+/* lp__spm_read, then the library's checks and the search's tables (the
+ * pieces' trie, the map's ASCII table): spm-encode.c. 0; -EINVAL: not a model
+ * this reads (malformed protobuf, no unknown piece, byte pieces missing, a
+ * piece empty or twice); -ENOTSUP: a model the native encoder does not run
+ * (not Unigram, a piece with a NUL, ...): the library still may; -ENOMEM.
+ * why says which. */
 int lp__spm_load(unsigned char *buf, size_t len, lp__spm_t **out, char *why, size_t whylen);
 
 /* why (whylen bytes) set from fmt: returns rc, for the loaders' refusals. */
 int lp__spm_why(char *why, size_t whylen, int rc, const char *fmt, ...);
-
-/* Builds the search's tables (the pieces' trie, the map's ASCII table): called by lp__spm_load. */
-int lp__spm_prepare(lp__spm_t *m, char *why, size_t whylen);
 
 /* The library's encode extra options ("bos:eos", "reverse", "unk", ...).
  * 0 or -EINVAL (an unknown option, or bos/eos without a piece). */
