@@ -6,7 +6,9 @@ spm_train on texts Debian ships plus words in several scripts, in many
 settings: the default nmt_nfkc rules, identity, nfkc_cf, a rule file whose
 keys overlap (longest match), byte fallback, no dummy prefix, extra
 whitespace kept (and whitespace-only pieces), user-defined symbols, split
-digits, whitespace as suffix. Texts: the licenses' lines, multi-script
+digits, whitespace as suffix, special pieces renamed and moved with control
+symbols, spaces not escaped (a second normalizer_spec merged in), and a
+third of the pieces typed UNUSED (which the search skips). Texts: the licenses' lines, multi-script
 corpora (tests/test-tokwindow.py's), controls, malformed UTF-8, runs of
 spaces and tabs, leading and trailing whitespace, characters NFKC changes
 (fullwidth letters, ligatures, compatibility forms), NUL bytes.
@@ -85,6 +87,52 @@ def texts_of(rnd):
     return data, mod
 
 
+def varint(n):
+    out = b""
+    while True:
+        out += bytes([(n & 0x7f) | (0x80 if n > 0x7f else 0)])
+        n >>= 7
+        if not n:
+            return out
+
+
+def read_varint(b, i):
+    n = shift = 0
+    while True:
+        n |= (b[i] & 0x7f) << shift
+        shift += 7
+        i += 1
+        if not b[i - 1] & 0x80:
+            return n, i
+
+
+def with_unused(model, unused):
+    """The .model bytes with the pieces of the ids in unused typed UNUSED (5):
+    a type field appended to each such piece (in protobuf the last one wins)."""
+    out, i, k = b"", 0, 0
+    while i < len(model):
+        key, j = read_varint(model, i)
+        if key == (1 << 3 | 2):  # pieces: field 1, length-delimited
+            n, j = read_varint(model, j)
+            body = model[j:j + n]
+            if k in unused:
+                body += b"\x18\x05"
+            out += varint(key) + varint(len(body)) + body
+            i, k = j + n, k + 1
+            continue
+        wt = key & 7
+        if wt == 0:
+            _, j = read_varint(model, j)
+        elif wt == 2:
+            n, j = read_varint(model, j)
+            j += n
+        else:
+            j += 8 if wt == 1 else 4
+        out += model[i:j]
+        i = j
+    return out
+
+
 def train(tmp, name, text, args):
     prefix = os.path.join(tmp, name)
     r = subprocess.run(["spm_train", "--input=" + text, "--model_prefix=" + prefix, "--vocab_size=700",
@@ -109,6 +157,8 @@ SETTINGS = {
     "ws-suffix": (["--treat_whitespace_as_suffix=true"], "native"),
     "ws-suffix-no-dummy": (["--treat_whitespace_as_suffix=true", "--add_dummy_prefix=false",
                             "--remove_extra_whitespaces=false"], "native"),
+    "ids-moved": (["--unk_id=3", "--bos_id=0", "--eos_id=1", "--pad_id=2", "--unk_piece=[UNK]", "--bos_piece=[BOS]",
+                   "--eos_piece=[EOS]", "--control_symbols=<ctl>,<sep>"], "native"),
     "bpe": (["--model_type=bpe"], "libsentencepiece"),
     "char": (["--model_type=char"], "libsentencepiece"),
 }
@@ -143,8 +193,25 @@ def main():
         rules = os.path.join(tmp, "rules.tsv")
         with open(rules, "w") as f:  # keys that share starts: the longest wins
             f.write("61 62\t78\n61\t61\n74 68 65\t54 48 45\n74\t74\n20 20\t20\nFF21\t41\n2581\t5F\n")
+        models = []
         for name, (args, engine) in SETTINGS.items():
-            model = train(tmp, name, corpus, [a.replace("@RULES@", rules) for a in args])
+            models.append((name, train(tmp, name, corpus, [a.replace("@RULES@", rules) for a in args]), engine))
+            if name in ("default", "user-symbols"):
+                # no spm_train flag sets escape_whitespaces: a second normalizer_spec
+                # (field 3) with escape_whitespaces (5) false, which protobuf merges
+                # into the first, as lanepack's reader must
+                with open(models[-1][1], "rb") as f:
+                    raw = f.read()
+                merged = os.path.join(tmp, name + "-no-escape.model")
+                with open(merged, "wb") as f:
+                    f.write(raw + b"\x1a\x02\x28\x00")
+                models.append((name + "-no-escape", merged, "native"))
+            if name == "default":  # pieces the search skips: common ones, so that texts meet them
+                unused = os.path.join(tmp, "unused.model")
+                with open(unused, "wb") as f:
+                    f.write(with_unused(raw, set(range(5, 400, 3))))
+                models.append(("unused-pieces", unused, "native"))
+        for name, model, engine in models:
             for opts in option_sets(len(name)):
                 r = subprocess.run([oracle, model, engine] + opts, input=framed, capture_output=True, timeout=240)
                 check("%s, options %r: %s, the library's ids for %d texts (encode, plain, fit)"
