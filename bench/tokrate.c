@@ -1,7 +1,10 @@
 /* lanepack-tokrate: how fast the proxy's tokenizer (lanepack/tokenizer.h, the
  * very module a front calls) turns text into ids: every line of a file encoded
  * again and again for a while by N threads sharing one loaded model, as the
- * fronts share it; prints tokens/s per CPU-second and in all.
+ * fronts share it; prints tokens/s per CPU-second and in all. A SentencePiece
+ * model the native encoder runs is timed twice, native then through
+ * libsentencepiece (LP_TOKRATE_ENGINE=native or =library: one of them), and
+ * the ratio printed.
  * Usage: lanepack-tokrate MODEL FILE [SECONDS] [THREADS] [EXTRA_OPTIONS] */
 #include <errno.h>
 #include <pthread.h>
@@ -106,31 +109,10 @@ static long read_lines(const char *path, char **text, char ***lines) {
   return (long)n;
 }
 
-int main(int argc, char **argv) {
-  if (argc < 3) {
-    fprintf(stderr, "usage: lanepack-tokrate MODEL FILE [SECONDS] [THREADS] [EXTRA_OPTIONS]\n");
-    return 2;
-  }
-  double seconds = argc > 3 ? strtod(argv[3], NULL) : 3;
-  long threads = argc > 4 ? strtol(argv[4], NULL, 10) : 1;
-  if (!(seconds > 0) || threads < 1 || threads > TR_MAX_THREADS) {
-    fprintf(stderr, "lanepack-tokrate: SECONDS must be > 0 and THREADS 1..%d\n", TR_MAX_THREADS);
-    return 2;
-  }
-  char err[256];
-  lp_tok_t *tok = lp_tok_load(argv[1], argc > 5 ? argv[5] : NULL, err, sizeof(err));
-  if (!tok) {
-    fprintf(stderr, "lanepack-tokrate: %s\n", err);
-    return 1;
-  }
-  char *text = NULL, **lines = NULL;
-  long nlines = read_lines(argv[2], &text, &lines);
-  if (nlines <= 0) {
-    fprintf(stderr, "lanepack-tokrate: cannot read lines from '%s': %s\n", argv[2],
-            nlines ? strerror((int)-nlines) : "empty file");
-    lp_tok_free(tok);
-    return 1;
-  }
+/* threads workers encoding the lines for seconds with tok: prints the
+ * figures (named by engine), *rate the tokens per CPU-second; 0 or 1 (failed). */
+static int run(const lp_tok_t *tok, char **lines, long nlines, double seconds, long threads, const char *engine,
+               double *rate) {
   tr_worker_t w[TR_MAX_THREADS];
   pthread_t th[TR_MAX_THREADS];
   double cpu0 = now_s(CLOCK_PROCESS_CPUTIME_ID), t0 = now_s(CLOCK_MONOTONIC);
@@ -148,14 +130,61 @@ int main(int argc, char **argv) {
     failed |= w[i].failed;
   }
   double cpu = now_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0, wall = now_s(CLOCK_MONOTONIC) - t0;
-  if (!failed)
-    printf("%ld threads: %llu lines, %llu tokens in %.2f s (%.2f CPU s): %.0f tokens per CPU-second, "
+  if (!failed) {
+    printf("%s, %ld threads: %llu lines, %llu tokens in %.2f s (%.2f CPU s): %.0f tokens per CPU-second, "
            "%.0f tokens/s in all, %.0f lines per CPU-second\n",
-           threads, encoded, tokens, wall, cpu, tokens / cpu, tokens / wall, encoded / cpu);
-  else
+           engine, threads, encoded, tokens, wall, cpu, tokens / cpu, tokens / wall, encoded / cpu);
+    *rate = tokens / cpu;
+  } else {
     fprintf(stderr, "lanepack-tokrate: the tokenizer refused a line or memory ran out\n");
+  }
+  return failed;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: lanepack-tokrate MODEL FILE [SECONDS] [THREADS] [EXTRA_OPTIONS]\n");
+    return 2;
+  }
+  double seconds = argc > 3 ? strtod(argv[3], NULL) : 3;
+  long threads = argc > 4 ? strtol(argv[4], NULL, 10) : 1;
+  if (!(seconds > 0) || threads < 1 || threads > TR_MAX_THREADS) {
+    fprintf(stderr, "lanepack-tokrate: SECONDS must be > 0 and THREADS 1..%d\n", TR_MAX_THREADS);
+    return 2;
+  }
+  char *text = NULL, **lines = NULL;
+  long nlines = read_lines(argv[2], &text, &lines);
+  if (nlines <= 0) {
+    fprintf(stderr, "lanepack-tokrate: cannot read lines from '%s': %s\n", argv[2],
+            nlines ? strerror((int)-nlines) : "empty file");
+    return 1;
+  }
+  const char *only = getenv("LP_TOKRATE_ENGINE");
+  double rate[2] = {0, 0};
+  int failed = 0, runs = 0;
+  for (int lib = 0; lib < 2 && !failed; lib++) {
+    if (only && *only && strcmp(only, lib ? "library" : "native")) continue;
+    char err[256];
+    const char *opts = argc > 5 ? argv[5] : NULL, *why = NULL;
+    lp_tok_t *tok = lib ? lp_tok_load_library(argv[1], opts, err, sizeof(err)) : lp_tok_load(argv[1], opts, err, sizeof(err));
+    if (!tok) {
+      fprintf(stderr, "lanepack-tokrate: %s\n", err);
+      failed = 1;
+      break;
+    }
+    const char *engine = lp_tok_engine(tok, &why);
+    if (!lib && strcmp(engine, "native")) { /* the library's run below is this model's only one */
+      printf("engine %s (%s)\n", engine, why);
+      lp_tok_free(tok);
+      continue;
+    }
+    failed = run(tok, lines, nlines, seconds, threads, engine, &rate[lib]);
+    runs++;
+    lp_tok_free(tok);
+  }
+  if (!failed && rate[0] > 0 && rate[1] > 0)
+    printf("native / libsentencepiece: %.2fx tokens per CPU-second\n", rate[0] / rate[1]);
   free(lines);
   free(text);
-  lp_tok_free(tok);
-  return failed;
+  return failed || !runs;
 }

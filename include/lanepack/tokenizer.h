@@ -22,6 +22,17 @@ typedef struct lp_tok_s lp_tok_t;
  * once once loaded: encoding reads it only. */
 lp_tok_t *lp_tok_load(const char *path, const char *extra_options, char *err, size_t errlen);
 
+/* lp_tok_load, but a SentencePiece model stays on libsentencepiece even
+ * where the native encoder would run it: for benchmarks and tests that set
+ * the two side by side. */
+lp_tok_t *lp_tok_load_library(const char *path, const char *extra_options, char *err, size_t errlen);
+
+/* What encodes t's texts: "native" (a SentencePiece Unigram model, run by
+ * lanepack's own encoder with the library's ids), "libsentencepiece" (any
+ * other SentencePiece model; *why, when why is not NULL, says why not native)
+ * or "tokenizer.json". Static strings, or valid while t is. */
+const char *lp_tok_engine(const lp_tok_t *t, const char **why);
+
 /* Loads a Hugging Face tokenizer.json (lp_tok_load takes one too: a file
  * whose first byte other than whitespace is '{', without options). Its
  * post-processor is what lp_tok_encode adds ([CLS] ... [SEP]); its

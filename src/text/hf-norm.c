@@ -464,6 +464,6 @@ void lp__hf_norm_free(lp__hf_norm_t *n) {
   free(n->content);
   if (n->re) pcre2_code_free(n->re);
   free(n->blob);
-  free(n->units);
+  lp__pcmap_free(&n->pc);
   memset(n, 0, sizeof(*n));
 }

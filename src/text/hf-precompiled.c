@@ -11,6 +11,7 @@
 #include <utf8proc.h>
 
 #include "hf.h"
+#include "pcmap.h"
 
 static int b64val(unsigned char c) {
   static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -48,26 +49,77 @@ static inline uint32_t u_label(uint32_t u) { return u & ((1u << 31) | 0xFF); }
 static inline int u_leaf(uint32_t u) { return (u >> 8) & 1; }
 static inline uint32_t u_value(uint32_t u) { return u & ((1u << 31) - 1); }
 
-/* The first (shortest) match of key in the map: its replacement (NUL-ended
- * in the blob), or NULL. Every index is checked: the map comes from a file. */
-static const char *lookup(const lp__hf_norm_t *n, const unsigned char *key, size_t len) {
-  const uint32_t *a = n->units;
-  size_t na = n->nunits, pos = 0;
+const char *lp__pcmap_match(const lp__pcmap_t *m, const unsigned char *key, size_t len, int longest, size_t *mlen) {
+  const uint32_t *a = m->units;
+  size_t na = m->nunits, pos = 0;
+  const char *found = NULL;
+  *mlen = 0;
   if (!na) return NULL;
   pos ^= u_offset(a[0]);
+  /* a NUL never matches (the builder's keys are C strings): stopping there is Darts' answer */
   for (size_t i = 0; i < len && key[i]; i++) {
     pos ^= key[i];
-    if (pos >= na) return NULL;
+    if (pos >= na) return found;
     uint32_t u = a[pos];
-    if (u_label(u) != key[i]) return NULL;
+    if (u_label(u) != key[i]) return found;
     pos ^= u_offset(u);
     if (u_leaf(u)) {
-      if (pos >= na) return NULL;
+      if (pos >= na) return found;
       uint32_t v = u_value(a[pos]);
-      return v < n->nnorm ? n->norm + v : NULL;
+      if (v < m->nnorm) {
+        found = m->norm + v;
+        *mlen = i + 1;
+        if (!longest) return found;
+      }
     }
   }
-  return NULL;
+  return found;
+}
+
+int lp__pcmap_first(const lp__pcmap_t *m, unsigned char c, const char **rep) {
+  size_t mlen;
+  *rep = c ? lp__pcmap_match(m, &c, 1, 1, &mlen) : NULL;
+  int k = *rep != NULL;
+  const uint32_t *a = m->units;
+  size_t na = m->nunits;
+  if (!na || !c) return k;
+  size_t pos = u_offset(a[0]) ^ c;
+  if (pos >= na || u_label(a[pos]) != c) return k;
+  pos ^= u_offset(a[pos]);
+  for (unsigned d = 1; d < 256; d++) /* any child but the leaf: a longer key */
+    if ((pos ^ d) < na && u_label(a[pos ^ d]) == d) k |= d < 0x80 ? 2 : 4;
+  return k;
+}
+
+int lp__pcmap_init(lp__pcmap_t *m, const unsigned char *raw, size_t len) {
+  memset(m, 0, sizeof(*m));
+  uint32_t tsize = len >= 4 ? (uint32_t)raw[0] | (uint32_t)raw[1] << 8 | (uint32_t)raw[2] << 16 | (uint32_t)raw[3] << 24 : 0;
+  if (len < 4 || tsize % 4 || tsize > len - 4) return -EINVAL;
+  m->nunits = tsize / 4;
+  if (!(m->units = malloc((m->nunits + 1) * sizeof(*m->units)))) return -ENOMEM;
+  for (size_t i = 0; i < m->nunits; i++) {
+    const unsigned char *p = raw + 4 + 4 * i;
+    m->units[i] = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+  }
+  m->norm = (const char *)raw + 4 + tsize;
+  m->nnorm = len - 4 - tsize;
+  /* every replacement must end inside the blob and be UTF-8: checked once here */
+  if ((m->nnorm && raw[len - 1] != 0) || lp__hf_utf8_check(m->norm, m->nnorm)) {
+    lp__pcmap_free(m);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+void lp__pcmap_free(lp__pcmap_t *m) {
+  free(m->units);
+  memset(m, 0, sizeof(*m));
+}
+
+/* The first (shortest) match of key in the map, as tokenizer.json takes it. */
+static const char *lookup(const lp__hf_norm_t *n, const unsigned char *key, size_t len) {
+  size_t mlen;
+  return lp__pcmap_match(&n->pc, key, len, 0, &mlen);
 }
 
 int lp__hf_precompiled_load(lp__hf_norm_t *n, json_t *o, const char *where, char *err, size_t errlen);
@@ -79,23 +131,11 @@ int lp__hf_precompiled_load(lp__hf_norm_t *n, json_t *o, const char *where, char
   unsigned char *raw = b64decode(json_string_value(c), json_string_length(c), &len);
   if (!raw) return lp__hf_bad(err, errlen, where, "precompiled_charsmap is not base64");
   n->blob = raw;
-  uint32_t tsize = len >= 4 ? (uint32_t)raw[0] | (uint32_t)raw[1] << 8 | (uint32_t)raw[2] << 16 | (uint32_t)raw[3] << 24 : 0;
-  if (len < 4 || tsize % 4 || tsize > len - 4)
-    return lp__hf_bad(err, errlen, where, "precompiled_charsmap is not a SentencePiece character map");
-  n->nunits = tsize / 4;
-  if (!(n->units = malloc((n->nunits + 1) * sizeof(*n->units)))) return -ENOMEM;
-  for (size_t i = 0; i < n->nunits; i++) {
-    const unsigned char *p = raw + 4 + 4 * i;
-    n->units[i] = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-  }
-  n->norm = (const char *)raw + 4 + tsize;
-  n->nnorm = len - 4 - tsize;
-  /* every replacement must end inside the blob and be UTF-8: checked once here */
-  if (n->nnorm && raw[len - 1] != 0)
-    return lp__hf_bad(err, errlen, where, "precompiled_charsmap's strings do not end with a NUL");
-  if (lp__hf_utf8_check(n->norm, n->nnorm))
-    return lp__hf_bad(err, errlen, where, "precompiled_charsmap's strings are not UTF-8");
-  return 0;
+  int rc = lp__pcmap_init(&n->pc, raw, len);
+  if (rc == -EINVAL)
+    return lp__hf_bad(err, errlen, where, "precompiled_charsmap is not a SentencePiece character map "
+                      "(or its strings are not NUL-ended UTF-8)");
+  return rc;
 }
 
 typedef struct {
@@ -162,7 +202,7 @@ static int transform(const lp__hf_ns_t *s, const trs_t *l, lp__hf_ns_t *o) {
 int lp__hf_precompiled_run(const lp__hf_norm_t *n, const lp__hf_ns_t *s, lp__hf_ns_t *o, int *changed);
 int lp__hf_precompiled_run(const lp__hf_norm_t *n, const lp__hf_ns_t *s, lp__hf_ns_t *o, int *changed) {
   *changed = 0;
-  if (!n->nunits || !s->len) return 0;
+  if (!n->pc.nunits || !s->len) return 0;
   trs_t l = {0};
   int rc = 0, modified = 0;
   for (size_t g = 0; g < s->len && !rc;) {

@@ -12,6 +12,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "pcmap.h"
+
 /* Ids a file may name are below this: the vocabulary and name tables are
  * sized by the largest, and no vocabulary comes near 2^24. */
 #define LP_HF_MAX_ID (1 << 24)
@@ -137,9 +139,7 @@ struct lp__hf_norm_s {
   pcre2_code *re;                                    /* Replace's regex; owned */
   lp__hf_norm_t *seq;                                /* Sequence; owned, nseq */
   unsigned char *blob;                               /* Precompiled's map, decoded; owned */
-  uint32_t *units;                                   /* its double-array trie; owned */
-  size_t nunits, nnorm;
-  const char *norm;                                  /* its replacement strings (in blob) */
+  lp__pcmap_t pc;                                    /* its trie and strings (in blob) */
   size_t nseq;
 };
 

@@ -1,7 +1,9 @@
 // SentencePiece model files behind tok.c's dispatch (Debian's libsentencepiece,
 // C++): the one C++ file of the proxy (loaded with the configuration, called
-// by the fronts as they parse text); nothing here allocates per call but the
-// library's own id vector and piece list.
+// by the fronts as they parse text). A Unigram model the native encoder
+// (spm.h) runs is encoded there, checked against the library at load; other
+// models, and pieces, decoding and offsets, stay on the library. Nothing here
+// allocates per call but the library's own id vector and piece list.
 #include "sp.h"
 
 #include <algorithm>
@@ -15,15 +17,93 @@
 
 #include <sentencepiece_processor.h>
 
+#include "spm.h"
+
 struct lp__sp_s {
   sentencepiece::SentencePieceProcessor sp;    // with the encode options
   sentencepiece::SentencePieceProcessor plain; // without them (loaded only when there are some)
   bool has_options = false;
   std::string options;                         // "bos:eos", applied by hand after a cut
+  lp__spm_t *fast = nullptr;                   // the native encoder, when it runs this model; owned
+  std::string why;                             // why not, when not
+  ~lp__sp_s() { lp__spm_free(fast); }
   const sentencepiece::SentencePieceProcessor &raw() const { return has_options ? plain : sp; }
 };
 
-extern "C" lp__sp_t *lp__sp_load(const char *path, const char *extra_options, char *err, size_t errlen) {
+// Texts the native encoder must encode as the library does before it is
+// trusted with a model: several scripts, spaces, controls, malformed UTF-8.
+static const char *const kSelfCheck[] = {
+    "", " ", "Hello, world!  The  quick\tbrown fox\n", "  caf\xc3\xa9 \xef\xac\x81 \xef\xbc\xa1\xef\xbc\xa2 12345 ",
+    "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xd0\xa0\xd1\x83\xd1\x81 \xce\x95\xce\xbb \xd8\xb9\xd8\xb1 \xf0\x9f\x99\x82",
+    "x\xff\xfe" "y\xc3 \x01\x02 <s> </s> <unk> \xe2\x96\x81" "a\xe2\x80\x8b"};
+
+// Whether the native model is the library's: the same pieces, types, scores
+// and special ids, and the same ids for kSelfCheck. Else why, in t->why.
+static bool same_as_library(lp__sp_t *t) {
+  const auto &sp = t->raw();
+  const lp__spm_t *m = t->fast;
+  if (sp.GetPieceSize() != m->npieces || sp.unk_id() != m->unk_id) {
+    t->why = "the vocabulary differs from the library's";
+    return false;
+  }
+  for (int32_t i = 0; i < m->npieces; i++) {
+    const lp__spm_piece_t &p = m->pieces[i];
+    float score = sp.GetScore(i);
+    if (sp.IdToPiece(i) != std::string_view(p.s, p.len) || std::memcmp(&score, &p.score, sizeof(score)) ||
+        sp.IsUnknown(i) != (p.type == LP_SPM_UNKNOWN) || sp.IsControl(i) != (p.type == LP_SPM_CONTROL) ||
+        sp.IsUnused(i) != (p.type == LP_SPM_UNUSED) || sp.IsByte(i) != (p.type == LP_SPM_BYTE)) {
+      t->why = "piece " + std::to_string(i) + " differs from the library's";
+      return false;
+    }
+  }
+  for (const char *text : kSelfCheck) {
+    for (int opts = 0; opts < 2; opts++) {
+      std::vector<int> want;
+      int32_t got[256];
+      if (!(opts ? t->sp : sp).Encode(std::string_view(text), &want).ok()) return false;
+      long n = lp__spm_encode(m, text, std::strlen(text), opts, got, 256);
+      if (n != static_cast<long>(want.size()) || !std::equal(want.begin(), want.end(), got)) {
+        t->why = "the self-check's ids differ from the library's";
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// The native encoder for the model file at path, when it runs it as the library does.
+static void try_native(lp__sp_t *t, const char *path) {
+  FILE *f = std::fopen(path, "rb");
+  if (!f) {
+    t->why = "cannot read the file again";
+    return;
+  }
+  std::vector<unsigned char> bytes;
+  unsigned char chunk[65536];
+  size_t got;
+  while ((got = std::fread(chunk, 1, sizeof(chunk), f)) > 0) bytes.insert(bytes.end(), chunk, chunk + got);
+  bool bad = std::ferror(f);
+  std::fclose(f);
+  unsigned char *buf = static_cast<unsigned char *>(std::malloc(bytes.size() + 1));
+  if (bad || !buf) {
+    std::free(buf);
+    t->why = "cannot read the file again";
+    return;
+  }
+  std::memcpy(buf, bytes.data(), bytes.size());
+  char why[160];
+  if (lp__spm_load(buf, bytes.size(), &t->fast, why, sizeof(why)) ||
+      (t->has_options && lp__spm_set_options(t->fast, t->options.c_str()))) {
+    t->why = t->fast ? "encode options it does not take" : why;
+  } else if (same_as_library(t)) {
+    return;
+  }
+  lp__spm_free(t->fast);
+  t->fast = nullptr;
+}
+
+extern "C" lp__sp_t *lp__sp_load(const char *path, const char *extra_options, int native, char *err,
+                                 size_t errlen) {
   lp__sp_t *t = new (std::nothrow) lp__sp_t;
   if (t == nullptr) {
     std::snprintf(err, errlen, "out of memory");
@@ -42,6 +122,8 @@ extern "C" lp__sp_t *lp__sp_load(const char *path, const char *extra_options, ch
       delete t;
       return nullptr;
     }
+    if (native) try_native(t, path);
+    else t->why = "the library was asked for";
   } catch (const std::exception &e) { // the library may throw (std::bad_alloc)
     std::snprintf(err, errlen, "%s", e.what());
     delete t;
@@ -49,6 +131,10 @@ extern "C" lp__sp_t *lp__sp_load(const char *path, const char *extra_options, ch
   }
   return t;
 }
+
+extern "C" const char *lp__sp_engine(const lp__sp_t *t) { return t->fast ? "native" : "libsentencepiece"; }
+
+extern "C" const char *lp__sp_engine_why(const lp__sp_t *t) { return t->why.c_str(); }
 
 static long encode_with(const sentencepiece::SentencePieceProcessor &sp, const char *text, size_t len,
                         int32_t *ids, size_t cap) {
@@ -66,10 +152,12 @@ static long encode_with(const sentencepiece::SentencePieceProcessor &sp, const c
 }
 
 extern "C" long lp__sp_encode(const lp__sp_t *t, const char *text, size_t len, int32_t *ids, size_t cap) {
+  if (t->fast) return lp__spm_encode(t->fast, text, len, 1, ids, cap);
   return encode_with(t->sp, text, len, ids, cap);
 }
 
 extern "C" long lp__sp_encode_plain(const lp__sp_t *t, const char *text, size_t len, int32_t *ids, size_t cap) {
+  if (t->fast) return lp__spm_encode(t->fast, text, len, 0, ids, cap);
   return encode_with(t->raw(), text, len, ids, cap);
 }
 
@@ -104,6 +192,7 @@ static long fit(const lp__sp_t *t, std::vector<int> &v, size_t max, int left, in
 
 extern "C" long lp__sp_encode_fit(const lp__sp_t *t, const char *text, size_t len, size_t max, int left,
                                   int32_t *ids, size_t cap) {
+  if (t->fast) return lp__spm_encode_fit(t->fast, text, len, max, left, ids, cap);
   try {
     std::vector<int> v;
     auto st = t->raw().Encode(std::string_view(text, len), &v);

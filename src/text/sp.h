@@ -11,7 +11,12 @@ extern "C" {
 
 typedef struct lp__sp_s lp__sp_t;
 
-lp__sp_t *lp__sp_load(const char *path, const char *extra_options, char *err, size_t errlen);
+/* native: a Unigram model the native encoder (spm.h) runs is encoded there;
+ * 0 keeps every model on the library. */
+lp__sp_t *lp__sp_load(const char *path, const char *extra_options, int native, char *err, size_t errlen);
+/* "native" or "libsentencepiece", and why not native ("" when it is). */
+const char *lp__sp_engine(const lp__sp_t *t);
+const char *lp__sp_engine_why(const lp__sp_t *t);
 long lp__sp_encode(const lp__sp_t *t, const char *text, size_t len, int32_t *ids, size_t cap);
 long lp__sp_encode_plain(const lp__sp_t *t, const char *text, size_t len, int32_t *ids, size_t cap);
 long lp__sp_encode_fit(const lp__sp_t *t, const char *text, size_t len, size_t max, int left, int32_t *ids,

@@ -40,7 +40,7 @@ lp_tok_t *lp_tok_load_hf(const char *path, char *err, size_t errlen) {
   return t;
 }
 
-lp_tok_t *lp_tok_load(const char *path, const char *extra_options, char *err, size_t errlen) {
+static lp_tok_t *load(const char *path, const char *extra_options, int native, char *err, size_t errlen) {
   if (is_json(path)) {
     if (extra_options && *extra_options) {
       snprintf(err, errlen, "a tokenizer.json takes no encode options (its post-processor adds the special tokens)");
@@ -53,11 +53,24 @@ lp_tok_t *lp_tok_load(const char *path, const char *extra_options, char *err, si
     snprintf(err, errlen, "out of memory");
     return NULL;
   }
-  if (!(t->sp = lp__sp_load(path, extra_options, err, errlen))) {
+  if (!(t->sp = lp__sp_load(path, extra_options, native, err, errlen))) {
     free(t);
     return NULL;
   }
   return t;
+}
+
+lp_tok_t *lp_tok_load(const char *path, const char *extra_options, char *err, size_t errlen) {
+  return load(path, extra_options, 1, err, errlen);
+}
+
+lp_tok_t *lp_tok_load_library(const char *path, const char *extra_options, char *err, size_t errlen) {
+  return load(path, extra_options, 0, err, errlen);
+}
+
+const char *lp_tok_engine(const lp_tok_t *t, const char **why) {
+  if (why) *why = t->sp ? lp__sp_engine_why(t->sp) : "";
+  return t->sp ? lp__sp_engine(t->sp) : "tokenizer.json";
 }
 
 /* A tokenizer.json encoding's ids into ids (cap of them): the count. */

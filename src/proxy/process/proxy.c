@@ -162,6 +162,10 @@ int lp_proxy_init(lp_proxy_t *p, uv_loop_t *loop, const lp_config_t *cfg, int *p
                mc->huggingface[0] ? mc->huggingface : mc->sentencepiece, err);
         return -EINVAL;
       }
+      const char *why = "";
+      const char *engine = lp_tok_engine(p->shared.tok[i], &why);
+      lp_log(LP_LOG_INFO, "tokenizer", "\"model\": \"%s\", \"engine\": \"%s\"%s%s%s", mc->name, engine,
+             why[0] ? ", \"why\": \"" : "", why, why[0] ? "\"" : "");
       /* checked by the configuration's validation: it loads here too */
       if (mc->pair_template[0] &&
           lp_tei_template_load(mc->pair_template, lp_config_piece_id, p->shared.tok[i], &p->shared.pair[i], err, sizeof(err))) {
