@@ -75,7 +75,7 @@ def main():
             def m(port, **kw):
                 return model_cfg(port, tok, **kw)
             # two fronts: answers and /health cross threads as every job and page does
-            cfg = {"log_level": "warn", "max_sequences_per_request": 50, "threads": 2,
+            cfg = {"log_level": "warn", "max_sequences_per_request": 50, "threads": 2, "tokenizer_threads": 3,
                    "models": {
                        "emb": m(pv, outputs="per_segment", embedding={"dimensions": DIMS}),
                        "cls": m(pv, outputs="score", labels=LABELS),
@@ -148,7 +148,7 @@ def run_checks(pl, model):
     check("GET /info?model=cls: every required field, the limits from the configuration",
           st == 200 and all(k in info for k in required) and info["model_id"] == "cls"
           and info["max_input_length"] == LIMIT and info["max_client_batch_size"] == 50
-          and info["max_batch_tokens"] == 4 * 64 and info["tokenization_workers"] >= 1
+          and info["max_batch_tokens"] == 4 * 64 and info["tokenization_workers"] == 3
           and info["model_type"] == {"classifier": {"id2label": {str(i): l for i, l in enumerate(LABELS)},
                                                     "label2id": {l: i for i, l in enumerate(LABELS)}}}, (st, body))
     st, body = get(pl, "/info?model=emb")

@@ -119,12 +119,15 @@ void lp__tei_info(lp_front_t *f, lp_http_req_t *req) {
   put_model_type(b, mc);
   lp_buf_puts(b, ",\"served_model_name\":");
   lp_buf_json_str(b, mc->name, strlen(mc->name));
-  /* text is tokenized on the front threads */
+  /* text is tokenized on the tokenizer workers (tokenizer_threads: a reload
+     that changes it is refused, so the configuration says what runs); none
+     run when no model has a tokenizer */
   lp_buf_printf(b, ",\"max_concurrent_requests\":%zu,\"max_input_length\":%u,\"max_batch_tokens\":%llu,"
                 "\"max_batch_requests\":null,\"max_client_batch_size\":%u,\"auto_truncate\":false,"
                 "\"tokenization_workers\":%u,\"version\":\"%s\",\"sha\":null,\"docker_label\":null}\n",
                 mc->max_queue_requests, lp_bucket_set_max_len(&mc->shapes), (unsigned long long)batch_tokens,
-                f->cfg->max_sequences_per_request, lp_config_threads(f->cfg), LP_VERSION);
+                f->cfg->max_sequences_per_request,
+                f->shared->tokpool ? lp_config_tokenizer_threads(f->cfg) : 0, LP_VERSION);
   if (b->oom) {
     lp__tei_reject(f, req, LP_ROUTE_TEI_INFO, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory", NULL);
     return;
