@@ -210,7 +210,9 @@ static void deliver_error(lp_front_t *f, lp_job_t *job, lp_http_req_t *req, int 
   }
   const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
   if (job->v2) lp__v2_reject_job(f, req, status, code, msg, job);
-  else if (job->openai) lp__openai_reject(f, req, status, hdr, code, msg, NULL, job);
+  else if (job->openai) /* the shapes' refusals are about an input: OpenAI's param names it */
+    lp__openai_reject(f, req, status, hdr, code, msg,
+                      strcmp(code, "sequence_too_long") && strcmp(code, "empty_sequence") ? NULL : "input", job);
   else if (job->tei) lp__tei_reject_job(f, req, job->tei, status, code, msg, job);
   else lp__reject_job(f, req, LP_ROUTE_INFER, status, hdr, code, msg, job->res_extra[0] ? job->res_extra : NULL, job);
 }
