@@ -79,6 +79,7 @@ def main():
                    "models": {
                        "emb": m(pv, outputs="per_segment", embedding={"dimensions": DIMS}),
                        "cls": m(pv, outputs="score", labels=LABELS),
+                       "cls2": m(pv, outputs="score", labels=LABELS[:2]),  # fewer labels than scores
                        "rr": m(ps, outputs="score"),
                        "tok": m(pt, outputs="per_token"),
                        "ids": model_config("4x64", [pv], max_wait_ms=1),
@@ -194,6 +195,9 @@ def run_checks(pl, model):
     st, js = post(pl, "/predict", {"model": "emb", "inputs": text})
     check("/predict on an embedding model: 424 not a classifier",
           tei_error(st, js, 424, "Backend", "not a classifier"), (st, js))
+    st, js = post(pl, "/predict", {"model": "cls2", "inputs": text})
+    check("/predict, %d scores for 2 labels: 424 naming the labels key" % DIMS,
+          tei_error(st, js, 424, "Backend", "one per label", "models.cls2.labels"), (st, js))
     st, js = post(pl, "/predict", {"model": "cls", "inputs": [[a]] * 51})
     check("/predict of 51 inputs: 413", tei_error(st, js, 413, "Validation", "51"), (st, js))
 

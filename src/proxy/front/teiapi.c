@@ -187,7 +187,8 @@ int lp__tei_predict_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
     /* one score (a reranker's), or one per label (a classifier's) */
     long n = lp__seq_vector(f, &job->seqs[i], 1);
     if (n <= 0 || (mc->nlabels && (size_t)n != mc->nlabels)) {
-      rc = n < 0 ? (int)n : -EPROTO;
+      /* -EBADMSG: numbers, but not one per configured label (said apart) */
+      rc = n < 0 ? (int)n : n > 0 ? -EBADMSG : -EPROTO;
       break;
     }
     for (long k = 0; k < n; k++)
