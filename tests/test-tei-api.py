@@ -217,6 +217,11 @@ def run_checks(pl, model):
           st == 200 and [f32(x) for x in js] == [cosine(vs[0], v) for v in vs[1:]], (st, js))
     st, js = post(pl, "/similarity", {"model": "emb", "inputs": {"source_sentence": "x", "sentences": []}})
     check("/similarity with no sentences: 400 Empty", tei_error(st, js, 400, "Empty"), (st, js))
+    long = "the license " * LIMIT
+    for src, sents, field in ((long, ["x"], "`inputs.source_sentence`"), ("x", ["y", long], "`inputs.sentences[1]`")):
+        st, js = post(pl, "/similarity", {"model": "emb", "inputs": {"source_sentence": src, "sentences": sents}})
+        check("/similarity, %s too long: 422 naming it as sent, and the limit" % field,
+              tei_error(st, js, 422, "Tokenizer", field, str(LIMIT)), (st, js))
 
     # /decode: spm_decode's text
     plain = spm_ids(model, [text])[0]
