@@ -168,6 +168,9 @@ def run_checks(pl, model):
     st, body = get(pl, "/info?xmodel=cls")
     check("GET /info?xmodel=cls names no model (not the tail of another parameter): 400",
           tei_error(st, json.loads(body), 400, "Validation", "model"), (st, body))
+    st, body = get(pl, "/info?model=%63l%73")
+    check("GET /info?model=%63l%73: the name percent-decoded (cls), as a model in a path is",
+          st == 200 and json.loads(body)["model_id"] == "cls", (st, body))
     st, body = get(pl, "/info?x=1&model=cls")
     check("GET /info?x=1&model=cls: the model named after another parameter",
           st == 200 and json.loads(body)["model_id"] == "cls", (st, body))

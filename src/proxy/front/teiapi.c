@@ -14,6 +14,7 @@
 #include "lanepack/openai.h"
 #include "lanepack/tei.h"
 #include "lanepack/tokenizer.h"
+#include "lanepack/urlpath.h"
 #include "core/internal.h" /* lp__grow */
 #include "front/front.h"
 
@@ -53,7 +54,10 @@ static const lp_model_config_t *info_model(lp_front_t *f, lp_http_req_t *req) {
   if (at) {
     const char *end = strchr(at, '&');
     size_t n = end ? (size_t)(end - at - 6) : strlen(at + 6);
-    snprintf(name, sizeof(name), "%.*s", (int)(n < sizeof(name) ? n : sizeof(name) - 1), at + 6);
+    /* as the client's library percent-encoded it (a space as %20), as a
+       model in a path is; an undecodable one is looked up as sent */
+    if (lp_urlpath_decode(at + 6, n, name, sizeof(name)) < 0)
+      snprintf(name, sizeof(name), "%.*s", (int)(n < sizeof(name) ? n : sizeof(name) - 1), at + 6);
   }
   for (size_t i = 0; name[0] && i < c->nmodels; i++)
     if (strcmp(c->models[i].name, name) == 0) return &c->models[i];
