@@ -1178,7 +1178,9 @@ static void print_report(const lg_t *lg, const stats_t *s, FILE *f) {
     fprintf(f, "proxy         %llu batches, fill %.4f, %.3f padding tokens per real token\n",
             (unsigned long long)s->batches, s->fill, s->pad_per_real);
     /* the three that judge a packing side by side: waiting, padding, idling */
-    fprintf(f, "summary       p99 %.2f ms, fill %.4f, devices busy ", lp_hdr_quantile(h, 0.99) / 1e3, s->fill);
+    /* no ok answer has no p99 (0.00 would read as a fast run) */
+    if (h->total) fprintf(f, "summary       p99 %.2f ms, fill %.4f, devices busy ", lp_hdr_quantile(h, 0.99) / 1e3, s->fill);
+    else fprintf(f, "summary       p99 - (no ok answer), fill %.4f, devices busy ", s->fill);
     if (s->busy >= 0) fprintf(f, "%.1f%% (the proxy's device clock)\n", 100 * s->busy);
     else fprintf(f, "unknown (no device clock on /metrics)\n");
   }

@@ -3,7 +3,8 @@
 without Content-Length (not chunked) is 411 on every route, and 411, 413 (a
 body over max_body_bytes) and 400 (Content-Length with Transfer-Encoding) come
 in OpenAI's error shape on /v1/embeddings, TEI's on its routes, v2's under
-/v2/ and lanepack's own on /v1/infer. Raw HTTP over sockets.
+/v2/ and lanepack's own on /v1/infer; so does 401 without a bearer token when
+tokens are configured (with WWW-Authenticate). Raw HTTP over sockets.
 Arguments: the lanepack binary."""
 import json
 import os
@@ -54,15 +55,46 @@ def lanepack_shape(st, body, status, code):
 def main():
     lanepack = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
+        def serve(name, cfg, checks):
+            """lanepack with cfg answering checks, then stopped."""
+            proc, port = start_proxy(lanepack, os.path.join(tmp, name + ".json"), cfg, ready="/healthz",
+                                     stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, name + ".log"), "w"))
+            try:
+                checks(port)
+            finally:
+                stop_all([proc])
         # the backend a free port nobody listens on: the routes checked here never reach it
         cfg = {"log_level": "warn", "max_body_bytes": MAX_BODY, "models": {"m": model_config("4x64", [free_port()])}}
-        proc, port = start_proxy(lanepack, os.path.join(tmp, "lp.json"), cfg, ready="/healthz",
-                                 stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "lp.log"), "w"))
-        try:
-            run_checks(port)
-        finally:
-            stop_all([proc])
+        serve("lp", cfg, run_checks)
+        # with bearer tokens: a request without one is 401 in its route's dialect too
+        tokens = os.path.join(tmp, "tokens")
+        with open(tokens, "w") as t:
+            t.write("s3cret\n")
+        serve("auth", dict(cfg, auth_tokens_file=tokens), auth_checks)
     finish()
+
+
+def auth_checks(port):
+    body = b'{"inputs": "x"}'
+    hdrs = b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+
+    def refused(path):
+        st, hd, got = raw(port, b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n" + hdrs + body)
+        return st, got, b"bearer" in hd.get("www-authenticate", b"").lower()
+
+    st, got, challenge = refused("/v1/embeddings")
+    check("/v1/embeddings without a token: 401 in OpenAI's shape, with WWW-Authenticate",
+          openai_shape(st, got, 401, "unauthorized") and challenge, (st, got))
+    for route in TEI_ROUTES + ["/embed_sparse"]:
+        st, got, challenge = refused(route)
+        check("%s without a token: 401 in TEI's shape, with WWW-Authenticate" % route,
+              tei_shape(st, got, 401) and challenge, (st, got))
+    st, got, challenge = refused("/v2/models/m/infer")
+    check("/v2/models/m/infer without a token: 401 in v2's shape, with WWW-Authenticate",
+          v2_shape(st, got, 401, "unauthorized") and challenge, (st, got))
+    st, got, challenge = refused("/v1/infer")
+    check("/v1/infer without a token: 401 in lanepack's shape, with WWW-Authenticate",
+          lanepack_shape(st, got, 401, "unauthorized") and challenge, (st, got))
 
 
 def post(port, path, headers):

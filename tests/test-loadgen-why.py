@@ -12,6 +12,7 @@ Usage: test-loadgen-why.py LANEPACK EMULATOR LOADGEN"""
 import http.client
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -93,6 +94,14 @@ def main():
                       rc == 4 and rep.get("ok") == 0 and rep.get("failed") == REQUESTS and len(by_error) == 1
                       and len(codes) == 1 and by_error[codes[0]] == REQUESTS and "none succeeded" in err,
                       (rc, brief(rep), err[-300:]))
+
+            # the text report of a run with no ok answer gives no p99 of 0.00 (a fast run, read so)
+            r = subprocess.run([loadgen, "--url", "http://127.0.0.1:%d" % port, "--concurrency", "8", "--max-requests",
+                                "50", "--duration", "30s", "--model", "tok", "--lengths", "fixed:20", "--vocab", "100000"],
+                               capture_output=True, text=True, timeout=60)
+            summary = [l for l in r.stdout.splitlines() if l.startswith("summary")]
+            check("no ok answer: the summary line says so, no p99 0.00", summary and "no ok answer" in summary[0]
+                  and "p99 0.00" not in summary[0], (summary, r.stdout[-400:]))
 
             # ---- --min-ok: half the requests are too long for the largest shape ----
             mix = ["--model", "plain", "--vocab", "1000", "--lengths", "0.5*fixed:20+0.5*fixed:300"]

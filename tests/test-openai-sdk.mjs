@@ -86,7 +86,15 @@ try {
     e && { s: e.status, c: e.code, m: e.message });
   e = await apiError({ model: "ids", input: Array.from({ length: 65 }, () => 1) });
   check("too long: BadRequestError (400) naming the limit", e instanceof OpenAI.BadRequestError &&
-    /64/.test(e.message) && e.code === "sequence_too_long", e && { s: e.status, m: e.message });
+    /64/.test(e.message) && e.code === "sequence_too_long" && e.param === "input" && !/input_ids|inputs/.test(e.message),
+    e && { s: e.status, m: e.message, p: e.param });
+  e = await apiError({ model: "ids", input: [[1, 2], Array.from({ length: 65 }, () => 1)] });
+  check("too long, the second of two: 400 naming input[1] (OpenAI's field, param input), the limit",
+    e instanceof OpenAI.BadRequestError && /(^|\s)input\[1\] /.test(e.message) && /64/.test(e.message) &&
+    e.code === "sequence_too_long" && e.param === "input", e && { s: e.status, m: e.message, p: e.param });
+  e = await apiError({ model: "ids", input: "a\u0000b" });
+  check("a text holding U+0000 (valid JSON): 400 naming \\u0000, not 'not valid JSON'", e instanceof OpenAI.BadRequestError &&
+    /\\u0000/.test(e.message) && !/not valid JSON|JSON_ALLOW_NUL/.test(e.message), e && { s: e.status, m: e.message });
   e = await apiError({ model: "ids", input: "text" });
   check("text to a model without a tokenizer: 400 naming the key", e instanceof OpenAI.BadRequestError &&
     /tokenizer/.test(e.message) && e.param === "input", e && { s: e.status, m: e.message });

@@ -75,10 +75,11 @@ def main():
             def m(port, **kw):
                 return model_cfg(port, tok, **kw)
             # two fronts: answers and /health cross threads as every job and page does
-            cfg = {"log_level": "warn", "max_sequences_per_request": 50, "threads": 2,
+            cfg = {"log_level": "warn", "max_sequences_per_request": 50, "threads": 2, "tokenizer_threads": 3,
                    "models": {
                        "emb": m(pv, outputs="per_segment", embedding={"dimensions": DIMS}),
                        "cls": m(pv, outputs="score", labels=LABELS),
+                       "cls2": m(pv, outputs="score", labels=LABELS[:2]),  # fewer labels than scores
                        "rr": m(ps, outputs="score"),
                        "tok": m(pt, outputs="per_token"),
                        "ids": model_config("4x64", [pv], max_wait_ms=1),
@@ -130,6 +131,13 @@ def run_checks(pl, model):
     st, js = post(pl, "/embed", {"model": "emb", "inputs": [5, 6], "dimensions": 2})
     check("/embed dimensions 2, normalized: unit length of the first 2",
           st == 200 and [[f32(x) for x in js[0]]] == [normalized(emu_vector([5, 6], DIMS)[:2])], (st, js))
+    # a \u0000 is valid JSON (TEI's serde takes it): refused as a value lanepack
+    # does not take, not as a body that is not JSON, short text or long
+    for nul_text in ("a\u0000b", "\u0000" + "the license " * 20000):
+        st, js = post(pl, "/embed", {"model": "emb", "inputs": [nul_text]})
+        check("/embed of a text holding U+0000 (%d bytes): 422 Validation naming \\u0000" % len(nul_text),
+              tei_error(st, js, 422, "Validation", "\\u0000") and "not valid JSON" not in js["error"]
+              and "JSON_ALLOW_NUL" not in js["error"], (st, str(js)[:200]))
     st, js = post(pl, "/embed", {"model": "emb", "inputs": "x", "dimensions": DIMS + 1})
     check("/embed dimensions over the model's: 422 Validation", tei_error(st, js, 422, "Validation", "dimensions"),
           (st, js))
@@ -148,7 +156,7 @@ def run_checks(pl, model):
     check("GET /info?model=cls: every required field, the limits from the configuration",
           st == 200 and all(k in info for k in required) and info["model_id"] == "cls"
           and info["max_input_length"] == LIMIT and info["max_client_batch_size"] == 50
-          and info["max_batch_tokens"] == 4 * 64 and info["tokenization_workers"] >= 1
+          and info["max_batch_tokens"] == 4 * 64 and info["tokenization_workers"] == 3
           and info["model_type"] == {"classifier": {"id2label": {str(i): l for i, l in enumerate(LABELS)},
                                                     "label2id": {l: i for i, l in enumerate(LABELS)}}}, (st, body))
     st, body = get(pl, "/info?model=emb")
@@ -160,6 +168,9 @@ def run_checks(pl, model):
     st, body = get(pl, "/info?xmodel=cls")
     check("GET /info?xmodel=cls names no model (not the tail of another parameter): 400",
           tei_error(st, json.loads(body), 400, "Validation", "model"), (st, body))
+    st, body = get(pl, "/info?model=%63l%73")
+    check("GET /info?model=%63l%73: the name percent-decoded (cls), as a model in a path is",
+          st == 200 and json.loads(body)["model_id"] == "cls", (st, body))
     st, body = get(pl, "/info?x=1&model=cls")
     check("GET /info?x=1&model=cls: the model named after another parameter",
           st == 200 and json.loads(body)["model_id"] == "cls", (st, body))
@@ -187,6 +198,9 @@ def run_checks(pl, model):
     st, js = post(pl, "/predict", {"model": "emb", "inputs": text})
     check("/predict on an embedding model: 424 not a classifier",
           tei_error(st, js, 424, "Backend", "not a classifier"), (st, js))
+    st, js = post(pl, "/predict", {"model": "cls2", "inputs": text})
+    check("/predict, %d scores for 2 labels: 424 naming the labels key" % DIMS,
+          tei_error(st, js, 424, "Backend", "one per label", "models.cls2.labels"), (st, js))
     st, js = post(pl, "/predict", {"model": "cls", "inputs": [[a]] * 51})
     check("/predict of 51 inputs: 413", tei_error(st, js, 413, "Validation", "51"), (st, js))
 
@@ -206,6 +220,11 @@ def run_checks(pl, model):
           st == 200 and [f32(x) for x in js] == [cosine(vs[0], v) for v in vs[1:]], (st, js))
     st, js = post(pl, "/similarity", {"model": "emb", "inputs": {"source_sentence": "x", "sentences": []}})
     check("/similarity with no sentences: 400 Empty", tei_error(st, js, 400, "Empty"), (st, js))
+    long = "the license " * LIMIT
+    for src, sents, field in ((long, ["x"], "`inputs.source_sentence`"), ("x", ["y", long], "`inputs.sentences[1]`")):
+        st, js = post(pl, "/similarity", {"model": "emb", "inputs": {"source_sentence": src, "sentences": sents}})
+        check("/similarity, %s too long: 422 naming it as sent, and the limit" % field,
+              tei_error(st, js, 422, "Tokenizer", field, str(LIMIT)), (st, js))
 
     # /decode: spm_decode's text
     plain = spm_ids(model, [text])[0]

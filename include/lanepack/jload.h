@@ -28,6 +28,11 @@ json_t *lp_jload_inplace(char *body, size_t len, size_t flags, json_error_t *je)
  * string. */
 const char *lp_jload_str(const json_t *v, size_t *len);
 
+/* What a route answers for a body jansson refuses for a \u0000 in a string
+ * (json_error_null_character): valid JSON, whose NUL characters lanepack
+ * does not take in text (its tokenizers read C strings). */
+#define LP_JLOAD_NUL_MSG "a string holds \\u0000 (U+0000): text with NUL characters is not taken"
+
 /* The least length of a string decoded apart (and of a body scanned for
  * them); tests and fuzzers set 1 to reach the scan with short inputs. */
 size_t lp_jload_min(void);

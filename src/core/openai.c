@@ -56,6 +56,8 @@ static int parse(const char *body, char *own, size_t len, lp_openai_req_t *r, ch
   if (!root && json_error_code(&je) == json_error_out_of_memory) return -ENOMEM; /* not the client's fault */
   if (!root) {
     char msg[256];
+    if (json_error_code(&je) == json_error_null_character) /* valid JSON, a value not taken */
+      return bad(r, NULL, err, errlen, LP_JLOAD_NUL_MSG);
     snprintf(msg, sizeof(msg), "the body is not valid JSON: %s", je.text);
     return bad(r, NULL, err, errlen, msg);
   }

@@ -215,6 +215,10 @@ static int parse(int route, const char *body, char *own, size_t len, size_t max_
     bad(status, type, 503, LP_TEI_UNHEALTHY, err, errlen, "%s", "proxy out of memory");
     return -ENOMEM;
   }
+  /* a \u0000 is valid JSON that lanepack does not take (its texts are C
+     strings to the tokenizers): said so, as a value refused, not as bad JSON */
+  if (!root && json_error_code(&je) == json_error_null_character)
+    return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "%s", LP_JLOAD_NUL_MSG);
   if (!root) return bad(status, type, 400, LP_TEI_VALIDATION, err, errlen, "the body is not valid JSON: %s", je.text);
   r->root = root;
   if (!json_is_object(root))

@@ -193,6 +193,15 @@ static const char *wrong_kind(lp_front_t *f, const lp_job_t *job, char *why, siz
   return why;
 }
 
+/* Why a classifier's scores cannot be labelled (lp__tei_predict_body's
+ * -EBADMSG): the backend gave another count than the model's labels. */
+static const char *wrong_labels(lp_front_t *f, const lp_job_t *job, char *why, size_t len) {
+  const lp_model_config_t *mc = &f->cfg->models[job->model - f->shared->models]; /* the front's own */
+  snprintf(why, len, "the backend's scores are not one per label: the model has %zu (models.%s.labels)",
+           mc->nlabels, mc->name);
+  return why;
+}
+
 /* job's error (or its success that failed to be written: rc) answered to req. */
 static void deliver_error(lp_front_t *f, lp_job_t *job, lp_http_req_t *req, int rc) {
   char why[320];
@@ -204,13 +213,16 @@ static void deliver_error(lp_front_t *f, lp_job_t *job, lp_http_req_t *req, int 
     code = rc == -ENOMEM ? "out_of_memory" : "bad_backend_answer";
     msg = rc == -ENOMEM ? "proxy out of memory"
           : rc == -ENOTSUP ? wrong_kind(f, job, why, sizeof(why))
+          : rc == -EBADMSG ? wrong_labels(f, job, why, sizeof(why))
           : rc == -EPROTO && (job->openai || job->tei) ? "the backend's outputs are not vectors of numbers: use /v1/infer for this model"
           : rc == -EPROTO ? "the backend's outputs are not numbers: use /v1/infer for this model"
                           : "the backends answered this request's sequences in different datatypes or shapes";
   }
   const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
   if (job->v2) lp__v2_reject_job(f, req, status, code, msg, job);
-  else if (job->openai) lp__openai_reject(f, req, status, hdr, code, msg, NULL, job);
+  else if (job->openai) /* the shapes' refusals are about an input: OpenAI's param names it */
+    lp__openai_reject(f, req, status, hdr, code, msg,
+                      strcmp(code, "sequence_too_long") && strcmp(code, "empty_sequence") ? NULL : "input", job);
   else if (job->tei) lp__tei_reject_job(f, req, job->tei, status, code, msg, job);
   else lp__reject_job(f, req, LP_ROUTE_INFER, status, hdr, code, msg, job->res_extra[0] ? job->res_extra : NULL, job);
 }

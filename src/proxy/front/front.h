@@ -16,6 +16,9 @@
 #include "lanepack/metrics.h"
 #include "lanepack/tei.h"
 
+/* The challenge a 401 carries (RFC 9110 11.6.1), in every route's dialect. */
+#define LP__AUTH_CHALLENGE "WWW-Authenticate: Bearer\r\n"
+
 #define LP_STATUS_SLOTS 22
 
 /* Where an embeddings answer being written stands: the next input to write

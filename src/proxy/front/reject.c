@@ -66,7 +66,7 @@ void lp__v2_reject_job(lp_front_t *p, lp_http_req_t *req, int status, const char
   lp_proxy_count(p, LP_ROUTE_V2_INFER, status);
   lp__count_rejection(p, code);
   lp__access_log_refused(p, req, status, code, job);
-  const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
+  const char *hdr = status == 401 ? LP__AUTH_CHALLENGE : status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
   lp_http_respond(req, status, hdr, "application/json", b.data, b.len);
   lp_buf_free(&b);
 }
@@ -94,7 +94,7 @@ void lp__tei_reject(lp_front_t *f, lp_http_req_t *req, int route, int status, co
   lp_proxy_count(f, route, status);
   lp__count_rejection(f, code);
   lp__access_log_refused(f, req, status, code, job);
-  const char *hdr = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
+  const char *hdr = status == 401 ? LP__AUTH_CHALLENGE : status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
   lp_http_respond(req, status, hdr, "application/json", b->data, b->len);
 }
 

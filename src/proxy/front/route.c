@@ -150,8 +150,11 @@ static void route(lp_front_t *f, lp_http_req_t *req, int on_admin) {
   int client_route = strncmp(req->url, "/v1/", 4) == 0 || strncmp(req->url, "/v2/models", 10) == 0 ||
                      path_is(req, "/v2") || (is_admin_route(req) && !path_is(req, "/")) || tei;
   if (!on_admin && !probe && client_route && !authorized(f, req)) {
-    lp_proxy_reject(f, req, LP_ROUTE_OTHER, 401, "WWW-Authenticate: Bearer\r\n", "unauthorized",
-                    "a valid 'Authorization: Bearer TOKEN' header is required", NULL);
+    /* in the route's dialect, as the HTTP layer's refusals: an OpenAI or TEI
+       client reads its own error shape */
+    static const char why[] = "a valid 'Authorization: Bearer TOKEN' header is required";
+    if (!reject_in_dialect(f, req, 401, LP__AUTH_CHALLENGE, "unauthorized", why))
+      lp_proxy_reject(f, req, LP_ROUTE_OTHER, 401, LP__AUTH_CHALLENGE, "unauthorized", why, NULL);
     return;
   }
   if (!on_admin && req->method == LP_HTTP_POST && !req->has_body_length &&

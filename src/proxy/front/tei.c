@@ -279,9 +279,19 @@ typedef struct unit_map_s {
  * workers tokenized them (tj's units, cut when the request says so), a
  * /predict pair laid out by the model's pair template (tpl): 0 or negative
  * with e set. */
+/* Input i of r as the client named it: /similarity's are the source sentence
+ * and then its sentences, every other route's inputs[i]. In buf (len). */
+static const char *input_name(const lp_tei_req_t *r, size_t i, char *buf, size_t len) {
+  if (r->route == LP_TEI_SIMILARITY && i == 0) snprintf(buf, len, "inputs.source_sentence");
+  else if (r->route == LP_TEI_SIMILARITY) snprintf(buf, len, "inputs.sentences[%zu]", i - 1);
+  else snprintf(buf, len, "inputs[%zu]", i);
+  return buf;
+}
+
 static int embed_ids(lp_front_t *f, const lp_tokjob_t *tj, const unit_map_t *um, const lp_tei_template_t *tpl,
                      const lp_tei_req_t *r, uint32_t limit, uint32_t *lens, size_t *ntok, seq_err_t *e) {
   size_t n = 0;
+  char name[48];
   for (size_t i = 0; i < r->ntexts; i++) {
     const lp_tei_text_t *in = &r->texts[i];
     long k;
@@ -294,12 +304,12 @@ static int embed_ids(lp_front_t *f, const lp_tokjob_t *tj, const unit_map_t *um,
       const lp_tokunit_t *a = &tj->units[um->unit[i]], *b = &tj->units[um->second[i]];
       if (a->n == -ENOMEM || b->n == -ENOMEM) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
       if (a->n == -E2BIG || b->n == -E2BIG) {
-        snprintf(e->msg, sizeof(e->msg), "Input validation error: `inputs[%zu]` must have at most %u tokens (or set "
-                 "\"truncate\": true)", i, limit);
+        snprintf(e->msg, sizeof(e->msg), "Input validation error: `%s` must have at most %u tokens (or set "
+                 "\"truncate\": true)", input_name(r, i, name, sizeof(name)), limit);
         return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
       }
       if (a->n < 0 || b->n < 0) {
-        snprintf(e->msg, sizeof(e->msg), "the tokenizer refused `inputs[%zu]`", i);
+        snprintf(e->msg, sizeof(e->msg), "the tokenizer refused `%s`", input_name(r, i, name, sizeof(name)));
         return seq_fail(e, -EINVAL, 422, LP_TEI_TOKENIZER, "tokenizer_refused");
       }
       size_t whole = (size_t)a->n + (size_t)b->n + tpl->nparts - 2; /* every part but $A and $B is one piece */
@@ -308,17 +318,17 @@ static int embed_ids(lp_front_t *f, const lp_tokjob_t *tj, const unit_map_t *um,
       k = lp_tei_pair(tpl, a->ids, (size_t)a->n, b->ids, (size_t)b->n, r->truncate ? limit : 0, r->left, f->enc + n,
                       f->enc_cap - n);
       if (k == -E2BIG) {
-        snprintf(e->msg, sizeof(e->msg), "the first text of `inputs[%zu]` with the template's pieces leaves the "
-                 "second no room within the model's %u tokens", i, limit);
+        snprintf(e->msg, sizeof(e->msg), "the first text of `%s` with the template's pieces leaves the "
+                 "second no room within the model's %u tokens", input_name(r, i, name, sizeof(name)), limit);
         return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
       }
       if (k > (long)limit) {
-        snprintf(e->msg, sizeof(e->msg), "Input validation error: `inputs[%zu]` must have at most %u tokens. Given: "
-                 "%ld (or set \"truncate\": true)", i, limit, k);
+        snprintf(e->msg, sizeof(e->msg), "Input validation error: `%s` must have at most %u tokens. Given: "
+                 "%ld (or set \"truncate\": true)", input_name(r, i, name, sizeof(name)), limit, k);
         return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
       }
       if (k < 0) {
-        snprintf(e->msg, sizeof(e->msg), "the tokenizer refused `inputs[%zu]`", i);
+        snprintf(e->msg, sizeof(e->msg), "the tokenizer refused `%s`", input_name(r, i, name, sizeof(name)));
         return seq_fail(e, -EINVAL, 422, LP_TEI_TOKENIZER, "tokenizer_refused");
       }
     } else {
@@ -330,13 +340,13 @@ static int embed_ids(lp_front_t *f, const lp_tokjob_t *tj, const unit_map_t *um,
       }
       if (k == -ENOMEM) return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
       if (k < 0 && k != -E2BIG) {
-        snprintf(e->msg, sizeof(e->msg), "the tokenizer refused `inputs[%zu]`", i);
+        snprintf(e->msg, sizeof(e->msg), "the tokenizer refused `%s`", input_name(r, i, name, sizeof(name)));
         return seq_fail(e, -EINVAL, 422, LP_TEI_TOKENIZER, "tokenizer_refused");
       }
       if (k == -E2BIG || (size_t)k > limit) {
         snprintf(e->msg, sizeof(e->msg),
-                 "Input validation error: `inputs[%zu]` must have at most %u tokens. Given: %s%ld (or set "
-                 "\"truncate\": true)", i, limit, k < 0 && u->over_prefix ? "at least " : "", k < 0 ? u->over : k);
+                 "Input validation error: `%s` must have at most %u tokens. Given: %s%ld (or set "
+                 "\"truncate\": true)", input_name(r, i, name, sizeof(name)), limit, k < 0 && u->over_prefix ? "at least " : "", k < 0 ? u->over : k);
         return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
       }
       if (lp__grow((void **)&f->enc, &f->enc_cap, n + (size_t)k + 1, sizeof(*f->enc)))
@@ -344,12 +354,12 @@ static int embed_ids(lp_front_t *f, const lp_tokjob_t *tj, const unit_map_t *um,
       memcpy(f->enc + n, u->ids, (size_t)k * sizeof(*f->enc));
     }
     if (k > (long)limit) {
-      snprintf(e->msg, sizeof(e->msg), "Input validation error: `inputs[%zu]` must have at most %u tokens. Given: "
-               "%ld (or set \"truncate\": true)", i, limit, k);
+      snprintf(e->msg, sizeof(e->msg), "Input validation error: `%s` must have at most %u tokens. Given: "
+               "%ld (or set \"truncate\": true)", input_name(r, i, name, sizeof(name)), limit, k);
       return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
     }
     if (k == 0) {
-      snprintf(e->msg, sizeof(e->msg), "`inputs[%zu]` has no tokens once tokenized", i);
+      snprintf(e->msg, sizeof(e->msg), "`%s` has no tokens once tokenized", input_name(r, i, name, sizeof(name)));
       return seq_fail(e, -ENODATA, 400, LP_TEI_EMPTY, "empty_sequence");
     }
     lens[i] = (uint32_t)k;

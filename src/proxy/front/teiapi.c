@@ -14,6 +14,7 @@
 #include "lanepack/openai.h"
 #include "lanepack/tei.h"
 #include "lanepack/tokenizer.h"
+#include "lanepack/urlpath.h"
 #include "core/internal.h" /* lp__grow */
 #include "front/front.h"
 
@@ -53,7 +54,10 @@ static const lp_model_config_t *info_model(lp_front_t *f, lp_http_req_t *req) {
   if (at) {
     const char *end = strchr(at, '&');
     size_t n = end ? (size_t)(end - at - 6) : strlen(at + 6);
-    snprintf(name, sizeof(name), "%.*s", (int)(n < sizeof(name) ? n : sizeof(name) - 1), at + 6);
+    /* as the client's library percent-encoded it (a space as %20), as a
+       model in a path is; an undecodable one is looked up as sent */
+    if (lp_urlpath_decode(at + 6, n, name, sizeof(name)) < 0)
+      snprintf(name, sizeof(name), "%.*s", (int)(n < sizeof(name) ? n : sizeof(name) - 1), at + 6);
   }
   for (size_t i = 0; name[0] && i < c->nmodels; i++)
     if (strcmp(c->models[i].name, name) == 0) return &c->models[i];
@@ -119,12 +123,15 @@ void lp__tei_info(lp_front_t *f, lp_http_req_t *req) {
   put_model_type(b, mc);
   lp_buf_puts(b, ",\"served_model_name\":");
   lp_buf_json_str(b, mc->name, strlen(mc->name));
-  /* text is tokenized on the front threads */
+  /* text is tokenized on the tokenizer workers (tokenizer_threads: a reload
+     that changes it is refused, so the configuration says what runs); none
+     run when no model has a tokenizer */
   lp_buf_printf(b, ",\"max_concurrent_requests\":%zu,\"max_input_length\":%u,\"max_batch_tokens\":%llu,"
                 "\"max_batch_requests\":null,\"max_client_batch_size\":%u,\"auto_truncate\":false,"
                 "\"tokenization_workers\":%u,\"version\":\"%s\",\"sha\":null,\"docker_label\":null}\n",
                 mc->max_queue_requests, lp_bucket_set_max_len(&mc->shapes), (unsigned long long)batch_tokens,
-                f->cfg->max_sequences_per_request, lp_config_threads(f->cfg), LP_VERSION);
+                f->cfg->max_sequences_per_request,
+                f->shared->tokpool ? lp_config_tokenizer_threads(f->cfg) : 0, LP_VERSION);
   if (b->oom) {
     lp__tei_reject(f, req, LP_ROUTE_TEI_INFO, 503, LP_TEI_UNHEALTHY, "out_of_memory", "proxy out of memory", NULL);
     return;
@@ -184,7 +191,8 @@ int lp__tei_predict_body(lp_front_t *f, lp_buf_t *out, const lp_job_t *job) {
     /* one score (a reranker's), or one per label (a classifier's) */
     long n = lp__seq_vector(f, &job->seqs[i], 1);
     if (n <= 0 || (mc->nlabels && (size_t)n != mc->nlabels)) {
-      rc = n < 0 ? (int)n : -EPROTO;
+      /* -EBADMSG: numbers, but not one per configured label (said apart) */
+      rc = n < 0 ? (int)n : n > 0 ? -EBADMSG : -EPROTO;
       break;
     }
     for (long k = 0; k < n; k++)

@@ -228,7 +228,8 @@ struct lp_job_s {
   char traceparent[LP_TRACEPARENT_SIZE]; /* its span's traceparent, passed on in batches */
   char *tracestate;       /* the client's tracestate (cleaned), NULL when none; owned */
   /* the client's protocol, the front's (set as it parses, read as it answers),
-   * multi and v2 read by the scheduler too; none of v2, openai, tei: lanepack's
+   * multi, v2 and openai read by the scheduler too (to name a field as the route
+   * does); none of v2, openai, tei: lanepack's
    * own /v1/infer */
   int multi;              /* "inputs" form: answers "outputs" */
   int v2;                 /* an Open Inference Protocol client: answered as a tensor */

@@ -35,7 +35,9 @@ static void sched_admit(lp_proxy_t *p, lp_job_t *job) {
   (void)p;
   lp_perr_t e = {0};
   /* the shapes are the scheduler's: checked here, answered as the front would */
-  if (lp__job_check_shapes(job, job->v2 ? "input_ids" : job->multi ? "inputs" : "input_ids", &e)) {
+  /* named as the route's request names the field: OpenAI's is input */
+  const char *field = job->v2 ? "input_ids" : job->openai ? "input" : job->multi ? "inputs" : "input_ids";
+  if (lp__job_check_shapes(job, field, &e)) {
     job->answered = 1;
     job->res_status = e.status;
     snprintf(job->res_code, sizeof(job->res_code), "%s", e.code);
