@@ -2,9 +2,12 @@
 """Text in nobody's way (issue 35), figures: a light token-id load's p99 when
 quiet, beside 2 keep-alive connections posting 1 MiB texts to /embed with
 "truncate": true, and beside one connection posting requests of 2,048 short
-texts, with threads 1, 2 and 4; and the time of a 4 MiB text with truncate
-against a 512-token text. With --before BINARY (a lanepack built before the
-tokenizer workers) the same for it, side by side. One line per figure.
+texts, with threads 1, 2 and 4 (the posters in processes of their own, so
+that the light load's figures are not Python's; beside them the proxy's own
+p99 for it and how long its fronts waited for a core); and the time of a
+4 MiB text with truncate against a 512-token text. With --before BINARY (a
+lanepack built before the tokenizer workers) the same for it, side by side.
+One line per figure.
 With --long ROUNDS only the second figure, for every build (--also NAME=BINARY
 adds more), their proxies up at once and timed in turn, a 4 MiB and a 512-token
 request from each build in every round (so a machine shared with other work
@@ -16,6 +19,7 @@ receives it (405): medians of the rounds.
 import argparse
 import http.client
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -34,10 +38,12 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(len(xs) * q))] * 1e3 if xs else float("nan")
 
 
-def light(port, seconds, out, queue):
+def light(port, seconds, out, queue, total):
     """Token-id requests every 20 ms on one keep-alive connection: the time
     at the client into out, the proxy's own wait in its scheduler's queue
-    (the answer's timing_ms.queue) into queue, both in seconds."""
+    and its own time from the request read to its answer written (the
+    answer's timing_ms.queue and .total) into queue and total, all in
+    seconds."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     body = json.dumps({"input_ids": [5, 6, 7, 8, 9, 10, 11, 12]})
     end = time.time() + seconds
@@ -48,41 +54,75 @@ def light(port, seconds, out, queue):
         answer = r.read()
         if r.status == 200:
             out.append(time.perf_counter() - t0)
-            queue.append(json.loads(answer)["timing_ms"]["queue"] / 1e3)
+            timing = json.loads(answer)["timing_ms"]
+            queue.append(timing["queue"] / 1e3)
+            total.append(timing["total"] / 1e3)
         time.sleep(max(0, 0.02 - (time.perf_counter() - t0)))
     c.close()
 
 
 def poster(port, path, body, stop, count):
+    """Posts body until stop is set, counting the answers. Run in a process
+    of its own: as a thread beside the light load's it held the GIL (reading
+    a 2,048-vector answer, up to the interpreter's 5 ms switch interval) while
+    a light answer waited to be read, which the light load's p99 counted as
+    the proxy's (its time at the client less the proxy's own was 1.5-2.8 ms
+    at p99 quiet, 4.9-7.4 ms beside the 2,048 texts)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     while not stop.is_set():
         c.request("POST", path, body, {"Content-Type": "application/json"})
         r = c.getresponse()
         r.read()
-        count.append(r.status)
+        with count.get_lock():
+            count.value += 1
     c.close()
 
 
-def measure(port, seconds, busy_body=None, nbusy=0):
+def fronts_waited(pid):
+    """Nanoseconds the proxy's front threads (lp-front-N) have waited for a
+    core so far, and have run (schedstat's second and first fields)."""
+    waited = ran = 0
+    for t in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, t)) as f:
+                if not f.read().startswith("lp-front-"):
+                    continue
+            with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
+                fields = f.read().split()
+            ran += int(fields[0])
+            waited += int(fields[1])
+        except OSError:
+            pass  # a thread that ended
+    return waited, ran
+
+
+def measure(port, seconds, busy_body=None, nbusy=0, pid=None):
     """p50 and p99 (ms) of the light load on 2 connections, beside nbusy
-    posters; the posts' statuses; the p99 of its wait in the scheduler's queue."""
-    stop, count, lat, queue = threading.Event(), [], [], []
-    ps = [threading.Thread(target=poster, args=(port, "/embed", busy_body, stop, count)) for _ in range(nbusy)]
+    posters (each a process); the posts answered; the p99 of its wait in the
+    scheduler's queue; the p99 of the proxy's own time for it; the fronts'
+    time waiting for a core and running meanwhile (ms a second: on a shared
+    machine a front that is woken waits for a core, whatever it holds)."""
+    mp = multiprocessing.get_context("fork")
+    stop, count, lat, queue, total = mp.Event(), mp.Value("l", 0), [], [], []
+    ps = [mp.Process(target=poster, args=(port, "/embed", busy_body, stop, count)) for _ in range(nbusy)]
     for p in ps:
         p.start()
     if nbusy:
         end = time.time() + 30
-        while not count and time.time() < end:
+        while not count.value and time.time() < end:
             time.sleep(0.01)
-    ls = [threading.Thread(target=light, args=(port, seconds, lat, queue)) for _ in range(2)]
+    ls = [threading.Thread(target=light, args=(port, seconds, lat, queue, total)) for _ in range(2)]
+    w0, r0, t0 = fronts_waited(pid) + (time.perf_counter(),) if pid else (0, 0, 0)
     for t in ls:
         t.start()
     for t in ls:
         t.join()
+    w1, r1, t1 = fronts_waited(pid) + (time.perf_counter(),) if pid else (0, 0, 1)
     stop.set()
     for p in ps:
         p.join()
-    return pct(lat, 0.5), pct(lat, 0.99), len(lat), count, pct(queue, 0.99)
+    return (pct(lat, 0.5), pct(lat, 0.99), len(lat), count.value, pct(queue, 0.99), pct(total, 0.99),
+            (w1 - w0) / 1e6 / (t1 - t0), (r1 - r0) / 1e6 / (t1 - t0))
 
 
 def timed(port, body, n=5):
@@ -127,13 +167,16 @@ def run(name, proxy, emulator, model, threads, seconds, texts, tmp):
     procs = []
     try:
         pl = start(name, proxy, emulator, model, threads, tmp, procs)
-        q = measure(pl, seconds)
-        b = measure(pl, seconds, texts["1mib"], 2)
-        m = measure(pl, seconds, texts["2048"], 1)
+        pid = procs[-1].pid
+        q = measure(pl, seconds, pid=pid)
+        b = measure(pl, seconds, texts["1mib"], 2, pid)
+        m = measure(pl, seconds, texts["2048"], 1, pid)
         print("%-6s threads %d: light p50/p99 quiet %.1f/%.1f ms | beside 2 x 1 MiB truncate %.1f/%.1f ms "
               "(%d posts) | beside 2,048 texts %.1f/%.1f ms (%d posts) | p99 in the scheduler's queue %.1f, "
-              "%.1f, %.1f ms" % (name, threads, q[0], q[1], b[0], b[1], len(b[3]), m[0], m[1], len(m[3]), q[4], b[4],
-                                 m[4]), flush=True)
+              "%.1f, %.1f ms | p99 in the proxy (timing_ms.total) %.1f, %.1f, %.1f ms | the fronts waited for a "
+              "core %.0f, %.0f, %.0f ms/s (ran %.0f, %.0f, %.0f) | load %s"
+              % (name, threads, q[0], q[1], b[0], b[1], b[3], m[0], m[1], m[3], q[4], b[4], m[4], q[5], b[5], m[5],
+                 q[6], b[6], m[6], q[7], b[7], m[7], open("/proc/loadavg").read().split()[0]), flush=True)
         if threads == 1:
             t4, s4 = timed(pl, texts["4mib"])
             t512, s512 = timed(pl, texts["512"])
