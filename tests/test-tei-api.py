@@ -191,6 +191,19 @@ def run_checks(pl, model):
     st, js = post(pl, "/predict", {"model": "cls", "inputs": [[text], [a, b]], "raw_scores": True})
     check("/predict of a batch [[text], [a, b]]: a list per input",
           st == 200 and js == [predictions(raw, LABELS), predictions(emu_vector(pair, DIMS), LABELS)], (st, js))
+    # TEI's PredictInput: a list starting with a string is one sequence ([a] a
+    # text, [a, b] a pair), never a batch: a third string is 422 invalid length 3
+    st, js = post(pl, "/predict", {"model": "cls", "inputs": [text], "raw_scores": True})
+    check("/predict of [text]: one text, answered as one (not a list of one)",
+          st == 200 and js == predictions(raw, LABELS), (st, js))
+    st, js = post(pl, "/predict", {"model": "cls", "inputs": [a, b, text]})
+    check("/predict of [a, b, c]: 422, TEI's invalid length 3 (not a batch of three)",
+          tei_error(st, js, 422, "Validation", "inputs: invalid length 3, expected a string, a pair of strings"),
+          (st, js))
+    for bad in ([a, [b]], [[a], b], []):
+        st, js = post(pl, "/predict", {"model": "cls", "inputs": bad})
+        check("/predict of %s: 422 as TEI" % json.dumps(bad)[:40], tei_error(st, js, 422, "Validation", "inputs"),
+              (st, js))
     st, js = post(pl, "/predict", {"model": "rr", "inputs": [a, b]})
     check("/predict on a cross-encoder (one score): its sigmoid, LABEL_0",
           st == 200 and [dict(p, score=f32(p["score"])) for p in js]

@@ -12,15 +12,18 @@
 #include "jfail.h"
 #include "testutil.h"
 
+/* as the front's (tei.c's tei_ctx_t): TEI's own refusals are long */
+#define ERR_LEN 256
+
 static int parse(int route, const char *body, lp_tei_req_t *r, int *status, const char **type, char *err) {
-  return lp_tei_parse(route, body, strlen(body), 3, r, status, type, err, 200);
+  return lp_tei_parse(route, body, strlen(body), 3, r, status, type, err, ERR_LEN);
 }
 
 START_TEST(requests_and_defaults) {
   lp_tei_req_t r;
   int st = 0;
   const char *ty = NULL;
-  char err[200];
+  char err[ERR_LEN];
   ck_assert_int_eq(parse(LP_TEI_EMBED, "{\"inputs\": \"hello\"}", &r, &st, &ty, err), 0);
   ck_assert_uint_eq(r.ntexts, 1);
   ck_assert_uint_eq(r.texts[0].len, 5);
@@ -75,6 +78,12 @@ START_TEST(requests_and_defaults) {
   ck_assert_int_eq(r.texts[0].pair, 1);
   ck_assert_uint_eq(r.texts[0].blen, 2);
   lp_tei_req_free(&r);
+  ck_assert_int_eq(parse(LP_TEI_PREDICT, "{\"inputs\": [\"abc\"]}", &r, &st, &ty, err), 0); /* TEI: one text */
+  ck_assert_int_eq(r.single, 1);
+  ck_assert_uint_eq(r.ntexts, 1);
+  ck_assert_int_eq(r.texts[0].pair, 0);
+  ck_assert_uint_eq(r.texts[0].len, 3);
+  lp_tei_req_free(&r);
   ck_assert_int_eq(parse(LP_TEI_PREDICT, "{\"inputs\": [[\"a\"], [\"b\", \"c\"]]}", &r, &st, &ty, err), 0);
   ck_assert_int_eq(r.single, 0);
   ck_assert_uint_eq(r.ntexts, 2);
@@ -117,7 +126,15 @@ START_TEST(bad_requests) {
       {LP_TEI_EMBED, "{\"inputs\": [5, -1]}", 422, LP_TEI_VALIDATION, "`inputs`"},
       {LP_TEI_EMBED, "{\"inputs\": [[5], [1.5]]}", 422, LP_TEI_VALIDATION, "`inputs`"},
       {LP_TEI_EMBED, "{\"inputs\": \"a\", \"dimensions\": 0}", 422, LP_TEI_VALIDATION, "`dimensions`"},
-      {LP_TEI_PREDICT, "{\"inputs\": [[\"a\", \"b\", \"c\"]]}", 422, LP_TEI_VALIDATION, "`inputs`"},
+      {LP_TEI_PREDICT, "{\"inputs\": [[\"a\", \"b\", \"c\"]]}", 422, LP_TEI_VALIDATION, "inputs: invalid length 3"},
+      /* TEI's PredictInput: a list starting with a string is one sequence, never a batch */
+      {LP_TEI_PREDICT, "{\"inputs\": [\"a\", \"b\", \"c\"]}", 422, LP_TEI_VALIDATION, "inputs: invalid length 3, expected"},
+      {LP_TEI_PREDICT, "{\"inputs\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", 422, LP_TEI_VALIDATION, "invalid length 3"},
+      {LP_TEI_PREDICT, "{\"inputs\": [\"a\", [\"b\"]]}", 422, LP_TEI_VALIDATION, "`inputs`"},
+      {LP_TEI_PREDICT, "{\"inputs\": [[\"a\"], \"b\"]}", 422, LP_TEI_VALIDATION, "`inputs`"},
+      {LP_TEI_PREDICT, "{\"inputs\": [[\"a\"], []]}", 422, LP_TEI_VALIDATION, "invalid length 0"},
+      {LP_TEI_PREDICT, "{\"inputs\": []}", 422, LP_TEI_VALIDATION, "invalid length 0"},
+      {LP_TEI_PREDICT, "{\"inputs\": [[\"a\"], [\"b\"], [\"c\"], [\"d\"]]}", 413, LP_TEI_VALIDATION, "4 > maximum"},
       {LP_TEI_SIMILARITY, "{\"inputs\": {\"source_sentence\": \"a\"}}", 422, LP_TEI_VALIDATION, "`inputs`"},
       {LP_TEI_SIMILARITY, "{\"inputs\": {\"source_sentence\": \"a\", \"sentences\": []}}", 400, LP_TEI_EMPTY, "`sentences`"},
       {LP_TEI_DECODE, "{\"ids\": [\"a\"]}", 422, LP_TEI_VALIDATION, "`ids`"},
@@ -135,7 +152,7 @@ START_TEST(bad_requests) {
     lp_tei_req_t r;
     int st = 0;
     const char *ty = NULL;
-    char err[200] = "";
+    char err[ERR_LEN] = "";
     int rc = parse(bad[i].route, bad[i].body, &r, &st, &ty, err);
     ck_assert_msg(rc == -EPROTO, "%s: %d", bad[i].body, rc);
     ck_assert_msg(st == bad[i].status, "%s: status %d", bad[i].body, st);
@@ -153,7 +170,7 @@ static int32_t lookup(const void *ud, const char *piece) {
 
 START_TEST(pair_template) {
   lp_tei_template_t t;
-  char err[200];
+  char err[ERR_LEN];
   ck_assert_int_eq(lp_tei_template_load("<s> $A </s></s> $B </s>", lookup, NULL, &t, err, sizeof(err)), 0);
   ck_assert_uint_eq(t.nparts, 6);
   ck_assert_int_eq(t.part[1].slot, 1);
@@ -219,7 +236,7 @@ START_TEST(in_place) {
     lp_tei_req_t r;
     int st = 0;
     const char *ty = NULL;
-    char err[200] = "";
+    char err[ERR_LEN] = "";
     ck_assert_msg(lp_tei_parse_inplace(route, own, sizeof(body) - 1, 3, &r, &st, &ty, err, sizeof(err)) == 0, "%s", err);
     ck_assert_msg(r.left == 1, "route %d", route);
     ck_assert_str_eq(r.model, "m\xc3\xa9");
@@ -244,7 +261,7 @@ static void oom_try(void *ctx, long k) {
   lp_tei_req_t r;
   int st = 0;
   const char *ty = NULL;
-  char err[200] = "";
+  char err[ERR_LEN] = "";
   int rc = lp_tei_parse_inplace(LP_TEI_EMBED, own, jfail_src_len, 3, &r, &st, &ty, err, sizeof(err));
   if (k < 0) ck_assert_msg(rc == 0, "%s", err);
   else ck_assert_msg(rc == -ENOMEM && st == 503 && strcmp(ty, LP_TEI_UNHEALTHY) == 0,
