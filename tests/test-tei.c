@@ -178,15 +178,42 @@ START_TEST(pair_template) {
   ck_assert_int_eq(t.part[4].slot, 2);
   int32_t a[] = {10, 11}, b[] = {20, 21, 22, 23}, out[32];
   int32_t whole[] = {0, 10, 11, 2, 2, 20, 21, 22, 23, 2};
-  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 0, 0, out, 32), 10);
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 0, 0, LP_TEI_ONLY_SECOND, out, 32), 10);
   ck_assert_mem_eq(out, whole, sizeof(whole));
   int32_t right[] = {0, 10, 11, 2, 2, 20, 21, 2}, left[] = {0, 10, 11, 2, 2, 22, 23, 2};
-  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 8, 0, out, 32), 8);
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 8, 0, LP_TEI_ONLY_SECOND, out, 32), 8);
   ck_assert_mem_eq(out, right, sizeof(right));
-  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 8, 1, out, 32), 8);
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 8, 1, LP_TEI_ONLY_SECOND, out, 32), 8);
   ck_assert_mem_eq(out, left, sizeof(left));
-  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 6, 0, out, 32), -E2BIG); /* the query and 4 pieces fill 6 */
-  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 0, 0, out, 9), -ENOSPC);
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 6, 0, LP_TEI_ONLY_SECOND, out, 32), -E2BIG); /* the query and 4 pieces fill 6 */
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 0, 0, LP_TEI_ONLY_SECOND, out, 9), -ENOSPC);
+  /* LongestFirst (TEI's for pairs), as tokenizers' truncate_encodings
+   * cuts within the limit less the template's 4 pieces: {na, nb, max, the
+   * kept counts}; the first text alone over the limit is cut, not refused */
+  static const struct {
+    size_t na, nb, max, ka, kb;
+  } lf[] = {
+      {10, 2, 10, 4, 2}, /* room 6: the shorter whole, the longer what it leaves */
+      {2, 10, 10, 2, 4}, {2, 4, 10, 2, 4}, /* within the limit: whole */
+      {5, 7, 9, 2, 3},   /* both over half of room 5: the shorter floor, the longer ceil */
+      {7, 5, 9, 3, 2},   {4, 4, 9, 2, 3}, /* equal: the first floor */
+      {3, 3, 9, 2, 3},   {9, 1, 4, 0, 0}, /* no room: the template's pieces alone */
+  };
+  for (size_t i = 0; i < sizeof(lf) / sizeof(lf[0]); i++)
+    for (int dir = 0; dir < 2; dir++) {
+      int32_t la[16], lb[16], want[40];
+      for (size_t k = 0; k < 16; k++) la[k] = (int32_t)(100 + k), lb[k] = (int32_t)(200 + k);
+      size_t n = 0;
+      want[n++] = 0;
+      for (size_t k = 0; k < lf[i].ka; k++) want[n++] = la[dir ? lf[i].na - lf[i].ka + k : k];
+      want[n++] = 2, want[n++] = 2;
+      for (size_t k = 0; k < lf[i].kb; k++) want[n++] = lb[dir ? lf[i].nb - lf[i].kb + k : k];
+      want[n++] = 2;
+      long got = lp_tei_pair(&t, la, lf[i].na, lb, lf[i].nb, lf[i].max, dir, LP_TEI_LONGEST_FIRST, out, 32);
+      ck_assert_msg(got == (long)n, "case %zu dir %d: %ld ids, want %zu", i, dir, got, n);
+      ck_assert_mem_eq(out, want, n * sizeof(*want));
+    }
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 3, 0, LP_TEI_LONGEST_FIRST, out, 32), -E2BIG); /* 4 pieces over 3 */
   /* BERT's form with type ids */
   ck_assert_int_eq(lp_tei_template_load("[SEP]:0 $A:0 [SEP]:0 $B:1 [SEP]:1", lookup, NULL, &t, err, sizeof(err)), 0);
   ck_assert_uint_eq(t.nparts, 5);

@@ -410,16 +410,36 @@ int lp_tei_template_load(const char *spec, int32_t (*lookup)(const void *ud, con
   return 0;
 }
 
+/* *p's *n ids cut to keep of them (the end cut, or the start when left). */
+static void keep_ids(const int32_t **p, size_t *n, size_t keep, int left) {
+  if (*n <= keep) return;
+  if (left) *p += *n - keep;
+  *n = keep;
+}
+
 long lp_tei_pair(const lp_tei_template_t *t, const int32_t *a, size_t na, const int32_t *b, size_t nb,
-                 size_t max, int left, int32_t *out, size_t cap) {
-  size_t fixed = na;
-  for (size_t i = 0; i < t->nparts; i++) fixed += t->part[i].slot == 0;
-  if (max && fixed + nb > max) {
-    if (fixed >= max) return -E2BIG;
-    if (left) b += nb - (max - fixed);
-    nb = max - fixed;
+                 size_t max, int left, int strategy, int32_t *out, size_t cap) {
+  size_t pieces = 0;
+  for (size_t i = 0; i < t->nparts; i++) pieces += t->part[i].slot == 0;
+  if (max && pieces + na + nb > max && strategy == LP_TEI_LONGEST_FIRST) {
+    /* tokenizers' truncate_encodings, LongestFirst, within room = the
+     * limit less the template's pieces (as its post_process subtracts them) */
+    if (pieces > max) return -E2BIG;
+    size_t room = max - pieces, s = na <= nb ? na : nb;
+    size_t ks = s, kl = s > room ? s : s > room - s ? s : room - s;
+    if (ks + kl > room) {
+      ks = room / 2;
+      kl = ks + room % 2;
+    }
+    /* the longer keeps kl (when equal, a keeps ks: tokenizers swaps only when a is longer) */
+    int a_longer = na > nb;
+    keep_ids(&a, &na, a_longer ? kl : ks, left);
+    keep_ids(&b, &nb, a_longer ? ks : kl, left);
+  } else if (max && pieces + na + nb > max) {
+    if (pieces + na >= max) return -E2BIG;
+    keep_ids(&b, &nb, max - pieces - na, left);
   }
-  if (fixed + nb > cap) return -ENOSPC;
+  if (pieces + na + nb > cap) return -ENOSPC;
   size_t n = 0;
   for (size_t i = 0; i < t->nparts; i++) {
     int slot = t->part[i].slot;
