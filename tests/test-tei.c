@@ -128,7 +128,8 @@ START_TEST(bad_requests) {
       {LP_TEI_EMBED, "{\"inputs\": \"a\", \"dimensions\": 0}", 422, LP_TEI_VALIDATION, "`dimensions`"},
       {LP_TEI_PREDICT, "{\"inputs\": [[\"a\", \"b\", \"c\"]]}", 422, LP_TEI_VALIDATION, "inputs: invalid length 3"},
       /* TEI's PredictInput: a list starting with a string is one sequence, never a batch */
-      {LP_TEI_PREDICT, "{\"inputs\": [\"a\", \"b\", \"c\"]}", 422, LP_TEI_VALIDATION, "inputs: invalid length 3, expected"},
+      {LP_TEI_PREDICT, "{\"inputs\": [\"a\", \"b\", \"c\"]}", 422, LP_TEI_VALIDATION,
+       "inputs: invalid length 3, expected"},
       {LP_TEI_PREDICT, "{\"inputs\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", 422, LP_TEI_VALIDATION, "invalid length 3"},
       {LP_TEI_PREDICT, "{\"inputs\": [\"a\", [\"b\"]]}", 422, LP_TEI_VALIDATION, "`inputs`"},
       {LP_TEI_PREDICT, "{\"inputs\": [[\"a\"], \"b\"]}", 422, LP_TEI_VALIDATION, "`inputs`"},
@@ -185,7 +186,8 @@ START_TEST(pair_template) {
   ck_assert_mem_eq(out, right, sizeof(right));
   ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 8, 1, LP_TEI_ONLY_SECOND, out, 32), 8);
   ck_assert_mem_eq(out, left, sizeof(left));
-  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 6, 0, LP_TEI_ONLY_SECOND, out, 32), -E2BIG); /* the query and 4 pieces fill 6 */
+  /* the query and 4 pieces fill 6 */
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 6, 0, LP_TEI_ONLY_SECOND, out, 32), -E2BIG);
   ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 0, 0, LP_TEI_ONLY_SECOND, out, 9), -ENOSPC);
   /* LongestFirst (TEI's for pairs), as tokenizers' truncate_encodings
    * cuts within the limit less the template's 4 pieces: {na, nb, max, the

@@ -131,7 +131,8 @@ static int get_predict_inputs(lp_tei_req_t *r, json_t *v, size_t max_inputs, int
   for (size_t i = 0; !one && i < n; i++) {
     json_t *e = json_array_get(v, i);
     if (!is_strings(e)) return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, want, "inputs");
-    if (json_array_size(e) < 1 || json_array_size(e) > 2) return bad_length(status, type, err, errlen, json_array_size(e));
+    size_t k = json_array_size(e);
+    if (k < 1 || k > 2) return bad_length(status, type, err, errlen, k);
   }
   if (count > max_inputs) return too_many(status, type, err, errlen, count, max_inputs);
   if (alloc_inputs(r, count, 0)) return -ENOMEM;
