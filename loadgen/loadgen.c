@@ -949,27 +949,35 @@ static void on_ticker(uv_timer_t *t) {
 
 /* ---- proxy metrics, read with a plain blocking GET ---- */
 
+/* GET path into out (the whole answer, head and body): its HTTP status, or a
+ * negative errno when there is none (no connection, no HTTP answer). */
 static int fetch(const lg_t *lg, const char *path, lp_buf_t *out) {
   int fd = socket(lg->addr.ss_family, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
+  if (fd < 0) return -errno;
   socklen_t al = lg->addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
   struct timeval tv = {5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   if (connect(fd, (struct sockaddr *)&lg->addr, al) < 0) {
+    int e = errno;
     close(fd);
-    return -1;
+    return -e;
   }
   char req[512];
   int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, lg->host);
   if (write(fd, req, (size_t)n) != n) {
+    int e = errno ? errno : EIO;
     close(fd);
-    return -1;
+    return -e;
   }
   char buf[8192];
   ssize_t k;
+  errno = 0;
   while ((k = read(fd, buf, sizeof(buf))) > 0) lp_buf_append(out, buf, (size_t)k);
+  int e = k < 0 ? errno : EPROTO;
   close(fd);
-  return out->len > 12 && memcmp(out->data, "HTTP/1.1 200", 12) == 0 ? 0 : -1;
+  int status = 0;
+  if (!lp_buf_cstr(out) || sscanf(out->data, "HTTP/1.%*1[01] %3d", &status) != 1 || status < 100) return -e;
+  return status;
 }
 
 typedef struct {
@@ -983,7 +991,7 @@ static proxy_counts_t read_proxy(const lg_t *lg) {
   proxy_counts_t pc = {0, 0, 0, 0, 0, 0, 0};
   lp_buf_t b;
   lp_buf_init(&b);
-  if (fetch(lg, "/metrics", &b) == 0 && lp_buf_cstr(&b)) {
+  if (fetch(lg, "/metrics", &b) == 200) {
     char want[128] = "";
     if (lg->model[0]) snprintf(want, sizeof(want), "model=\"%s\"", lg->model);
     for (char *line = b.data; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
@@ -1014,8 +1022,10 @@ static proxy_counts_t read_proxy(const lg_t *lg) {
  * says it (vocab_size: its configured one, else its tokenizer's): that model
  * is --model's or the URL's (/v1/models/NAME/infer, /v2/models/NAME/infer),
  * else the only one, else the one named "default". 0 when the target says
- * none (not lanepack, or a model without a bound). */
-static uint32_t model_vocab(const lg_t *lg) {
+ * none, and then why into why (whylen bytes): the status or error of the GET
+ * (admin_listen puts /v1/models elsewhere; auth_tokens_file answers 401),
+ * an answer that is not lanepack's list, or a model without a bound. */
+static uint32_t model_vocab(const lg_t *lg, char *why, size_t whylen) {
   char want[sizeof(lg->model)];
   snprintf(want, sizeof(want), "%s", lg->model);
   const char *in_path = strncmp(lg->path, "/v1/models/", 11) && strncmp(lg->path, "/v2/models/", 11)
@@ -1024,9 +1034,15 @@ static uint32_t model_vocab(const lg_t *lg) {
   lp_buf_t b;
   lp_buf_init(&b);
   uint32_t vocab = 0;
-  const char *at = fetch(lg, "/v1/models", &b) == 0 && lp_buf_cstr(&b) ? strstr(b.data, "\r\n\r\n") : NULL;
+  int status = fetch(lg, "/v1/models", &b);
+  const char *at = status == 200 ? strstr(b.data, "\r\n\r\n") : NULL;
   json_t *root = at ? json_loads(at + 4, 0, NULL) : NULL;
   json_t *models = json_object_get(root, "models"), *m;
+  if (status < 0) snprintf(why, whylen, "GET /v1/models failed: %s", strerror(-status));
+  else if (status != 200) snprintf(why, whylen, "GET /v1/models answered %d", status);
+  else if (!json_is_array(models)) snprintf(why, whylen, "GET /v1/models answered no \"models\" list");
+  else if (want[0]) snprintf(why, whylen, "GET /v1/models names no model '%s'", want);
+  else snprintf(why, whylen, "GET /v1/models names more than one model and none 'default' (give --model)");
   size_t i;
   json_array_foreach(models, i, m) {
     const char *name = json_string_value(json_object_get(m, "name"));
@@ -1034,6 +1050,7 @@ static uint32_t model_vocab(const lg_t *lg) {
     int ours = want[0] ? strcmp(name, want) == 0 : json_array_size(models) == 1 || strcmp(name, "default") == 0;
     json_int_t v = json_integer_value(json_object_get(m, "vocab_size"));
     if (ours && v > 0 && v <= UINT32_MAX) vocab = (uint32_t)v;
+    else if (ours) snprintf(why, whylen, "GET /v1/models gives no vocab_size for model '%s'", name);
   }
   json_decref(root);
   lp_buf_free(&b);
@@ -1375,7 +1392,7 @@ static void usage(FILE *f) {
           "         [--shuffle] [--protocol openai [--encoding float|base64] [--batch N]\n"
           "         [--dims K] [--tokenizer MODEL [--tokenizer-options OPTS]]] [--min-ok FRACTION]\n"
           "--vocab V: token ids drawn below V (default: the model's vocabulary when the\n"
-          "          proxy's GET /v1/models names one, else 32000)\n"
+          "          proxy's GET /v1/models names one, else 32000, saying why on stderr)\n"
           "--min-ok FRACTION: exit 4 when fewer of the requests sent were ok (default:\n"
           "          exit 4 only when none was); wrong answers (--verify) exit 3\n"
           "--pool N: bodies built before the run and cycled (default 4096, and at least\n"
@@ -1551,11 +1568,19 @@ int main(int argc, char **argv) {
   close(fd);
   lp_buf_free(&probe);
   /* ids below the model's vocabulary, which the proxy would refuse past it */
-  const char *vocab_from = "--vocab";
-  if (!vocab_given) {
-    lg.vocab = lengths ? model_vocab(&lg) : 0;
-    vocab_from = lg.vocab ? "the model's, from GET /v1/models" : "the default";
-    if (!lg.vocab) lg.vocab = DEFAULT_VOCAB;
+  char vocab_from[300] = "--vocab";
+  if (!vocab_given && lengths) {
+    char why[240];
+    lg.vocab = model_vocab(&lg, why, sizeof(why));
+    if (lg.vocab) {
+      snprintf(vocab_from, sizeof(vocab_from), "the model's, from GET /v1/models");
+    } else { /* said at once: ids past the model's vocabulary are all refused */
+      lg.vocab = DEFAULT_VOCAB;
+      snprintf(vocab_from, sizeof(vocab_from), "the default: %s", why);
+      fprintf(stderr, "lanepack-loadgen: token ids below %u, the default: %s; give --vocab\n", lg.vocab, why);
+    }
+  } else if (!vocab_given) {
+    lg.vocab = DEFAULT_VOCAB;
   }
   signal(SIGPIPE, SIG_IGN);
   lp_rng_seed(&lg.rng, seed);

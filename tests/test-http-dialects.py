@@ -3,7 +3,8 @@
 without Content-Length (not chunked) is 411 on every route, and 411, 413 (a
 body over max_body_bytes) and 400 (Content-Length with Transfer-Encoding) come
 in OpenAI's error shape on /v1/embeddings, TEI's on its routes, v2's under
-/v2/ and lanepack's own on /v1/infer; so does 401 without a bearer token when
+/v2/ and lanepack's own on /v1/infer, the 413 naming max_body_bytes and its
+value; so does 401 without a bearer token when
 tokens are configured (with WWW-Authenticate). Raw HTTP over sockets.
 Arguments: the lanepack binary."""
 import json
@@ -130,6 +131,21 @@ def run_checks(port):
     st, _, body = post(port, "/v1/infer", too_large)
     check("/v1/infer over max_body_bytes: 413 in lanepack's shape", lanepack_shape(st, body, 413, "body_too_large"),
           (st, body))
+    st, _, body = post(port, "/v2/models/m/infer", too_large)
+    check("/v2/models/m/infer over max_body_bytes: 413 in v2's shape", v2_shape(st, body, 413, "max_body_bytes"),
+          (st, body))
+    # every dialect's 413 names the key and its value: a client knows the
+    # bound, an operator the key to raise; a chunked body over it too
+    named = "max_body_bytes (%d bytes)" % MAX_BODY
+    chunk = b"%x\r\n" % (MAX_BODY + 1) + b"a" * (MAX_BODY + 1) + b"\r\n0\r\n\r\n"
+    for route in ["/v1/embeddings", "/v2/models/m/infer", "/v1/infer"] + TEI_ROUTES:
+        st, _, body = post(port, route, too_large)
+        check("%s over max_body_bytes: the 413 says %s" % (route, named), st == 413 and named in body.decode(),
+              (st, body))
+        st, _, body = raw(port, b"POST " + route.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                          b"application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk)
+        check("%s chunked over max_body_bytes: the 413 says %s" % (route, named), st == 413 and named in body.decode(),
+              (st, body))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lphelp import (check, finish, model_config, run_loadgen_bounded, start_emulator, start_proxy,  # noqa: E402
+from lphelp import (check, finish, loopback, model_config, run_loadgen_bounded, start_emulator, start_proxy,  # noqa: E402
                     stop_all, train_spm)
 
 lanepack, emulator, loadgen = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -32,6 +32,14 @@ def load(port, tmp, name, args, path=""):
     """One bounded closed-loop run; (exit code, its --json report, stderr)."""
     return run_loadgen_bounded(loadgen, "http://127.0.0.1:%d%s" % (port, path), os.path.join(tmp, name + ".json"),
                                REQUESTS, args)
+
+
+def vocab_line(port):
+    """A short run without --vocab on port: (the report's token ids lines, the run)."""
+    r = subprocess.run([loadgen, "--url", "http://127.0.0.1:%d" % port, "--concurrency", "2", "--max-requests", "4",
+                        "--duration", "30s", "--model", "tok", "--lengths", "fixed:5"],
+                       capture_output=True, text=True, timeout=60)
+    return [l for l in r.stdout.splitlines() if l.startswith("token ids")], r
 
 
 def brief(rep):
@@ -78,6 +86,27 @@ def main():
             rc, rep, err = load(port, tmp, "vocab-path", ["--lengths", "uniform:1,100"], "/v1/models/tok/infer")
             check("the same with the model named in the URL's path", rc == 0 and rep.get("ok") == REQUESTS,
                   (rc, brief(rep), err[-300:]))
+
+            # ---- GET /v1/models unreadable: the default, and why, said ----
+            # (admin_listen puts /v1/models on the other port: 404 here)
+            models_cfg = {"tok": model_config(SHAPES, [emu], max_wait_ms=1, tokenizer=tok)}
+            p, aport, _ = start_proxy(lanepack, os.path.join(tmp, "admin.json"), lambda a, b: {
+                "log_level": "warn", "listen": loopback(a), "admin_listen": loopback(b), "models": models_cfg},
+                nports=2)
+            procs.append(p)
+            line, r = vocab_line(aport)
+            check("/v1/models on the admin port: the report's line and stderr say the default and GET /v1/models' 404",
+                  line and "32000" in line[0] and "GET /v1/models answered 404" in line[0]
+                  and "GET /v1/models answered 404" in r.stderr, (line, r.stderr[-300:]))
+            tokens = os.path.join(tmp, "tokens")
+            open(tokens, "w").write("s3cret\n")
+            p, tport = start_proxy(lanepack, os.path.join(tmp, "auth.json"), {
+                "log_level": "warn", "auth_tokens_file": tokens, "models": models_cfg})
+            procs.append(p)
+            line, r = vocab_line(tport)
+            check("auth tokens, none sent: the report's line and stderr say GET /v1/models answered 401",
+                  line and "GET /v1/models answered 401" in line[0] and "GET /v1/models answered 401" in r.stderr,
+                  (line, r.stderr[-300:]))
 
             # ---- error codes in each dialect; exit 4 when none succeeded ----
             dialects = [

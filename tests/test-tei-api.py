@@ -101,6 +101,23 @@ def main():
     finish()
 
 
+def longest_first(na, nb, room):
+    """The ids of a pair of na and nb that tokenizers' truncate_encodings
+    keeps with LongestFirst within room (its code, step by step)."""
+    if na + nb <= room:
+        return na, nb
+    n1, n2, swap = na, nb, na > nb
+    if swap:
+        n1, n2 = n2, n1
+    n2 = n1 if n1 > room else max(n1, room - n1)
+    if n1 + n2 > room:
+        n1 = room // 2
+        n2 = n1 + room % 2
+    if swap:
+        n1, n2 = n2, n1
+    return min(na, n1), min(nb, n2)
+
+
 def run_checks(pl, model):
     text = "Everyone is permitted to copy and distribute"
     tid = spm_ids(model, [text], "bos:eos")[0]
@@ -191,6 +208,39 @@ def run_checks(pl, model):
     st, js = post(pl, "/predict", {"model": "cls", "inputs": [[text], [a, b]], "raw_scores": True})
     check("/predict of a batch [[text], [a, b]]: a list per input",
           st == 200 and js == [predictions(raw, LABELS), predictions(emu_vector(pair, DIMS), LABELS)], (st, js))
+    # a pair with truncate is cut as TEI cuts it (tokenizers' LongestFirst within
+    # the limit less the template's 4 pieces): the first text too when it alone
+    # is over the limit (it was 422), both to half when both are long
+    long_a, long_b = "the license " * LIMIT, "copies of the program " * LIMIT
+    ila, ilb = spm_ids(model, [long_a, long_b])
+    for x, y, ix, iy in ((long_a, b, ila, ib), (a, long_b, ia, ilb), (long_a, long_b, ila, ilb)):
+        kx, ky = longest_first(len(ix), len(iy), LIMIT - 4)
+        for direction in ("Right", "Left"):
+            def cut(ids, k):
+                return ids[:k] if direction == "Right" else ids[len(ids) - k:]
+            want = [1] + cut(ix, kx) + [2, 2] + cut(iy, ky) + [2]
+            st, js = post(pl, "/predict", {"model": "cls", "inputs": [x, y], "raw_scores": True, "truncate": True,
+                                           "truncation_direction": direction})
+            check("/predict of a pair of %d and %d tokens, truncate %s: %d and %d kept (LongestFirst)"
+                  % (len(ix), len(iy), direction, kx, ky),
+                  st == 200 and js == predictions(emu_vector(want, DIMS), LABELS), (st, js))
+    st, js = post(pl, "/predict", {"model": "cls", "inputs": [long_a, b]})
+    check("/predict of a pair over the limit without truncate: 422 naming it",
+          tei_error(st, js, 422, "Tokenizer", str(LIMIT)), (st, js))
+
+    # TEI's PredictInput: a list starting with a string is one sequence ([a] a
+    # text, [a, b] a pair), never a batch: a third string is 422 invalid length 3
+    st, js = post(pl, "/predict", {"model": "cls", "inputs": [text], "raw_scores": True})
+    check("/predict of [text]: one text, answered as one (not a list of one)",
+          st == 200 and js == predictions(raw, LABELS), (st, js))
+    st, js = post(pl, "/predict", {"model": "cls", "inputs": [a, b, text]})
+    check("/predict of [a, b, c]: 422, TEI's invalid length 3 (not a batch of three)",
+          tei_error(st, js, 422, "Validation", "inputs: invalid length 3, expected a string, a pair of strings"),
+          (st, js))
+    for bad in ([a, [b]], [[a], b], []):
+        st, js = post(pl, "/predict", {"model": "cls", "inputs": bad})
+        check("/predict of %s: 422 as TEI" % json.dumps(bad)[:40], tei_error(st, js, 422, "Validation", "inputs"),
+              (st, js))
     st, js = post(pl, "/predict", {"model": "rr", "inputs": [a, b]})
     check("/predict on a cross-encoder (one score): its sigmoid, LABEL_0",
           st == 200 and [dict(p, score=f32(p["score"])) for p in js]

@@ -12,15 +12,18 @@
 #include "jfail.h"
 #include "testutil.h"
 
+/* as the front's (tei.c's tei_ctx_t): TEI's own refusals are long */
+#define ERR_LEN 256
+
 static int parse(int route, const char *body, lp_tei_req_t *r, int *status, const char **type, char *err) {
-  return lp_tei_parse(route, body, strlen(body), 3, r, status, type, err, 200);
+  return lp_tei_parse(route, body, strlen(body), 3, r, status, type, err, ERR_LEN);
 }
 
 START_TEST(requests_and_defaults) {
   lp_tei_req_t r;
   int st = 0;
   const char *ty = NULL;
-  char err[200];
+  char err[ERR_LEN];
   ck_assert_int_eq(parse(LP_TEI_EMBED, "{\"inputs\": \"hello\"}", &r, &st, &ty, err), 0);
   ck_assert_uint_eq(r.ntexts, 1);
   ck_assert_uint_eq(r.texts[0].len, 5);
@@ -75,6 +78,12 @@ START_TEST(requests_and_defaults) {
   ck_assert_int_eq(r.texts[0].pair, 1);
   ck_assert_uint_eq(r.texts[0].blen, 2);
   lp_tei_req_free(&r);
+  ck_assert_int_eq(parse(LP_TEI_PREDICT, "{\"inputs\": [\"abc\"]}", &r, &st, &ty, err), 0); /* TEI: one text */
+  ck_assert_int_eq(r.single, 1);
+  ck_assert_uint_eq(r.ntexts, 1);
+  ck_assert_int_eq(r.texts[0].pair, 0);
+  ck_assert_uint_eq(r.texts[0].len, 3);
+  lp_tei_req_free(&r);
   ck_assert_int_eq(parse(LP_TEI_PREDICT, "{\"inputs\": [[\"a\"], [\"b\", \"c\"]]}", &r, &st, &ty, err), 0);
   ck_assert_int_eq(r.single, 0);
   ck_assert_uint_eq(r.ntexts, 2);
@@ -117,7 +126,16 @@ START_TEST(bad_requests) {
       {LP_TEI_EMBED, "{\"inputs\": [5, -1]}", 422, LP_TEI_VALIDATION, "`inputs`"},
       {LP_TEI_EMBED, "{\"inputs\": [[5], [1.5]]}", 422, LP_TEI_VALIDATION, "`inputs`"},
       {LP_TEI_EMBED, "{\"inputs\": \"a\", \"dimensions\": 0}", 422, LP_TEI_VALIDATION, "`dimensions`"},
-      {LP_TEI_PREDICT, "{\"inputs\": [[\"a\", \"b\", \"c\"]]}", 422, LP_TEI_VALIDATION, "`inputs`"},
+      {LP_TEI_PREDICT, "{\"inputs\": [[\"a\", \"b\", \"c\"]]}", 422, LP_TEI_VALIDATION, "inputs: invalid length 3"},
+      /* TEI's PredictInput: a list starting with a string is one sequence, never a batch */
+      {LP_TEI_PREDICT, "{\"inputs\": [\"a\", \"b\", \"c\"]}", 422, LP_TEI_VALIDATION,
+       "inputs: invalid length 3, expected"},
+      {LP_TEI_PREDICT, "{\"inputs\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", 422, LP_TEI_VALIDATION, "invalid length 3"},
+      {LP_TEI_PREDICT, "{\"inputs\": [\"a\", [\"b\"]]}", 422, LP_TEI_VALIDATION, "`inputs`"},
+      {LP_TEI_PREDICT, "{\"inputs\": [[\"a\"], \"b\"]}", 422, LP_TEI_VALIDATION, "`inputs`"},
+      {LP_TEI_PREDICT, "{\"inputs\": [[\"a\"], []]}", 422, LP_TEI_VALIDATION, "invalid length 0"},
+      {LP_TEI_PREDICT, "{\"inputs\": []}", 422, LP_TEI_VALIDATION, "invalid length 0"},
+      {LP_TEI_PREDICT, "{\"inputs\": [[\"a\"], [\"b\"], [\"c\"], [\"d\"]]}", 413, LP_TEI_VALIDATION, "4 > maximum"},
       {LP_TEI_SIMILARITY, "{\"inputs\": {\"source_sentence\": \"a\"}}", 422, LP_TEI_VALIDATION, "`inputs`"},
       {LP_TEI_SIMILARITY, "{\"inputs\": {\"source_sentence\": \"a\", \"sentences\": []}}", 400, LP_TEI_EMPTY, "`sentences`"},
       {LP_TEI_DECODE, "{\"ids\": [\"a\"]}", 422, LP_TEI_VALIDATION, "`ids`"},
@@ -135,7 +153,7 @@ START_TEST(bad_requests) {
     lp_tei_req_t r;
     int st = 0;
     const char *ty = NULL;
-    char err[200] = "";
+    char err[ERR_LEN] = "";
     int rc = parse(bad[i].route, bad[i].body, &r, &st, &ty, err);
     ck_assert_msg(rc == -EPROTO, "%s: %d", bad[i].body, rc);
     ck_assert_msg(st == bad[i].status, "%s: status %d", bad[i].body, st);
@@ -153,7 +171,7 @@ static int32_t lookup(const void *ud, const char *piece) {
 
 START_TEST(pair_template) {
   lp_tei_template_t t;
-  char err[200];
+  char err[ERR_LEN];
   ck_assert_int_eq(lp_tei_template_load("<s> $A </s></s> $B </s>", lookup, NULL, &t, err, sizeof(err)), 0);
   ck_assert_uint_eq(t.nparts, 6);
   ck_assert_int_eq(t.part[1].slot, 1);
@@ -161,15 +179,43 @@ START_TEST(pair_template) {
   ck_assert_int_eq(t.part[4].slot, 2);
   int32_t a[] = {10, 11}, b[] = {20, 21, 22, 23}, out[32];
   int32_t whole[] = {0, 10, 11, 2, 2, 20, 21, 22, 23, 2};
-  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 0, 0, out, 32), 10);
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 0, 0, LP_TEI_ONLY_SECOND, out, 32), 10);
   ck_assert_mem_eq(out, whole, sizeof(whole));
   int32_t right[] = {0, 10, 11, 2, 2, 20, 21, 2}, left[] = {0, 10, 11, 2, 2, 22, 23, 2};
-  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 8, 0, out, 32), 8);
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 8, 0, LP_TEI_ONLY_SECOND, out, 32), 8);
   ck_assert_mem_eq(out, right, sizeof(right));
-  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 8, 1, out, 32), 8);
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 8, 1, LP_TEI_ONLY_SECOND, out, 32), 8);
   ck_assert_mem_eq(out, left, sizeof(left));
-  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 6, 0, out, 32), -E2BIG); /* the query and 4 pieces fill 6 */
-  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 0, 0, out, 9), -ENOSPC);
+  /* the query and 4 pieces fill 6 */
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 6, 0, LP_TEI_ONLY_SECOND, out, 32), -E2BIG);
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 0, 0, LP_TEI_ONLY_SECOND, out, 9), -ENOSPC);
+  /* LongestFirst (TEI's for pairs), as tokenizers' truncate_encodings
+   * cuts within the limit less the template's 4 pieces: {na, nb, max, the
+   * kept counts}; the first text alone over the limit is cut, not refused */
+  static const struct {
+    size_t na, nb, max, ka, kb;
+  } lf[] = {
+      {10, 2, 10, 4, 2}, /* room 6: the shorter whole, the longer what it leaves */
+      {2, 10, 10, 2, 4}, {2, 4, 10, 2, 4}, /* within the limit: whole */
+      {5, 7, 9, 2, 3},   /* both over half of room 5: the shorter floor, the longer ceil */
+      {7, 5, 9, 3, 2},   {4, 4, 9, 2, 3}, /* equal: the first floor */
+      {3, 3, 9, 2, 3},   {9, 1, 4, 0, 0}, /* no room: the template's pieces alone */
+  };
+  for (size_t i = 0; i < sizeof(lf) / sizeof(lf[0]); i++)
+    for (int dir = 0; dir < 2; dir++) {
+      int32_t la[16], lb[16], want[40];
+      for (size_t k = 0; k < 16; k++) la[k] = (int32_t)(100 + k), lb[k] = (int32_t)(200 + k);
+      size_t n = 0;
+      want[n++] = 0;
+      for (size_t k = 0; k < lf[i].ka; k++) want[n++] = la[dir ? lf[i].na - lf[i].ka + k : k];
+      want[n++] = 2, want[n++] = 2;
+      for (size_t k = 0; k < lf[i].kb; k++) want[n++] = lb[dir ? lf[i].nb - lf[i].kb + k : k];
+      want[n++] = 2;
+      long got = lp_tei_pair(&t, la, lf[i].na, lb, lf[i].nb, lf[i].max, dir, LP_TEI_LONGEST_FIRST, out, 32);
+      ck_assert_msg(got == (long)n, "case %zu dir %d: %ld ids, want %zu", i, dir, got, n);
+      ck_assert_mem_eq(out, want, n * sizeof(*want));
+    }
+  ck_assert_int_eq(lp_tei_pair(&t, a, 2, b, 4, 3, 0, LP_TEI_LONGEST_FIRST, out, 32), -E2BIG); /* 4 pieces over 3 */
   /* BERT's form with type ids */
   ck_assert_int_eq(lp_tei_template_load("[SEP]:0 $A:0 [SEP]:0 $B:1 [SEP]:1", lookup, NULL, &t, err, sizeof(err)), 0);
   ck_assert_uint_eq(t.nparts, 5);
@@ -219,7 +265,7 @@ START_TEST(in_place) {
     lp_tei_req_t r;
     int st = 0;
     const char *ty = NULL;
-    char err[200] = "";
+    char err[ERR_LEN] = "";
     ck_assert_msg(lp_tei_parse_inplace(route, own, sizeof(body) - 1, 3, &r, &st, &ty, err, sizeof(err)) == 0, "%s", err);
     ck_assert_msg(r.left == 1, "route %d", route);
     ck_assert_str_eq(r.model, "m\xc3\xa9");
@@ -244,7 +290,7 @@ static void oom_try(void *ctx, long k) {
   lp_tei_req_t r;
   int st = 0;
   const char *ty = NULL;
-  char err[200] = "";
+  char err[ERR_LEN] = "";
   int rc = lp_tei_parse_inplace(LP_TEI_EMBED, own, jfail_src_len, 3, &r, &st, &ty, err, sizeof(err));
   if (k < 0) ck_assert_msg(rc == 0, "%s", err);
   else ck_assert_msg(rc == -ENOMEM && st == 503 && strcmp(ty, LP_TEI_UNHEALTHY) == 0,

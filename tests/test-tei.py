@@ -14,6 +14,7 @@ Arguments: the lanepack and emulator binaries."""
 import json
 import os
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -243,6 +244,18 @@ def run_checks(pl, model, tmp, lanepack, pe):
         st, js = post(p1, "/embed", {"inputs": texts[1], "normalize": False}, token="s3cret")
         check("the only model serves a request naming none",
               st == 200 and js == [emu_vector(want[1])], (st, js))
+        # a reload to a vocab_size below the tokenizer's is refused as at start
+        low = dict(cfg1, listen=loopback(p1), models={"only": dict(cfg1["models"]["only"], vocab_size=100)})
+        write_config(os.path.join(tmp, "one.json"), low)
+        one.send_signal(signal.SIGHUP)
+        log, deadline = "", time.time() + 20
+        while "reload" not in log and time.time() < deadline:
+            time.sleep(0.1)
+            log = open(os.path.join(tmp, "one.log")).read()
+        check("SIGHUP to vocab_size 100 below the tokenizer's 400 pieces: reload refused, naming both",
+              "reload refused" in log and "models.only.vocab_size" in log and "400 pieces" in log, log[-400:])
+        st, js = post(p1, "/embed", {"inputs": texts[1], "normalize": False}, token="s3cret")
+        check("... the running configuration stays", st == 200 and js == [emu_vector(want[1])], (st, js))
     finally:
         stop_proxy(one, "the one-model lanepack")
     bad = dict(cfg1, listen=loopback(p1))
@@ -252,6 +265,22 @@ def run_checks(pl, model, tmp, lanepack, pe):
     r = subprocess.run([lanepack, "--config", path2, "--check-config"], capture_output=True, timeout=20)
     check("--check-config refuses a pair template naming a piece the vocabulary lacks, naming it",
           r.returncode != 0 and b"pair_template" in r.stderr and b"<zz>" in r.stderr, r.stderr[-300:])
+    # a vocab_size below the tokenizer's 400 pieces: its own ids (</s>, a text's)
+    # would be refused as the client's, so the configuration is refused, naming
+    # both numbers; the tokenizer's own size, or none, is taken
+    for vocab, ok in ((100, False), (400, True), (None, True)):
+        m = dict(cfg1["models"]["only"])
+        if vocab:
+            m["vocab_size"] = vocab
+        path3 = write_config(os.path.join(tmp, "vocab.json"), dict(cfg1, listen=loopback(p1), models={"only": m}))
+        r = subprocess.run([lanepack, "--config", path3, "--check-config"], capture_output=True, timeout=20)
+        if ok:
+            check("--check-config takes vocab_size %s with a 400-piece tokenizer" % vocab, r.returncode == 0,
+                  r.stderr[-300:])
+        else:
+            check("--check-config refuses vocab_size 100 below the tokenizer's 400 pieces, naming both",
+                  r.returncode != 0 and b"models.only.vocab_size" in r.stderr and b"100" in r.stderr
+                  and b"400 pieces" in r.stderr, r.stderr[-300:])
 
 
 if __name__ == "__main__":

@@ -100,12 +100,18 @@ int lp_tei_template_parse(const char *s, lp_tei_template_t *t, char *err, size_t
 int lp_tei_template_load(const char *spec, int32_t (*lookup)(const void *ud, const char *piece), const void *ud,
                          lp_tei_template_t *t, char *err, size_t errlen);
 
+/* How a pair over the limit is cut, as Hugging Face tokenizers' truncation
+ * strategies: ONLY_SECOND keeps a whole and cuts b (lanepack's /rerank);
+ * LONGEST_FIRST, TEI's for every pair (/predict), cuts the longer one to
+ * what the shorter leaves, or both to half when the shorter is over half. */
+enum { LP_TEI_ONLY_SECOND = 0, LP_TEI_LONGEST_FIRST = 1 };
+
 /* The pair's ids laid out by t into out (cap of them): returns the count. With
- * max > 0 and more than max, b is cut to fit (its end cut, or its start when
- * left) and a kept whole; -E2BIG when a and the template's pieces leave b no
- * room. -ENOSPC when cap is too small. */
+ * max > 0 and more than max, cut to fit by strategy (LP_TEI_*), each text's
+ * end cut, or its start when left; -E2BIG when the template's pieces (and a,
+ * ONLY_SECOND) leave no room. -ENOSPC when cap is too small. */
 long lp_tei_pair(const lp_tei_template_t *t, const int32_t *a, size_t na, const int32_t *b, size_t nb,
-                 size_t max, int left, int32_t *out, size_t cap);
+                 size_t max, int left, int strategy, int32_t *out, size_t cap);
 
 /* 1 / (1 + e^-x): a reranker's logit as a probability. */
 float lp_tei_sigmoid(float x);

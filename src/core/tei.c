@@ -79,25 +79,81 @@ static int put_input(lp_tei_req_t *r, json_t *e, int ids_ok, int pairs_ok, size_
   return 0;
 }
 
+/* TEI's 413 for n inputs past max_inputs. */
+static int too_many(int *status, const char **type, char *err, size_t errlen, size_t n, size_t max_inputs) {
+  char msg[160];
+  snprintf(msg, sizeof(msg), "batch size %zu > maximum allowed batch size %zu", n, max_inputs);
+  return bad(status, type, 413, LP_TEI_VALIDATION, err, errlen, "%s", msg);
+}
+
+/* What TEI 1.9's PredictInput says it expects, in its refusals. */
+#define PREDICT_EXPECTED                                                                                         \
+  "a string, a pair of strings [string, string] or a batch of mixed strings and pairs [[string], [string, "   \
+  "string], ...]"
+
+/* 1 when e is a list of strings. */
+static int is_strings(json_t *e) {
+  size_t i;
+  json_t *s;
+  if (!json_is_array(e)) return 0;
+  json_array_foreach(e, i, s) if (!json_is_string(s)) return 0;
+  return 1;
+}
+
+/* TEI's refusal of a list of n strings where one sequence (one or two) goes,
+ * as its serde error reads (axum's prefix, no line and column). */
+static int bad_length(int *status, const char **type, char *err, size_t errlen, size_t n) {
+  char msg[300];
+  snprintf(msg, sizeof(msg), "Failed to deserialize the JSON body into the target type: inputs: invalid length %zu, "
+           "expected " PREDICT_EXPECTED, n);
+  return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, "%s", msg);
+}
+
+/* /predict's inputs as TEI 1.9's PredictInput reads them: a string, or a list
+ * whose first element is a string (one sequence: ["a"] a text, ["a", "b"] a
+ * pair, a third string refused as invalid length 3, not a batch of three), or
+ * a list whose first element is a list (a batch, each element [a] or [a, b],
+ * another length refused as invalid length n). Every refusal is 422, an empty
+ * list too (TEI's invalid length 0); then more than max_inputs is 413. */
+static int get_predict_inputs(lp_tei_req_t *r, json_t *v, size_t max_inputs, int *status, const char **type,
+                              char *err, size_t errlen) {
+  static const char want[] = "`%s` must be a string, a pair of strings or a list of [string] and [string, string]";
+  size_t n = json_array_size(v);
+  if (!json_is_string(v) && !json_is_array(v)) return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, want,
+                                                           "inputs");
+  if (json_is_array(v) && n == 0) return bad_length(status, type, err, errlen, 0);
+  int one = json_is_string(v) || json_is_string(json_array_get(v, 0));
+  if (one && n > 2 && json_is_string(json_array_get(v, 1)) && json_is_string(json_array_get(v, 2)))
+    return bad_length(status, type, err, errlen, 3); /* TEI stops at the third */
+  if (one && !is_strings(v) && !json_is_string(v))
+    return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, want, "inputs");
+  size_t count = one ? 1 : n;
+  for (size_t i = 0; !one && i < n; i++) {
+    json_t *e = json_array_get(v, i);
+    if (!is_strings(e)) return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, want, "inputs");
+    size_t k = json_array_size(e);
+    if (k < 1 || k > 2) return bad_length(status, type, err, errlen, k);
+  }
+  if (count > max_inputs) return too_many(status, type, err, errlen, count, max_inputs);
+  if (alloc_inputs(r, count, 0)) return -ENOMEM;
+  r->single = one;
+  size_t at = 0;
+  for (size_t i = 0; i < count; i++) put_input(r, one ? v : json_array_get(v, i), 0, 1, &at);
+  return 0;
+}
+
 /* route's inputs into r->texts: a string or an array of strings; with ids_ok
  * (/embed, /embed_all, /embed_sparse, /decode) token ids or an array mixing
- * strings and token ids; /predict's one string, one pair [a, b] or an array
- * of [a] and [a, b]. */
-static int get_inputs(lp_tei_req_t *r, json_t *v, const char *key, int want_list, int ids_ok, int pairs,
-                      size_t max_inputs, int *status, const char **type, char *err, size_t errlen) {
-  const char *want = pairs ? "`%s` must be a string, a pair of strings or a list of [string] and [string, string]"
-                     : ids_ok ? "`%s` must be a string, token ids or a list of strings and token ids"
+ * strings and token ids. */
+static int get_inputs(lp_tei_req_t *r, json_t *v, const char *key, int want_list, int ids_ok, size_t max_inputs,
+                      int *status, const char **type, char *err, size_t errlen) {
+  const char *want = ids_ok ? "`%s` must be a string, token ids or a list of strings and token ids"
                      : want_list ? "`%s` must be an array of strings" : "`%s` must be a string or an array of strings";
-  int one = (json_is_string(v) && !want_list) || (ids_ok && json_array_size(v) > 0 && is_ids(v)) ||
-            (pairs && json_array_size(v) == 2 && json_is_string(json_array_get(v, 0)));
+  int one = (json_is_string(v) && !want_list) || (ids_ok && json_array_size(v) > 0 && is_ids(v));
   if (!one && !json_is_array(v)) return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, want, key);
   size_t n = one ? 1 : json_array_size(v);
   if (n == 0) return bad(status, type, 400, LP_TEI_EMPTY, err, errlen, "`%s` cannot be empty", key);
-  if (n > max_inputs) {
-    char msg[160];
-    snprintf(msg, sizeof(msg), "batch size %zu > maximum allowed batch size %zu", n, max_inputs);
-    return bad(status, type, 413, LP_TEI_VALIDATION, err, errlen, "%s", msg);
-  }
+  if (n > max_inputs) return too_many(status, type, err, errlen, n, max_inputs);
   size_t nids = 0;
   for (size_t i = 0; ids_ok && i < n; i++) {
     json_t *e = one ? v : json_array_get(v, i);
@@ -106,12 +162,9 @@ static int get_inputs(lp_tei_req_t *r, json_t *v, const char *key, int want_list
   if (alloc_inputs(r, n, nids)) return -ENOMEM;
   r->single = one;
   size_t at = 0;
-  for (size_t i = 0; i < n; i++) {
-    json_t *e = one ? v : json_array_get(v, i);
-    /* a single pair is the pair itself, not a list of two inputs */
-    int rc = one && pairs && json_is_array(v) ? put_input(r, v, 0, 1, &at) : put_input(r, e, ids_ok, pairs && !one, &at);
-    if (rc) return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, want, key);
-  }
+  for (size_t i = 0; i < n; i++)
+    if (put_input(r, one ? v : json_array_get(v, i), ids_ok, 0, &at))
+      return bad(status, type, 422, LP_TEI_VALIDATION, err, errlen, want, key);
   return 0;
 }
 
@@ -124,11 +177,7 @@ static int get_similarity(lp_tei_req_t *r, json_t *v, size_t max_inputs, int *st
                "\"sentences\": [string, ...]}", "inputs");
   size_t n = json_array_size(all);
   if (n == 0) return bad(status, type, 400, LP_TEI_EMPTY, err, errlen, "`%s` cannot be empty", "sentences");
-  if (n + 1 > max_inputs) {
-    char msg[160];
-    snprintf(msg, sizeof(msg), "batch size %zu > maximum allowed batch size %zu", n + 1, max_inputs);
-    return bad(status, type, 413, LP_TEI_VALIDATION, err, errlen, "%s", msg);
-  }
+  if (n + 1 > max_inputs) return too_many(status, type, err, errlen, n + 1, max_inputs);
   if (alloc_inputs(r, n + 1, 0)) return -ENOMEM;
   size_t at = 0;
   put_input(r, src, 0, 0, &at);
@@ -257,8 +306,10 @@ static int parse(int route, const char *body, char *own, size_t len, size_t max_
     } else if (strcmp(key, "inputs") == 0 && route == LP_TEI_SIMILARITY) {
       rc = get_similarity(r, v, max_inputs, status, type, err, errlen);
     } else if (strcmp(key, "inputs") == 0 || strcmp(key, "texts") == 0 || strcmp(key, "ids") == 0) {
-      rc = get_inputs(r, v, key, route == LP_TEI_RERANK, ids_ok || route == LP_TEI_DECODE, route == LP_TEI_PREDICT,
-                      max_inputs, status, type, err, errlen);
+      rc = route == LP_TEI_PREDICT && strcmp(key, "inputs") == 0
+               ? get_predict_inputs(r, v, max_inputs, status, type, err, errlen)
+               : get_inputs(r, v, key, route == LP_TEI_RERANK, ids_ok || route == LP_TEI_DECODE, max_inputs, status,
+                            type, err, errlen);
       if (!rc && route == LP_TEI_DECODE)
         for (size_t i = 0; i < r->ntexts; i++)
           if (!r->texts[i].ids)
@@ -360,16 +411,36 @@ int lp_tei_template_load(const char *spec, int32_t (*lookup)(const void *ud, con
   return 0;
 }
 
+/* *p's *n ids cut to keep of them (the end cut, or the start when left). */
+static void keep_ids(const int32_t **p, size_t *n, size_t keep, int left) {
+  if (*n <= keep) return;
+  if (left) *p += *n - keep;
+  *n = keep;
+}
+
 long lp_tei_pair(const lp_tei_template_t *t, const int32_t *a, size_t na, const int32_t *b, size_t nb,
-                 size_t max, int left, int32_t *out, size_t cap) {
-  size_t fixed = na;
-  for (size_t i = 0; i < t->nparts; i++) fixed += t->part[i].slot == 0;
-  if (max && fixed + nb > max) {
-    if (fixed >= max) return -E2BIG;
-    if (left) b += nb - (max - fixed);
-    nb = max - fixed;
+                 size_t max, int left, int strategy, int32_t *out, size_t cap) {
+  size_t pieces = 0;
+  for (size_t i = 0; i < t->nparts; i++) pieces += t->part[i].slot == 0;
+  if (max && pieces + na + nb > max && strategy == LP_TEI_LONGEST_FIRST) {
+    /* tokenizers' truncate_encodings, LongestFirst, within room = the
+     * limit less the template's pieces (as its post_process subtracts them) */
+    if (pieces > max) return -E2BIG;
+    size_t room = max - pieces, s = na <= nb ? na : nb;
+    size_t ks = s, kl = s > room ? s : s > room - s ? s : room - s;
+    if (ks + kl > room) {
+      ks = room / 2;
+      kl = ks + room % 2;
+    }
+    /* the longer keeps kl (when equal, a keeps ks: tokenizers swaps only when a is longer) */
+    int a_longer = na > nb;
+    keep_ids(&a, &na, a_longer ? kl : ks, left);
+    keep_ids(&b, &nb, a_longer ? ks : kl, left);
+  } else if (max && pieces + na + nb > max) {
+    if (pieces + na >= max) return -E2BIG;
+    keep_ids(&b, &nb, max - pieces - na, left);
   }
-  if (fixed + nb > cap) return -ENOSPC;
+  if (pieces + na + nb > cap) return -ENOSPC;
   size_t n = 0;
   for (size_t i = 0; i < t->nparts; i++) {
     int slot = t->part[i].slot;

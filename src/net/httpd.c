@@ -143,6 +143,8 @@ struct lp_httpd_s {
   uint64_t trace_rng;          /* splitmix64 state of new trace and span ids */
   void (*done)(void *);
   void *done_arg;
+  char too_large_msg[96];      /* 413's message, naming max_body_bytes and its value
+                                  (set with the limits, on the loop that answers) */
 };
 
 /* What a connection holds only while it has something in hand: a request
@@ -1189,7 +1191,8 @@ static void conn_reject(lp_http_conn_t *c, int status, const char *code, const c
 #define CONN(p) ((lp_http_conn_t *)(p)->data)
 
 /* A callback refuses the request: conn_parse answers once execute returns.
- * Every argument is a string literal (or NULL for extra and headers). */
+ * Every argument is a string literal or the server's own (NULL for extra and
+ * headers): it is read when execute returns, on this loop. */
 static int fail_cb_x(lp_http_conn_t *c, int status, const char *code, const char *msg,
                      const char *extra, const char *headers) {
   c->b->ps->err_status = status;
@@ -1202,6 +1205,12 @@ static int fail_cb_x(lp_http_conn_t *c, int status, const char *code, const char
 
 static int fail_cb(lp_http_conn_t *c, int status, const char *code, const char *msg) {
   return fail_cb_x(c, status, code, msg, NULL, NULL);
+}
+
+/* A body over max_body_bytes: the key and its value named, so that a client
+ * knows the bound and an operator the key (the message lives in the server). */
+static int fail_too_large(lp_http_conn_t *c) {
+  return fail_cb(c, 413, "body_too_large", conn_srv(c)->too_large_msg);
 }
 
 static int count_header(lp_http_conn_t *c, size_t n) {
@@ -1507,7 +1516,7 @@ static int on_headers_complete(llhttp_t *p) {
   r->has_body_length = (p->flags & (F_CONTENT_LENGTH | F_CHUNKED)) != 0;
   r->_http10 = p->http_minor == 0;
   if ((p->flags & F_CONTENT_LENGTH) && p->content_length > conn_srv(c)->cfg.max_body_bytes)
-    return fail_cb(c, 413, "body_too_large", "request body exceeds the limit");
+    return fail_too_large(c);
   c->b->ps->body_most = (p->flags & F_CONTENT_LENGTH) ? (size_t)p->content_length + 1
                                                     : conn_srv(c)->cfg.max_body_bytes + 1;
   if (c->b->ps->expect[0]) {
@@ -1529,7 +1538,7 @@ static int on_body(llhttp_t *p, const char *at, size_t n) {
   lp_http_conn_t *c = CONN(p);
   lp_http_req_t *r = c->b->cur;
   if (r->body_len + n > conn_srv(c)->cfg.max_body_bytes)
-    return fail_cb(c, 413, "body_too_large", "request body exceeds the limit");
+    return fail_too_large(c);
   if (body_room(c, r, r->body_len + n + 1, c->b->ps->body_most)) return -1;
   if (at != r->body + r->body_len) memcpy(r->body + r->body_len, at, n); /* else read there (on_alloc) */
   r->body_len += n;
@@ -1917,6 +1926,11 @@ static void on_connection(uv_stream_t *server, int status) {
 
 /* ---- the server ---- */
 
+static void set_too_large_msg(lp_httpd_t *s) {
+  snprintf(s->too_large_msg, sizeof(s->too_large_msg), "request body exceeds max_body_bytes (%zu bytes)",
+           s->cfg.max_body_bytes);
+}
+
 lp_httpd_t *lp_httpd_new(uv_loop_t *loop, const lp_httpd_config_t *cfg) {
   lp_httpd_t *s = calloc(1, sizeof(*s));
   if (s == NULL) return NULL;
@@ -1927,6 +1941,7 @@ lp_httpd_t *lp_httpd_new(uv_loop_t *loop, const lp_httpd_config_t *cfg) {
   if (getrandom(&s->trace_rng, sizeof(s->trace_rng), GRND_NONBLOCK) != sizeof(s->trace_rng))
     s->trace_rng = cfg->id_base ^ uv_hrtime();
   if (s->cfg.max_pipeline == 0) s->cfg.max_pipeline = 1;
+  set_too_large_msg(s);
   s->rbuf_cap = 64 * 1024;
   s->rbuf = malloc(s->rbuf_cap);
   if (s->rbuf == NULL) {
@@ -2018,6 +2033,7 @@ size_t lp_httpd_connections(const lp_httpd_t *s) { return s->nconns; }
 void lp_httpd_set_limits(lp_httpd_t *s, const lp_httpd_config_t *cfg) {
   s->cfg.max_header_bytes = cfg->max_header_bytes;
   s->cfg.max_body_bytes = cfg->max_body_bytes;
+  set_too_large_msg(s);
   s->cfg.max_connections = cfg->max_connections;
   s->cfg.max_pipeline = cfg->max_pipeline ? cfg->max_pipeline : 1;
   s->cfg.idle_timeout_ms = cfg->idle_timeout_ms;

@@ -66,7 +66,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (lp_tei_template_load(spec, lookup, NULL, &t, err, sizeof(err)) == 0) {
     int32_t a[3] = {1, 2, 3}, b[5] = {4, 5, 6, 7, 8}, out[LP_TEI_TEMPLATE_PARTS + 8];
     for (size_t max = 0; max < 12; max++) {
-      long k = lp_tei_pair(&t, a, 3, b, 5, max, (int)(max & 1), out, sizeof(out) / sizeof(out[0]));
+      long k = lp_tei_pair(&t, a, 3, b, 5, max, (int)(max & 1), (int)((max >> 1) & 1), out,
+                           sizeof(out) / sizeof(out[0]));
       if (k > (long)(sizeof(out) / sizeof(out[0])) || (max && k > (long)max)) abort();
     }
   }

@@ -470,7 +470,8 @@ static const keydef_t model_keys[] = {
     {"pad_id", KEY_INT32, FIELD(MODEL, pad_id), .applies = APPLY_AT_RESTART,
      .doc = "the token id written into padding"},
     {"vocab_size", KEY_UINT, FIELD(MODEL, vocab_size), .max = 2147483648.0, .applies = APPLY_ON_RELOAD,
-     .doc = "token ids must be below it (0: below the `tokenizer`'s vocabulary size, else any id in [0, 2^31))"},
+     .doc = "token ids must be below it (0: below the `tokenizer`'s vocabulary size, else any id in [0, 2^31)); "
+            "with a `tokenizer`, below its vocabulary size is refused"},
     {"packer", KEY_ENUM, FIELD(MODEL, packer), .def = LP_ALGO_BFD, .names = packers, .applies = APPLY_AT_ONCE,
      .doc = "how a shape's lanes are filled: first-fit, best-fit decreasing, or shortest-pack-first histogram"},
     {"max_segments_per_lane", KEY_UINT, FIELD(MODEL, max_segments_per_lane), .max = 1u << 24,
@@ -984,6 +985,16 @@ int lp_config_validate(const lp_config_t *c, char *err, size_t errlen) {
         }
         snprintf(tpath, sizeof(tpath), "%s.tokenizer", path);
         return fail(&x, tpath, "cannot load the SentencePiece model '%s': %s", m->sentencepiece, terr);
+      }
+      /* an id the tokenizer makes (its [CLS] as well as a text's) must be one
+       * the model takes: else every text is refused as the client's fault */
+      int32_t pieces = lp_tok_vocab(t);
+      if (m->vocab_size && pieces > m->vocab_size) {
+        lp_tok_free(t);
+        char vpath[160];
+        snprintf(vpath, sizeof(vpath), "%s.vocab_size", path);
+        return fail(&x, vpath, "%lld is below its tokenizer's %ld pieces (its ids go up to %ld): raise it to %ld "
+                    "or leave it out", (long long)m->vocab_size, (long)pieces, (long)pieces - 1, (long)pieces);
       }
       lp_tei_template_t tpl;
       char tpath[160];

@@ -315,11 +315,12 @@ static int embed_ids(lp_front_t *f, const lp_tokjob_t *tj, const unit_map_t *um,
       size_t whole = (size_t)a->n + (size_t)b->n + tpl->nparts - 2; /* every part but $A and $B is one piece */
       if (lp__grow((void **)&f->enc, &f->enc_cap, n + whole + 1, sizeof(*f->enc)))
         return seq_fail(e, -ENOMEM, 503, LP_TEI_UNHEALTHY, "out_of_memory");
-      k = lp_tei_pair(tpl, a->ids, (size_t)a->n, b->ids, (size_t)b->n, r->truncate ? limit : 0, r->left, f->enc + n,
-                      f->enc_cap - n);
+      /* cut as TEI cuts a pair (LongestFirst), the first text too */
+      k = lp_tei_pair(tpl, a->ids, (size_t)a->n, b->ids, (size_t)b->n, r->truncate ? limit : 0, r->left,
+                      LP_TEI_LONGEST_FIRST, f->enc + n, f->enc_cap - n);
       if (k == -E2BIG) {
-        snprintf(e->msg, sizeof(e->msg), "the first text of `%s` with the template's pieces leaves the "
-                 "second no room within the model's %u tokens", input_name(r, i, name, sizeof(name)), limit);
+        snprintf(e->msg, sizeof(e->msg), "the template's pieces alone are over the model's %u tokens (`%s`)",
+                 limit, input_name(r, i, name, sizeof(name)));
         return seq_fail(e, -E2BIG, 422, LP_TEI_TOKENIZER, "sequence_too_long");
       }
       if (k > (long)limit) {
@@ -402,7 +403,7 @@ static int rerank_ids(lp_front_t *f, const lp_tei_template_t *tpl, const lp_tokj
       break;
     }
     long k = lp_tei_pair(tpl, q->ids, (size_t)nq, b->ids, (size_t)nb, r->truncate ? limit : 0, r->left,
-                         f->enc + n, f->enc_cap - n);
+                         LP_TEI_ONLY_SECOND, f->enc + n, f->enc_cap - n);
     if (k == -E2BIG) {
       snprintf(e->msg, sizeof(e->msg), "the query with the template's pieces has %zu tokens: no room for a text "
                "within the model's %u", (size_t)nq + tpl->nparts - 2, limit);
