@@ -159,6 +159,9 @@ SETTINGS = {
                             "--remove_extra_whitespaces=false"], "native"),
     "ids-moved": (["--unk_id=3", "--bos_id=0", "--eos_id=1", "--pad_id=2", "--unk_piece=[UNK]", "--bos_piece=[BOS]",
                    "--eos_piece=[EOS]", "--control_symbols=<ctl>,<sep>"], "native"),
+    # no control <s> and </s>: bos_id() is -1, and the options' bos and eos are
+    # the user-defined pieces (the library finds them by name)
+    "user-bos-eos": (["--bos_id=-1", "--eos_id=-1", "--user_defined_symbols=<s>,</s>"], "native"),
     "bpe": (["--model_type=bpe"], "libsentencepiece"),
     "char": (["--model_type=char"], "libsentencepiece"),
 }

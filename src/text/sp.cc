@@ -26,6 +26,7 @@ struct lp__sp_s {
   std::string options;                         // "bos:eos", applied by hand after a cut
   lp__spm_t *fast = nullptr;                   // the native encoder, when it runs this model; owned
   std::string why;                             // why not, when not
+  int bos = -1, eos = -1;                      // the ids the options' bos and eos add, as the library finds them
   ~lp__sp_s() { lp__spm_free(fast); }
   const sentencepiece::SentencePieceProcessor &raw() const { return has_options ? plain : sp; }
 };
@@ -60,9 +61,12 @@ static bool same_as_library(lp__sp_t *t) {
     for (int opts = 0; opts < 2; opts++) {
       std::vector<int> want;
       int32_t got[256];
-      if (!(opts ? t->sp : sp).Encode(std::string_view(text), &want).ok()) return false;
+      if (!(opts ? t->sp : sp).Encode(std::string_view(text), &want).ok()) {
+        t->why = "the library could not encode the self-check";
+        return false;
+      }
       long n = lp__spm_encode(m, text, std::strlen(text), opts, got, 256);
-      if (n != static_cast<long>(want.size()) || !std::equal(want.begin(), want.end(), got)) {
+      if (n != static_cast<long>(want.size()) || n > 256 || !std::equal(want.begin(), want.end(), got)) {
         t->why = "the self-check's ids differ from the library's";
         return false;
       }
@@ -102,6 +106,20 @@ static void try_native(lp__sp_t *t, const char *path) {
   t->fast = nullptr;
 }
 
+// bos's and eos's ids for fit(): the library's own, by PieceToId of the
+// model's bos and eos pieces (a user-defined "<s>" too, where bos_id() says
+// -1), read as the only ids it gives an empty text with that one option.
+static sentencepiece::util::Status option_ids(lp__sp_t *t) {
+  int *to[] = {&t->bos, &t->eos};
+  const char *opt[] = {"bos", "eos"};
+  for (int i = 0; i < 2; i++) {
+    std::vector<int> v;
+    // an option the model cannot take was refused with the options themselves
+    if (t->plain.SetEncodeExtraOptions(opt[i]).ok() && t->plain.Encode("", &v).ok() && v.size() == 1) *to[i] = v[0];
+  }
+  return t->plain.SetEncodeExtraOptions("");
+}
+
 extern "C" lp__sp_t *lp__sp_load(const char *path, const char *extra_options, int native, char *err,
                                  size_t errlen) {
   lp__sp_t *t = new (std::nothrow) lp__sp_t;
@@ -116,6 +134,7 @@ extern "C" lp__sp_t *lp__sp_load(const char *path, const char *extra_options, in
       if (st.ok()) st = t->plain.Load(std::string_view(path));
       t->has_options = true;
       t->options = extra_options;
+      if (st.ok()) st = option_ids(t);
     }
     if (!st.ok()) {
       std::snprintf(err, errlen, "%s", st.ToString().c_str());
@@ -183,8 +202,8 @@ static long fit(const lp__sp_t *t, std::vector<int> &v, size_t max, int left, in
   }
   for (const auto &o : opts) {
     if (o == "reverse") std::reverse(v.begin(), v.end());
-    else if (o == "bos") v.insert(v.begin(), t->sp.bos_id());
-    else if (o == "eos") v.push_back(t->sp.eos_id());
+    else if (o == "bos") v.insert(v.begin(), t->bos);
+    else if (o == "eos") v.push_back(t->eos);
   }
   for (size_t i = 0; i < v.size() && i < cap; i++) ids[i] = v[i];
   return static_cast<long>(v.size());
