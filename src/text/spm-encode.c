@@ -555,7 +555,7 @@ static long raw_ids(const lp__spm_t *m, scratch_t *s, const char *text, size_t l
 }
 
 static long give(scratch_t *s, const int32_t *a, size_t n, int32_t *ids, size_t cap) {
-  memcpy(ids, a, (n < cap ? n : cap) * sizeof(*ids));
+  if (n && cap) memcpy(ids, a, (n < cap ? n : cap) * sizeof(*ids)); /* ids may be NULL with cap 0: a count only */
   scratch_trim(s);
   return (long)n;
 }
