@@ -344,7 +344,7 @@ def main():
 
     # the access log: whole JSON lines, request ids unique across threads
     lines = open(alog).read().splitlines()
-    bad, ids = 0, set()
+    bad, ids, fronts = 0, set(), []
     dup = 0
     for l in lines:
         try:
@@ -354,7 +354,12 @@ def main():
             continue
         dup += o["request_id"] in ids
         ids.add(o["request_id"])
+        fronts.append(o.get("thread"))
     check("access log: %d lines, each whole JSON" % len(lines), bad == 0 and len(lines) >= 48 * 50, bad)
+    # which front served each request: one of the threads, as the metrics' label, each of them seen
+    check("access log: each line names the front that served it (thread 0..%d), every front seen" % (nthreads - 1),
+          all(t in range(nthreads) for t in fronts) and set(fronts) == set(range(nthreads)),
+          sorted(set(map(str, fronts))))
     check("request ids unique across threads", dup == 0, dup)
     finish()
 

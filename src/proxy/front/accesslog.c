@@ -227,6 +227,8 @@ static void log_line(lp_front_t *f, const lp_http_req_t *req, int status, const 
   put_str(b, when, strlen(when));
   lp_buf_puts(b, ", \"client\": ");
   put_str(b, peer, strlen(peer));
+  lp_buf_puts(b, ", \"thread\": "); /* the front that served it: the metrics' thread label */
+  lp_buf_u64(b, f->index);
   lp_buf_puts(b, ", \"method\": ");
   put_str(b, method, strlen(method));
   lp_buf_puts(b, ", \"path\": ");
