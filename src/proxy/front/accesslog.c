@@ -56,6 +56,18 @@ void lp__alog_set_fd(lp_alog_t *a, int fd) {
   a->on = fd >= 0;
 }
 
+int lp__alog_front_fd(const char *path, int checked, int *out) {
+  /* Opened anew, not duplicated: every descriptor a front closes is then made
+   * by a call ThreadSanitizer follows (fcntl's F_DUPFD is not, and libuv closes
+   * sockets by a raw system call: a number reused by a duplicate looked like
+   * another front's socket, and its close a race). "-" is standard error
+   * itself, which no front closes. */
+  *out = checked;
+  if (checked < 0 || checked == STDERR_FILENO) return 0;
+  if ((*out = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666)) < 0) return -errno;
+  return 0;
+}
+
 int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errlen) {
   int fd = -1;
   int rc = lp__alog_open_path(path, &fd, err, errlen);
@@ -63,11 +75,12 @@ int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errle
   /* each front writes whole lines to its own descriptor of the file */
   for (unsigned i = 0; i < p->shared.nfronts; i++) {
     lp_ctl_t *c = calloc(1, sizeof(*c));
-    int d = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 3);
-    if (!c || (fd >= 0 && d < 0)) {
+    int d = -1;
+    int e = c ? lp__alog_front_fd(path, fd, &d) : -ENOMEM;
+    if (e) {
       free(c);
-      if (d >= 0) close(d);
-      lp_log(LP_LOG_ERROR, "access log: a front keeps its old file", "\"thread\": %u", i);
+      lp_log(LP_LOG_ERROR, "access log: a front keeps its old file", "\"thread\": %u, \"error\": \"%s\"", i,
+             strerror(-e));
       continue;
     }
     c->kind = LP_CTL_RECONF;

@@ -5,7 +5,6 @@
  * with several, jobs go over and come back through mailboxes, one wake-up per
  * burst, and nothing of a connection is touched off its front's thread. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -370,7 +369,11 @@ int lp__fronts_start(lp_proxy_t *p, int *port) {
     if (!c) return -ENOMEM;
     front_reconf(f, c);
     free(c);
-    int d = afd < 0 ? -1 : fcntl(afd, F_DUPFD_CLOEXEC, 3); /* like a reload's: nothing exec'd inherits it */
+    int d = -1; /* as a reload gives it */
+    if ((rc = lp__alog_front_fd(p->cfg.access_log, afd, &d)) != 0) {
+      lp_log(LP_LOG_ERROR, "access log", "\"error\": \"%s\"", strerror(-rc));
+      return rc;
+    }
     lp__alog_set_fd(&f->alog, d);
     if ((rc = uv_loop_init(&f->own_loop)) != 0) return rc;
     f->loop = &f->own_loop;

@@ -132,10 +132,13 @@ int lp__front_decode(lp_front_t *f, lp_http_req_t *req, void *ctx, void (*ctx_fr
 
 /* front/accesslog.c: JSON lines of answered requests (job may be NULL), each front
  * its own buffer and descriptor. Opening gives every front the file (with
- * several threads, a duplicate descriptor each, by a RECONF message); each
+ * several threads, a descriptor each, by a RECONF message); each
  * closes what it had (after writing what it was owed). */
 int lp__access_log_open(lp_proxy_t *p, const char *path, char *err, size_t errlen);
 int lp__alog_open_path(const char *path, int *fd, char *err, size_t errlen);
+/* A front's own descriptor (*fd) of the log that lp__alog_open_path opened as
+ * checked: -1 when off, standard error for "-", else the file opened anew. */
+int lp__alog_front_fd(const char *path, int checked, int *fd);
 void lp__alog_set_fd(lp_alog_t *a, int fd);
 void lp__alog_close(lp_alog_t *a);
 size_t lp__alog_flush(lp_alog_t *a); /* returns the bytes still owed to a full pipe */
