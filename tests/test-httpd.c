@@ -512,4 +512,84 @@ START_TEST(large_bodies_exact) {
 }
 END_TEST
 
-LP_TEST_MAIN("httpd", large_bodies_exact, idle_connection_bytes, churn_served, streams_within_bound, stream_http10_and_refused)
+/* Reads what a connection gets until EOF: its bytes (NUL-ended, at most cap -
+ * 1) and how the stream ended: 0 at EOF, else the errno (ECONNRESET when the
+ * server closed it with the request unread). */
+static int read_to_end(int fd, char *buf, size_t cap) {
+  size_t n = 0;
+  for (;;) {
+    ssize_t k = recv(fd, buf + n, cap - 1 - n, 0);
+    if (k < 0) {
+      buf[n] = '\0';
+      return errno;
+    }
+    if (k == 0 || (n += (size_t)k) == cap - 1) break;
+  }
+  buf[n] = '\0';
+  return 0;
+}
+
+/* A drain (lp_httpd_close) answers what clients sent before it: requests on
+ * connections still in the listener's queue, and on connections accepted
+ * whose bytes were not yet read; it closes at once a connection that sent
+ * nothing. Before, both kinds of request were reset: the listener closed with
+ * its queue, and an accepted connection counted as idle. The server's loop is
+ * run here, on the test's thread, only when each case is set. */
+#define DRAIN_CONNS 6
+START_TEST(drain_answers_sent) {
+  server_t s;
+  memset(&s, 0, sizeof(s));
+  ck_assert_int_eq(uv_loop_init(&s.loop), 0);
+  lp_httpd_config_t cfg;
+  lp_httpd_config_default(&cfg);
+  cfg.on_request = on_request;
+  cfg.ud = &s;
+  cfg.max_connections = 1000;
+  cfg.shared = &s.count;
+  s.srv = lp_httpd_new(&s.loop, &cfg);
+  ck_assert_ptr_nonnull(s.srv);
+  ck_assert_int_eq(lp_httpd_listen(s.srv, "127.0.0.1:0", &s.port), 0);
+  /* accepted, then their requests sent; and accepted, sending nothing */
+  int taken[DRAIN_CONNS], silent[2], queued[DRAIN_CONNS];
+  for (int i = 0; i < DRAIN_CONNS; i++) taken[i] = dial(s.port);
+  for (int i = 0; i < 2; i++) silent[i] = dial(s.port);
+  for (int spin = 0; spin < 1000 && __atomic_load_n(&s.count.conns, __ATOMIC_RELAXED) < DRAIN_CONNS + 2; spin++) {
+    uv_run(&s.loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+  ck_assert_uint_eq(s.count.conns, DRAIN_CONNS + 2);
+  for (int i = 0; i < DRAIN_CONNS; i++) send_get(taken[i]);
+  /* in the listener's queue, their requests sent */
+  for (int i = 0; i < DRAIN_CONNS; i++) {
+    queued[i] = dial(s.port);
+    send_get(queued[i]);
+  }
+  usleep(20000); /* the requests' bytes are in the server's sockets */
+  lp_httpd_close(s.srv, on_closed, &s);
+  uv_thread_t th;
+  ck_assert_int_eq(uv_thread_create(&th, server_main, &s), 0);
+  char buf[2048];
+  for (int k = 0; k < 2; k++) {
+    int *fds = k ? queued : taken;
+    for (int i = 0; i < DRAIN_CONNS; i++) {
+      int err = read_to_end(fds[i], buf, sizeof(buf));
+      ck_assert_msg(err == 0 && strncmp(buf, "HTTP/1.1 200 ", 13) == 0 && strstr(buf, "\r\n\r\nok\n"),
+                    "a request %s before the drain, connection %d: %s (%s)", k ? "queued" : "read", i,
+                    err ? strerror(err) : "EOF", buf);
+      ck_assert_msg(strstr(buf, "\r\nConnection: close\r\n"), "no Connection: close while draining: %s", buf);
+      close(fds[i]);
+    }
+  }
+  for (int i = 0; i < 2; i++) {
+    int err = read_to_end(silent[i], buf, sizeof(buf));
+    ck_assert_msg(err == 0 && buf[0] == '\0', "a silent connection: %s, %s", err ? strerror(err) : "EOF", buf);
+    close(silent[i]);
+  }
+  ck_assert_int_eq(uv_thread_join(&th), 0);
+  ck_assert_int_eq(s.done, 1);
+  ck_assert_int_eq(s.answered, 2 * DRAIN_CONNS);
+  ck_assert_int_eq(uv_loop_close(&s.loop), 0);
+}
+END_TEST
+
+LP_TEST_MAIN("httpd", drain_answers_sent, large_bodies_exact, idle_connection_bytes, churn_served, streams_within_bound, stream_http10_and_refused)

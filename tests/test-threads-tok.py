@@ -138,15 +138,18 @@ def main():
             check("24 clients gone mid-tokenizing: the proxy serves on",
                   proxy.poll() is None and st == 200 and js == [emu_vector([1] + x + [2]) for x in ids[:2]], (st, js))
 
-            def held():
+            def gauge(name):
                 c = http.client.HTTPConnection("127.0.0.1", pl, timeout=30)
                 c.request("GET", "/metrics")
                 text = c.getresponse().read().decode()
                 c.close()
                 for line in text.splitlines():
-                    if line.startswith("lanepack_tokenizer_queue_bytes "):
+                    if line.startswith(name + " "):
                         return int(float(line.split()[1]))
                 return None
+
+            def held():
+                return gauge("lanepack_tokenizer_queue_bytes")
             end = time.time() + 30
             while held() != 0 and time.time() < end:
                 time.sleep(0.1)
@@ -231,7 +234,14 @@ def main():
             hs = [threading.Thread(target=heavy_client) for _ in range(3)]
             for h in hs:
                 h.start()
-            time.sleep(0.3)
+            # the three connections accepted (and this scrape's own) before the
+            # signal: one still in the listener's queue is reset when a drain
+            # closes the listener, as nginx's would be, and is not the proxy's
+            # to answer
+            end = time.time() + 10
+            while (gauge("lanepack_connections") or 0) < 4 and time.time() < end:
+                time.sleep(0.02)
+            time.sleep(0.2)
             proxy.send_signal(signal.SIGTERM)
             for h in hs:
                 h.join()

@@ -1,5 +1,6 @@
 /* The HTTP/1.1 server: connections on libuv, parsing by llhttp, answers in
  * request order. Requests are owned by their connection until written. */
+#define _GNU_SOURCE /* accept4 */
 #include "lanepack/httpd.h"
 
 #include <sys/random.h>
@@ -34,6 +35,9 @@
 #define LP_HTTP_ASAN 0
 #endif
 
+/* The listener's queue (as nginx's default 511, rounded up): also the most a
+ * drain takes in from it before closing it. */
+#define LISTEN_BACKLOG 1024
 /* Bytes read ahead while the pipeline is full, before reading stops. */
 #define PENDING_MAX (64 * 1024)
 /* Bytes read and dropped after a closing request, before reading stops. */
@@ -1896,23 +1900,25 @@ static void conn_arm_timer(lp_http_conn_t *c) {
   conn_timer_at(c, now + ms);
 }
 
-static void on_connection(uv_stream_t *server, int status) {
-  lp_httpd_t *s = container_of(server, lp_httpd_t, listener);
-  if (status < 0) return;
+/* A connection's record and handle, before its socket is given: NULL when
+ * out of memory. */
+static lp_http_conn_t *conn_new(lp_httpd_t *s) {
   lp_http_conn_t *c = conn_alloc(s);
-  if (c == NULL) return;
+  if (c == NULL) return NULL;
   if (uv_tcp_init(s->loop, &c->tcp) < 0) {
     conn_dealloc(s, c);
-    return;
+    return NULL;
   }
   s->alive++;
   c->tcp.data = s; /* what lp_httpd_close finds its connections by */
   c->b = (lp_http_busy_t *)&busy_idle;
   lp_theap_node_init(&c->timer);
-  if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
-    uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
-    return;
-  }
+  return c;
+}
+
+/* A connection given its socket: counted, timed and read. */
+static void conn_begin(lp_http_conn_t *c) {
+  lp_httpd_t *s = conn_srv(c);
   uv_tcp_nodelay(&c->tcp, 1);
   s->nconns++;
   c->last_ms = conn_now(c);
@@ -1922,6 +1928,46 @@ static void on_connection(uv_stream_t *server, int status) {
   }
   conn_arm_timer(c);
   conn_start_reading(c);
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  lp_httpd_t *s = container_of(server, lp_httpd_t, listener);
+  if (status < 0) return;
+  lp_http_conn_t *c = conn_new(s);
+  if (c == NULL) return;
+  if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
+    uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
+    return;
+  }
+  conn_begin(c);
+}
+
+/* At a drain, before the listener closes: the connections in its queue are
+ * taken in, as the loop would have taken them. Their clients connected and
+ * may have sent a request before the drain; closing the listener would reset
+ * them. Those that sent nothing are closed at once by the walk that follows.
+ * At most the listen backlog: a client connecting meanwhile is not waited for. */
+static void accept_queued(lp_httpd_t *s) {
+  uv_os_fd_t lfd;
+  if (uv_fileno((uv_handle_t *)&s->listener, &lfd) < 0) return;
+  for (int i = 0; i < LISTEN_BACKLOG; i++) {
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return; /* EAGAIN: the queue is empty; else nothing more can be taken */
+    }
+    lp_http_conn_t *c = conn_new(s);
+    if (c == NULL) {
+      close(fd);
+      continue;
+    }
+    if (uv_tcp_open(&c->tcp, (uv_os_sock_t)fd) < 0) {
+      close(fd);
+      uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
+      continue;
+    }
+    conn_begin(c);
+  }
 }
 
 /* ---- the server ---- */
@@ -2018,7 +2064,7 @@ int lp_httpd_listen(lp_httpd_t *s, const char *addr, int *port) {
   s->listening = 1;
   if (s->cfg.reuseport && (rc = reuseport_open(s, &ss)) < 0) return rc;
   if ((!s->cfg.reuseport && (rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0)) < 0) ||
-      (rc = uv_listen((uv_stream_t *)&s->listener, 1024, on_connection)) < 0)
+      (rc = uv_listen((uv_stream_t *)&s->listener, LISTEN_BACKLOG, on_connection)) < 0)
     return rc;
   struct sockaddr_storage got;
   int len = sizeof(got);
@@ -2110,14 +2156,29 @@ static void on_listener_closed(uv_handle_t *h) {
  * connections are its TCP handles whose data is the server (the listener's is
  * not), so that a connection needs no list links of its own. uv_walk goes
  * over a copy of the loop's list: closing here is safe. */
+static int bytes_waiting(lp_http_conn_t *c) {
+  uv_os_fd_t fd;
+  char one;
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) < 0) return 0;
+  return recv(fd, &one, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
 static void close_walk(uv_handle_t *h, void *arg) {
   lp_httpd_t *s = arg;
   if (h->type != UV_TCP || h->data != s || h == (uv_handle_t *)&s->listener || uv_is_closing(h))
     return;
   lp_http_conn_t *c = container_of((uv_tcp_t *)h, lp_http_conn_t, tcp);
   /* an answer still being written is not cut: it closes when written */
-  if (c->b->head == NULL && c->b->cur == NULL && c->b->writing == 0 && !c->lingering) conn_close(c);
-  else c->closing = 1;
+  if (c->b->head == NULL && c->b->cur == NULL && c->b->writing == 0 && !c->lingering) {
+    /* idle, unless a request's bytes wait unread in its socket: sent before
+     * the drain, so answered (the server's closing ends the connection after
+     * it, with Connection: close). A keep-alive client sending after this
+     * look meets the close, as with any server. */
+    if (!c->closing && !c->discard && bytes_waiting(c)) return;
+    conn_close(c);
+  } else {
+    c->closing = 1;
+  }
 }
 
 void lp_httpd_close(lp_httpd_t *s, void (*done)(void *), void *arg) {
@@ -2125,6 +2186,7 @@ void lp_httpd_close(lp_httpd_t *s, void (*done)(void *), void *arg) {
   s->done = done;
   s->done_arg = arg;
   /* idle connections go now; busy ones after their last answer */
+  if (s->listening) accept_queued(s);
   uv_walk(s->loop, close_walk, s);
   if (s->listening) uv_close((uv_handle_t *)&s->listener, on_listener_closed);
   else server_maybe_finish(s);
