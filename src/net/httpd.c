@@ -2152,10 +2152,7 @@ static void on_listener_closed(uv_handle_t *h) {
   server_maybe_finish(s);
 }
 
-/* For lp_httpd_close, on each handle of the loop: the server's open
- * connections are its TCP handles whose data is the server (the listener's is
- * not), so that a connection needs no list links of its own. uv_walk goes
- * over a copy of the loop's list: closing here is safe. */
+/* Whether a client has sent bytes not yet read (a peek: nothing is taken). */
 static int bytes_waiting(lp_http_conn_t *c) {
   uv_os_fd_t fd;
   char one;
@@ -2163,6 +2160,10 @@ static int bytes_waiting(lp_http_conn_t *c) {
   return recv(fd, &one, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
 }
 
+/* For lp_httpd_close, on each handle of the loop: the server's open
+ * connections are its TCP handles whose data is the server (the listener's is
+ * not), so that a connection needs no list links of its own. uv_walk goes
+ * over a copy of the loop's list: closing here is safe. */
 static void close_walk(uv_handle_t *h, void *arg) {
   lp_httpd_t *s = arg;
   if (h->type != UV_TCP || h->data != s || h == (uv_handle_t *)&s->listener || uv_is_closing(h))
