@@ -124,7 +124,8 @@ static void server_main(void *arg) {
   uv_run(&s->loop, UV_RUN_DEFAULT);
 }
 
-static void server_start_bound(server_t *s, uv_thread_t *th, size_t unsent_total) {
+/* The server listening on its loop, not yet run. */
+static void server_init(server_t *s, size_t unsent_total) {
   memset(s, 0, sizeof(*s));
   ck_assert_int_eq(uv_loop_init(&s->loop), 0);
   lp_httpd_config_t cfg;
@@ -139,6 +140,10 @@ static void server_start_bound(server_t *s, uv_thread_t *th, size_t unsent_total
   ck_assert_int_eq(lp_httpd_listen(s->srv, "127.0.0.1:0", &s->port), 0);
   ck_assert_int_eq(uv_async_init(&s->loop, &s->stop, on_stop), 0);
   s->stop.data = s;
+}
+
+static void server_start_bound(server_t *s, uv_thread_t *th, size_t unsent_total) {
+  server_init(s, unsent_total);
   ck_assert_int_eq(uv_thread_create(th, server_main, s), 0);
 }
 
@@ -538,17 +543,7 @@ static int read_to_end(int fd, char *buf, size_t cap) {
 #define DRAIN_CONNS 6
 START_TEST(drain_answers_sent) {
   server_t s;
-  memset(&s, 0, sizeof(s));
-  ck_assert_int_eq(uv_loop_init(&s.loop), 0);
-  lp_httpd_config_t cfg;
-  lp_httpd_config_default(&cfg);
-  cfg.on_request = on_request;
-  cfg.ud = &s;
-  cfg.max_connections = 1000;
-  cfg.shared = &s.count;
-  s.srv = lp_httpd_new(&s.loop, &cfg);
-  ck_assert_ptr_nonnull(s.srv);
-  ck_assert_int_eq(lp_httpd_listen(s.srv, "127.0.0.1:0", &s.port), 0);
+  server_init(&s, 0);
   /* accepted, then their requests sent; and accepted, sending nothing */
   int taken[DRAIN_CONNS], silent[2], queued[DRAIN_CONNS];
   for (int i = 0; i < DRAIN_CONNS; i++) taken[i] = dial(s.port);
@@ -566,6 +561,7 @@ START_TEST(drain_answers_sent) {
   }
   usleep(20000); /* the requests' bytes are in the server's sockets */
   lp_httpd_close(s.srv, on_closed, &s);
+  uv_close((uv_handle_t *)&s.stop, NULL); /* closed here, not by a message */
   uv_thread_t th;
   ck_assert_int_eq(uv_thread_create(&th, server_main, &s), 0);
   char buf[2048];
